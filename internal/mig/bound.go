@@ -1,0 +1,3 @@
+package mig
+
+type boundTable struct{}

@@ -1,0 +1,364 @@
+package mig
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+const (
+	// ResourcePrefix is the prefix of Slicer's extended resources (slicer.dev/mig-1g.10gb).
+	ResourcePrefix = "slicer.dev/mig-"
+	// NVIDIAResourcePrefix is the prefix of the NVIDIA device plugin's MIG resources, which the
+	// webhook rewrites to ResourcePrefix.
+	NVIDIAResourcePrefix = "nvidia.com/mig-"
+
+	mediaSuffix      = "+me" // NVIDIA spelling of a media-extension profile
+	legalMediaSuffix = ".me" // the spelling that is legal in Kubernetes resource names
+)
+
+// Profile is one GPU-instance profile of one model. Values are copies of the model table;
+// Starts is shared with the table and must not be modified.
+type Profile struct {
+	Model Model
+	// Name is the NVIDIA spelling, e.g. "1g.10gb+me". Use LegalName or ResourceName for
+	// Kubernetes.
+	Name string
+	// NVMLProfile is the GPU_INSTANCE_PROFILE_* enum value.
+	NVMLProfile int
+	// SMIProfileID is the profile id nvidia-smi prints.
+	SMIProfileID int
+	// ComputeInstanceProfile is the COMPUTE_INSTANCE_PROFILE_* value of the compute instance
+	// to create inside the GPU instance (the full one).
+	ComputeInstanceProfile int
+	ComputeSlices          int
+	// MemorySlices is also the size of every placement of this profile.
+	MemorySlices int
+	MaxCount     int
+	// Starts are the legal placement starts, in memory slices, in NVML order.
+	Starts []int
+	// MediaExtensions is true for +me profiles: at most one such instance per GPU.
+	MediaExtensions bool
+	// MemoryGB is the nominal memory in the profile name.
+	MemoryGB int
+
+	index int8
+}
+
+// LegalName is the profile name spelled as Kubernetes allows it ("1g.10gb.me").
+func (p Profile) LegalName() string { return LegalProfileName(p.Name) }
+
+// ResourceName is Slicer's extended resource name, e.g. "slicer.dev/mig-1g.10gb.me".
+func (p Profile) ResourceName() string { return ResourcePrefix + p.LegalName() }
+
+// NVIDIAResourceName is the NVIDIA device plugin's resource name, e.g. "nvidia.com/mig-1g.10gb.me".
+func (p Profile) NVIDIAResourceName() string { return NVIDIAResourcePrefix + p.LegalName() }
+
+// Placements lists every legal placement of the profile on an empty GPU, in NVML order.
+func (p Profile) Placements() []Placement {
+	out := make([]Placement, len(p.Starts))
+	for i, s := range p.Starts {
+		out[i] = Placement{Start: s, Size: p.MemorySlices}
+	}
+	return out
+}
+
+// Placement is where a GPU instance lives, in memory slices.
+type Placement struct {
+	Start int `json:"start"`
+	Size  int `json:"size"`
+}
+
+func (pl Placement) String() string { return fmt.Sprintf("{start %d, size %d}", pl.Start, pl.Size) }
+
+// Models lists every known model in a stable order.
+func Models() []Model {
+	out := make([]Model, 0, numModels)
+	for m := Model(1); m <= numModels; m++ {
+		out = append(out, m)
+	}
+	return out
+}
+
+func (m Model) spec() *modelSpec {
+	if m == 0 || m > numModels {
+		return nil
+	}
+	return modelTables[m]
+}
+
+// Valid reports whether m is a known model.
+func (m Model) Valid() bool { return m.spec() != nil }
+
+// String is the model name, e.g. "H100-80GB".
+func (m Model) String() string {
+	if s := m.spec(); s != nil {
+		return s.name
+	}
+	return "Model(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ComputeSlices is the number of compute slices of a whole GPU (7, or 4 on A30).
+func (m Model) ComputeSlices() int {
+	if s := m.spec(); s != nil {
+		return s.computeSlices
+	}
+	return 0
+}
+
+// MemorySlices is the number of memory slices of a whole GPU (8, or 4 on A30).
+func (m Model) MemorySlices() int {
+	if s := m.spec(); s != nil {
+		return s.memorySlices
+	}
+	return 0
+}
+
+// MemoryMiB is the nominal total memory NVML reports for the model (approximate).
+func (m Model) MemoryMiB() uint64 {
+	if s := m.spec(); s != nil {
+		return s.memoryMiB
+	}
+	return 0
+}
+
+// PCIDeviceIDs lists the model's PCI device ids (vendor 0x10DE).
+func (m Model) PCIDeviceIDs() []uint16 {
+	if s := m.spec(); s != nil {
+		return append([]uint16(nil), s.pciDeviceIDs...)
+	}
+	return nil
+}
+
+// Profiles lists the model's GPU-instance profiles in table order.
+func (m Model) Profiles() []Profile {
+	t := tableFor(m)
+	if t == nil {
+		return nil
+	}
+	return append([]Profile(nil), t.profiles...)
+}
+
+// Profile finds a profile of the model by name, in either spelling ("1g.10gb+me" or
+// "1g.10gb.me").
+func (m Model) Profile(name string) (Profile, error) {
+	t := tableFor(m)
+	if t == nil {
+		return Profile{}, fmt.Errorf("unknown GPU model %d", int(m))
+	}
+	canon := canonicalProfileName(name)
+	for _, p := range t.profiles {
+		if p.Name == canon {
+			return p, nil
+		}
+	}
+	return Profile{}, fmt.Errorf("profile %q is not a MIG profile of %s (it has %s)", name, m, strings.Join(m.profileNames(), ", "))
+}
+
+func (m Model) profileNames() []string {
+	var out []string
+	for _, p := range m.spec().profiles {
+		out = append(out, LegalProfileName(p.name))
+	}
+	return out
+}
+
+// ParseModel finds a model by its name ("H100-80GB"), case-insensitively.
+func ParseModel(name string) (Model, error) {
+	for m := Model(1); m <= numModels; m++ {
+		if strings.EqualFold(modelTables[m].name, name) {
+			return m, nil
+		}
+	}
+	var names []string
+	for m := Model(1); m <= numModels; m++ {
+		names = append(names, modelTables[m].name)
+	}
+	return 0, fmt.Errorf("unknown GPU model %q (known: %s)", name, strings.Join(names, ", "))
+}
+
+// ModelForDevice identifies a model from what NVML reports: the PCI device id (either the
+// 16-bit device id or NVML's pciDeviceId, device<<16 | 0x10DE), the product name
+// (nvmlDeviceGetName) and the total memory in MiB. Any of them may be zero/empty. The product
+// name wins when it matches; the PCI id next; memory breaks ties between candidates.
+func ModelForDevice(pciDeviceID uint32, productName string, memoryMiB uint64) (Model, error) {
+	if pciDeviceID > 0xFFFF && pciDeviceID&0xFFFF == 0x10DE {
+		pciDeviceID >>= 16
+	}
+	var byName, byID []Model
+	name := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(productName), "Mock "))
+	for m := Model(1); m <= numModels; m++ {
+		s := modelTables[m]
+		for _, n := range s.productNames {
+			if name != "" && strings.EqualFold(n, name) {
+				byName = append(byName, m)
+				break
+			}
+		}
+		for _, id := range s.pciDeviceIDs {
+			if pciDeviceID != 0 && uint32(id) == pciDeviceID {
+				byID = append(byID, m)
+				break
+			}
+		}
+	}
+	cands := byName
+	if len(cands) == 0 {
+		cands = byID
+	}
+	if len(cands) == 0 && name != "" {
+		// Product names carry a memory size in some spellings ("NVIDIA H100 NVL 94GB"):
+		// fall back to a prefix match, disambiguated by memory below.
+		for m := Model(1); m <= numModels; m++ {
+			for _, n := range modelTables[m].productNames {
+				if strings.HasPrefix(strings.ToLower(name), strings.ToLower(n)) {
+					cands = append(cands, m)
+					break
+				}
+			}
+		}
+	}
+	switch {
+	case len(cands) == 0:
+		return 0, fmt.Errorf("no MIG model matches PCI device id %#04x, product name %q", pciDeviceID, productName)
+	case len(cands) == 1 || memoryMiB == 0:
+		if len(cands) > 1 {
+			return 0, fmt.Errorf("product %q / PCI id %#04x is ambiguous (%v); total memory is needed", productName, pciDeviceID, cands)
+		}
+		return cands[0], nil
+	}
+	best, bestDiff := cands[0], uint64(1<<63)
+	for _, m := range cands {
+		d := m.MemoryMiB() - memoryMiB
+		if memoryMiB > m.MemoryMiB() {
+			d = memoryMiB - m.MemoryMiB()
+		}
+		if d < bestDiff {
+			best, bestDiff = m, d
+		}
+	}
+	return best, nil
+}
+
+// LegalProfileName spells a profile name the way Kubernetes allows: "+me" becomes ".me".
+func LegalProfileName(name string) string {
+	if strings.HasSuffix(name, mediaSuffix) {
+		return strings.TrimSuffix(name, mediaSuffix) + legalMediaSuffix
+	}
+	return name
+}
+
+func canonicalProfileName(name string) string {
+	if strings.HasSuffix(name, legalMediaSuffix) {
+		return strings.TrimSuffix(name, legalMediaSuffix) + mediaSuffix
+	}
+	return name
+}
+
+// ResourceName is Slicer's extended resource name for a profile name in either spelling.
+func ResourceName(profileName string) string {
+	return ResourcePrefix + LegalProfileName(profileName)
+}
+
+// ProfileNameFromResource returns the profile name (NVIDIA spelling) of a Slicer or NVIDIA MIG
+// resource name, and whether the resource is one.
+func ProfileNameFromResource(resource string) (string, bool) {
+	var rest string
+	switch {
+	case strings.HasPrefix(resource, ResourcePrefix):
+		rest = strings.TrimPrefix(resource, ResourcePrefix)
+	case strings.HasPrefix(resource, NVIDIAResourcePrefix):
+		rest = strings.TrimPrefix(resource, NVIDIAResourcePrefix)
+	default:
+		return "", false
+	}
+	name, err := ParseProfileName(rest)
+	if err != nil {
+		return "", false
+	}
+	return name, true
+}
+
+// ParseProfileName accepts a profile name in either spelling ("1g.10gb+me" or "1g.10gb.me")
+// and returns the NVIDIA spelling, or an error when no known model has such a profile.
+func ParseProfileName(name string) (string, error) {
+	canon := canonicalProfileName(strings.TrimSpace(name))
+	if _, _, _, ok := splitProfileName(canon); !ok {
+		return "", fmt.Errorf("%q is not a MIG profile name (want <N>g.<M>gb[.me]; known: %s)", name, strings.Join(KnownProfileNames(), ", "))
+	}
+	if len(ModelsSupporting(canon)) == 0 {
+		return "", fmt.Errorf("no supported GPU model has MIG profile %q (known: %s)", name, strings.Join(KnownProfileNames(), ", "))
+	}
+	return canon, nil
+}
+
+// splitProfileName parses "<c>g.<m>gb[+me]".
+func splitProfileName(name string) (compute, memGB int, media, ok bool) {
+	media = strings.HasSuffix(name, mediaSuffix)
+	name = strings.TrimSuffix(name, mediaSuffix)
+	c, rest, found := strings.Cut(name, "g.")
+	if !found || !strings.HasSuffix(rest, "gb") {
+		return 0, 0, false, false
+	}
+	ci, err1 := strconv.Atoi(c)
+	mi, err2 := strconv.Atoi(strings.TrimSuffix(rest, "gb"))
+	if err1 != nil || err2 != nil || ci <= 0 || mi <= 0 {
+		return 0, 0, false, false
+	}
+	return ci, mi, media, true
+}
+
+// KnownProfileNames lists every profile name of every model, in the Kubernetes spelling
+// (".me"), deduplicated and sorted by compute slices, memory, then media extensions.
+func KnownProfileNames() []string {
+	seen := map[string]bool{}
+	var out []string
+	for m := Model(1); m <= numModels; m++ {
+		for _, p := range modelTables[m].profiles {
+			if !seen[p.name] {
+				seen[p.name] = true
+				out = append(out, p.name)
+			}
+		}
+	}
+	sortProfileNames(out)
+	for i, n := range out {
+		out[i] = LegalProfileName(n)
+	}
+	return out
+}
+
+// sortProfileNames sorts NVIDIA-spelled names ascending by compute slices, memory, media
+// extensions, then name (a stable, human order).
+func sortProfileNames(names []string) {
+	sort.Slice(names, func(i, j int) bool {
+		ci, mi, ei, _ := splitProfileName(names[i])
+		cj, mj, ej, _ := splitProfileName(names[j])
+		if ci != cj {
+			return ci < cj
+		}
+		if mi != mj {
+			return mi < mj
+		}
+		if ei != ej {
+			return !ei
+		}
+		return names[i] < names[j]
+	})
+}
+
+// ModelsSupporting lists the models that have a profile of that name (either spelling).
+func ModelsSupporting(profileName string) []Model {
+	canon := canonicalProfileName(profileName)
+	var out []Model
+	for m := Model(1); m <= numModels; m++ {
+		for _, p := range modelTables[m].profiles {
+			if p.name == canon {
+				out = append(out, m)
+				break
+			}
+		}
+	}
+	return out
+}

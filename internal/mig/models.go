@@ -1,0 +1,218 @@
+package mig
+
+// This file holds the GPU model tables: one table per model, and the only place in Slicer where
+// MIG geometry (profile names, NVML enums, slices, legal starts, count limits) is written down.
+// Everything else (occupancy tables, policy, bounds) is derived from these tables.
+//
+// NVML enum values are plain integers copied from go-nvml v0.13.0-1 pkg/nvml/const.go
+// (cross-checked by nvml_enum_test.go):
+//
+//	GPU_INSTANCE_PROFILE_1_SLICE=0 2_SLICE=1 3_SLICE=2 4_SLICE=3 7_SLICE=4
+//	GPU_INSTANCE_PROFILE_1_SLICE_REV1=7 (+me) 2_SLICE_REV1=8 (+me) 1_SLICE_REV2=9 (double memory)
+//	COMPUTE_INSTANCE_PROFILE_1_SLICE=0 2_SLICE=1 3_SLICE=2 4_SLICE=3 7_SLICE=4
+//
+// SMIProfileID is the id nvidia-smi prints (`nvidia-smi mig -lgip`).
+
+// profileSpec is one GPU-instance profile row of a model table.
+type profileSpec struct {
+	name      string // NVIDIA spelling, e.g. "1g.10gb+me"
+	nvml      int    // GPU_INSTANCE_PROFILE_* value
+	smi       int    // nvidia-smi profile id
+	ci        int    // COMPUTE_INSTANCE_PROFILE_* value of the full compute instance to create
+	compute   int    // compute slices
+	memory    int    // memory slices (= placement size)
+	maxCount  int    // instances per GPU
+	starts    []int  // legal placement starts in memory slices, in NVML order
+	media     bool   // +me: owns the GPU's media engines (at most one +me instance per GPU)
+	memoryGiB int    // nominal memory in the name, informational
+}
+
+// modelSpec is the table of one GPU model.
+type modelSpec struct {
+	name          string
+	computeSlices int
+	memorySlices  int
+	memoryMiB     uint64   // nominal total memory as NVML reports it (approximate; for disambiguation)
+	pciDeviceIDs  []uint16 // PCI device ids (vendor 0x10DE)
+	productNames  []string // NVML product names (nvmlDeviceGetName), matched case-insensitively
+	profiles      []profileSpec
+}
+
+// Model identifies a MIG-capable GPU model. The zero value is not a model.
+type Model uint8
+
+// The GPU models Slicer knows. Their order is stable (it is also the iteration order of
+// Models()).
+const (
+	A30_24GB Model = iota + 1
+	A100_40GB
+	A100_80GB
+	H100_80GB
+	H100_94GB
+	GH200_96GB
+	H200_141GB
+	B200_180GB
+	numModels = iota
+)
+
+// modelTables is indexed by Model. It is never written after package initialisation.
+var modelTables = [numModels + 1]*modelSpec{
+	A30_24GB:   &a30_24GB,
+	A100_40GB:  &a100_40GB,
+	A100_80GB:  &a100_80GB,
+	H100_80GB:  &h100_80GB,
+	H100_94GB:  &h100_94GB,
+	GH200_96GB: &gh200_96GB,
+	H200_141GB: &h200_141GB,
+	B200_180GB: &b200_180GB,
+}
+
+// A30-24GB: 4 compute and 4 memory slices.
+var a30_24GB = modelSpec{
+	name:          "A30-24GB",
+	computeSlices: 4,
+	memorySlices:  4,
+	memoryMiB:     24576,
+	pciDeviceIDs:  []uint16{0x20B7}, // A30 PCIe (pci.ids: GA100GL [A30 PCIe])
+	productNames:  []string{"NVIDIA A30"},
+	profiles: []profileSpec{
+		{name: "1g.6gb", nvml: 0, smi: 14, ci: 0, compute: 1, memory: 1, maxCount: 4, starts: []int{0, 1, 2, 3}, memoryGiB: 6},
+		{name: "1g.6gb+me", nvml: 7, smi: 21, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3}, media: true, memoryGiB: 6},
+		{name: "2g.12gb", nvml: 1, smi: 5, ci: 1, compute: 2, memory: 2, maxCount: 2, starts: []int{0, 2}, memoryGiB: 12},
+		{name: "2g.12gb+me", nvml: 8, smi: 6, ci: 1, compute: 2, memory: 2, maxCount: 1, starts: []int{0, 2}, media: true, memoryGiB: 12},
+		{name: "4g.24gb", nvml: 3, smi: 0, ci: 3, compute: 4, memory: 4, maxCount: 1, starts: []int{0}, memoryGiB: 24},
+	},
+}
+
+// A100-40GB (SXM4 and PCIe).
+var a100_40GB = modelSpec{
+	name:          "A100-40GB",
+	computeSlices: 7,
+	memorySlices:  8,
+	memoryMiB:     40960,
+	pciDeviceIDs:  []uint16{0x20B0, 0x20F1}, // A100-SXM4-40GB, A100-PCIE-40GB
+	productNames:  []string{"NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 40GB PCIe"},
+	profiles: []profileSpec{
+		{name: "1g.5gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 5},
+		{name: "1g.5gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 5},
+		{name: "1g.10gb", nvml: 9, smi: 15, ci: 0, compute: 1, memory: 2, maxCount: 4, starts: []int{0, 2, 4, 6}, memoryGiB: 10},
+		{name: "2g.10gb", nvml: 1, smi: 14, ci: 1, compute: 2, memory: 2, maxCount: 3, starts: []int{0, 2, 4}, memoryGiB: 10},
+		{name: "3g.20gb", nvml: 2, smi: 9, ci: 2, compute: 3, memory: 4, maxCount: 2, starts: []int{0, 4}, memoryGiB: 20},
+		{name: "4g.20gb", nvml: 3, smi: 5, ci: 3, compute: 4, memory: 4, maxCount: 1, starts: []int{0}, memoryGiB: 20},
+		{name: "7g.40gb", nvml: 4, smi: 0, ci: 4, compute: 7, memory: 8, maxCount: 1, starts: []int{0}, memoryGiB: 40},
+	},
+}
+
+// A100-80GB (SXM4 and PCIe).
+var a100_80GB = modelSpec{
+	name:          "A100-80GB",
+	computeSlices: 7,
+	memorySlices:  8,
+	memoryMiB:     81920,
+	pciDeviceIDs:  []uint16{0x20B2, 0x20B5}, // A100-SXM4-80GB, A100-PCIE-80GB
+	productNames:  []string{"NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-80GB"},
+	profiles: []profileSpec{
+		{name: "1g.10gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 10},
+		{name: "1g.10gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 10},
+		{name: "1g.20gb", nvml: 9, smi: 15, ci: 0, compute: 1, memory: 2, maxCount: 4, starts: []int{0, 2, 4, 6}, memoryGiB: 20},
+		{name: "2g.20gb", nvml: 1, smi: 14, ci: 1, compute: 2, memory: 2, maxCount: 3, starts: []int{0, 2, 4}, memoryGiB: 20},
+		{name: "3g.40gb", nvml: 2, smi: 9, ci: 2, compute: 3, memory: 4, maxCount: 2, starts: []int{0, 4}, memoryGiB: 40},
+		{name: "4g.40gb", nvml: 3, smi: 5, ci: 3, compute: 4, memory: 4, maxCount: 1, starts: []int{0}, memoryGiB: 40},
+		{name: "7g.80gb", nvml: 4, smi: 0, ci: 4, compute: 7, memory: 8, maxCount: 1, starts: []int{0}, memoryGiB: 80},
+	},
+}
+
+// H100-80GB (SXM5 and PCIe).
+var h100_80GB = modelSpec{
+	name:          "H100-80GB",
+	computeSlices: 7,
+	memorySlices:  8,
+	memoryMiB:     81559,
+	pciDeviceIDs:  []uint16{0x2330, 0x2331}, // H100 SXM5 80GB, H100 PCIe
+	productNames:  []string{"NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100"},
+	profiles: []profileSpec{
+		{name: "1g.10gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 10},
+		{name: "1g.10gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 10},
+		{name: "1g.20gb", nvml: 9, smi: 15, ci: 0, compute: 1, memory: 2, maxCount: 4, starts: []int{0, 2, 4, 6}, memoryGiB: 20},
+		{name: "2g.20gb", nvml: 1, smi: 14, ci: 1, compute: 2, memory: 2, maxCount: 3, starts: []int{0, 2, 4}, memoryGiB: 20},
+		{name: "3g.40gb", nvml: 2, smi: 9, ci: 2, compute: 3, memory: 4, maxCount: 2, starts: []int{0, 4}, memoryGiB: 40},
+		{name: "4g.40gb", nvml: 3, smi: 5, ci: 3, compute: 4, memory: 4, maxCount: 1, starts: []int{0}, memoryGiB: 40},
+		{name: "7g.80gb", nvml: 4, smi: 0, ci: 4, compute: 7, memory: 8, maxCount: 1, starts: []int{0}, memoryGiB: 80},
+	},
+}
+
+// H100-94GB (H100 NVL).
+var h100_94GB = modelSpec{
+	name:          "H100-94GB",
+	computeSlices: 7,
+	memorySlices:  8,
+	memoryMiB:     95830,
+	pciDeviceIDs:  []uint16{0x2321}, // H100 NVL; not verified against pci.ids in this repository
+	productNames:  []string{"NVIDIA H100 NVL"},
+	profiles: []profileSpec{
+		{name: "1g.12gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 12},
+		{name: "1g.12gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 12},
+		{name: "1g.24gb", nvml: 9, smi: 15, ci: 0, compute: 1, memory: 2, maxCount: 4, starts: []int{0, 2, 4, 6}, memoryGiB: 24},
+		{name: "2g.24gb", nvml: 1, smi: 14, ci: 1, compute: 2, memory: 2, maxCount: 3, starts: []int{0, 2, 4}, memoryGiB: 24},
+		{name: "3g.47gb", nvml: 2, smi: 9, ci: 2, compute: 3, memory: 4, maxCount: 2, starts: []int{0, 4}, memoryGiB: 47},
+		{name: "4g.47gb", nvml: 3, smi: 5, ci: 3, compute: 4, memory: 4, maxCount: 1, starts: []int{0}, memoryGiB: 47},
+		{name: "7g.94gb", nvml: 4, smi: 0, ci: 4, compute: 7, memory: 8, maxCount: 1, starts: []int{0}, memoryGiB: 94},
+	},
+}
+
+// GH200-96GB (Grace Hopper superchip, 96 GB HBM3 GPU).
+var gh200_96GB = modelSpec{
+	name:          "GH200-96GB",
+	computeSlices: 7,
+	memorySlices:  8,
+	memoryMiB:     97871,
+	pciDeviceIDs:  []uint16{0x2342}, // GH200; not verified against pci.ids in this repository
+	productNames:  []string{"NVIDIA GH200 480GB", "NVIDIA GH200 96GB HBM3", "NVIDIA GH200"},
+	profiles: []profileSpec{
+		{name: "1g.12gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 12},
+		{name: "1g.12gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 12},
+		{name: "1g.24gb", nvml: 9, smi: 15, ci: 0, compute: 1, memory: 2, maxCount: 4, starts: []int{0, 2, 4, 6}, memoryGiB: 24},
+		{name: "2g.24gb", nvml: 1, smi: 14, ci: 1, compute: 2, memory: 2, maxCount: 3, starts: []int{0, 2, 4}, memoryGiB: 24},
+		{name: "3g.48gb", nvml: 2, smi: 9, ci: 2, compute: 3, memory: 4, maxCount: 2, starts: []int{0, 4}, memoryGiB: 48},
+		{name: "4g.48gb", nvml: 3, smi: 5, ci: 3, compute: 4, memory: 4, maxCount: 1, starts: []int{0}, memoryGiB: 48},
+		{name: "7g.96gb", nvml: 4, smi: 0, ci: 4, compute: 7, memory: 8, maxCount: 1, starts: []int{0}, memoryGiB: 96},
+	},
+}
+
+// H200-141GB (SXM and NVL).
+var h200_141GB = modelSpec{
+	name:          "H200-141GB",
+	computeSlices: 7,
+	memorySlices:  8,
+	memoryMiB:     143771,
+	pciDeviceIDs:  []uint16{0x2335}, // H200 SXM 141GB (pci.ids: GH100 [H200 SXM 141GB])
+	productNames:  []string{"NVIDIA H200", "NVIDIA H200 NVL"},
+	profiles: []profileSpec{
+		{name: "1g.18gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 18},
+		{name: "1g.18gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 18},
+		{name: "1g.35gb", nvml: 9, smi: 15, ci: 0, compute: 1, memory: 2, maxCount: 4, starts: []int{0, 2, 4, 6}, memoryGiB: 35},
+		{name: "2g.35gb", nvml: 1, smi: 14, ci: 1, compute: 2, memory: 2, maxCount: 3, starts: []int{0, 2, 4}, memoryGiB: 35},
+		{name: "3g.71gb", nvml: 2, smi: 9, ci: 2, compute: 3, memory: 4, maxCount: 2, starts: []int{0, 4}, memoryGiB: 71},
+		{name: "4g.71gb", nvml: 3, smi: 5, ci: 3, compute: 4, memory: 4, maxCount: 1, starts: []int{0}, memoryGiB: 71},
+		{name: "7g.141gb", nvml: 4, smi: 0, ci: 4, compute: 7, memory: 8, maxCount: 1, starts: []int{0}, memoryGiB: 141},
+	},
+}
+
+// B200-180GB. Geometry as documented for A100/H100; verify on hardware when one is available.
+var b200_180GB = modelSpec{
+	name:          "B200-180GB",
+	computeSlices: 7,
+	memorySlices:  8,
+	memoryMiB:     183359,
+	pciDeviceIDs:  []uint16{0x2901}, // pci.ids: GB100 [B200]
+	productNames:  []string{"NVIDIA B200"},
+	profiles: []profileSpec{
+		{name: "1g.23gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 23},
+		{name: "1g.23gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 23},
+		{name: "1g.45gb", nvml: 9, smi: 15, ci: 0, compute: 1, memory: 2, maxCount: 4, starts: []int{0, 2, 4, 6}, memoryGiB: 45},
+		{name: "2g.45gb", nvml: 1, smi: 14, ci: 1, compute: 2, memory: 2, maxCount: 3, starts: []int{0, 2, 4}, memoryGiB: 45},
+		{name: "3g.90gb", nvml: 2, smi: 9, ci: 2, compute: 3, memory: 4, maxCount: 2, starts: []int{0, 4}, memoryGiB: 90},
+		{name: "4g.90gb", nvml: 3, smi: 5, ci: 3, compute: 4, memory: 4, maxCount: 1, starts: []int{0}, memoryGiB: 90},
+		{name: "7g.180gb", nvml: 4, smi: 0, ci: 4, compute: 7, memory: 8, maxCount: 1, starts: []int{0}, memoryGiB: 180},
+	},
+}
