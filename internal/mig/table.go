@@ -29,8 +29,8 @@ type modelTable struct {
 	profiles []Profile
 	slots    []slot
 	slotOf   [maxProfiles][maxStarts]int8 // [profile][start] -> slot, noSlot
-	profMask [maxProfiles]uint32         // slots of each profile
-	media    uint32                      // slots of +me profiles
+	profMask [maxProfiles]uint32          // slots of each profile
+	media    uint32                       // slots of +me profiles
 
 	states  []uint32 // slot bitmask of each state; states[0] is the empty GPU
 	take    []int16  // [state*nslots+slot] -> next state, noState when illegal

@@ -1,0 +1,136 @@
+// Command slicer-sim replays a MIG request trace through a placement policy of internal/mig
+// (the same functions the scheduler plugin calls) and prints one JSON object of results as the
+// last line of stdout.
+//
+//	slicer-sim [--policy slicer|first-fit|das-like] [--decisions FILE] [--elastic] TRACE.jsonl
+//	slicer-sim pack --model H100-80GB --requests 1g.10gb:3,3g.40gb:2 [--policy P]
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/slicer-operator/slicer/cmd/slicer-sim/sim"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "slicer-sim:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "pack" {
+		return pack(args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("slicer-sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	policy := fs.String("policy", "slicer", "placement policy: "+strings.Join(mig.PolicyNames(), "|"))
+	decisions := fs.String("decisions", "", "write one JSON line per arrival to this file")
+	elastic := fs.Bool("elastic", false, "add nodes when a request fits nowhere (measures consolidation instead of loss)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("usage: slicer-sim [--policy P] [--decisions FILE] [--elastic] TRACE.jsonl | slicer-sim pack --model M --requests P:N,...")
+	}
+	pol, err := mig.ParsePolicy(*policy)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tr, err := sim.ReadTrace(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+	}
+	opt := sim.Options{Policy: pol, Elastic: *elastic}
+	if *decisions != "" {
+		df, err := os.Create(*decisions)
+		if err != nil {
+			return err
+		}
+		defer df.Close()
+		opt.Decisions = df
+	}
+	res, err := sim.Run(tr, opt)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(res)
+}
+
+// PackResult is slicer-sim pack's output.
+type PackResult struct {
+	Model      string            `json:"model"`
+	Requests   []mig.RequestItem `json:"requests"`
+	Policy     string            `json:"policy"`
+	GPUs       int               `json:"gpus"`
+	LowerBound int               `json:"lowerBound"`
+	Optimum    int               `json:"optimum"`
+}
+
+func pack(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("slicer-sim pack", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	model := fs.String("model", "H100-80GB", "GPU model")
+	requests := fs.String("requests", "", "profile:count,... e.g. 1g.10gb:3,3g.40gb:2")
+	policy := fs.String("policy", "slicer", "placement policy: "+strings.Join(mig.PolicyNames(), "|"))
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	m, err := mig.ParseModel(*model)
+	if err != nil {
+		return err
+	}
+	pol, err := mig.ParsePolicy(*policy)
+	if err != nil {
+		return err
+	}
+	items, err := parseItems(*requests)
+	if err != nil {
+		return err
+	}
+	used, err := mig.PackStatic(pol, m, items)
+	if err != nil {
+		return err
+	}
+	lb, err := mig.LowerBound(m, items)
+	if err != nil {
+		return err
+	}
+	opt, err := mig.Optimum(m, items)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(PackResult{Model: m.String(), Requests: items, Policy: pol.Name(), GPUs: used, LowerBound: lb, Optimum: opt})
+}
+
+func parseItems(s string) ([]mig.RequestItem, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("--requests is required (e.g. 1g.10gb:3,3g.40gb:2)")
+	}
+	var items []mig.RequestItem
+	for _, part := range strings.Split(s, ",") {
+		name, count, ok := strings.Cut(strings.TrimSpace(part), ":")
+		n := 1
+		if ok {
+			var err error
+			if n, err = strconv.Atoi(count); err != nil || n < 0 {
+				return nil, fmt.Errorf("bad count in %q", part)
+			}
+		}
+		items = append(items, mig.RequestItem{Profile: name, Count: n})
+	}
+	return items, nil
+}

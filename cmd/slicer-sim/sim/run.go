@@ -1,0 +1,271 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// Options change how a trace is replayed.
+type Options struct {
+	Policy mig.Policy
+	// Elastic adds a node whenever a request fits nowhere (measures consolidation, not loss).
+	Elastic bool
+	// Decisions, when set, receives one JSON line per arrival.
+	Decisions io.Writer
+}
+
+// Decision is one arrival's outcome.
+type Decision struct {
+	ID       string `json:"id"`
+	Accepted bool   `json:"accepted"`
+	Node     *int   `json:"node,omitempty"`
+	GPU      *int   `json:"gpu,omitempty"`
+	Start    *int   `json:"start,omitempty"`
+	Profile  string `json:"profile"`
+}
+
+// Result is the summary printed as the last line of slicer-sim's output.
+type Result struct {
+	Policy          string  `json:"policy"`
+	Model           string  `json:"model"`
+	Elastic         bool    `json:"elastic"`
+	Nodes           int     `json:"nodes"`
+	GPUs            int     `json:"gpus"`
+	Requests        int     `json:"requests"`
+	Accepted        int     `json:"accepted"`
+	Acceptance      float64 `json:"acceptance"`
+	AcceptanceCount float64 `json:"acceptanceCount"`
+	MeanGPUsInUse   float64 `json:"meanGPUsInUse"`
+	MeanLowerBound  float64 `json:"meanLowerBound"`
+	GPUsOverLB      float64 `json:"gpusOverLowerBound"`
+	Fragmentation   float64 `json:"fragmentation"`
+	DecisionP50     float64 `json:"decisionMicrosP50"`
+	DecisionP99     float64 `json:"decisionMicrosP99"`
+}
+
+type live struct {
+	node    int
+	as      []mig.Assignment
+	compute int
+	profile string
+	t       float64
+}
+
+// Run replays the trace.
+func Run(tr *Trace, opt Options) (*Result, error) {
+	model, err := mig.ParseModel(tr.Cluster.Model)
+	if err != nil {
+		return nil, err
+	}
+	pol := opt.Policy
+	if pol == nil {
+		pol = mig.Slicer
+	}
+	newNode := func() mig.Node {
+		n := mig.Node{GPUs: make([]mig.GPU, tr.Cluster.GPUsPerNode)}
+		for i := range n.GPUs {
+			n.GPUs[i] = mig.GPU{State: mig.EmptyGPU(model), Usable: true}
+		}
+		return n
+	}
+	nodes := make([]mig.Node, tr.Cluster.Nodes)
+	for i := range nodes {
+		nodes[i] = newNode()
+	}
+	// Offered work: compute slices × duration; a request without departure lasts to the end.
+	end := 0.0
+	if n := len(tr.Events); n > 0 {
+		end = tr.Events[n-1].T
+	}
+	arrivals := map[string]Event{}
+	duration := map[string]float64{}
+	reqs := map[string]*mig.Request{}
+	computeOf := map[string]int{}
+	mixCount := map[string]int{}
+	var mixOrder []string
+	for _, ev := range tr.Events {
+		if ev.Arrive != "" {
+			if _, dup := arrivals[ev.Arrive]; dup {
+				return nil, fmt.Errorf("request %q arrives twice", ev.Arrive)
+			}
+			arrivals[ev.Arrive] = ev
+			duration[ev.Arrive] = end - ev.T
+			if _, ok := reqs[ev.Profile]; !ok {
+				p, err := model.Profile(ev.Profile)
+				if err != nil {
+					return nil, fmt.Errorf("request %q: %w", ev.Arrive, err)
+				}
+				r, err := mig.NewRequest(mig.RequestItem{Profile: ev.Profile, Count: 1})
+				if err != nil {
+					return nil, fmt.Errorf("request %q: %w", ev.Arrive, err)
+				}
+				reqs[ev.Profile], computeOf[ev.Profile] = r, p.ComputeSlices
+				mixOrder = append(mixOrder, ev.Profile)
+			}
+			mixCount[ev.Profile]++
+		} else if a, ok := arrivals[ev.Depart]; ok {
+			duration[ev.Depart] = ev.T - a.T
+		}
+	}
+	mix := make([]mixEntry, 0, len(mixOrder))
+	total := 0
+	for _, name := range mixOrder {
+		total += mixCount[name]
+	}
+	for _, name := range mixOrder {
+		p, _ := model.Profile(name)
+		mix = append(mix, mixEntry{profile: p, share: float64(mixCount[name]) / float64(max(total, 1))})
+	}
+
+	res := &Result{Policy: pol.Name(), Model: model.String(), Elastic: opt.Elastic}
+	active := map[string]*live{}
+	activeCount := map[string]int{}
+	var enc *json.Encoder
+	if opt.Decisions != nil {
+		enc = json.NewEncoder(opt.Decisions)
+	}
+	var lat []float64
+	var offered, accepted float64
+	var integ struct{ gpus, lb, frag, span float64 }
+	lastT := math.NaN()
+	var curGPUs, curLB, curFrag float64
+	for _, ev := range tr.Events {
+		if !math.IsNaN(lastT) && ev.T > lastT {
+			dt := ev.T - lastT
+			integ.gpus += dt * curGPUs
+			integ.lb += dt * curLB
+			integ.frag += dt * curFrag
+			integ.span += dt
+		}
+		lastT = ev.T
+		if ev.Arrive != "" {
+			req := reqs[ev.Profile]
+			c := computeOf[ev.Profile]
+			offered += float64(c) * duration[ev.Arrive]
+			res.Requests++
+			t0 := time.Now()
+			idx := mig.SelectNode(pol, nodes, req)
+			if idx < 0 && opt.Elastic {
+				nodes = append(nodes, newNode())
+				idx = len(nodes) - 1
+			}
+			var as []mig.Assignment
+			if idx >= 0 {
+				as, err = pol.Place(nodes[idx], req)
+				if err != nil {
+					return nil, fmt.Errorf("request %q: Score said node %d fits but Place failed: %w", ev.Arrive, idx, err)
+				}
+				if err := mig.Apply(nodes[idx], as); err != nil {
+					return nil, fmt.Errorf("request %q: %w", ev.Arrive, err)
+				}
+			}
+			lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
+			d := Decision{ID: ev.Arrive, Accepted: idx >= 0, Profile: ev.Profile}
+			if idx >= 0 {
+				res.Accepted++
+				accepted += float64(c) * duration[ev.Arrive]
+				active[ev.Arrive] = &live{node: idx, as: as, compute: c, profile: ev.Profile, t: ev.T}
+				activeCount[ev.Profile]++
+				node, gpu, start := idx, as[0].GPU, as[0].Placement.Start
+				d.Node, d.GPU, d.Start = &node, &gpu, &start
+			}
+			if enc != nil {
+				if err := enc.Encode(d); err != nil {
+					return nil, err
+				}
+			}
+		} else if l, ok := active[ev.Depart]; ok {
+			for _, a := range l.as {
+				g := &nodes[l.node].GPUs[a.GPU]
+				next, err := g.State.Release(a.Profile, a.Placement)
+				if err != nil {
+					return nil, fmt.Errorf("depart %q: %w", ev.Depart, err)
+				}
+				g.State = next
+			}
+			delete(active, ev.Depart)
+			activeCount[l.profile]--
+		}
+		curGPUs, curFrag = occupancy(nodes, mix)
+		items := make([]mig.RequestItem, 0, len(mixOrder))
+		for _, name := range mixOrder {
+			if n := activeCount[name]; n > 0 {
+				items = append(items, mig.RequestItem{Profile: name, Count: n})
+			}
+		}
+		lb, err := mig.LowerBound(model, items)
+		if err != nil {
+			return nil, err
+		}
+		curLB = float64(lb)
+	}
+	res.Nodes = len(nodes)
+	res.GPUs = len(nodes) * tr.Cluster.GPUsPerNode
+	if offered > 0 {
+		res.Acceptance = round4(accepted / offered)
+	}
+	if res.Requests > 0 {
+		res.AcceptanceCount = round4(float64(res.Accepted) / float64(res.Requests))
+	}
+	if integ.span > 0 {
+		res.MeanGPUsInUse = round4(integ.gpus / integ.span)
+		res.MeanLowerBound = round4(integ.lb / integ.span)
+		res.Fragmentation = round4(integ.frag / integ.span)
+		if integ.lb > 0 {
+			res.GPUsOverLB = round4(integ.gpus / integ.lb)
+		}
+	}
+	sort.Float64s(lat)
+	res.DecisionP50 = round4(percentile(lat, 0.50))
+	res.DecisionP99 = round4(percentile(lat, 0.99))
+	return res, nil
+}
+
+type mixEntry struct {
+	profile mig.Profile
+	share   float64
+}
+
+// occupancy returns the GPUs in use and the fragmentation: the share of free compute slices
+// that a random request of the trace's mix cannot use (free compute on GPUs where it does not
+// fit, weighted by the mix).
+func occupancy(nodes []mig.Node, mix []mixEntry) (inUse, frag float64) {
+	var free, unusable float64
+	for _, n := range nodes {
+		for _, g := range n.GPUs {
+			if !g.State.IsEmpty() {
+				inUse++
+			}
+			f := float64(g.State.FreeComputeSlices())
+			if f == 0 {
+				continue
+			}
+			free += f
+			for _, m := range mix {
+				if !g.State.Fits(m.profile) {
+					unusable += m.share * f
+				}
+			}
+		}
+	}
+	if free > 0 {
+		frag = unusable / free
+	}
+	return inUse, frag
+}
+
+func percentile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
