@@ -1,0 +1,228 @@
+// Command packing generates seeded synthetic MIG traces (mixed, small-heavy, 3g-heavy; Poisson
+// arrivals, log-normal durations; loads 0.7–1.2 of a 64-GPU cluster), replays each through
+// every policy with slicer-sim's engine, measures random static batches against the exact
+// optimum, and prints Markdown tables.
+//
+//	go run ./bench/packing [-seed 1] [-events 4000] [-batches 1000] [-out DIR]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/slicer-operator/slicer/cmd/slicer-sim/sim"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+type mixSpec struct {
+	name    string
+	weights map[string]float64 // H100-80GB profile -> share of arrivals
+}
+
+var mixes = []mixSpec{
+	{"mixed", map[string]float64{"1g.10gb": 0.30, "1g.20gb": 0.10, "2g.20gb": 0.20, "3g.40gb": 0.20, "4g.40gb": 0.10, "7g.80gb": 0.10}},
+	{"small-heavy", map[string]float64{"1g.10gb": 0.55, "1g.20gb": 0.15, "2g.20gb": 0.15, "3g.40gb": 0.07, "4g.40gb": 0.05, "7g.80gb": 0.03}},
+	{"3g-heavy", map[string]float64{"1g.10gb": 0.20, "2g.20gb": 0.10, "3g.40gb": 0.50, "4g.40gb": 0.10, "7g.80gb": 0.10}},
+}
+
+const (
+	model       = "H100-80GB"
+	nodes       = 8
+	gpusPerNode = 8
+)
+
+func main() {
+	seed := flag.Uint64("seed", 1, "random seed")
+	events := flag.Int("events", 4000, "arrivals per trace")
+	batches := flag.Int("batches", 1000, "random static batches per check")
+	out := flag.String("out", "", "also write the traces as JSONL to this folder")
+	flag.Parse()
+	m, err := mig.ParseModel(model)
+	if err != nil {
+		fail(err)
+	}
+	loads := []float64{0.7, 0.9, 1.1, 1.2}
+	pols := []mig.PolicyKind{mig.Slicer, mig.FirstFit, mig.DASLike}
+	fmt.Printf("Online, loss mode: %s, %d nodes × %d GPUs, %d arrivals per trace, seed %d.\n", model, nodes, gpusPerNode, *events, *seed)
+	fmt.Println("acceptance = accepted slice-time ÷ offered; GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use.")
+	fmt.Println()
+	fmt.Println("| trace | load | policy | acceptance | accepted (count) | GPUs/LB | frag | decision p50/p99 µs |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for mi, mx := range mixes {
+		for li, load := range loads {
+			tr := generate(m, mx, load, *events, *seed+uint64(mi*100+li))
+			if *out != "" {
+				writeTrace(*out, fmt.Sprintf("%s-%.1f.jsonl", mx.name, load), tr)
+			}
+			for _, p := range pols {
+				res, err := sim.Run(tr, sim.Options{Policy: p})
+				if err != nil {
+					fail(err)
+				}
+				fmt.Printf("| %s | %.1f | %s | %.1f%% | %.1f%% | %.3f | %.3f | %.1f / %.1f |\n", mx.name, load, p.Name(),
+					100*res.Acceptance, 100*res.AcceptanceCount, res.GPUsOverLB, res.Fragmentation, res.DecisionP50, res.DecisionP99)
+			}
+		}
+	}
+	fmt.Println()
+	fmt.Printf("Online, elastic mode (unbounded nodes), load 1.1: GPUs in use ÷ lower bound.\n\n")
+	fmt.Println("| trace | policy | mean GPUs in use | mean LB | GPUs/LB |")
+	fmt.Println("|---|---|---|---|---|")
+	for mi, mx := range mixes {
+		tr := generate(m, mx, 1.1, *events, *seed+uint64(mi*100+2))
+		for _, p := range pols {
+			res, err := sim.Run(tr, sim.Options{Policy: p, Elastic: true})
+			if err != nil {
+				fail(err)
+			}
+			fmt.Printf("| %s | %s | %.2f | %.2f | %.3f |\n", mx.name, p.Name(), res.MeanGPUsInUse, res.MeanLowerBound, res.GPUsOverLB)
+		}
+	}
+	fmt.Println()
+	fmt.Printf("Static batches: %d random batches of 1–30 slices per mix, GPUs used vs exact optimum.\n\n", *batches)
+	fmt.Println("| batch mix | policy | at optimum | mean GPUs/OPT | LB = OPT |")
+	fmt.Println("|---|---|---|---|---|")
+	for mi, mx := range append(mixes, mixSpec{"uniform (+me)", uniform(m)}) {
+		rng := rand.New(rand.NewPCG(*seed, uint64(1000+mi)))
+		names, cum := cumulative(mx.weights)
+		type agg struct {
+			hit, lbEq int
+			ratio     float64
+		}
+		res := make([]agg, len(pols))
+		for b := 0; b < *batches; b++ {
+			counts := map[string]int{}
+			n := 1 + rng.IntN(30)
+			for i := 0; i < n; i++ {
+				counts[pick(rng, names, cum)]++
+			}
+			var items []mig.RequestItem
+			for _, name := range names {
+				if counts[name] > 0 {
+					items = append(items, mig.RequestItem{Profile: name, Count: counts[name]})
+				}
+			}
+			opt, err := mig.Optimum(m, items)
+			if err != nil {
+				fail(err)
+			}
+			lb, err := mig.LowerBound(m, items)
+			if err != nil {
+				fail(err)
+			}
+			for i, p := range pols {
+				used, err := mig.PackStatic(p, m, items)
+				if err != nil {
+					fail(err)
+				}
+				if used == opt {
+					res[i].hit++
+				}
+				if lb == opt {
+					res[i].lbEq++
+				}
+				res[i].ratio += float64(used) / float64(opt)
+			}
+		}
+		for i, p := range pols {
+			fmt.Printf("| %s | %s | %.1f%% | %.4f | %.1f%% |\n", mx.name, p.Name(), 100*float64(res[i].hit)/float64(*batches),
+				res[i].ratio/float64(*batches), 100*float64(res[i].lbEq)/float64(*batches))
+		}
+	}
+}
+
+func uniform(m mig.Model) map[string]float64 {
+	w := map[string]float64{}
+	for _, p := range m.Profiles() {
+		w[p.Name] = 1
+	}
+	return w
+}
+
+// cumulative returns the profile names in the model's table order with cumulative shares.
+func cumulative(w map[string]float64) ([]string, []float64) {
+	m, _ := mig.ParseModel(model)
+	var names []string
+	var cum []float64
+	total := 0.0
+	for _, p := range m.Profiles() {
+		if s, ok := w[p.Name]; ok && s > 0 {
+			total += s
+			names = append(names, p.Name)
+			cum = append(cum, total)
+		}
+	}
+	for i := range cum {
+		cum[i] /= total
+	}
+	return names, cum
+}
+
+func pick(rng *rand.Rand, names []string, cum []float64) string {
+	u := rng.Float64()
+	for i, c := range cum {
+		if u < c {
+			return names[i]
+		}
+	}
+	return names[len(names)-1]
+}
+
+// generate builds a trace with Poisson arrivals and log-normal durations (mean 1, σ 1) whose
+// offered compute load is load × the cluster's compute slices.
+func generate(m mig.Model, mx mixSpec, load float64, n int, seed uint64) *sim.Trace {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	names, cum := cumulative(mx.weights)
+	meanCompute := 0.0
+	prev := 0.0
+	for i, name := range names {
+		p, err := m.Profile(name)
+		if err != nil {
+			fail(err)
+		}
+		meanCompute += (cum[i] - prev) * float64(p.ComputeSlices)
+		prev = cum[i]
+	}
+	const sigma = 1.0
+	mu := -sigma * sigma / 2 // mean duration 1
+	capacity := float64(nodes * gpusPerNode * m.ComputeSlices())
+	rate := load * capacity / meanCompute // arrivals per unit time
+	tr := &sim.Trace{Cluster: sim.Cluster{Nodes: nodes, GPUsPerNode: gpusPerNode, Model: model}}
+	t := 0.0
+	for i := 0; i < n; i++ {
+		t += rng.ExpFloat64() / rate
+		id := fmt.Sprintf("p%d", i)
+		d := math.Exp(mu + sigma*rng.NormFloat64())
+		tr.Events = append(tr.Events,
+			sim.Event{T: round6(t), Arrive: id, Profile: pick(rng, names, cum)},
+			sim.Event{T: round6(t + d), Depart: id})
+	}
+	sim.SortEvents(tr.Events)
+	return tr
+}
+
+func round6(x float64) float64 { return math.Round(x*1e6) / 1e6 }
+
+func writeTrace(dir, name string, tr *sim.Trace) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fail(err)
+	}
+	f, err := os.Create(filepath.Join(dir, strings.ReplaceAll(name, " ", "_")))
+	if err != nil {
+		fail(err)
+	}
+	defer f.Close()
+	if err := sim.WriteTrace(f, tr); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "packing:", err)
+	os.Exit(1)
+}
