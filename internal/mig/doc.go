@@ -1,0 +1,45 @@
+// Package mig is Slicer's pure MIG core: GPU model tables, profiles, placements, occupancy,
+// the placement policy, the lower bound and the exact optimum. It does no I/O, reads no clock,
+// has no mutable globals and iterates deterministically. The scheduler plugin, the node agent
+// and slicer-sim all call it.
+//
+// Models and profiles (models.go is the only place geometry is written down):
+//
+//	Models() []Model; ParseModel(name) (Model, error)
+//	ModelForDevice(pciDeviceID uint32, productName string, memoryMiB uint64) (Model, error)
+//	Model.Profiles() []Profile; Model.Profile(name) (Profile, error)   // either spelling
+//	ParseProfileName(name) (string, error)   // "1g.10gb.me" or "1g.10gb+me" -> "1g.10gb+me"
+//	LegalProfileName(name) string            // "1g.10gb+me" -> "1g.10gb.me"
+//	ResourceName(name) string; Profile.ResourceName(); ProfileNameFromResource(res)
+//	KnownProfileNames() []string; ModelsSupporting(name) []Model
+//	ResourcePrefix = "slicer.dev/mig-"; NVIDIAResourcePrefix = "nvidia.com/mig-"
+//
+// Kubernetes resource names cannot hold '+': the one legal spelling of a +me profile in
+// resource names and CRD enums is the ".me" suffix (slicer.dev/mig-1g.10gb.me). Profile.Name
+// keeps the NVIDIA spelling.
+//
+// Occupancy: GPUState is a 4-byte comparable value (model + index into the model's table of
+// the legal states: 2,319 on 8-slice GPUs, 76 on A30). Every question is a table lookup:
+//
+//	EmptyGPU(m); NewGPUState(m, []Instance) (GPUState, error)   // validates, never panics
+//	s.Take(p, pl) / s.Release(p, pl) (GPUState, error)
+//	s.Fits(p) bool; s.Candidates(p) []Placement; s.Count(p); s.WhyNot(p) string
+//
+// Policy: a Node is a list of GPUs (state + usable). A Request (NewRequest, built once per pod)
+// holds up to MaxRequestSlices slices, placed largest first on one node.
+//
+//	Score(node, req) (int64, bool)         // [0, MaxNodeScore], feasibility; 0 allocations
+//	Place(node, req) ([]Assignment, error) // same code path as Score
+//	Explain(node, req) string              // why not, for the scheduler's failure message
+//	Apply(node, assignments) error         // take them on a snapshot
+//
+// Score and Place are the Slicer policy (PolicyKind Slicer): each slice goes to the (GPU,
+// start) that loses the least future placeability V(state) = Σ_profiles weight × how many more
+// instances of the profile still fit (weight = compute × memory slices), ties broken by the
+// largest free aligned block and the highest start. This prefers GPUs already in use and
+// keeps 4g/7g starts free. FirstFit and DASLike are baselines implementing the same Policy
+// interface; SelectNode is the simulator's stand-in for kube-scheduler's host selection.
+//
+// Bounds: LowerBound(m, items) (at least DESIGN.md §5's formula), Optimum(m, items) (exact,
+// up to MaxExactRequests slices) and PackStatic(policy, m, items).
+package mig
