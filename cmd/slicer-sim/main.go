@@ -39,7 +39,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return fmt.Errorf("usage: slicer-sim [--policy P] [--decisions FILE] [--elastic] TRACE.jsonl | slicer-sim pack --model M --requests P:N,...")
+		return fmt.Errorf("usage: slicer-sim [--policy P] [--decisions FILE] [--elastic] TRACE.jsonl | slicer-sim pack --model M --requests P:N[,P:N]")
 	}
 	pol, err := mig.ParsePolicy(*policy)
 	if err != nil {

@@ -66,7 +66,7 @@ func arriveDepart(t testing.TB, pol PolicyKind, m Model, ops []byte) {
 	for i := range nodes {
 		nodes[i].GPUs = make([]GPU, 3)
 		for g := range nodes[i].GPUs {
-			nodes[i].GPUs[g] = GPU{State: EmptyGPU(m), Usable: !(i == 1 && g == 2)}
+			nodes[i].GPUs[g] = GPU{State: EmptyGPU(m), Usable: i != 1 || g != 2}
 		}
 	}
 	var live []placed

@@ -51,7 +51,7 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 		if tr.Cluster.Nodes == 0 && len(tr.Events) == 0 && line == 1 {
 			var h header
 			if err := json.Unmarshal(b, &h); err != nil || h.Cluster == nil {
-				return nil, fmt.Errorf("line 1: want {\"cluster\":{...}}: %v", err)
+				return nil, fmt.Errorf("line 1: want {\"cluster\":{...}}: %w", err)
 			}
 			tr.Cluster = *h.Cluster
 			continue

@@ -1,0 +1,62 @@
+package v1alpha1
+
+// Condition types of a Slicer: one per component, plus the standard summary
+// conditions. Each carries the observedGeneration of the spec it describes.
+const (
+	// ConditionAvailable is True when every enabled component is available.
+	ConditionAvailable = "Available"
+	// ConditionProgressing is True while a component is being rolled out.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True when a component failed or cannot be applied.
+	ConditionDegraded = "Degraded"
+
+	// ConditionNodeFeatureRuleReady is True once the NFD NodeFeatureRule is applied.
+	ConditionNodeFeatureRuleReady = "NodeFeatureRuleReady"
+	// ConditionDriverReady is True once the driver is loaded on the GPU nodes
+	// (KMM mode), or always in Preinstalled and Emulated modes.
+	ConditionDriverReady = "DriverReady"
+	// ConditionSchedulerAvailable is True when the scheduler Deployment is available.
+	ConditionSchedulerAvailable = "SchedulerAvailable"
+	// ConditionWebhookAvailable is True when the webhook is available and registered.
+	ConditionWebhookAvailable = "WebhookAvailable"
+	// ConditionAgentAvailable is True when the agent runs on every selected node.
+	ConditionAgentAvailable = "AgentAvailable"
+	// ConditionMonitoringReady is True once the enabled monitoring objects are applied.
+	ConditionMonitoringReady = "MonitoringReady"
+)
+
+// Condition types of a NodeAccelerator, written by the node's agent.
+const (
+	// ConditionDriverNotReady is True when NVML cannot be used on the node.
+	ConditionDriverNotReady = "DriverNotReady"
+	// ConditionMIGDisabled is True when a MIG-capable GPU has MIG mode off.
+	ConditionMIGDisabled = "MIGDisabled"
+	// ConditionOwnershipConflict is True when another tool owns MIG on the
+	// node (e.g. the nvidia.com/mig.config label of NVIDIA's MIG manager);
+	// the agent then refuses to change MIG geometry there.
+	ConditionOwnershipConflict = "OwnershipConflict"
+	// ConditionReady is True when the agent manages the node's GPUs.
+	ConditionReady = "Ready"
+)
+
+// Condition reasons (PascalCase, stable: tooling may match on them).
+const (
+	ReasonAsExpected         = "AsExpected"
+	ReasonApplied            = "Applied"
+	ReasonApplyFailed        = "ApplyFailed"
+	ReasonRollingOut         = "RollingOut"
+	ReasonDisabled           = "Disabled"
+	ReasonDependencyMissing  = "DependencyMissing"
+	ReasonDriverLoading      = "DriverLoading"
+	ReasonDriverPreinstalled = "DriverPreinstalled"
+	ReasonEmulated           = "Emulated"
+	ReasonNoNodes            = "NoNodes"
+	ReasonNVMLUnavailable    = "NVMLUnavailable"
+	ReasonMIGModeOff         = "MIGModeOff"
+	ReasonForeignMIGManager  = "ForeignMIGManager"
+	ReasonDeletionTimedOut   = "DeletionTimedOut"
+	ReasonInvalidPlacement   = "InvalidPlacement"
+	ReasonNVMLError          = "NVMLError"
+	ReasonGPUNotFound        = "GPUNotFound"
+	ReasonInUse              = "InUse"
+)

@@ -1,0 +1,23 @@
+// Package v1alpha1 holds the slicer.dev/v1alpha1 API: Slicer (the install),
+// NodeAccelerator (what a node's agent reports) and SliceAllocation (one MIG
+// slice held by one pod).
+//
+// +kubebuilder:object:generate=true
+// +groupName=slicer.dev
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the group and version of every kind in this package.
+	GroupVersion = schema.GroupVersion{Group: "slicer.dev", Version: "v1alpha1"}
+
+	// SchemeBuilder registers the kinds of this package with a runtime.Scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the kinds of this package to a runtime.Scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

@@ -1,0 +1,219 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MIGMode is a GPU's MIG mode as NVML reports it.
+// +kubebuilder:validation:Enum=Enabled;Disabled;EnabledPendingReset;DisabledPendingReset;NotSupported
+type MIGMode string
+
+const (
+	MIGModeEnabled              MIGMode = "Enabled"
+	MIGModeDisabled             MIGMode = "Disabled"
+	MIGModeEnabledPendingReset  MIGMode = "EnabledPendingReset"
+	MIGModeDisabledPendingReset MIGMode = "DisabledPendingReset"
+	MIGModeNotSupported         MIGMode = "NotSupported"
+)
+
+// GPUHealth is whether a GPU can take new slices.
+// +kubebuilder:validation:Enum=Healthy;Unhealthy
+type GPUHealth string
+
+const (
+	GPUHealthy   GPUHealth = "Healthy"
+	GPUUnhealthy GPUHealth = "Unhealthy"
+)
+
+// DriverState is the state of the NVIDIA driver on a node.
+// +kubebuilder:validation:Enum=Ready;NotReady;Emulated
+type DriverState string
+
+const (
+	DriverStateReady    DriverState = "Ready"
+	DriverStateNotReady DriverState = "NotReady"
+	DriverStateEmulated DriverState = "Emulated"
+)
+
+// SliceState is the state of a MIG instance on a GPU, as the agent sees it.
+// +kubebuilder:validation:Enum=Allocated;Free;PendingDelete;Orphaned
+type SliceState string
+
+const (
+	// SliceAllocated is held by a SliceAllocation.
+	SliceAllocated SliceState = "Allocated"
+	// SliceFree exists and no allocation holds it (e.g. pre-created).
+	SliceFree SliceState = "Free"
+	// SlicePendingDelete is being destroyed.
+	SlicePendingDelete SliceState = "PendingDelete"
+	// SliceOrphaned exists, no allocation wants it, and it waits for its grace period.
+	SliceOrphaned SliceState = "Orphaned"
+)
+
+// AllocationReference names the SliceAllocation that holds a slice.
+type AllocationReference struct {
+	// namespace of the SliceAllocation (and its pod).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// name of the SliceAllocation.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// MIGSlice is one MIG instance (GPU instance + compute instance) on a GPU.
+type MIGSlice struct {
+	// profile of the GPU instance.
+	// +required
+	Profile MIGProfile `json:"profile"`
+
+	// placement of the GPU instance.
+	// +required
+	Placement Placement `json:"placement"`
+
+	// gpuInstanceID is NVML's GPU instance id.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	GPUInstanceID int32 `json:"gpuInstanceID,omitempty"`
+
+	// computeInstanceID is NVML's compute instance id.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ComputeInstanceID int32 `json:"computeInstanceID,omitempty"`
+
+	// migDeviceUUID is the MIG device's UUID (MIG-...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	MIGDeviceUUID string `json:"migDeviceUUID,omitempty"`
+
+	// state of the slice.
+	// +required
+	State SliceState `json:"state"`
+
+	// allocation holding the slice, if any.
+	// +optional
+	Allocation *AllocationReference `json:"allocation,omitempty"`
+}
+
+// GPUStatus is one physical GPU of the node.
+type GPUStatus struct {
+	// index is NVML's device index.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=15
+	Index int32 `json:"index"`
+
+	// uuid is the GPU's UUID (GPU-...).
+	// +required
+	// +kubebuilder:validation:MinLength=5
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^GPU-[0-9a-fA-F-]+$`
+	UUID string `json:"uuid"`
+
+	// model is the GPU model from internal/mig's tables; empty when the GPU
+	// is not a supported MIG model.
+	// +optional
+	Model GPUModel `json:"model,omitempty"`
+
+	// productName as NVML reports it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=96
+	ProductName string `json:"productName,omitempty"`
+
+	// memoryMiB is the GPU's total memory.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+
+	// migMode is the current MIG mode.
+	// +required
+	MIGMode MIGMode `json:"migMode"`
+
+	// health of the GPU.
+	// +required
+	Health GPUHealth `json:"health"`
+
+	// slices are the MIG instances that exist on the GPU.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Slices []MIGSlice `json:"slices,omitempty"`
+}
+
+// NodeAcceleratorSpec identifies the node.
+type NodeAcceleratorSpec struct {
+	// nodeName is the node this object describes; it equals metadata.name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="nodeName is immutable"
+	NodeName string `json:"nodeName"`
+}
+
+// NodeAcceleratorStatus is what the node's agent observed.
+type NodeAcceleratorStatus struct {
+	// driver state on the node.
+	// +optional
+	Driver DriverState `json:"driver,omitempty"`
+
+	// driverVersion as NVML reports it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	DriverVersion string `json:"driverVersion,omitempty"`
+
+	// gpus on the node.
+	// +optional
+	// +listType=map
+	// +listMapKey=uuid
+	// +kubebuilder:validation:MaxItems=16
+	GPUs []GPUStatus `json:"gpus,omitempty"`
+
+	// conditions: Ready, DriverNotReady, MIGDisabled, OwnershipConflict.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// NodeAccelerator is the MIG state of one node, written only by that node's
+// agent; the scheduler builds its snapshot from these.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=nacc
+// +kubebuilder:printcolumn:name="Driver",type=string,JSONPath=`.status.driver`
+// +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.status.gpus[0].model`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.nodeName",message="metadata.name must equal spec.nodeName",fieldPath=`.spec.nodeName`
+type NodeAccelerator struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec identifies the node.
+	// +required
+	Spec NodeAcceleratorSpec `json:"spec"`
+
+	// status is what the agent observed.
+	// +optional
+	Status NodeAcceleratorStatus `json:"status,omitempty"`
+}
+
+// NodeAcceleratorList is a list of NodeAccelerators.
+// +kubebuilder:object:root=true
+type NodeAcceleratorList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeAccelerator `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&NodeAccelerator{}, &NodeAcceleratorList{})
+}

@@ -1,0 +1,152 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AllocationState is the life cycle of a SliceAllocation, written by the agent.
+// +kubebuilder:validation:Enum=Pending;Creating;Ready;Releasing;Failed
+type AllocationState string
+
+const (
+	// AllocationPending: committed by the scheduler, not yet seen by the agent.
+	AllocationPending AllocationState = "Pending"
+	// AllocationCreating: the agent is creating the GPU and compute instance.
+	AllocationCreating AllocationState = "Creating"
+	// AllocationReady: the MIG device exists and is advertised to the kubelet.
+	AllocationReady AllocationState = "Ready"
+	// AllocationReleasing: the agent is destroying the MIG device.
+	AllocationReleasing AllocationState = "Releasing"
+	// AllocationFailed: the slice could not be realized; reason says why.
+	AllocationFailed AllocationState = "Failed"
+)
+
+// AllocationFinalizer is set by the agent and kept until the slice is destroyed.
+const AllocationFinalizer = "slicer.dev/slice-release"
+
+// SliceAllocationSpec is one slice a pod holds; written only by the scheduler
+// (PreBind) and immutable.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: the scheduler commits an allocation once"
+type SliceAllocationSpec struct {
+	// podName of the pod that holds the slice (in this namespace).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	PodName string `json:"podName"`
+
+	// podUID of the pod that holds the slice.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=36
+	PodUID string `json:"podUID"`
+
+	// nodeName the pod is bound to.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName"`
+
+	// gpuUUID of the GPU the slice is placed on.
+	// +required
+	// +kubebuilder:validation:MinLength=5
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^GPU-[0-9a-fA-F-]+$`
+	GPUUUID string `json:"gpuUUID"`
+
+	// profile of the slice.
+	// +required
+	Profile MIGProfile `json:"profile"`
+
+	// placement of the GPU instance on the GPU.
+	// +required
+	Placement Placement `json:"placement"`
+
+	// index of this slice among the pod's slices (0-based).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=63
+	Index int32 `json:"index,omitempty"`
+}
+
+// SliceAllocationStatus is the realization of the slice, written only by the agent.
+type SliceAllocationStatus struct {
+	// state of the slice.
+	// +optional
+	State AllocationState `json:"state,omitempty"`
+
+	// reason is a PascalCase reason for Failed (and transient trouble).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
+
+	// message explains the state to a human.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// migDeviceUUID of the realized MIG device (MIG-...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	MIGDeviceUUID string `json:"migDeviceUUID,omitempty"`
+
+	// gpuInstanceID is NVML's GPU instance id.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	GPUInstanceID *int32 `json:"gpuInstanceID,omitempty"`
+
+	// computeInstanceID is NVML's compute instance id.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ComputeInstanceID *int32 `json:"computeInstanceID,omitempty"`
+
+	// actualPlacement is where the device handed to the pod really sits when
+	// the kubelet gave the pod another realized slice of the same profile.
+	// +optional
+	ActualPlacement *Placement `json:"actualPlacement,omitempty"`
+
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// SliceAllocation is one MIG slice held by one pod: the durable hand-off from
+// the scheduler to the node agent. Its owner reference to the pod lets the
+// garbage collector remove it once the pod is gone; the agent's finalizer
+// keeps it until the slice is destroyed.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=salloc
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.spec.podName`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="GPU",type=string,JSONPath=`.spec.gpuUUID`,priority=1
+// +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=`.spec.profile`
+// +kubebuilder:printcolumn:name="Start",type=integer,JSONPath=`.spec.placement.start`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.status.migDeviceUUID`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SliceAllocation struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the scheduler's decision.
+	// +required
+	Spec SliceAllocationSpec `json:"spec"`
+
+	// status is the agent's realization.
+	// +optional
+	Status SliceAllocationStatus `json:"status,omitempty"`
+}
+
+// SliceAllocationList is a list of SliceAllocations.
+// +kubebuilder:object:root=true
+type SliceAllocationList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SliceAllocation `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SliceAllocation{}, &SliceAllocationList{})
+}

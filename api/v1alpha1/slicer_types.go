@@ -1,0 +1,426 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SlicerName is the only name a Slicer may have: it is a cluster singleton.
+const SlicerName = "default"
+
+// DriverMode says who provides the NVIDIA kernel driver on GPU nodes.
+// +kubebuilder:validation:Enum=KMM;Preinstalled;Emulated
+type DriverMode string
+
+const (
+	// DriverModeKMM loads the driver container with a KMM Module.
+	DriverModeKMM DriverMode = "KMM"
+	// DriverModePreinstalled trusts a driver already on the host or managed elsewhere.
+	DriverModePreinstalled DriverMode = "Preinstalled"
+	// DriverModeEmulated loads no driver; agents run their emulated NVML backend.
+	DriverModeEmulated DriverMode = "Emulated"
+)
+
+// FailurePolicy is the webhook's failure policy.
+// +kubebuilder:validation:Enum=Ignore;Fail
+type FailurePolicy string
+
+const (
+	// FailurePolicyIgnore admits pods when the webhook is down; the
+	// ValidatingAdmissionPolicy then rejects un-mutated MIG pods.
+	FailurePolicyIgnore FailurePolicy = "Ignore"
+	// FailurePolicyFail rejects matched pods when the webhook is down.
+	FailurePolicyFail FailurePolicy = "Fail"
+)
+
+// CertificateProvider says where the webhook's serving certificate comes from.
+// +kubebuilder:validation:Enum=Auto;OpenShiftServiceCA;CertManager;SelfManaged
+type CertificateProvider string
+
+const (
+	// CertificateProviderAuto picks OpenShift's service CA when present,
+	// otherwise the operator's self-managed CA.
+	CertificateProviderAuto CertificateProvider = "Auto"
+	// CertificateProviderOpenShiftServiceCA uses OpenShift's service-ca operator.
+	CertificateProviderOpenShiftServiceCA CertificateProvider = "OpenShiftServiceCA"
+	// CertificateProviderCertManager uses a cert-manager Certificate.
+	CertificateProviderCertManager CertificateProvider = "CertManager"
+	// CertificateProviderSelfManaged uses a CA the operator creates and rotates.
+	CertificateProviderSelfManaged CertificateProvider = "SelfManaged"
+)
+
+// EndpointMode says how the control plane reaches Slicer's components.
+// +kubebuilder:validation:Enum=PodNetwork;HostNetwork
+type EndpointMode string
+
+const (
+	// EndpointModePodNetwork serves components on the pod network behind Services.
+	EndpointModePodNetwork EndpointMode = "PodNetwork"
+	// EndpointModeHostNetwork serves components on the node's network, for
+	// control planes that cannot reach the pod network.
+	EndpointModeHostNetwork EndpointMode = "HostNetwork"
+)
+
+// KernelMapping maps kernel versions (by regular expression) to a driver image.
+type KernelMapping struct {
+	// regexp matches the node's full kernel version.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Regexp string `json:"regexp"`
+
+	// containerImage is the driver image for matching kernels; it may use
+	// ${KERNEL_FULL_VERSION}. Empty means driver.image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	ContainerImage string `json:"containerImage,omitempty"`
+}
+
+// DriverBuildSpec builds the driver container in-cluster from driver-container/.
+type DriverBuildSpec struct {
+	// state turns the in-cluster build on or off.
+	// +optional
+	// +kubebuilder:default=Disabled
+	State FeatureState `json:"state,omitempty"`
+
+	// driverVersion is the NVIDIA open GPU kernel modules version to build.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+){1,2}$`
+	DriverVersion string `json:"driverVersion,omitempty"`
+}
+
+// DriverSignSpec signs the kernel modules for Secure Boot.
+type DriverSignSpec struct {
+	// keySecret names the Secret (in the operator namespace) with the private key.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	KeySecret string `json:"keySecret"`
+
+	// certSecret names the Secret (in the operator namespace) with the public certificate.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	CertSecret string `json:"certSecret"`
+}
+
+// DriverSpec configures the NVIDIA kernel driver.
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode == 'KMM' || ((!has(self.kernelMappings) || size(self.kernelMappings) == 0) && !has(self.build) && !has(self.sign))",message="kernelMappings, build and sign apply only when mode is KMM"
+type DriverSpec struct {
+	// mode says who provides the driver.
+	// +optional
+	// +kubebuilder:default=KMM
+	Mode DriverMode `json:"mode,omitempty"`
+
+	// image is the driver container image (KMM mode); it may use
+	// ${KERNEL_FULL_VERSION}. Empty means the operator's default driver image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+
+	// kernelMappings overrides the image per kernel.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	KernelMappings []KernelMapping `json:"kernelMappings,omitempty"`
+
+	// build configures an in-cluster build of the driver container.
+	// +optional
+	Build *DriverBuildSpec `json:"build,omitempty"`
+
+	// sign configures Secure Boot signing of the kernel modules.
+	// +optional
+	Sign *DriverSignSpec `json:"sign,omitempty"`
+
+	// inTreeModulesToRemove are unloaded before the driver is loaded.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9_-]+$`
+	// +kubebuilder:default={nouveau}
+	InTreeModulesToRemove []string `json:"inTreeModulesToRemove,omitempty"`
+}
+
+// NodeFeatureOperator is an NFD match-expression operator.
+// +kubebuilder:validation:Enum=In;NotIn;Exists;DoesNotExist;Gt;Lt;IsTrue;IsFalse
+type NodeFeatureOperator string
+
+// NodeFeatureExpression is one extra NFD match expression that a node must
+// satisfy to be labelled MIG-capable.
+// +kubebuilder:validation:XValidation:rule="self.operator in ['Exists', 'DoesNotExist', 'IsTrue', 'IsFalse'] ? (!has(self.values) || size(self.values) == 0) : (has(self.values) && size(self.values) > 0)",message="values must be empty for Exists, DoesNotExist, IsTrue and IsFalse, and non-empty otherwise"
+type NodeFeatureExpression struct {
+	// feature is the NFD feature, e.g. kernel.loadedmodule or pci.device.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]+(\.[a-z0-9_]+)+$`
+	Feature string `json:"feature"`
+
+	// key is the element of the feature to match, e.g. a module name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Key string `json:"key"`
+
+	// operator is the NFD operator.
+	// +required
+	Operator NodeFeatureOperator `json:"operator"`
+
+	// values are the operands of the operator.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=128
+	Values []string `json:"values,omitempty"`
+}
+
+// NodeSelectionSpec narrows the nodes Slicer manages.
+type NodeSelectionSpec struct {
+	// extraMatchExpressions are added to the NodeFeatureRule's match terms.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	ExtraMatchExpressions []NodeFeatureExpression `json:"extraMatchExpressions,omitempty"`
+}
+
+// SchedulerSpec configures the MIG-aware kube-scheduler.
+type SchedulerSpec struct {
+	// name is the schedulerName pods are given.
+	// +optional
+	// +kubebuilder:default=slicer-scheduler
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self != 'default-scheduler'",message="must not be default-scheduler: Slicer runs a second scheduler"
+	Name string `json:"name,omitempty"`
+
+	// replicas of the scheduler Deployment (one leads, the others stand by).
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// sliceReadyTimeoutSeconds bounds how long binding waits for the agent
+	// to report a slice Ready before the attempt fails and is retried.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600
+	SliceReadyTimeoutSeconds int32 `json:"sliceReadyTimeoutSeconds,omitempty"`
+}
+
+// WebhookSpec configures the mutating admission webhook.
+type WebhookSpec struct {
+	// failurePolicy applies when the webhook cannot be reached.
+	// +optional
+	// +kubebuilder:default=Ignore
+	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
+
+	// replicas of the webhook Deployment.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// translateNVIDIAResources rewrites nvidia.com/mig-<profile> requests to
+	// Slicer's resources cluster-wide. Namespaces opt out with the label
+	// slicer.dev/translate-nvidia-resources=disabled.
+	// +optional
+	// +kubebuilder:default=Enabled
+	TranslateNVIDIAResources FeatureState `json:"translateNVIDIAResources,omitempty"`
+
+	// certificateProvider says where the serving certificate comes from.
+	// +optional
+	// +kubebuilder:default=Auto
+	CertificateProvider CertificateProvider `json:"certificateProvider,omitempty"`
+}
+
+// EmulatedGPUs is a number of emulated GPUs of one model on every agent node.
+type EmulatedGPUs struct {
+	// model of the emulated GPUs.
+	// +required
+	Model GPUModel `json:"model"`
+
+	// count of GPUs of this model per node.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	Count int32 `json:"count"`
+}
+
+// AgentSpec configures the node agent DaemonSet.
+type AgentSpec struct {
+	// emulatedGPUs are the GPUs each agent emulates in Emulated driver mode.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.map(g, g.count).sum() <= 16",message="at most 16 emulated GPUs per node"
+	EmulatedGPUs []EmulatedGPUs `json:"emulatedGPUs,omitempty"`
+
+	// orphanGracePeriodSeconds is how long a MIG instance that no allocation
+	// wants is left alone before the agent destroys it (only if unused).
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	OrphanGracePeriodSeconds int32 `json:"orphanGracePeriodSeconds,omitempty"`
+
+	// cdiDirectory is the host directory CDI specs are written to.
+	// +optional
+	// +kubebuilder:default=/var/run/cdi
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^/[^\s]*$`
+	CDIDirectory string `json:"cdiDirectory,omitempty"`
+
+	// tolerations added to the agent pods (GPU nodes are often tainted).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// MonitoringSpec turns the monitoring objects on or off. Each is applied
+// only when its CRDs (monitoring.coreos.com) exist.
+type MonitoringSpec struct {
+	// serviceMonitors for the operator, scheduler, webhook and agent.
+	// +optional
+	// +kubebuilder:default=Enabled
+	ServiceMonitors FeatureState `json:"serviceMonitors,omitempty"`
+
+	// prometheusRule with Slicer's alerts and recording rules.
+	// +optional
+	// +kubebuilder:default=Enabled
+	PrometheusRule FeatureState `json:"prometheusRule,omitempty"`
+
+	// dashboards as Grafana/OpenShift-console ConfigMaps.
+	// +optional
+	// +kubebuilder:default=Enabled
+	Dashboards FeatureState `json:"dashboards,omitempty"`
+}
+
+// NetworkSpec says how the control plane reaches Slicer's components.
+type NetworkSpec struct {
+	// endpointMode for the webhook, scheduler and agent metrics.
+	// +optional
+	// +kubebuilder:default=PodNetwork
+	EndpointMode EndpointMode `json:"endpointMode,omitempty"`
+}
+
+// SlicerSpec is the desired Slicer installation.
+// +kubebuilder:validation:XValidation:rule="!has(self.agent) || !has(self.agent.emulatedGPUs) || size(self.agent.emulatedGPUs) == 0 || (has(self.driver) && has(self.driver.mode) && self.driver.mode == 'Emulated')",message="agent.emulatedGPUs requires driver.mode Emulated"
+type SlicerSpec struct {
+	// driver configures the NVIDIA kernel driver.
+	// +optional
+	// +kubebuilder:default={}
+	Driver DriverSpec `json:"driver,omitempty"`
+
+	// nodeSelection narrows the nodes Slicer manages.
+	// +optional
+	// +kubebuilder:default={}
+	NodeSelection NodeSelectionSpec `json:"nodeSelection,omitempty"`
+
+	// scheduler configures the MIG-aware scheduler.
+	// +optional
+	// +kubebuilder:default={}
+	Scheduler SchedulerSpec `json:"scheduler,omitempty"`
+
+	// webhook configures the admission webhook.
+	// +optional
+	// +kubebuilder:default={}
+	Webhook WebhookSpec `json:"webhook,omitempty"`
+
+	// agent configures the node agent.
+	// +optional
+	// +kubebuilder:default={}
+	Agent AgentSpec `json:"agent,omitempty"`
+
+	// monitoring configures metrics, alerts and dashboards.
+	// +optional
+	// +kubebuilder:default={}
+	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
+
+	// network says how the control plane reaches Slicer's components.
+	// +optional
+	// +kubebuilder:default={}
+	Network NetworkSpec `json:"network,omitempty"`
+}
+
+// SlicerSummary counts what the agents report.
+type SlicerSummary struct {
+	// nodes running an agent.
+	// +optional
+	Nodes int32 `json:"nodes,omitempty"`
+	// readyNodes whose agent manages their GPUs.
+	// +optional
+	ReadyNodes int32 `json:"readyNodes,omitempty"`
+	// gpus on those nodes.
+	// +optional
+	GPUs int32 `json:"gpus,omitempty"`
+	// slicesInUse are MIG slices held by pods.
+	// +optional
+	SlicesInUse int32 `json:"slicesInUse,omitempty"`
+}
+
+// SlicerStatus is what the operator observed.
+type SlicerStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions per component, plus Available, Progressing and Degraded.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// summary counts nodes, GPUs and slices.
+	// +optional
+	Summary SlicerSummary `json:"summary,omitempty"`
+}
+
+// Slicer is the whole Slicer installation: one cluster-scoped object named
+// "default".
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster
+// +kubebuilder:printcolumn:name="Driver",type=string,JSONPath=`.spec.driver.mode`
+// +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.summary.readyNodes`
+// +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.status.summary.gpus`
+// +kubebuilder:printcolumn:name="Slices",type=integer,JSONPath=`.status.summary.slicesInUse`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == 'default'",message="Slicer is a cluster singleton: metadata.name must be 'default'"
+type Slicer struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired installation.
+	// +optional
+	// +kubebuilder:default={}
+	Spec SlicerSpec `json:"spec,omitempty"`
+
+	// status is what the operator observed.
+	// +optional
+	Status SlicerStatus `json:"status,omitempty"`
+}
+
+// SlicerList is a list of Slicers.
+// +kubebuilder:object:root=true
+type SlicerList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Slicer `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Slicer{}, &SlicerList{})
+}
