@@ -1,0 +1,27 @@
+package v1alpha1
+
+// Labels and annotations Slicer's components agree on.
+const (
+	// LabelNode is set on every SliceAllocation to its spec.nodeName, so a
+	// node's agent can watch only its own allocations.
+	LabelNode = "slicer.dev/node"
+	// LabelPodUID is set on every SliceAllocation to its pod's UID.
+	LabelPodUID = "slicer.dev/pod-uid"
+	// LabelComponent is set on the pods of Slicer's own components (operator,
+	// scheduler, webhook, agent); the webhook never intercepts such pods.
+	LabelComponent = "slicer.dev/component"
+	// LabelTranslateNVIDIAResources on a namespace, with value "disabled",
+	// turns off the rewriting of nvidia.com/mig-* requests there (for
+	// namespaces served by NVIDIA's static MIG device plugin).
+	LabelTranslateNVIDIAResources = "slicer.dev/translate-nvidia-resources"
+	// LabelMIGCapable is set by the NFD rule on nodes with a MIG-capable GPU.
+	LabelMIGCapable = "slicer.dev/mig-capable"
+	// LabelGPUModel is set by the NFD rule to the node's GPU model.
+	LabelGPUModel = "slicer.dev/gpu-model"
+	// LabelNVIDIAMIGConfig is the label of NVIDIA's MIG manager; a node that
+	// carries it is owned by that tool and the agent refuses to manage MIG there.
+	LabelNVIDIAMIGConfig = "nvidia.com/mig.config"
+	// DomainPrefix is the prefix of every Slicer label and annotation; users
+	// may not set such keys on their pods.
+	DomainPrefix = "slicer.dev/"
+)
