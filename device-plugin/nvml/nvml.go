@@ -1,0 +1,223 @@
+// Package nvml is the agent's narrow view of NVML: the few calls that discover
+// GPUs and create or destroy MIG instances. Two backends implement it: real
+// (go-nvml, cgo + dlopen of libnvidia-ml) and emulated (in-memory GPUs whose
+// geometry comes from internal/mig). Errors carry NVML-like return codes.
+package nvml
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Return is an NVML return code. The values are NVML's nvmlReturn_t values.
+type Return int
+
+// The return codes the agent distinguishes (values as in nvml.h).
+const (
+	Success                   Return = 0
+	ErrorUninitialized        Return = 1
+	ErrorInvalidArgument      Return = 2
+	ErrorNotSupported         Return = 3
+	ErrorNoPermission         Return = 4
+	ErrorNotFound             Return = 6
+	ErrorInsufficientResource Return = 7
+	ErrorDriverNotLoaded      Return = 9
+	ErrorLibraryNotFound      Return = 12
+	ErrorGPUIsLost            Return = 15
+	ErrorInUse                Return = 19
+	ErrorUnknown              Return = 999
+)
+
+var returnNames = map[Return]string{
+	Success:                   "SUCCESS",
+	ErrorUninitialized:        "ERROR_UNINITIALIZED",
+	ErrorInvalidArgument:      "ERROR_INVALID_ARGUMENT",
+	ErrorNotSupported:         "ERROR_NOT_SUPPORTED",
+	ErrorNoPermission:         "ERROR_NO_PERMISSION",
+	ErrorNotFound:             "ERROR_NOT_FOUND",
+	ErrorInsufficientResource: "ERROR_INSUFFICIENT_RESOURCES",
+	ErrorDriverNotLoaded:      "ERROR_DRIVER_NOT_LOADED",
+	ErrorLibraryNotFound:      "ERROR_LIBRARY_NOT_FOUND",
+	ErrorGPUIsLost:            "ERROR_GPU_IS_LOST",
+	ErrorInUse:                "ERROR_IN_USE",
+	ErrorUnknown:              "ERROR_UNKNOWN",
+}
+
+// String is NVML's name of the code without the NVML_ prefix, e.g. "ERROR_IN_USE".
+// It is also the (bounded) value of the agent's `return` metric label; codes the
+// agent does not know are reported as ERROR_UNKNOWN.
+func (r Return) String() string {
+	if n, ok := returnNames[r]; ok {
+		return n
+	}
+	return returnNames[ErrorUnknown]
+}
+
+// Error is a failed NVML call.
+type Error struct {
+	// Op names the call, e.g. "CreateGpuInstanceWithPlacement".
+	Op     string
+	Return Return
+	// Detail is an optional human explanation (the emulated backend says why).
+	Detail string
+}
+
+func (e *Error) Error() string {
+	if e.Detail != "" {
+		return fmt.Sprintf("nvml %s: %s: %s", e.Op, e.Return, e.Detail)
+	}
+	return fmt.Sprintf("nvml %s: %s", e.Op, e.Return)
+}
+
+// NewError returns an *Error for a non-success code, nil for Success.
+func NewError(op string, r Return, detail string) error {
+	if r == Success {
+		return nil
+	}
+	return &Error{Op: op, Return: r, Detail: detail}
+}
+
+// ReturnOf extracts the return code of err: Success for nil, ErrorUnknown for
+// an error that does not wrap an *Error.
+func ReturnOf(err error) Return {
+	if err == nil {
+		return Success
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Return
+	}
+	return ErrorUnknown
+}
+
+// IsInUse reports whether err is NVML's ERROR_IN_USE.
+func IsInUse(err error) bool { return ReturnOf(err) == ErrorInUse }
+
+// IsNotFound reports whether err is NVML's ERROR_NOT_FOUND.
+func IsNotFound(err error) bool { return ReturnOf(err) == ErrorNotFound }
+
+// IsInsufficientResources reports whether err is NVML's ERROR_INSUFFICIENT_RESOURCES.
+func IsInsufficientResources(err error) bool { return ReturnOf(err) == ErrorInsufficientResource }
+
+// IsDriverUnavailable reports whether err means NVML cannot be used at all
+// (library not found, driver not loaded, uninitialized).
+func IsDriverUnavailable(err error) bool {
+	switch ReturnOf(err) {
+	case ErrorLibraryNotFound, ErrorDriverNotLoaded, ErrorUninitialized:
+		return true
+	}
+	return false
+}
+
+// MIGMode is a device's MIG mode.
+type MIGMode int
+
+// MIG modes (NVML_DEVICE_MIG_DISABLE / _ENABLE).
+const (
+	MIGDisabled MIGMode = 0
+	MIGEnabled  MIGMode = 1
+)
+
+// Placement is a GPU instance placement in memory slices (nvmlGpuInstancePlacement_t).
+type Placement struct {
+	Start int `json:"start"`
+	Size  int `json:"size"`
+}
+
+// GPUInstanceProfileInfo is the part of nvmlGpuInstanceProfileInfo_t the agent uses.
+type GPUInstanceProfileInfo struct {
+	// Profile is the GPU_INSTANCE_PROFILE_* value asked for.
+	Profile int `json:"profile"`
+	// ID is NVML's profile id (what nvidia-smi prints).
+	ID                  int    `json:"id"`
+	SliceCount          int    `json:"sliceCount"`
+	InstanceCount       int    `json:"instanceCount"`
+	MemorySizeMB        uint64 `json:"memorySizeMB"`
+	MultiprocessorCount int    `json:"multiprocessorCount"`
+}
+
+// ComputeInstanceProfileInfo is the part of nvmlComputeInstanceProfileInfo_t the agent uses.
+type ComputeInstanceProfileInfo struct {
+	// Profile is the COMPUTE_INSTANCE_PROFILE_* value asked for.
+	Profile       int `json:"profile"`
+	ID            int `json:"id"`
+	SliceCount    int `json:"sliceCount"`
+	InstanceCount int `json:"instanceCount"`
+}
+
+// GPUInstanceInfo describes an existing GPU instance.
+type GPUInstanceInfo struct {
+	ID int `json:"id"`
+	// ProfileID is NVML's profile id of the instance (GpuInstanceProfileInfo.ID).
+	ProfileID int       `json:"profileId"`
+	Placement Placement `json:"placement"`
+}
+
+// ComputeInstanceInfo describes an existing compute instance.
+type ComputeInstanceInfo struct {
+	ID        int `json:"id"`
+	ProfileID int `json:"profileId"`
+}
+
+// MIGDevice is a MIG device handle's identity: the (GPU instance, compute instance) it is.
+type MIGDevice struct {
+	UUID              string `json:"uuid"`
+	GPUInstanceID     int    `json:"gpuInstanceId"`
+	ComputeInstanceID int    `json:"computeInstanceId"`
+}
+
+// Library is an initialised NVML.
+type Library interface {
+	// Init loads and initialises NVML. It fails with ErrorLibraryNotFound or
+	// ErrorDriverNotLoaded on a machine without a usable driver.
+	Init() error
+	Shutdown() error
+	DriverVersion() (string, error)
+	DeviceCount() (int, error)
+	Device(index int) (Device, error)
+}
+
+// Device is one physical GPU.
+type Device interface {
+	UUID() (string, error)
+	Name() (string, error)
+	MemoryMiB() (uint64, error)
+	// PCIDeviceID is NVML's pciDeviceId (device << 16 | vendor).
+	PCIDeviceID() (uint32, error)
+	// MIGMode returns the current and pending MIG modes; ErrorNotSupported on
+	// GPUs without MIG.
+	MIGMode() (current, pending MIGMode, err error)
+	// GPUInstanceProfileInfo is nvmlDeviceGetGpuInstanceProfileInfo for a
+	// GPU_INSTANCE_PROFILE_* value; ErrorNotSupported when the GPU lacks it.
+	GPUInstanceProfileInfo(profile int) (GPUInstanceProfileInfo, error)
+	// GPUInstancePossiblePlacements lists every placement of the profile on an
+	// empty GPU, in NVML order.
+	GPUInstancePossiblePlacements(info GPUInstanceProfileInfo) ([]Placement, error)
+	// CreateGPUInstanceWithPlacement creates a GPU instance at exactly that
+	// placement: ErrorInsufficientResources when it overlaps or the count limit
+	// is reached, ErrorInvalidArgument for a placement the profile does not have.
+	CreateGPUInstanceWithPlacement(info GPUInstanceProfileInfo, pl Placement) (GPUInstance, error)
+	// GPUInstances lists the GPU instances of a profile.
+	GPUInstances(info GPUInstanceProfileInfo) ([]GPUInstance, error)
+	// MIGDevices lists the MIG devices (one per compute instance).
+	MIGDevices() ([]MIGDevice, error)
+}
+
+// GPUInstance is one GPU instance.
+type GPUInstance interface {
+	Info() (GPUInstanceInfo, error)
+	// ComputeInstanceProfileInfo is nvmlGpuInstanceGetComputeInstanceProfileInfo
+	// (engine profile shared); ErrorNotSupported when the GPU instance cannot hold it.
+	ComputeInstanceProfileInfo(profile int) (ComputeInstanceProfileInfo, error)
+	CreateComputeInstance(info ComputeInstanceProfileInfo) (ComputeInstance, error)
+	ComputeInstances(info ComputeInstanceProfileInfo) ([]ComputeInstance, error)
+	// Destroy fails with ErrorInUse while a compute instance exists.
+	Destroy() error
+}
+
+// ComputeInstance is one compute instance.
+type ComputeInstance interface {
+	Info() (ComputeInstanceInfo, error)
+	// Destroy fails with ErrorInUse while a process uses the MIG device.
+	Destroy() error
+}
