@@ -3,7 +3,8 @@
 // every policy with slicer-sim's engine, measures random static batches against the exact
 // optimum, and prints Markdown tables.
 //
-//	go run ./bench/packing [-seed 1] [-events 4000] [-batches 1000] [-out DIR]
+//	go run ./bench/packing [-seed 1] [-events 4000] [-batches 1000] [-loads 0.7,0.9,1.1,1.2]
+//	    [-sections online,elastic,static] [-out DIR]
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/slicer-operator/slicer/cmd/slicer-sim/sim"
@@ -41,23 +43,60 @@ func main() {
 	events := flag.Int("events", 4000, "arrivals per trace")
 	batches := flag.Int("batches", 1000, "random static batches per check")
 	out := flag.String("out", "", "also write the traces as JSONL to this folder")
+	loadList := flag.String("loads", "0.7,0.9,1.1,1.2", "offered loads of the loss-mode traces")
+	sections := flag.String("sections", "online,elastic,static", "which tables to print")
 	flag.Parse()
 	m, err := mig.ParseModel(model)
 	if err != nil {
 		fail(err)
 	}
-	loads := []float64{0.7, 0.9, 1.1, 1.2}
+	var loads []float64
+	for _, f := range strings.Split(*loadList, ",") {
+		l, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			fail(fmt.Errorf("-loads: %w", err))
+		}
+		loads = append(loads, l)
+	}
+	want := map[string]bool{}
+	for _, s := range strings.Split(*sections, ",") {
+		want[strings.TrimSpace(s)] = true
+	}
 	pols := []mig.PolicyKind{mig.Slicer, mig.FirstFit, mig.DASLike}
-	fmt.Printf("Online, loss mode: %s, %d nodes × %d GPUs, %d arrivals per trace, seed %d.\n", model, nodes, gpusPerNode, *events, *seed)
+	if want["online"] {
+		online(m, pols, loads, *seed, *events, *out)
+	}
+	if want["elastic"] {
+		elastic(m, pols, *seed, *events)
+	}
+	if want["static"] {
+		static(m, pols, *seed, *batches)
+	}
+}
+
+// loadIndex keeps each load's trace seed stable whichever loads are asked for.
+func loadIndex(load float64) int {
+	for i, l := range defaultLoads {
+		if l == load {
+			return i
+		}
+	}
+	return 10 + int(math.Round(load*100))
+}
+
+var defaultLoads = []float64{0.7, 0.9, 1.1, 1.2}
+
+func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, events int, out string) {
+	fmt.Printf("Online, loss mode: %s, %d nodes × %d GPUs, %d arrivals per trace, seed %d.\n", model, nodes, gpusPerNode, events, seed)
 	fmt.Println("acceptance = accepted slice-time ÷ offered; GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use.")
 	fmt.Println()
 	fmt.Println("| trace | load | policy | acceptance | accepted (count) | GPUs/LB | frag | decision p50/p99 µs |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for mi, mx := range mixes {
-		for li, load := range loads {
-			tr := generate(m, mx, load, *events, *seed+uint64(mi*100+li))
-			if *out != "" {
-				writeTrace(*out, fmt.Sprintf("%s-%.1f.jsonl", mx.name, load), tr)
+		for _, load := range loads {
+			tr := generate(m, mx, load, events, seed+uint64(mi*100+loadIndex(load)))
+			if out != "" {
+				writeTrace(out, fmt.Sprintf("%s-%.1f.jsonl", mx.name, load), tr)
 			}
 			for _, p := range pols {
 				res, err := sim.Run(tr, sim.Options{Policy: p})
@@ -70,11 +109,14 @@ func main() {
 		}
 	}
 	fmt.Println()
+}
+
+func elastic(m mig.Model, pols []mig.PolicyKind, seed uint64, events int) {
 	fmt.Printf("Online, elastic mode (unbounded nodes), load 1.1: GPUs in use ÷ lower bound.\n\n")
 	fmt.Println("| trace | policy | mean GPUs in use | mean LB | GPUs/LB |")
 	fmt.Println("|---|---|---|---|---|")
 	for mi, mx := range mixes {
-		tr := generate(m, mx, 1.1, *events, *seed+uint64(mi*100+2))
+		tr := generate(m, mx, 1.1, events, seed+uint64(mi*100+2))
 		for _, p := range pols {
 			res, err := sim.Run(tr, sim.Options{Policy: p, Elastic: true})
 			if err != nil {
@@ -84,18 +126,21 @@ func main() {
 		}
 	}
 	fmt.Println()
-	fmt.Printf("Static batches: %d random batches of 1–30 slices per mix, GPUs used vs exact optimum.\n\n", *batches)
+}
+
+func static(m mig.Model, pols []mig.PolicyKind, seed uint64, batches int) {
+	fmt.Printf("Static batches: %d random batches of 1–30 slices per mix, GPUs used vs exact optimum.\n\n", batches)
 	fmt.Println("| batch mix | policy | at optimum | mean GPUs/OPT | LB = OPT |")
 	fmt.Println("|---|---|---|---|---|")
 	for mi, mx := range append(mixes, mixSpec{"uniform (+me)", uniform(m)}) {
-		rng := rand.New(rand.NewPCG(*seed, uint64(1000+mi)))
+		rng := rand.New(rand.NewPCG(seed, uint64(1000+mi)))
 		names, cum := cumulative(mx.weights)
 		type agg struct {
 			hit, lbEq int
 			ratio     float64
 		}
 		res := make([]agg, len(pols))
-		for b := 0; b < *batches; b++ {
+		for b := 0; b < batches; b++ {
 			counts := map[string]int{}
 			n := 1 + rng.IntN(30)
 			for i := 0; i < n; i++ {
@@ -130,8 +175,8 @@ func main() {
 			}
 		}
 		for i, p := range pols {
-			fmt.Printf("| %s | %s | %.1f%% | %.4f | %.1f%% |\n", mx.name, p.Name(), 100*float64(res[i].hit)/float64(*batches),
-				res[i].ratio/float64(*batches), 100*float64(res[i].lbEq)/float64(*batches))
+			fmt.Printf("| %s | %s | %.1f%% | %.4f | %.1f%% |\n", mx.name, p.Name(), 100*float64(res[i].hit)/float64(batches),
+				res[i].ratio/float64(batches), 100*float64(res[i].lbEq)/float64(batches))
 		}
 	}
 }
