@@ -1,0 +1,50 @@
+package plugin
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// Filter reasons (fixed strings: the scheduler counts nodes per reason).
+const (
+	reasonNoAccelerator  = "node has no NodeAccelerator (no Slicer agent)"
+	reasonForeignManager = "MIG on the node is managed by NVIDIA's MIG manager"
+	reasonPinned         = "the pod's slices are already allocated on another node"
+)
+
+// Filter answers from the snapshot alone: no API call, no allocation.
+func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, err := readState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	node := nodeInfo.Node()
+	if node == nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
+	}
+	if s.adoptedNode != "" && node.Name != s.adoptedNode {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonPinned)
+	}
+	if _, ok := node.Labels[slicerv1alpha1.LabelNVIDIAMIGConfig]; ok {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonForeignManager)
+	}
+	n := p.cache.Node(node.Name)
+	if n == nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonNoAccelerator)
+	}
+	if s.req == nil {
+		return nil
+	}
+	if n.Reason != "" {
+		return fwk.NewStatus(fwk.Unschedulable, n.Reason)
+	}
+	if _, ok := mig.Score(n.MIG, s.req); !ok {
+		return fwk.NewStatus(fwk.Unschedulable, s.noRoom)
+	}
+	return nil
+}

@@ -1,0 +1,238 @@
+package plugin
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
+)
+
+func container(name string, limits, requests map[string]string) corev1.Container {
+	c := corev1.Container{Name: name}
+	for k, v := range limits {
+		if c.Resources.Limits == nil {
+			c.Resources.Limits = corev1.ResourceList{}
+		}
+		c.Resources.Limits[corev1.ResourceName(k)] = resource.MustParse(v)
+	}
+	for k, v := range requests {
+		if c.Resources.Requests == nil {
+			c.Resources.Requests = corev1.ResourceList{}
+		}
+		c.Resources.Requests[corev1.ResourceName(k)] = resource.MustParse(v)
+	}
+	return c
+}
+
+func TestPodRequest(t *testing.T) {
+	cases := []struct {
+		name    string
+		init    []corev1.Container
+		app     []corev1.Container
+		want    []mig.RequestItem
+		wantErr string
+	}{
+		{name: "no request", app: []corev1.Container{container("a", map[string]string{"cpu": "1", "nvidia.com/gpu": "1"}, nil)}},
+		{name: "limits, summed over containers and init containers",
+			init: []corev1.Container{container("i", map[string]string{"slicer.dev/mig-1g.10gb": "1"}, nil)},
+			app: []corev1.Container{
+				container("a", map[string]string{"slicer.dev/mig-1g.10gb": "2", "slicer.dev/mig-3g.40gb": "1"}, nil),
+				container("b", map[string]string{"slicer.dev/mig-1g.10gb.me": "1"}, nil),
+			},
+			want: []mig.RequestItem{{Profile: "1g.10gb", Count: 3}, {Profile: "1g.10gb+me", Count: 1}, {Profile: "3g.40gb", Count: 1}}},
+		{name: "requests when no limit", app: []corev1.Container{container("a", nil, map[string]string{"slicer.dev/mig-7g.80gb": "1"})},
+			want: []mig.RequestItem{{Profile: "7g.80gb", Count: 1}}},
+		{name: "limit wins over request", app: []corev1.Container{container("a", map[string]string{"slicer.dev/mig-2g.20gb": "1"}, map[string]string{"slicer.dev/mig-2g.20gb": "1"})},
+			want: []mig.RequestItem{{Profile: "2g.20gb", Count: 1}}},
+		{name: "unknown profile", app: []corev1.Container{container("a", map[string]string{"slicer.dev/mig-5g.50gb": "1"}, nil)}, wantErr: "not a known MIG profile"},
+		{name: "fractional", app: []corev1.Container{container("a", map[string]string{"slicer.dev/mig-1g.10gb": "500m"}, nil)}, wantErr: "whole number"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: tc.init, Containers: tc.app}}
+			got, err := PodRequest(pod)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if hasMIGRequest(pod) != (tc.want != nil) {
+				t.Errorf("hasMIGRequest disagrees with PodRequest")
+			}
+		})
+	}
+}
+
+func TestAllocationName(t *testing.T) {
+	long := strings.Repeat("a", 250) + ".b"
+	cases := map[string]struct {
+		pod, uid string
+		index    int32
+		want     string
+	}{
+		"short":              {"train", "5F0C6D4E-0000-4000", 2, "train-5f0c6d4e-2"},
+		"truncated, trimmed": {strings.Repeat("x", 242) + "-.y", "abcdef0123", 0, strings.Repeat("x", 242) + "-abcdef01-0"},
+		"long":               {long, "abcdef0123", 15, ""},
+	}
+	for name, tc := range cases {
+		got := AllocationName(tc.pod, tc.uid, tc.index)
+		if tc.want != "" && got != tc.want {
+			t.Errorf("%s: %q, want %q", name, got, tc.want)
+		}
+		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+			t.Errorf("%s: %q is not a DNS-1123 subdomain: %v", name, got, errs)
+		}
+	}
+}
+
+func testPlugin(t *testing.T, nas ...*slicerv1alpha1.NodeAccelerator) *Plugin {
+	t.Helper()
+	m, err := NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, prebindFailed: map[types.UID]bool{}}
+	for _, na := range nas {
+		p.cache.SetNodeAccelerator(na)
+	}
+	return p
+}
+
+func accel(node string, gpus int) *slicerv1alpha1.NodeAccelerator {
+	na := &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	for i := 0; i < gpus; i++ {
+		na.Status.GPUs = append(na.Status.GPUs, slicerv1alpha1.GPUStatus{Index: int32(i), UUID: "GPU-" + node + string(rune('0'+i)),
+			Model: "H100-80GB", MIGMode: slicerv1alpha1.MIGModeEnabled, Health: slicerv1alpha1.GPUHealthy})
+	}
+	return na
+}
+
+func migPod(name string, res map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-0000" + name)},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{container("c", res, nil)}}}
+}
+
+func nodeInfo(name string, labels map[string]string) fwk.NodeInfo {
+	ni := framework.NewNodeInfo()
+	ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}})
+	return ni
+}
+
+func TestFilterScoreReserve(t *testing.T) {
+	ctx := context.Background()
+	p := testPlugin(t, accel("n1", 1), accel("n2", 2))
+	pod := migPod("a", map[string]string{"slicer.dev/mig-4g.40gb": "1"})
+
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if st := p.Filter(ctx, cs, pod, nodeInfo(n, nil)); !st.IsSuccess() {
+			t.Errorf("Filter %s: %v", n, st)
+		}
+	}
+	for _, tc := range []struct {
+		node, want string
+		labels     map[string]string
+	}{
+		{"n3", reasonNoAccelerator, nil},
+		{"n1", reasonForeignManager, map[string]string{slicerv1alpha1.LabelNVIDIAMIGConfig: "all-1g.10gb"}},
+	} {
+		st := p.Filter(ctx, cs, pod, nodeInfo(tc.node, tc.labels))
+		if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != tc.want {
+			t.Errorf("Filter %s: %v, want %q", tc.node, st, tc.want)
+		}
+	}
+	if st := p.Reserve(ctx, cs, pod, "n1"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	// n1 now has 3 compute slices free; a second 4g does not fit there.
+	pod2 := migPod("b", map[string]string{"slicer.dev/mig-4g.40gb": "1"})
+	cs2 := framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, cs2, pod2, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	st := p.Filter(ctx, cs2, pod2, nodeInfo("n1", nil))
+	if st.Code() != fwk.Unschedulable || st.Message() != "no GPU has free room for 1 × 4g.40gb" {
+		t.Errorf("Filter n1 after Reserve: %v", st)
+	}
+	_, pst := p.PostFilter(ctx, cs2, pod2, nil)
+	if msg := pst.Message(); !strings.Contains(msg, "closest: node n2 gpu 0 (7 of 7") {
+		t.Errorf("PostFilter message %q", msg)
+	}
+	// A 3g fits n1 (start 4) and scores higher there than on the empty n2:
+	// best fit packs used GPUs.
+	pod3 := migPod("c", map[string]string{"slicer.dev/mig-3g.40gb": "1"})
+	cs3 := framework.NewCycleState()
+	p.PreFilter(ctx, cs3, pod3, nil)
+	s1, _ := p.Score(ctx, cs3, pod3, nodeInfo("n1", nil))
+	s2, _ := p.Score(ctx, cs3, pod3, nodeInfo("n2", nil))
+	if s1 <= s2 {
+		t.Errorf("score n1=%d n2=%d, want n1 > n2", s1, s2)
+	}
+	// Unreserve is idempotent and frees the slot.
+	p.cache.Unreserve(pod.UID)
+	p.cache.Unreserve(pod.UID)
+	if st := p.Filter(ctx, cs2, pod2, nodeInfo("n1", nil)); !st.IsSuccess() {
+		t.Errorf("Filter n1 after Unreserve: %v", st)
+	}
+	// A pod without a MIG request is skipped at PreFilter.
+	if _, st := p.PreFilter(ctx, framework.NewCycleState(), migPod("d", map[string]string{"cpu": "1"}), nil); st.Code() != fwk.Skip {
+		t.Errorf("PreFilter of a plain pod: %v, want Skip", st)
+	}
+}
+
+func TestFilterDoesNotAllocate(t *testing.T) {
+	ctx := context.Background()
+	p := testPlugin(t, accel("n1", 8))
+	pod := migPod("a", map[string]string{"slicer.dev/mig-3g.40gb": "1"})
+	cs := framework.NewCycleState()
+	p.PreFilter(ctx, cs, pod, nil)
+	ni := nodeInfo("n1", nil)
+	allocs := testing.AllocsPerRun(100, func() {
+		if st := p.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		p.Score(ctx, cs, pod, ni)
+	})
+	if allocs != 0 {
+		t.Errorf("Filter+Score allocate %.0f times per call, want 0", allocs)
+	}
+}
+
+func BenchmarkFilterScore(b *testing.B) {
+	ctx := context.Background()
+	m, _ := NewMetrics(nil)
+	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m)}
+	p.cache.SetNodeAccelerator(accel("n1", 8))
+	pod := migPod("a", map[string]string{"slicer.dev/mig-3g.40gb": "1"})
+	cs := framework.NewCycleState()
+	p.PreFilter(ctx, cs, pod, nil)
+	ni := nodeInfo("n1", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Filter(ctx, cs, pod, ni)
+		p.Score(ctx, cs, pod, ni)
+	}
+}

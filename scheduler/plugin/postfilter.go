@@ -1,0 +1,75 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
+)
+
+// maxHolders is how many blocking pods the failure message names.
+const maxHolders = 5
+
+// PostFilter explains, in words, why a MIG pod fits nowhere: the closest
+// node and GPU, what is free there and which pods hold the rest. It never
+// makes a pod schedulable (DefaultPreemption, after it, may).
+func (p *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, _ framework.NodeToStatusReader) (*framework.PostFilterResult, *fwk.Status) {
+	s, err := readState(cs)
+	if err != nil || s.req == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	p.mu.Lock()
+	p.rejected[pod.UID] = pod
+	p.mu.Unlock()
+	return nil, fwk.NewStatus(fwk.Unschedulable, p.explain(s))
+}
+
+// explain names the closest node: the one with the most free compute slices
+// on usable GPUs (ties: by name); on it, the GPU with the most.
+func (p *Plugin) explain(s *podState) string {
+	var best *snapshot.Node
+	bestGPU, bestFree := -1, -1
+	for _, n := range p.cache.Nodes() {
+		if s.adoptedNode != "" && n.Name != s.adoptedNode {
+			continue
+		}
+		for i, g := range n.GPUs {
+			if !g.Usable {
+				continue
+			}
+			if f := n.MIG.GPUs[i].State.FreeComputeSlices(); f > bestFree {
+				best, bestGPU, bestFree = n, i, f
+			}
+		}
+	}
+	first := mig.LegalProfileName(s.req.Slices()[0])
+	if best == nil {
+		return fmt.Sprintf("no usable MIG GPU for %s in the cluster", describe(s.slices))
+	}
+	g := best.GPUs[bestGPU]
+	st := best.MIG.GPUs[bestGPU].State
+	var b strings.Builder
+	fmt.Fprintf(&b, "no GPU has a free slot for %s; closest: node %s gpu %d (%d of %d compute slices free",
+		describe(s.slices), best.Name, g.Index, bestFree, st.Model().ComputeSlices())
+	if prof, err := st.Model().Profile(s.req.Slices()[0]); err == nil {
+		if why := st.WhyNot(prof); why != "" {
+			fmt.Fprintf(&b, "; %s: %s", first, why)
+		}
+	}
+	b.WriteString(")")
+	if hs := p.cache.Holders(best.Name)[g.UUID]; len(hs) > 0 {
+		b.WriteString(" blocked by pods ")
+		if len(hs) > maxHolders {
+			fmt.Fprintf(&b, "%s and %d more", strings.Join(hs[:maxHolders], ", "), len(hs)-maxHolders)
+		} else {
+			b.WriteString(strings.Join(hs, ", "))
+		}
+	}
+	return b.String()
+}

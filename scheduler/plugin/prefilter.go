@@ -1,0 +1,87 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
+)
+
+// PreFilter turns the pod's slice requests into a mig.Request in CycleState.
+// A pod without a request is skipped (Filter/Score/Reserve/PreBind are not
+// called for it). A pod that already holds allocations (the scheduler
+// restarted after PreBind) is pinned to their node and keeps them.
+func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+	items, err := PodRequest(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if items == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	full, err := mig.NewRequest(items...)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	s := &podState{slices: full.Slices()}
+	existing := p.cache.PodAllocations(pod.UID)
+	if len(existing) == 0 {
+		s.req = full
+		for i := range s.slices {
+			s.missing = append(s.missing, int32(i))
+		}
+		s.noRoom = "no GPU has free room for " + describe(s.slices)
+		cs.Write(stateKey, s)
+		return nil, nil
+	}
+	if st := adopt(s, existing); st != nil {
+		return nil, st
+	}
+	cs.Write(stateKey, s)
+	return &framework.PreFilterResult{NodeNames: sets.New(s.adoptedNode)}, nil
+}
+
+// adopt fills s from the pod's existing allocations.
+func adopt(s *podState, existing []*snapshot.Allocation) *fwk.Status {
+	have := map[int32]bool{}
+	for _, a := range existing {
+		switch {
+		case a.Deleting:
+			return fwk.NewStatus(fwk.Unschedulable, "a previous slice allocation of this pod is still being released")
+		case s.adoptedNode != "" && a.NodeName != s.adoptedNode:
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "the pod's slice allocations are on different nodes")
+		case int(a.Slot.Index) >= len(s.slices) || a.Slot.Profile != s.slices[a.Slot.Index] || have[a.Slot.Index]:
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				fmt.Sprintf("slice allocation %s/%s does not match the pod's request for %s", a.Namespace, a.Name, describe(s.slices)))
+		}
+		s.adoptedNode = a.NodeName
+		have[a.Slot.Index] = true
+		s.adopted = append(s.adopted, a.Slot)
+	}
+	var items []mig.RequestItem
+	for i, name := range s.slices {
+		if !have[int32(i)] {
+			s.missing = append(s.missing, int32(i))
+			items = append(items, mig.RequestItem{Profile: name, Count: 1})
+		}
+	}
+	if len(items) > 0 {
+		req, err := mig.NewRequest(items...)
+		if err != nil {
+			return fwk.AsStatus(err)
+		}
+		s.req = req
+		s.noRoom = "no GPU has free room for the rest of " + describe(s.slices)
+	}
+	return nil
+}
+
+// PreFilterExtensions implements framework.PreFilterPlugin: none, slices do
+// not depend on the other pods of the NodeInfo.
+func (p *Plugin) PreFilterExtensions() framework.PreFilterExtensions { return nil }

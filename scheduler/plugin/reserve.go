@@ -1,0 +1,113 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
+)
+
+// Reserve chooses the GPU and placement of each slice on the chosen node (on
+// the current snapshot) and holds them in memory.
+func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	s, err := readState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	r := &snapshot.Reservation{PodUID: pod.UID, Namespace: pod.Namespace, PodName: pod.Name, NodeName: nodeName,
+		Slots: append([]snapshot.Slot(nil), s.adopted...)}
+	if s.req != nil {
+		n := p.cache.Node(nodeName)
+		if n == nil {
+			return fwk.NewStatus(fwk.Unschedulable, reasonNoAccelerator)
+		}
+		as, err := mig.Place(n.MIG, s.req)
+		if err != nil {
+			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %s: %v", nodeName, err))
+		}
+		for _, a := range as {
+			r.Slots = append(r.Slots, snapshot.Slot{GPUUUID: n.GPUs[a.GPU].UUID, Profile: a.Profile.Name,
+				Placement: a.Placement, Index: s.missing[a.Slice]})
+		}
+	}
+	if err := p.cache.Reserve(r); err != nil {
+		return fwk.NewStatus(fwk.Unschedulable, err.Error())
+	}
+	klog.FromContext(ctx).V(4).Info("slices reserved", "pod", klog.KObj(pod), "node", nodeName, "slots", r.Slots)
+	if p.hooks.AfterReserve != nil {
+		if err := p.hooks.AfterReserve(ctx, pod); err != nil {
+			return fwk.AsStatus(err)
+		}
+	}
+	return nil
+}
+
+// Unreserve drops the pod's reservation (idempotent). When PreBind had
+// already committed allocations and the pod is not bound, they are deleted:
+// a failed bind is evidence that the pod does not hold them (DESIGN.md §4
+// rule 3). The agent's finalizer keeps each one, and its placement taken in
+// the snapshot, until the slice is destroyed.
+func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) {
+	log := klog.FromContext(ctx)
+	p.mu.Lock()
+	failedPreBind := p.prebindFailed[pod.UID]
+	delete(p.prebindFailed, pod.UID)
+	p.mu.Unlock()
+	r := p.cache.Unreserve(pod.UID)
+	if r == nil {
+		return
+	}
+	defer p.activateRejected(log)
+	reason := UnreserveOther
+	switch {
+	case failedPreBind:
+		reason = UnreservePreBind
+	case r.Committed:
+		reason = UnreserveBind
+	}
+	if !r.Committed {
+		if p.podGone(pod) {
+			reason = UnreserveDeleted
+		}
+		p.metrics.Unreserve.WithLabelValues(reason).Inc()
+		return
+	}
+	var current corev1.Pod
+	err := p.client.Get(ctx, client.ObjectKeyFromObject(pod), &current)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && current.UID != pod.UID):
+		reason = UnreserveDeleted
+	case err != nil:
+		log.Error(err, "cannot tell whether the pod is bound; keeping its allocations", "pod", klog.KObj(pod))
+		p.metrics.Unreserve.WithLabelValues(reason).Inc()
+		return
+	case current.Spec.NodeName != "":
+		log.Info("pod is bound although binding reported a failure; keeping its allocations", "pod", klog.KObj(pod), "node", current.Spec.NodeName)
+		p.metrics.Unreserve.WithLabelValues(reason).Inc()
+		return
+	}
+	p.metrics.Unreserve.WithLabelValues(reason).Inc()
+	for _, s := range r.Slots {
+		a := &slicerv1alpha1.SliceAllocation{}
+		a.Namespace, a.Name = pod.Namespace, AllocationName(pod.Name, string(pod.UID), s.Index)
+		if err := p.client.Delete(ctx, a); err != nil && !apierrors.IsNotFound(err) {
+			log.Error(err, "cannot delete the allocation of an unbound pod", "allocation", klog.KObj(a))
+			continue
+		}
+		log.Info("allocation of an unbound pod deleted", "allocation", klog.KObj(a), "reason", reason)
+	}
+}
+
+// podGone reports whether the pod (this UID) is gone, by the informer.
+func (p *Plugin) podGone(pod *corev1.Pod) bool {
+	cur, err := p.pods.Pods(pod.Namespace).Get(pod.Name)
+	return apierrors.IsNotFound(err) || (err == nil && (cur.UID != pod.UID || cur.DeletionTimestamp != nil))
+}

@@ -1,0 +1,40 @@
+package plugin
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// Score is internal/mig's packing score of the node for the pod, in [0, 100]:
+// higher for nodes where the slices cost the least future placeability.
+func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	s, err := readState(cs)
+	if err != nil {
+		return 0, fwk.AsStatus(err)
+	}
+	if s.req == nil {
+		return framework.MaxNodeScore, nil
+	}
+	n := p.cache.Node(nodeInfo.Node().Name)
+	if n == nil {
+		return 0, nil
+	}
+	score, _ := mig.Score(n.MIG, s.req)
+	return score, nil
+}
+
+// ScoreExtensions implements framework.ScorePlugin: scores are already in [0, 100].
+func (p *Plugin) ScoreExtensions() framework.ScoreExtensions { return nil }
+
+// PreScore skips Score for pods that ask for no slice.
+func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if _, err := cs.Read(stateKey); err != nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}

@@ -1,0 +1,544 @@
+// Package snapshot is the scheduler's in-memory view of the MIG state: per
+// node, its GPUs (model, UUID, usability) and every placement that is taken,
+// whether by a slice the agent reports, a committed SliceAllocation, or an
+// in-memory reservation. It is fed by informers (see informers.go), rebuilt
+// from the API on start, and read by Filter/Score without API calls.
+package snapshot
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// GPU is one GPU of a node as the scheduler sees it.
+type GPU struct {
+	Index int32
+	UUID  string
+	Model mig.Model
+	// Usable is true when Slicer may place new slices on the GPU.
+	Usable bool
+	// Reason says why the GPU is not usable ("" when usable).
+	Reason string
+}
+
+// Node is an immutable view of one node. Filter and Score read it without a lock.
+type Node struct {
+	Name string
+	// MIG is what internal/mig scores; MIG.GPUs[i] is GPUs[i].
+	MIG  mig.Node
+	GPUs []GPU
+	// Reason is non-empty when no GPU of the node can take a slice, and says why.
+	Reason string
+}
+
+// Slot is one slice placed on a GPU.
+type Slot struct {
+	GPUUUID   string
+	Profile   string // NVIDIA spelling
+	Placement mig.Placement
+	Index     int32 // the slice's index among the pod's slices
+}
+
+// Allocation is what the cache keeps of a SliceAllocation.
+type Allocation struct {
+	Namespace, Name string
+	PodName         string
+	PodUID          types.UID
+	NodeName        string
+	Slot            Slot
+	State           slicerv1alpha1.AllocationState
+	Reason, Message string
+	Deleting        bool
+	Spec            slicerv1alpha1.SliceAllocationSpec
+}
+
+// Reservation is the in-memory hold of a pod's slices between Reserve and
+// PostBind (or Unreserve).
+type Reservation struct {
+	PodUID    types.UID
+	Namespace string
+	PodName   string
+	NodeName  string
+	Slots     []Slot
+	// Committed is set once PreBind created the allocations.
+	Committed bool
+}
+
+// Events is notified of changes (metrics, waiters); all methods are called
+// with the cache lock held and must not call back into the cache.
+type Events interface {
+	// ReservationsChanged reports the number of reserved and committed reservations.
+	ReservationsChanged(reserved, committed int)
+	// Conflict reports a new double allocation between two pods (invariant I1).
+	Conflict()
+}
+
+type nopEvents struct{}
+
+func (nopEvents) ReservationsChanged(int, int) {}
+func (nopEvents) Conflict()                    {}
+
+// Cache is safe for concurrent use.
+type Cache struct {
+	log    logr.Logger
+	events Events
+
+	mu           sync.RWMutex
+	nodes        map[string]*Node                         // published snapshots
+	accels       map[string]*slicerv1alpha1.NodeAccelerator // by node name
+	allocs       map[types.NamespacedName]*Allocation
+	nodeAllocs   map[string]map[types.NamespacedName]*Allocation
+	podAllocs    map[types.UID]map[types.NamespacedName]*Allocation
+	reservations map[types.UID]*Reservation
+	conflicted   map[string]bool // GPU UUIDs currently in conflict
+	changed      chan struct{}   // closed and replaced on every allocation change
+}
+
+// New returns an empty cache.
+func New(log logr.Logger, events Events) *Cache {
+	if events == nil {
+		events = nopEvents{}
+	}
+	return &Cache{
+		log: log, events: events,
+		nodes:        map[string]*Node{},
+		accels:       map[string]*slicerv1alpha1.NodeAccelerator{},
+		allocs:       map[types.NamespacedName]*Allocation{},
+		nodeAllocs:   map[string]map[types.NamespacedName]*Allocation{},
+		podAllocs:    map[types.UID]map[types.NamespacedName]*Allocation{},
+		reservations: map[types.UID]*Reservation{},
+		conflicted:   map[string]bool{},
+		changed:      make(chan struct{}),
+	}
+}
+
+// Node returns the snapshot of a node, or nil when it has no NodeAccelerator.
+func (c *Cache) Node(name string) *Node {
+	c.mu.RLock()
+	n := c.nodes[name]
+	c.mu.RUnlock()
+	return n
+}
+
+// Nodes returns every node snapshot, sorted by name.
+func (c *Cache) Nodes() []*Node {
+	c.mu.RLock()
+	out := make([]*Node, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		out = append(out, n)
+	}
+	c.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// SetNodeAccelerator records (or replaces) a node's NodeAccelerator.
+func (c *Cache) SetNodeAccelerator(na *slicerv1alpha1.NodeAccelerator) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.accels[na.Name] = na
+	c.rebuild(na.Name)
+}
+
+// DeleteNodeAccelerator forgets a node's NodeAccelerator.
+func (c *Cache) DeleteNodeAccelerator(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.accels, name)
+	c.rebuild(name)
+}
+
+// AllocationFromObject converts a SliceAllocation.
+func AllocationFromObject(a *slicerv1alpha1.SliceAllocation) *Allocation {
+	prof, err := mig.ParseProfileName(string(a.Spec.Profile))
+	if err != nil {
+		prof = string(a.Spec.Profile)
+	}
+	return &Allocation{
+		Namespace: a.Namespace, Name: a.Name,
+		PodName: a.Spec.PodName, PodUID: types.UID(a.Spec.PodUID), NodeName: a.Spec.NodeName,
+		Slot: Slot{GPUUUID: a.Spec.GPUUUID, Profile: prof, Index: a.Spec.Index,
+			Placement: mig.Placement{Start: int(a.Spec.Placement.Start), Size: int(a.Spec.Placement.Size)}},
+		State: a.Status.State, Reason: a.Status.Reason, Message: a.Status.Message,
+		Deleting: a.DeletionTimestamp != nil,
+		Spec:     a.Spec,
+	}
+}
+
+// SetAllocation records (or replaces) a SliceAllocation.
+func (c *Cache) SetAllocation(a *Allocation) {
+	key := types.NamespacedName{Namespace: a.Namespace, Name: a.Name}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.allocs[key]
+	c.removeAlloc(key)
+	c.allocs[key] = a
+	addTo(c.nodeAllocs, a.NodeName, key, a)
+	addTo(c.podAllocs, a.PodUID, key, a)
+	if old != nil && old.NodeName != a.NodeName {
+		c.rebuild(old.NodeName)
+	}
+	c.rebuild(a.NodeName)
+	c.notify()
+}
+
+// DeleteAllocation forgets a SliceAllocation (it is gone from the API).
+func (c *Cache) DeleteAllocation(namespace, name string) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.allocs[key]
+	if old == nil {
+		return
+	}
+	c.removeAlloc(key)
+	c.rebuild(old.NodeName)
+	c.notify()
+}
+
+func (c *Cache) removeAlloc(key types.NamespacedName) {
+	old := c.allocs[key]
+	if old == nil {
+		return
+	}
+	delete(c.allocs, key)
+	removeFrom(c.nodeAllocs, old.NodeName, key)
+	removeFrom(c.podAllocs, old.PodUID, key)
+}
+
+func addTo[K comparable](m map[K]map[types.NamespacedName]*Allocation, k K, key types.NamespacedName, a *Allocation) {
+	inner := m[k]
+	if inner == nil {
+		inner = map[types.NamespacedName]*Allocation{}
+		m[k] = inner
+	}
+	inner[key] = a
+}
+
+func removeFrom[K comparable](m map[K]map[types.NamespacedName]*Allocation, k K, key types.NamespacedName) {
+	if inner := m[k]; inner != nil {
+		delete(inner, key)
+		if len(inner) == 0 {
+			delete(m, k)
+		}
+	}
+}
+
+// PodAllocations returns the allocations of a pod, ordered by index.
+func (c *Cache) PodAllocations(uid types.UID) []*Allocation {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.podAllocationsLocked(uid)
+}
+
+func (c *Cache) podAllocationsLocked(uid types.UID) []*Allocation {
+	inner := c.podAllocs[uid]
+	if len(inner) == 0 {
+		return nil
+	}
+	out := make([]*Allocation, 0, len(inner))
+	for _, a := range inner {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Slot.Index != out[j].Slot.Index {
+			return out[i].Slot.Index < out[j].Slot.Index
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// Changed returns a channel closed at the next allocation change.
+func (c *Cache) Changed() <-chan struct{} {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.changed
+}
+
+func (c *Cache) notify() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Reserve holds the slots of a pod on a node, after checking that they are
+// still free (they were chosen on a snapshot that may be older). Slots the
+// pod already holds through its own allocations are accepted as they are.
+func (c *Cache) Reserve(r *Reservation) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.reservations[r.PodUID]; ok {
+		return fmt.Errorf("pod %s/%s already holds a reservation", r.Namespace, r.PodName)
+	}
+	n := c.nodes[r.NodeName]
+	if n == nil {
+		return fmt.Errorf("node %s has no NodeAccelerator", r.NodeName)
+	}
+	own := map[Slot]bool{}
+	for _, a := range c.podAllocs[r.PodUID] {
+		own[a.Slot] = true
+	}
+	states := map[string]mig.GPUState{}
+	usable := map[string]bool{}
+	for i, g := range n.GPUs {
+		states[g.UUID] = n.MIG.GPUs[i].State
+		usable[g.UUID] = n.MIG.GPUs[i].Usable
+	}
+	for _, s := range r.Slots {
+		if own[s] {
+			continue
+		}
+		st, ok := states[s.GPUUUID]
+		if !ok || !usable[s.GPUUUID] {
+			return fmt.Errorf("GPU %s of node %s is not usable", s.GPUUUID, r.NodeName)
+		}
+		p, err := st.Model().Profile(s.Profile)
+		if err != nil {
+			return fmt.Errorf("GPU %s: %w", s.GPUUUID, err)
+		}
+		next, err := st.Take(p, s.Placement)
+		if err != nil {
+			return fmt.Errorf("GPU %s of node %s: %w", s.GPUUUID, r.NodeName, err)
+		}
+		states[s.GPUUUID] = next
+	}
+	c.reservations[r.PodUID] = r
+	c.rebuild(r.NodeName)
+	c.reportReservations()
+	return nil
+}
+
+// Commit marks a pod's reservation as committed (its allocations exist).
+func (c *Cache) Commit(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.reservations[uid]; r != nil {
+		r.Committed = true
+		c.reportReservations()
+	}
+}
+
+// Reservation returns a copy of a pod's reservation, or nil.
+func (c *Cache) Reservation(uid types.UID) *Reservation {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	r := c.reservations[uid]
+	if r == nil {
+		return nil
+	}
+	cp := *r
+	cp.Slots = append([]Slot(nil), r.Slots...)
+	return &cp
+}
+
+// Unreserve drops a pod's reservation and returns it (nil when there was
+// none: Unreserve is idempotent).
+func (c *Cache) Unreserve(uid types.UID) *Reservation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.reservations[uid]
+	if r == nil {
+		return nil
+	}
+	delete(c.reservations, uid)
+	c.rebuild(r.NodeName)
+	c.reportReservations()
+	return r
+}
+
+// ReservationCount returns the number of reservations held.
+func (c *Cache) ReservationCount() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.reservations)
+}
+
+func (c *Cache) reportReservations() {
+	reserved, committed := 0, 0
+	for _, r := range c.reservations {
+		if r.Committed {
+			committed++
+		} else {
+			reserved++
+		}
+	}
+	c.events.ReservationsChanged(reserved, committed)
+}
+
+// Holders returns, for each GPU of a node, the pods (namespace/name) holding
+// slices on it, sorted. Off the hot path (failure messages).
+func (c *Cache) Holders(node string) map[string][]string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	sets := map[string]map[string]bool{}
+	add := func(gpu, holder string) {
+		if sets[gpu] == nil {
+			sets[gpu] = map[string]bool{}
+		}
+		sets[gpu][holder] = true
+	}
+	for _, a := range c.nodeAllocs[node] {
+		add(a.Slot.GPUUUID, a.Namespace+"/"+a.PodName)
+	}
+	for _, r := range c.reservations {
+		if r.NodeName == node {
+			for _, s := range r.Slots {
+				add(s.GPUUUID, r.Namespace+"/"+r.PodName)
+			}
+		}
+	}
+	out := map[string][]string{}
+	for gpu, set := range sets {
+		for h := range set {
+			out[gpu] = append(out[gpu], h)
+		}
+		sort.Strings(out[gpu])
+	}
+	return out
+}
+
+type holder struct {
+	slot Slot
+	pod  types.UID // "" for a slice the agent reports without an allocation we know
+}
+
+// rebuild recomputes and publishes the snapshot of one node. Called with the
+// write lock held.
+func (c *Cache) rebuild(name string) {
+	na := c.accels[name]
+	if na == nil {
+		delete(c.nodes, name)
+		return
+	}
+	n := &Node{Name: name}
+	n.Reason = nodeReason(na)
+
+	gpus := append([]slicerv1alpha1.GPUStatus(nil), na.Status.GPUs...)
+	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Index < gpus[j].Index })
+	// Claims by the scheduler's side (committed allocations, reservations), per GPU.
+	claims := map[string][]holder{}
+	for _, a := range c.nodeAllocs[name] {
+		claims[a.Slot.GPUUUID] = append(claims[a.Slot.GPUUUID], holder{slot: a.Slot, pod: a.PodUID})
+	}
+	for _, r := range c.reservations {
+		if r.NodeName != name {
+			continue
+		}
+		for _, s := range r.Slots {
+			claims[s.GPUUUID] = append(claims[s.GPUUUID], holder{slot: s, pod: r.PodUID})
+		}
+	}
+	anyUsable := false
+	for _, g := range gpus {
+		gpu := GPU{Index: g.Index, UUID: g.UUID}
+		var state mig.GPUState
+		model, err := mig.ParseModel(string(g.Model))
+		switch {
+		case g.Model == "" || err != nil:
+			gpu.Reason = "not a supported MIG model"
+		case g.MIGMode != slicerv1alpha1.MIGModeEnabled:
+			gpu.Reason = "MIG mode is " + string(g.MIGMode)
+		case g.Health != slicerv1alpha1.GPUHealthy:
+			gpu.Reason = "GPU is " + string(g.Health)
+		case n.Reason != "":
+			gpu.Reason = n.Reason
+		}
+		if err == nil && g.Model != "" {
+			gpu.Model = model
+			state, err = c.gpuState(name, g, model, claims[g.UUID])
+			if err != nil && gpu.Reason == "" {
+				gpu.Reason = err.Error()
+			}
+		}
+		gpu.Usable = gpu.Reason == ""
+		anyUsable = anyUsable || gpu.Usable
+		n.GPUs = append(n.GPUs, gpu)
+		n.MIG.GPUs = append(n.MIG.GPUs, mig.GPU{State: state, Usable: gpu.Usable})
+	}
+	if !anyUsable && n.Reason == "" {
+		n.Reason = "no usable MIG GPU"
+		if len(gpus) == 0 {
+			n.Reason = "no GPU reported"
+		}
+	}
+	c.nodes[name] = n
+}
+
+// gpuState is the union of the slices the agent reports and the scheduler's
+// claims. Two pods claiming overlapping slots is a double allocation (I1): the
+// GPU is made unusable and the conflict counted once. A layout the agent
+// reports that does not add up (S7) also makes the GPU unusable, with a reason.
+func (c *Cache) gpuState(node string, g slicerv1alpha1.GPUStatus, model mig.Model, claims []holder) (mig.GPUState, error) {
+	seen := map[Slot]types.UID{}
+	var inst []mig.Instance
+	conflict := false
+	for _, h := range claims {
+		key := Slot{GPUUUID: h.slot.GPUUUID, Profile: h.slot.Profile, Placement: h.slot.Placement}
+		if prev, ok := seen[key]; ok {
+			if prev != h.pod {
+				conflict = true
+			}
+			continue
+		}
+		seen[key] = h.pod
+		inst = append(inst, mig.Instance{Profile: key.Profile, Placement: key.Placement})
+	}
+	claimed, err := mig.NewGPUState(model, inst)
+	if err != nil {
+		conflict = true
+	}
+	if conflict {
+		if !c.conflicted[g.UUID] {
+			c.conflicted[g.UUID] = true
+			c.events.Conflict()
+		}
+		c.log.Error(err, "scheduler claims overlap on a GPU: double allocation", "node", node, "gpu", g.UUID)
+		return mig.GPUState{}, fmt.Errorf("allocations on this GPU overlap (double allocation)")
+	}
+	delete(c.conflicted, g.UUID)
+	state := claimed
+	for _, s := range g.Slices {
+		prof, err := mig.ParseProfileName(string(s.Profile))
+		if err != nil {
+			c.log.Error(err, "agent reports an unknown profile", "node", node, "gpu", g.UUID)
+			return mig.GPUState{}, fmt.Errorf("agent reports unknown profile %q", s.Profile)
+		}
+		key := Slot{GPUUUID: g.UUID, Profile: prof, Placement: mig.Placement{Start: int(s.Placement.Start), Size: int(s.Placement.Size)}}
+		if _, ok := seen[key]; ok {
+			continue // the realized slice of a claim
+		}
+		seen[key] = ""
+		p, err := model.Profile(prof)
+		if err == nil {
+			state, err = state.Take(p, key.Placement)
+		}
+		if err != nil {
+			c.log.Error(err, "agent-reported layout conflicts with the scheduler's view", "node", node, "gpu", g.UUID)
+			return mig.GPUState{}, fmt.Errorf("reported slices conflict with allocations: %w", err)
+		}
+	}
+	return state, nil
+}
+
+func nodeReason(na *slicerv1alpha1.NodeAccelerator) string {
+	for _, cond := range na.Status.Conditions {
+		if cond.Status != metav1.ConditionTrue {
+			continue
+		}
+		switch cond.Type {
+		case slicerv1alpha1.ConditionOwnershipConflict:
+			return "MIG is managed by another tool (" + cond.Reason + ")"
+		case slicerv1alpha1.ConditionDriverNotReady:
+			return "GPU driver not ready (" + cond.Reason + ")"
+		}
+	}
+	return ""
+}

@@ -1,0 +1,208 @@
+package snapshot
+
+import (
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+type countEvents struct{ conflicts, reserved, committed int }
+
+func (e *countEvents) ReservationsChanged(r, c int) { e.reserved, e.committed = r, c }
+func (e *countEvents) Conflict()                    { e.conflicts++ }
+
+func accel(node string, gpus int, mut ...func(*slicerv1alpha1.NodeAccelerator)) *slicerv1alpha1.NodeAccelerator {
+	na := &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	for i := 0; i < gpus; i++ {
+		na.Status.GPUs = append(na.Status.GPUs, slicerv1alpha1.GPUStatus{
+			Index: int32(i), UUID: "GPU-" + node + "-" + string(rune('a'+i)), Model: "H100-80GB",
+			MIGMode: slicerv1alpha1.MIGModeEnabled, Health: slicerv1alpha1.GPUHealthy,
+		})
+	}
+	for _, m := range mut {
+		m(na)
+	}
+	return na
+}
+
+func alloc(name, pod, node, gpu, profile string, start, size int) *Allocation {
+	return &Allocation{Namespace: "ns", Name: name, PodName: pod, PodUID: types.UID(pod + "-uid"), NodeName: node,
+		Slot: Slot{GPUUUID: gpu, Profile: profile, Placement: mig.Placement{Start: start, Size: size}}}
+}
+
+// free lists free compute slices per GPU, or -1 for an unusable GPU.
+func free(n *Node) []int {
+	var out []int
+	for i, g := range n.MIG.GPUs {
+		if !g.Usable {
+			out = append(out, -1)
+			continue
+		}
+		_ = i
+		out = append(out, g.State.FreeComputeSlices())
+	}
+	return out
+}
+
+func TestSnapshotUnion(t *testing.T) {
+	cases := []struct {
+		name          string
+		na            *slicerv1alpha1.NodeAccelerator
+		allocs        []*Allocation
+		reserve       *Reservation
+		wantFree      []int
+		wantReason    string
+		wantConflicts int
+	}{
+		{name: "empty", na: accel("n1", 2), wantFree: []int{7, 7}},
+		{name: "allocation and its realized slice count once",
+			na: accel("n1", 1, func(na *slicerv1alpha1.NodeAccelerator) {
+				na.Status.GPUs[0].Slices = []slicerv1alpha1.MIGSlice{{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 4, Size: 4}, State: slicerv1alpha1.SliceAllocated}}
+			}),
+			allocs:   []*Allocation{alloc("a", "p", "n1", "GPU-n1-a", "3g.40gb", 4, 4)},
+			wantFree: []int{4}},
+		{name: "free slice reported by the agent is taken",
+			na: accel("n1", 1, func(na *slicerv1alpha1.NodeAccelerator) {
+				na.Status.GPUs[0].Slices = []slicerv1alpha1.MIGSlice{{Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 1}, State: slicerv1alpha1.SliceFree}}
+			}),
+			wantFree: []int{6}},
+		{name: "deleting allocation still holds its placement",
+			na: accel("n1", 1),
+			allocs: []*Allocation{func() *Allocation {
+				a := alloc("a", "p", "n1", "GPU-n1-a", "7g.80gb", 0, 8)
+				a.Deleting = true
+				return a
+			}()},
+			wantFree: []int{0}},
+		{name: "reservation is taken",
+			na:       accel("n1", 1),
+			reserve:  &Reservation{PodUID: "r", NodeName: "n1", Slots: []Slot{{GPUUUID: "GPU-n1-a", Profile: "2g.20gb", Placement: mig.Placement{Start: 2, Size: 2}}}},
+			wantFree: []int{5}},
+		{name: "unhealthy and unknown-model GPUs are not usable",
+			na: accel("n1", 3, func(na *slicerv1alpha1.NodeAccelerator) {
+				na.Status.GPUs[0].Health = slicerv1alpha1.GPUUnhealthy
+				na.Status.GPUs[1].Model = ""
+			}),
+			wantFree: []int{-1, -1, 7}},
+		{name: "ownership conflict makes the node unusable",
+			na: accel("n1", 1, func(na *slicerv1alpha1.NodeAccelerator) {
+				na.Status.Conditions = []metav1.Condition{{Type: slicerv1alpha1.ConditionOwnershipConflict, Status: metav1.ConditionTrue, Reason: "ForeignMIGManager"}}
+			}),
+			wantFree: []int{-1}, wantReason: "MIG is managed by another tool (ForeignMIGManager)"},
+		{name: "two pods on overlapping slots: GPU unusable, one conflict",
+			na: accel("n1", 2),
+			allocs: []*Allocation{alloc("a", "p", "n1", "GPU-n1-a", "4g.40gb", 0, 4),
+				alloc("b", "q", "n1", "GPU-n1-a", "1g.10gb", 1, 1)},
+			wantFree: []int{-1, 7}, wantConflicts: 1},
+		{name: "agent layout conflicting with an allocation (S7): GPU unusable, no conflict counted",
+			na: accel("n1", 1, func(na *slicerv1alpha1.NodeAccelerator) {
+				na.Status.GPUs[0].Slices = []slicerv1alpha1.MIGSlice{{Profile: "7g.80gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 8}, State: slicerv1alpha1.SliceFree}}
+			}),
+			allocs:   []*Allocation{alloc("a", "p", "n1", "GPU-n1-a", "1g.10gb", 6, 1)},
+			wantFree: []int{-1}, wantReason: "no usable MIG GPU"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := &countEvents{}
+			c := New(logr.Discard(), ev)
+			for _, a := range tc.allocs {
+				c.SetAllocation(a)
+			}
+			c.SetNodeAccelerator(tc.na)
+			if tc.reserve != nil {
+				if err := c.Reserve(tc.reserve); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n := c.Node("n1")
+			if diff := cmp.Diff(tc.wantFree, free(n)); diff != "" {
+				t.Errorf("free compute slices (-want +got):\n%s", diff)
+			}
+			if n.Reason != tc.wantReason {
+				t.Errorf("reason %q, want %q", n.Reason, tc.wantReason)
+			}
+			if ev.conflicts != tc.wantConflicts {
+				t.Errorf("conflicts %d, want %d", ev.conflicts, tc.wantConflicts)
+			}
+		})
+	}
+}
+
+func TestReserveUnreserve(t *testing.T) {
+	ev := &countEvents{}
+	c := New(logr.Discard(), ev)
+	c.SetNodeAccelerator(accel("n1", 1))
+	full := &Reservation{PodUID: "a", NodeName: "n1", Slots: []Slot{{GPUUUID: "GPU-n1-a", Profile: "4g.40gb", Placement: mig.Placement{Start: 0, Size: 4}}}}
+	if err := c.Reserve(full); err != nil {
+		t.Fatal(err)
+	}
+	if ev.reserved != 1 {
+		t.Errorf("reserved gauge %d, want 1", ev.reserved)
+	}
+	// A second pod on an overlapping slot is refused: the snapshot it was
+	// chosen on is stale.
+	clash := &Reservation{PodUID: "b", NodeName: "n1", Slots: []Slot{{GPUUUID: "GPU-n1-a", Profile: "1g.10gb", Placement: mig.Placement{Start: 3, Size: 1}}}}
+	if err := c.Reserve(clash); err == nil {
+		t.Fatal("overlapping reservation accepted")
+	}
+	if err := c.Reserve(&Reservation{PodUID: "a", NodeName: "n1"}); err == nil {
+		t.Error("second reservation of the same pod accepted")
+	}
+	c.Commit("a")
+	if ev.reserved != 0 || ev.committed != 1 {
+		t.Errorf("gauges reserved=%d committed=%d, want 0, 1", ev.reserved, ev.committed)
+	}
+	if r := c.Unreserve("a"); r == nil || !r.Committed {
+		t.Fatalf("Unreserve returned %+v", r)
+	}
+	if r := c.Unreserve("a"); r != nil {
+		t.Errorf("second Unreserve returned %+v, want nil (idempotent)", r)
+	}
+	if err := c.Reserve(clash); err != nil {
+		t.Errorf("slot still taken after Unreserve: %v", err)
+	}
+	if got := free(c.Node("n1")); got[0] != 6 {
+		t.Errorf("free %v, want [6]", got)
+	}
+	// The pod's own allocation is accepted by its reservation (restart after PreBind).
+	own := alloc("x", "p", "n1", "GPU-n1-a", "1g.10gb", 6, 1)
+	c.SetAllocation(own)
+	if err := c.Reserve(&Reservation{PodUID: own.PodUID, NodeName: "n1", Slots: []Slot{own.Slot}}); err != nil {
+		t.Errorf("reservation of the pod's own allocation refused: %v", err)
+	}
+	if ev.conflicts != 0 {
+		t.Errorf("conflicts %d, want 0", ev.conflicts)
+	}
+}
+
+func TestAllocationLifecycle(t *testing.T) {
+	c := New(logr.Discard(), nil)
+	c.SetNodeAccelerator(accel("n1", 1))
+	ch := c.Changed()
+	c.SetAllocation(alloc("a", "p", "n1", "GPU-n1-a", "7g.80gb", 0, 8))
+	select {
+	case <-ch:
+	default:
+		t.Error("Changed not closed by an allocation change")
+	}
+	if got := len(c.PodAllocations("p-uid")); got != 1 {
+		t.Errorf("PodAllocations = %d, want 1", got)
+	}
+	if h := c.Holders("n1")["GPU-n1-a"]; !cmp.Equal(h, []string{"ns/p"}) {
+		t.Errorf("holders %v", h)
+	}
+	c.DeleteAllocation("ns", "a")
+	if got := free(c.Node("n1")); got[0] != 7 {
+		t.Errorf("free after delete %v, want [7]", got)
+	}
+	c.DeleteNodeAccelerator("n1")
+	if c.Node("n1") != nil {
+		t.Error("node still in the snapshot after its NodeAccelerator is gone")
+	}
+}

@@ -1,0 +1,87 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+)
+
+// Feed wires informers on NodeAccelerators and SliceAllocations into the
+// cache, starts them with ctx and returns once both have synced, so the
+// cache is rebuilt from the API before the scheduler schedules anything.
+func Feed(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, c *Cache) (crcache.Cache, error) {
+	informers, err := crcache.New(cfg, crcache.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("informer cache: %w", err)
+	}
+	naInf, err := informers.GetInformer(ctx, &slicerv1alpha1.NodeAccelerator{})
+	if err != nil {
+		return nil, fmt.Errorf("NodeAccelerator informer: %w", err)
+	}
+	if _, err := naInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onNodeAccelerator(obj) },
+		UpdateFunc: func(_, obj any) { c.onNodeAccelerator(obj) },
+		DeleteFunc: func(obj any) { c.onNodeAcceleratorDelete(obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("NodeAccelerator handler: %w", err)
+	}
+	saInf, err := informers.GetInformer(ctx, &slicerv1alpha1.SliceAllocation{})
+	if err != nil {
+		return nil, fmt.Errorf("SliceAllocation informer: %w", err)
+	}
+	if _, err := saInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onAllocation(obj) },
+		UpdateFunc: func(_, obj any) { c.onAllocation(obj) },
+		DeleteFunc: func(obj any) { c.onAllocationDelete(obj) },
+	}); err != nil {
+		return nil, fmt.Errorf("SliceAllocation handler: %w", err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		select {
+		case err := <-errc:
+			return nil, fmt.Errorf("informers stopped before sync: %w", err)
+		default:
+			return nil, errors.New("informers did not sync before the context ended")
+		}
+	}
+	return informers, nil
+}
+
+func (c *Cache) onNodeAccelerator(obj any) {
+	if na, ok := obj.(*slicerv1alpha1.NodeAccelerator); ok {
+		c.SetNodeAccelerator(na)
+	}
+}
+
+func (c *Cache) onNodeAcceleratorDelete(obj any) {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if na, ok := obj.(*slicerv1alpha1.NodeAccelerator); ok {
+		c.DeleteNodeAccelerator(na.Name)
+	}
+}
+
+func (c *Cache) onAllocation(obj any) {
+	if a, ok := obj.(*slicerv1alpha1.SliceAllocation); ok {
+		c.SetAllocation(AllocationFromObject(a))
+	}
+}
+
+func (c *Cache) onAllocationDelete(obj any) {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if a, ok := obj.(*slicerv1alpha1.SliceAllocation); ok {
+		c.DeleteAllocation(a.Namespace, a.Name)
+	}
+}
