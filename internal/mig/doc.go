@@ -41,5 +41,6 @@
 // interface; SelectNode is the simulator's stand-in for kube-scheduler's host selection.
 //
 // Bounds: LowerBound(m, items) (at least DESIGN.md §5's formula), Optimum(m, items) (exact,
-// up to MaxExactRequests slices) and PackStatic(policy, m, items).
+// up to MaxExactRequests slices), PackStatic(policy, m, items) and StaticOrder(m, items) (the
+// order PackStatic feeds a static batch to the policy in).
 package mig
