@@ -4,7 +4,6 @@
 package deps
 
 import (
-	_ "github.com/NVIDIA/go-nvml/pkg/nvml"
 	_ "github.com/google/go-cmp/cmp"
 	_ "github.com/onsi/ginkgo/v2"
 	_ "github.com/onsi/gomega"
@@ -16,7 +15,6 @@ import (
 	_ "k8s.io/client-go/kubernetes"
 	_ "k8s.io/component-base/version"
 	_ "k8s.io/kube-scheduler/framework"
-	_ "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	_ "sigs.k8s.io/controller-runtime"
 	_ "sigs.k8s.io/controller-runtime/pkg/envtest"
