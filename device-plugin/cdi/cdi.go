@@ -1,0 +1,277 @@
+// Package cdi writes one Container Device Interface spec per realized MIG
+// slice (kind slicer.dev/mig, device name = the MIG device UUID), atomically
+// (temp file + rename), and removes specs of slices that no longer exist.
+//
+// Emulated mode: the device's containerEdits only set environment variables
+// (SLICER_MIG_DEVICE, SLICER_MIG_PROFILE, SLICER_MIG_PLACEMENT, SLICER_GPU_UUID
+// and NVIDIA_VISIBLE_DEVICES). Real mode adds what NVIDIA's own CDI specs give
+// a MIG device: /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, the
+// parent GPU's /dev/nvidia<minor>, and the two MIG capability nodes
+// /dev/nvidia-caps/nvidia-cap<N> whose minors the driver publishes in
+// /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<GI>/access and
+// .../gi<GI>/ci<CI>/access ("DeviceFileMinor: N"). Driver libraries are not
+// injected: the container image or the NVIDIA container toolkit provides them.
+package cdi
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+const (
+	// Vendor and Class make the CDI kind slicer.dev/mig.
+	Vendor = "slicer.dev"
+	Class  = "mig"
+	// Kind is the CDI kind of Slicer's MIG devices.
+	Kind = Vendor + "/" + Class
+	// DefaultDir is where container runtimes look for dynamic CDI specs.
+	DefaultDir = "/var/run/cdi"
+)
+
+// Environment variables a container gets with its slice.
+const (
+	EnvMIGDevice     = "SLICER_MIG_DEVICE"
+	EnvMIGProfile    = "SLICER_MIG_PROFILE"
+	EnvMIGPlacement  = "SLICER_MIG_PLACEMENT"
+	EnvGPUUUID       = "SLICER_GPU_UUID"
+	EnvVisibleDevice = "NVIDIA_VISIBLE_DEVICES"
+)
+
+// Slice is what a spec describes.
+type Slice struct {
+	// MIGUUID is the MIG device UUID; it is also the CDI device name.
+	MIGUUID string
+	GPUUUID string
+	// GPUMinor is the parent GPU's /dev/nvidia<minor> (real mode).
+	GPUMinor int
+	// Profile in its Kubernetes spelling (".me").
+	Profile        string
+	PlacementStart int
+	PlacementSize  int
+	GPUInstance    int
+	ComputeInst    int
+}
+
+// Writer writes specs under Dir.
+type Writer struct {
+	Dir string
+	// Real adds device nodes (see the package comment); otherwise env only.
+	Real bool
+	// ProcRoot is where /proc/driver/nvidia lives (tests); default "/proc".
+	ProcRoot string
+}
+
+// QualifiedName is the fully qualified CDI device name of a slice, e.g.
+// "slicer.dev/mig=MIG-…", as the kubelet passes it to the runtime.
+func QualifiedName(migUUID string) string { return parser.QualifiedName(Vendor, Class, migUUID) }
+
+// fileName is the spec file of a device (a transient spec per slice).
+func fileName(migUUID string) string {
+	return cdiapi.GenerateTransientSpecName(Vendor, Class, migUUID) + ".yaml"
+}
+
+const filePrefix = Vendor + "-" + Class + "_"
+
+// Path is where the spec of a device is written.
+func (w *Writer) Path(migUUID string) string { return filepath.Join(w.Dir, fileName(migUUID)) }
+
+// Spec renders the CDI spec of a slice (pure, except real mode reads the
+// driver's capability files).
+func (w *Writer) Spec(s Slice) (*cdispec.Spec, error) {
+	if err := parser.ValidateDeviceName(s.MIGUUID); err != nil {
+		return nil, fmt.Errorf("CDI device name %q: %w", s.MIGUUID, err)
+	}
+	edits := cdispec.ContainerEdits{Env: []string{
+		EnvMIGDevice + "=" + s.MIGUUID,
+		EnvMIGProfile + "=" + s.Profile,
+		EnvMIGPlacement + "=" + strconv.Itoa(s.PlacementStart) + ":" + strconv.Itoa(s.PlacementSize),
+		EnvGPUUUID + "=" + s.GPUUUID,
+		EnvVisibleDevice + "=" + s.MIGUUID,
+	}}
+	if w.Real {
+		nodes, err := w.deviceNodes(s)
+		if err != nil {
+			return nil, err
+		}
+		edits.DeviceNodes = nodes
+	}
+	spec := &cdispec.Spec{
+		Kind:    Kind,
+		Devices: []cdispec.Device{{Name: s.MIGUUID, ContainerEdits: edits}},
+	}
+	v, err := cdiapi.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, fmt.Errorf("CDI spec version: %w", err)
+	}
+	spec.Version = v
+	return spec, nil
+}
+
+func (w *Writer) deviceNodes(s Slice) ([]*cdispec.DeviceNode, error) {
+	proc := w.ProcRoot
+	if proc == "" {
+		proc = "/proc"
+	}
+	base := filepath.Join(proc, "driver", "nvidia", "capabilities", "gpu"+strconv.Itoa(s.GPUMinor), "mig", "gi"+strconv.Itoa(s.GPUInstance))
+	giMinor, err := capMinor(filepath.Join(base, "access"))
+	if err != nil {
+		return nil, err
+	}
+	ciMinor, err := capMinor(filepath.Join(base, "ci"+strconv.Itoa(s.ComputeInst), "access"))
+	if err != nil {
+		return nil, err
+	}
+	return []*cdispec.DeviceNode{
+		{Path: "/dev/nvidiactl"},
+		{Path: "/dev/nvidia-uvm"},
+		{Path: "/dev/nvidia-uvm-tools"},
+		{Path: "/dev/nvidia" + strconv.Itoa(s.GPUMinor)},
+		{Path: "/dev/nvidia-caps/nvidia-cap" + strconv.Itoa(giMinor)},
+		{Path: "/dev/nvidia-caps/nvidia-cap" + strconv.Itoa(ciMinor)},
+	}, nil
+}
+
+// capMinor reads "DeviceFileMinor: N" from a driver capability file.
+func capMinor(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("MIG capability: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "DeviceFileMinor:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return 0, fmt.Errorf("MIG capability %s: %w", path, err)
+			}
+			return n, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("MIG capability %s: %w", path, err)
+	}
+	return 0, fmt.Errorf("MIG capability %s: no DeviceFileMinor", path)
+}
+
+// Write renders and writes the spec of a slice atomically and returns the
+// qualified device name.
+func (w *Writer) Write(s Slice) (string, error) {
+	spec, err := w.Spec(s)
+	if err != nil {
+		return "", err
+	}
+	data, err := yaml.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("CDI spec: %w", err)
+	}
+	if err := os.MkdirAll(w.Dir, 0o755); err != nil {
+		return "", fmt.Errorf("CDI dir: %w", err)
+	}
+	tmp, err := os.CreateTemp(w.Dir, ".tmp-"+filePrefix+"*")
+	if err != nil {
+		return "", fmt.Errorf("CDI spec: %w", err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return "", errors.Join(fmt.Errorf("CDI spec: %w", err), tmp.Close(), os.Remove(tmp.Name()))
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		return "", errors.Join(fmt.Errorf("CDI spec: %w", err), tmp.Close(), os.Remove(tmp.Name()))
+	}
+	if err := tmp.Close(); err != nil {
+		return "", errors.Join(fmt.Errorf("CDI spec: %w", err), os.Remove(tmp.Name()))
+	}
+	if err := os.Rename(tmp.Name(), w.Path(s.MIGUUID)); err != nil {
+		return "", errors.Join(fmt.Errorf("CDI spec: %w", err), os.Remove(tmp.Name()))
+	}
+	return QualifiedName(s.MIGUUID), nil
+}
+
+// Remove deletes the spec of a device; a missing spec is not an error.
+func (w *Writer) Remove(migUUID string) error {
+	if err := os.Remove(w.Path(migUUID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove CDI spec: %w", err)
+	}
+	return nil
+}
+
+// List returns the device names that have a spec file (and leftover temp files
+// are not listed).
+func (w *Writer) List() ([]string, error) {
+	entries, err := os.ReadDir(w.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list CDI specs: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		n := e.Name()
+		if !strings.HasPrefix(n, filePrefix) || !strings.HasSuffix(n, ".yaml") {
+			continue
+		}
+		out = append(out, strings.TrimSuffix(strings.TrimPrefix(n, filePrefix), ".yaml"))
+	}
+	return out, nil
+}
+
+// RemoveStale removes every Slicer spec (and leftover temp file) whose device
+// is not in keep, and returns the removed device names.
+func (w *Writer) RemoveStale(keep map[string]bool) ([]string, error) {
+	entries, err := os.ReadDir(w.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list CDI specs: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case strings.HasPrefix(n, ".tmp-"+filePrefix):
+			if err := os.Remove(filepath.Join(w.Dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		case strings.HasPrefix(n, filePrefix) && strings.HasSuffix(n, ".yaml"):
+			dev := strings.TrimSuffix(strings.TrimPrefix(n, filePrefix), ".yaml")
+			if keep[dev] {
+				continue
+			}
+			if err := os.Remove(filepath.Join(w.Dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+				continue
+			}
+			removed = append(removed, dev)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return removed, fmt.Errorf("remove stale CDI specs: %w", err)
+	}
+	return removed, nil
+}
+
+// Validate reads a written spec back with the CDI library's own parser and
+// validation, as a container runtime would.
+func Validate(path string) error {
+	spec, err := cdiapi.ReadSpec(path, 0)
+	if err != nil {
+		return fmt.Errorf("CDI spec %s: %w", path, err)
+	}
+	if spec.GetVendor() != Vendor || spec.GetClass() != Class {
+		return fmt.Errorf("CDI spec %s: kind %s/%s, want %s", path, spec.GetVendor(), spec.GetClass(), Kind)
+	}
+	return nil
+}

@@ -1,0 +1,133 @@
+package cdi_test
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/slicer-operator/slicer/device-plugin/cdi"
+)
+
+func slice(uuid string) cdi.Slice {
+	return cdi.Slice{MIGUUID: uuid, GPUUUID: "GPU-1234", GPUMinor: 3, Profile: "1g.10gb.me", PlacementStart: 6, PlacementSize: 1, GPUInstance: 9, ComputeInst: 0}
+}
+
+func TestWriteValidatesWithCDILibrary(t *testing.T) {
+	dir := t.TempDir()
+	w := &cdi.Writer{Dir: dir}
+	name, err := w.Write(slice("MIG-aaaa-bbbb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != "slicer.dev/mig=MIG-aaaa-bbbb" {
+		t.Errorf("qualified name %q", name)
+	}
+	if err := cdi.Validate(w.Path("MIG-aaaa-bbbb")); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cdiapi.ReadSpec(w.Path("MIG-aaaa-bbbb"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := spec.GetDevice("MIG-aaaa-bbbb")
+	if dev == nil {
+		t.Fatal("device missing from spec")
+	}
+	got := append([]string(nil), dev.ContainerEdits.Env...)
+	sort.Strings(got)
+	want := []string{"NVIDIA_VISIBLE_DEVICES=MIG-aaaa-bbbb", "SLICER_GPU_UUID=GPU-1234", "SLICER_MIG_DEVICE=MIG-aaaa-bbbb", "SLICER_MIG_PLACEMENT=6:1", "SLICER_MIG_PROFILE=1g.10gb.me"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("env (-want +got):\n%s", d)
+	}
+	// Overwrite is atomic and idempotent; no temp files are left.
+	if _, err := w.Write(slice("MIG-aaaa-bbbb")); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("dir holds %d entries, want 1", len(entries))
+	}
+}
+
+func TestRealModeDeviceNodes(t *testing.T) {
+	proc := t.TempDir()
+	gi := filepath.Join(proc, "driver/nvidia/capabilities/gpu3/mig/gi9")
+	if err := os.MkdirAll(filepath.Join(gi, "ci0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(gi, "access"), []byte("DeviceFileMinor: 75\nDeviceFileMode: 292\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(gi, "ci0", "access"), []byte("DeviceFileMinor: 76\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := &cdi.Writer{Dir: t.TempDir(), Real: true, ProcRoot: proc}
+	spec, err := w.Spec(slice("MIG-x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, n := range spec.Devices[0].ContainerEdits.DeviceNodes {
+		paths = append(paths, n.Path)
+	}
+	want := []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia3", "/dev/nvidia-caps/nvidia-cap75", "/dev/nvidia-caps/nvidia-cap76"}
+	if d := cmp.Diff(want, paths); d != "" {
+		t.Errorf("device nodes (-want +got):\n%s", d)
+	}
+	if _, err := w.Write(slice("MIG-x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cdi.Validate(w.Path("MIG-x")); err != nil {
+		t.Error(err)
+	}
+	if _, err := (&cdi.Writer{Dir: t.TempDir(), Real: true, ProcRoot: t.TempDir()}).Spec(slice("MIG-x")); err == nil {
+		t.Error("real mode without capability files succeeded")
+	}
+}
+
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	w := &cdi.Writer{Dir: dir}
+	for _, u := range []string{"MIG-1", "MIG-2", "MIG-3"} {
+		if _, err := w.Write(slice(u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".tmp-slicer.dev-mig_123"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nvidia.com-gpu.yaml"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := w.RemoveStale(map[string]bool{"MIG-2": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(removed)
+	if d := cmp.Diff([]string{"MIG-1", "MIG-3"}, removed); d != "" {
+		t.Errorf("removed (-want +got):\n%s", d)
+	}
+	left, err := w.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"MIG-2"}, left); d != "" {
+		t.Errorf("left (-want +got):\n%s", d)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nvidia.com-gpu.yaml")); err != nil {
+		t.Errorf("another vendor's spec was touched: %v", err)
+	}
+	if err := w.Remove("MIG-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Remove("MIG-2"); err != nil {
+		t.Errorf("removing a missing spec: %v", err)
+	}
+	if _, err := w.Write(slice("bad/name")); err == nil {
+		t.Error("an illegal device name was accepted")
+	}
+}
