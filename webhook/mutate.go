@@ -1,0 +1,283 @@
+package webhook
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// DefaultSchedulerName is the Slicer scheduler's name unless configured otherwise.
+const DefaultSchedulerName = "slicer-scheduler"
+
+// Settings is what a mutation depends on besides the pod.
+type Settings struct {
+	// SchedulerName is the Slicer scheduler's name; pods that ask for MIG slices get it.
+	SchedulerName string
+	// TranslateNVIDIA rewrites nvidia.com/mig-<profile> to slicer.dev/mig-<profile>. When
+	// false, nvidia.com/mig-* belongs to NVIDIA's device plugin and is left alone.
+	TranslateNVIDIA bool
+}
+
+// Rejection is a pod the webhook refuses; Reasons are written for the pod's author.
+type Rejection struct{ Reasons []string }
+
+func (r *Rejection) Error() string { return strings.Join(r.Reasons, "; ") }
+
+// containerList is one of the pod's lists of containers and its JSON field name.
+type containerList struct {
+	field      string
+	containers []corev1.Container
+}
+
+// Mutate returns the JSON patch that turns pod into what Slicer schedules: an empty patch for
+// a pod that asks for no MIG slice (or is a mirror pod, or is already mutated), or a
+// *Rejection. It is pure and deterministic: mutating a mutated pod gives an empty patch.
+func Mutate(pod *corev1.Pod, s Settings) ([]jsonpatch.JsonPatchOperation, error) {
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return nil, nil
+	}
+	if s.SchedulerName == "" {
+		s.SchedulerName = DefaultSchedulerName
+	}
+	var (
+		ops        []jsonpatch.JsonPatchOperation
+		reasons    []string
+		slicerMIG  bool  // the pod asks for a Slicer slice (after translation)
+		nativeMIG  bool  // the pod asks for nvidia.com/mig-* left to NVIDIA's plugin
+		appSlices  int64 // slices of the app containers, which run together
+		mentionMIG bool  // any MIG resource, valid or not
+	)
+	lists := []containerList{
+		{field: "initContainers", containers: pod.Spec.InitContainers},
+		{field: "containers", containers: pod.Spec.Containers},
+	}
+	for _, l := range lists {
+		for i := range l.containers {
+			c := &l.containers[i]
+			plan := planContainer(c.Name, c.Resources, s)
+			reasons = append(reasons, plan.reasons...)
+			nativeMIG = nativeMIG || plan.native
+			mentionMIG = mentionMIG || plan.mentions
+			if plan.slices > 0 {
+				slicerMIG = true
+			}
+			if l.field == "containers" {
+				appSlices += plan.slices
+			}
+			base := fmt.Sprintf("/spec/%s/%d/resources", l.field, i)
+			ops = append(ops, plan.ops(base)...)
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		c := &pod.Spec.EphemeralContainers[i]
+		if plan := planContainer(c.Name, c.Resources, s); plan.mentions || plan.native {
+			reasons = append(reasons, fmt.Sprintf("ephemeral container %q cannot hold a MIG slice; request it in a container or init container", c.Name))
+		}
+	}
+	if !mentionMIG && len(reasons) == 0 {
+		return nil, nil
+	}
+	if slicerMIG && nativeMIG {
+		reasons = append(reasons, "the pod asks for both nvidia.com/mig-* (served by NVIDIA's device plugin in this namespace) and slicer.dev/mig-* (served by Slicer); one pod cannot use both, pick one")
+	}
+	if appSlices > mig.MaxRequestSlices {
+		reasons = append(reasons, fmt.Sprintf("the pod's containers ask for %d MIG slices; at most %d fit one pod", appSlices, mig.MaxRequestSlices))
+	}
+	if mentionMIG {
+		reasons = append(reasons, podReasons(pod, s)...)
+	}
+	if len(reasons) > 0 {
+		return nil, &Rejection{Reasons: reasons}
+	}
+	if slicerMIG {
+		switch pod.Spec.SchedulerName {
+		case s.SchedulerName:
+		default: // "" or default-scheduler; podReasons rejected any other name
+			ops = append(ops, jsonpatch.NewOperation("add", "/spec/schedulerName", s.SchedulerName))
+		}
+	}
+	return ops, nil
+}
+
+// podReasons checks the pod-level rules for a pod that mentions a Slicer MIG resource.
+func podReasons(pod *corev1.Pod, s Settings) []string {
+	var reasons []string
+	if pod.Spec.NodeName != "" {
+		reasons = append(reasons, fmt.Sprintf("spec.nodeName is set to %q, but a pod that asks for MIG slices must be placed by the Slicer scheduler, which chooses the GPU and the slice; remove spec.nodeName (use a nodeSelector or node affinity instead)", pod.Spec.NodeName))
+	}
+	switch pod.Spec.SchedulerName {
+	case "", corev1.DefaultSchedulerName, s.SchedulerName:
+	default:
+		reasons = append(reasons, fmt.Sprintf("spec.schedulerName is %q, but only the Slicer scheduler (%q) can place MIG slices; remove spec.schedulerName or set it to %q", pod.Spec.SchedulerName, s.SchedulerName, s.SchedulerName))
+	}
+	for _, field := range []struct {
+		name string
+		keys map[string]string
+	}{{"metadata.labels", pod.Labels}, {"metadata.annotations", pod.Annotations}} {
+		for _, k := range sortedKeys(field.keys) {
+			if strings.HasPrefix(k, slicerv1alpha1.DomainPrefix) {
+				reasons = append(reasons, fmt.Sprintf("%s[%q]: keys under %s are reserved for Slicer's own allocation data and cannot be set on a pod that asks for MIG slices; remove it", field.name, k, slicerv1alpha1.DomainPrefix))
+			}
+		}
+	}
+	return reasons
+}
+
+// containerPlan is what one container needs.
+type containerPlan struct {
+	limits, requests corev1.ResourceList // the container's own maps
+	removeKeys       []string            // MIG keys to drop from both maps (renamed)
+	want             map[string]int64    // target resource -> count, in both maps
+	slices           int64
+	native           bool // asks for nvidia.com/mig-* left untranslated
+	mentions         bool // asks for any MIG resource Slicer handles
+	reasons          []string
+}
+
+// planContainer classifies a container's MIG resources and validates them.
+func planContainer(name string, res corev1.ResourceRequirements, s Settings) containerPlan {
+	p := containerPlan{limits: res.Limits, requests: res.Requests, want: map[string]int64{}}
+	type entry struct {
+		limit, request *resource.Quantity
+		sources        []string // original keys, sorted
+	}
+	entries := map[string]*entry{}
+	var targets []string
+	classify := func(list corev1.ResourceList, isLimit bool) {
+		for _, k := range sortedKeys(list) {
+			var profile string
+			switch {
+			case strings.HasPrefix(k, mig.ResourcePrefix):
+				profile = strings.TrimPrefix(k, mig.ResourcePrefix)
+			case strings.HasPrefix(k, mig.NVIDIAResourcePrefix):
+				if !s.TranslateNVIDIA {
+					p.native = true
+					continue
+				}
+				profile = strings.TrimPrefix(k, mig.NVIDIAResourcePrefix)
+			default:
+				continue
+			}
+			p.mentions = true
+			canon, err := mig.ParseProfileName(profile)
+			if err != nil || strings.TrimSpace(profile) != profile {
+				p.reasons = appendOnce(p.reasons, fmt.Sprintf("container %q: %s is not a MIG profile of any supported GPU; known: %s", name, profile, strings.Join(mig.KnownProfileNames(), ", ")))
+				continue
+			}
+			target := mig.ResourceName(canon)
+			e := entries[target]
+			if e == nil {
+				e = &entry{}
+				entries[target] = e
+				targets = append(targets, target)
+			}
+			q := list[corev1.ResourceName(k)]
+			slot := &e.request
+			if isLimit {
+				slot = &e.limit
+			}
+			if *slot != nil {
+				p.reasons = appendOnce(p.reasons, fmt.Sprintf("container %q asks for MIG profile %s under two names (%s); keep one", name, canon, strings.Join(append(e.sources, k), " and ")))
+				continue
+			}
+			*slot = &q
+			if k != target {
+				p.removeKeys = appendOnce(p.removeKeys, k)
+			}
+			e.sources = appendOnce(e.sources, k)
+		}
+	}
+	classify(res.Limits, true)
+	classify(res.Requests, false)
+	sort.Strings(targets)
+	for _, t := range targets {
+		e := entries[t]
+		q := e.limit
+		if q == nil {
+			q = e.request
+		}
+		if e.limit != nil && e.request != nil && e.limit.Cmp(*e.request) != 0 {
+			p.reasons = append(p.reasons, fmt.Sprintf("container %q: requests (%s) and limits (%s) of %s differ; a MIG slice is not shared, so set them equal (or set only limits)", name, e.request.String(), e.limit.String(), t))
+			continue
+		}
+		if q.Cmp(*resource.NewQuantity(mig.MaxRequestSlices, resource.DecimalSI)) > 0 {
+			p.reasons = append(p.reasons, fmt.Sprintf("container %q: %s is %s, but at most %d MIG slices fit one pod", name, t, q.String(), mig.MaxRequestSlices))
+			continue
+		}
+		milli := q.MilliValue() // bounded by the check above
+		if milli <= 0 || milli%1000 != 0 || q.Cmp(*resource.NewQuantity(milli/1000, resource.DecimalSI)) != 0 {
+			p.reasons = append(p.reasons, fmt.Sprintf("container %q: %s is %s, but the number of MIG slices must be a positive integer", name, t, q.String()))
+			continue
+		}
+		n := milli / 1000
+		p.want[t] = n
+		p.slices += n
+	}
+	return p
+}
+
+// ops returns the patch operations for the container whose resources are at base.
+func (p containerPlan) ops(base string) []jsonpatch.JsonPatchOperation {
+	if len(p.reasons) > 0 || len(p.want) == 0 {
+		return nil
+	}
+	var ops []jsonpatch.JsonPatchOperation
+	for _, m := range []struct {
+		field string
+		list  corev1.ResourceList
+	}{{"limits", p.limits}, {"requests", p.requests}} {
+		path := base + "/" + m.field
+		if m.list == nil {
+			whole := map[string]string{}
+			for t, n := range p.want {
+				whole[t] = quantity(n)
+			}
+			ops = append(ops, jsonpatch.NewOperation("add", path, whole))
+			continue
+		}
+		for _, k := range p.removeKeys {
+			if _, ok := m.list[corev1.ResourceName(k)]; ok {
+				ops = append(ops, jsonpatch.NewOperation("remove", path+"/"+escapePointer(k), nil))
+			}
+		}
+		for _, t := range sortedKeys(p.want) {
+			if cur, ok := m.list[corev1.ResourceName(t)]; ok && cur.String() == quantity(p.want[t]) {
+				continue
+			}
+			ops = append(ops, jsonpatch.NewOperation("add", path+"/"+escapePointer(t), quantity(p.want[t])))
+		}
+	}
+	return ops
+}
+
+func quantity(n int64) string { return resource.NewQuantity(n, resource.DecimalSI).String() }
+
+// escapePointer escapes a map key for a JSON pointer (RFC 6901).
+func escapePointer(key string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
+}
+
+func sortedKeys[K ~string, V any](m map[K]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, string(k))
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func appendOnce(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
