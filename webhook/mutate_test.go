@@ -30,8 +30,10 @@ var (
 func add(path string, v any) jsonpatch.JsonPatchOperation {
 	return jsonpatch.NewOperation("add", path, v)
 }
-func remove(path string) jsonpatch.JsonPatchOperation { return jsonpatch.NewOperation("remove", path, nil) }
-func esc(k string) string                            { return escapePointer(k) }
+func remove(path string) jsonpatch.JsonPatchOperation {
+	return jsonpatch.NewOperation("remove", path, nil)
+}
+func esc(k string) string { return escapePointer(k) }
 
 var setScheduler = add(schedP, "slicer-scheduler")
 
@@ -74,7 +76,7 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "slicer.dev in requests only, limits holds cpu", settings: translate,
-			pod: makePod().Container("app", res{limits: kvs([]string{"cpu", "1"}), requests: kvs([]string{sl3g, "1"})}).Obj(),
+			pod:  makePod().Container("app", res{limits: kvs([]string{"cpu", "1"}), requests: kvs([]string{sl3g, "1"})}).Obj(),
 			want: []jsonpatch.JsonPatchOperation{add(lim+esc(sl3g), "1"), setScheduler},
 		},
 		{
@@ -119,7 +121,7 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "1000m is one slice, normalized", settings: translate,
-			pod: makePod().Container("app", both(sl1g, "1000m")).Obj(),
+			pod:  makePod().Container("app", both(sl1g, "1000m")).Obj(),
 			want: []jsonpatch.JsonPatchOperation{setScheduler},
 		},
 		{
