@@ -1,0 +1,62 @@
+package certs
+
+import (
+	"crypto/x509"
+	"net"
+	"testing"
+	"time"
+)
+
+func TestEnsure(t *testing.T) {
+	req := Request{DNSNames: []string{"slicer-webhook.ns.svc"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Validity: 365 * 24 * time.Hour}
+	now := time.Now()
+	first, err := Ensure(nil, req, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.Rotated {
+		t.Fatal("no certificate issued for empty data")
+	}
+	if _, err := verify(first.Data, req, now); err != nil {
+		t.Fatalf("issued certificate does not verify: %v", err)
+	}
+	again, err := Ensure(first.Data, req, now.Add(time.Hour))
+	if err != nil || again.Rotated {
+		t.Fatalf("valid certificate replaced: rotated=%v err=%v", again.Rotated, err)
+	}
+	if want := first.NotAfter.Add(-req.Validity / 3); !again.RenewAt.Equal(want) {
+		t.Errorf("RenewAt = %v, want %v", again.RenewAt, want)
+	}
+	// A new name (HostNetwork switched on with another address) forces a new certificate.
+	other := req
+	other.IPs = []net.IP{net.ParseIP("10.0.0.1")}
+	if r, err := Ensure(first.Data, other, now); err != nil || !r.Rotated {
+		t.Fatalf("certificate without the new IP kept: rotated=%v err=%v", r.Rotated, err)
+	}
+	// Past the renewal point the certificate rotates and the bundle keeps
+	// the previous CA, which is still valid.
+	late := first.RenewAt.Add(time.Minute)
+	rot, err := Ensure(first.Data, req, late)
+	if err != nil || !rot.Rotated {
+		t.Fatalf("not rotated at %v: %v", late, err)
+	}
+	if n := len(pemBlocks(rot.Data[CAKey])); n != 2 {
+		t.Fatalf("CA bundle has %d certificates, want new + previous", n)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(rot.Data[CAKey])
+	oldLeaf, err := x509.ParseCertificate(pemBlocks(first.Data[CertKey])[0].Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oldLeaf.Verify(x509.VerifyOptions{DNSName: req.DNSNames[0], Roots: pool, CurrentTime: now}); err != nil {
+		t.Errorf("old certificate not trusted by the rotated bundle: %v", err)
+	}
+	// Garbage is replaced, not an error.
+	if r, err := Ensure(map[string][]byte{CertKey: []byte("x")}, req, now); err != nil || !r.Rotated {
+		t.Fatalf("garbage kept: %v", err)
+	}
+	if _, err := Ensure(nil, Request{}, now); err == nil {
+		t.Error("empty request accepted")
+	}
+}

@@ -1,0 +1,176 @@
+package render
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+)
+
+// Host paths the agent mounts.
+const (
+	DevicePluginDir   = "/var/lib/kubelet/device-plugins"
+	PodResourcesDir   = "/var/lib/kubelet/pod-resources"
+	EmulatedStateDir  = "/var/lib/slicer"
+	defaultCDIDir     = "/var/run/cdi"
+	podSecurityPrefix = "pod-security.kubernetes.io/"
+)
+
+// AgentNamespace renders the agent's namespace, labelled for the privileged
+// Pod Security level (the agent mounts host paths and, with a real driver,
+// runs privileged to change MIG geometry). Nothing else runs there.
+func AgentNamespace(o Options) *corev1.Namespace {
+	l := commonLabels()
+	for _, mode := range []string{"enforce", "audit", "warn"} {
+		l[podSecurityPrefix+mode] = "privileged"
+	}
+	if o.Platform.OpenShift {
+		// Keep OpenShift's label syncer from lowering the level.
+		l["security.openshift.io/scc.podSecurityLabelSync"] = "false"
+	}
+	return &corev1.Namespace{
+		TypeMeta:   typeMeta(corev1.SchemeGroupVersion.WithKind("Namespace")),
+		ObjectMeta: metav1.ObjectMeta{Name: o.AgentNamespace, Labels: l},
+	}
+}
+
+// AgentNodeAffinity selects the nodes the agent runs on: NFD's MIG-capable
+// label and, in KMM mode, KMM's ready label for the driver Module.
+func AgentNodeAffinity(o Options) *corev1.NodeAffinity {
+	reqs := []corev1.NodeSelectorRequirement{{
+		Key: slicerv1alpha1.LabelMIGCapable, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"},
+	}}
+	if o.driverMode() == slicerv1alpha1.DriverModeKMM {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{
+			Key: KMMReadyLabel(o.Namespace, ModuleName), Operator: corev1.NodeSelectorOpExists,
+		})
+	}
+	return &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}},
+	}}
+}
+
+// EmulateFlag renders --emulate's value, e.g. "H100-80GB:2,A30-24GB:1".
+func EmulateFlag(gpus []slicerv1alpha1.EmulatedGPUs) string {
+	parts := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		parts = append(parts, fmt.Sprintf("%s:%d", g.Model, g.Count))
+	}
+	return strings.Join(parts, ",")
+}
+
+// Agent renders the agent's namespace, ServiceAccount and DaemonSet.
+func Agent(o Options) ([]client.Object, error) {
+	a := o.Slicer.Spec.Agent
+	emulated := o.driverMode() == slicerv1alpha1.DriverModeEmulated
+	if emulated && len(a.EmulatedGPUs) == 0 {
+		return nil, fmt.Errorf("driver mode %s needs spec.agent.emulatedGPUs", slicerv1alpha1.DriverModeEmulated)
+	}
+	cdiDir := a.CDIDirectory
+	if cdiDir == "" {
+		cdiDir = defaultCDIDir
+	}
+	p := o.Ports
+	args := []string{
+		"--node-name=$(NODE_NAME)",
+		"--cdi-dir=" + cdiDir,
+		"--device-plugin-dir=" + DevicePluginDir,
+		"--pod-resources-socket=" + PodResourcesDir + "/kubelet.sock",
+		"--orphan-grace-period=" + (time.Duration(a.OrphanGracePeriodSeconds) * time.Second).String(),
+		"--metrics-bind-address=:" + strconv.Itoa(int(p.AgentMetrics)),
+		"--health-probe-bind-address=:" + strconv.Itoa(int(p.AgentHealth)),
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: "device-plugins", MountPath: DevicePluginDir},
+		{Name: "pod-resources", MountPath: PodResourcesDir, ReadOnly: true},
+		{Name: "cdi", MountPath: cdiDir},
+	}
+	volumes := []corev1.Volume{
+		hostPathVolume("device-plugins", DevicePluginDir, corev1.HostPathDirectory),
+		hostPathVolume("pod-resources", PodResourcesDir, corev1.HostPathDirectory),
+		hostPathVolume("cdi", cdiDir, corev1.HostPathDirectoryOrCreate),
+	}
+	sc := &corev1.SecurityContext{
+		// Changing MIG geometry through NVML needs the GPU control devices
+		// and CAP_SYS_ADMIN: only the real backend gets them.
+		Privileged:               ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(true),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if emulated {
+		args = append(args, "--emulate="+EmulateFlag(a.EmulatedGPUs), "--emulate-state-file="+EmulatedStateDir+"/emulated-gpus.json")
+		mounts = append(mounts, corev1.VolumeMount{Name: "state", MountPath: EmulatedStateDir})
+		volumes = append(volumes, hostPathVolume("state", EmulatedStateDir, corev1.HostPathDirectoryOrCreate))
+		sc = &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		}
+	}
+	tolerations := append([]corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}, a.Tolerations...)
+	pod := corev1.PodSpec{
+		ServiceAccountName: AgentName,
+		PriorityClassName:  "system-node-critical",
+		HostNetwork:        o.hostNetwork(),
+		Affinity:           &corev1.Affinity{NodeAffinity: AgentNodeAffinity(o)},
+		Tolerations:        tolerations,
+		Containers: []corev1.Container{{
+			Name:  "agent",
+			Image: o.Images.Agent,
+			Args:  args,
+			Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"},
+			}}},
+			Ports: []corev1.ContainerPort{
+				{Name: "metrics", ContainerPort: p.AgentMetrics, Protocol: corev1.ProtocolTCP},
+				{Name: "health", ContainerPort: p.AgentHealth, Protocol: corev1.ProtocolTCP},
+			},
+			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+				HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("health")},
+			}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+				HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("health")},
+			}},
+			Resources:       resources("50m", "64Mi"),
+			SecurityContext: sc,
+			VolumeMounts:    mounts,
+		}},
+		Volumes: volumes,
+	}
+	if o.hostNetwork() {
+		pod.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+	}
+	ds := &appsv1.DaemonSet{
+		TypeMeta:   typeMeta(appsv1.SchemeGroupVersion.WithKind("DaemonSet")),
+		ObjectMeta: metav1.ObjectMeta{Name: AgentName, Namespace: o.AgentNamespace, Labels: labels(ComponentAgent)},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(ComponentAgent)},
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{
+				Type:          appsv1.RollingUpdateDaemonSetStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: ptr.To(intstr.FromInt32(1))},
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels(ComponentAgent)},
+				Spec:       pod,
+			},
+		},
+	}
+	return []client.Object{AgentNamespace(o), serviceAccount(o.AgentNamespace, AgentName, ComponentAgent), ds}, nil
+}
+
+func hostPathVolume(name, path string, t corev1.HostPathType) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: path, Type: ptr.To(t)},
+	}}
+}

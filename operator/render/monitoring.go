@@ -1,0 +1,147 @@
+package render
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+)
+
+// Dashboard delivery.
+const (
+	// OpenShiftDashboardNamespace is where the OpenShift console looks for dashboards.
+	OpenShiftDashboardNamespace = "openshift-config-managed"
+	// OpenShiftDashboardLabel marks a console dashboard ConfigMap.
+	OpenShiftDashboardLabel = "console.openshift.io/dashboard"
+	// GrafanaDashboardLabel is the Grafana sidecar's default label (kube-prometheus-stack).
+	GrafanaDashboardLabel = "grafana_dashboard"
+	// MonitoringGroupVersion is the Prometheus operator's API.
+	MonitoringGroupVersion = "monitoring.coreos.com/v1"
+)
+
+// MetricsServices renders a Service per component for Prometheus to scrape.
+// They exist whether or not the Prometheus operator does.
+func MetricsServices(o Options) []client.Object {
+	return []client.Object{
+		metricsService(o.Namespace, SchedulerName+"-metrics", ComponentScheduler, "https", o.Ports.SchedulerSecure),
+		metricsService(o.Namespace, WebhookName+"-metrics", ComponentWebhook, "metrics", o.Ports.WebhookMetrics),
+		metricsService(o.AgentNamespace, AgentName+"-metrics", ComponentAgent, "metrics", o.Ports.AgentMetrics),
+	}
+}
+
+func metricsService(namespace, name, component, portName string, port int32) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   typeMeta(corev1.SchemeGroupVersion.WithKind("Service")),
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels(component)},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone,
+			Selector:  selectorLabels(component),
+			Ports: []corev1.ServicePort{{
+				Name: "metrics", Port: port, TargetPort: intstr.FromString(portName), Protocol: corev1.ProtocolTCP,
+			}},
+		},
+	}
+}
+
+// ServiceMonitors renders one ServiceMonitor per metrics Service; the
+// scrape attaches the node name (RELIABILITY.md c.1).
+func ServiceMonitors(o Options) []client.Object {
+	if o.Slicer.Spec.Monitoring.ServiceMonitors == slicerv1alpha1.FeatureDisabled {
+		return nil
+	}
+	var objs []client.Object
+	for _, svc := range MetricsServices(o) {
+		component := svc.GetLabels()[slicerv1alpha1.LabelComponent]
+		objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": MonitoringGroupVersion,
+			"kind":       "ServiceMonitor",
+			"metadata":   map[string]any{"name": svc.GetName(), "namespace": svc.GetNamespace(), "labels": toAny(labels(component))},
+			"spec": map[string]any{
+				"selector": map[string]any{"matchLabels": toAny(selectorLabels(component))},
+				"endpoints": []any{map[string]any{
+					"port":            "metrics",
+					"scheme":          "https",
+					"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+					"tlsConfig":       map[string]any{"insecureSkipVerify": true},
+					"relabelings": []any{map[string]any{
+						"sourceLabels": []any{"__meta_kubernetes_pod_node_name"},
+						"targetLabel":  "node",
+					}},
+				}},
+			},
+		}})
+	}
+	return objs
+}
+
+// PrometheusRule renders prometheusrules/' PrometheusRule in the operator namespace.
+func PrometheusRule(o Options) ([]client.Object, error) {
+	if o.Slicer.Spec.Monitoring.PrometheusRule == slicerv1alpha1.FeatureDisabled || len(o.PrometheusRule) == 0 {
+		return nil, nil
+	}
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(o.PrometheusRule, &u.Object); err != nil {
+		return nil, fmt.Errorf("parse PrometheusRule: %w", err)
+	}
+	if u.GetKind() != "PrometheusRule" {
+		return nil, fmt.Errorf("PrometheusRule manifest has kind %q", u.GetKind())
+	}
+	u.SetNamespace(o.Namespace)
+	if u.GetName() == "" {
+		u.SetName("slicer")
+	}
+	l := u.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	for k, v := range commonLabels() {
+		l[k] = v
+	}
+	u.SetLabels(l)
+	return []client.Object{u}, nil
+}
+
+// Dashboards renders one ConfigMap per dashboard: in
+// openshift-config-managed with the console label on OpenShift, next to the
+// operator with the Grafana sidecar label elsewhere.
+func Dashboards(o Options) []client.Object {
+	if o.Slicer.Spec.Monitoring.Dashboards == slicerv1alpha1.FeatureDisabled {
+		return nil
+	}
+	names := make([]string, 0, len(o.Dashboards))
+	for n := range o.Dashboards {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var objs []client.Object
+	for _, file := range names {
+		l := commonLabels()
+		ns := o.Namespace
+		if o.Platform.OpenShift {
+			ns = OpenShiftDashboardNamespace
+			l[OpenShiftDashboardLabel] = "true"
+		} else {
+			l[GrafanaDashboardLabel] = "1"
+		}
+		base := strings.TrimSuffix(file, ".json")
+		objs = append(objs, &corev1.ConfigMap{
+			TypeMeta:   typeMeta(corev1.SchemeGroupVersion.WithKind("ConfigMap")),
+			ObjectMeta: metav1.ObjectMeta{Name: DashboardConfigMapName(base), Namespace: ns, Labels: l},
+			Data:       map[string]string{base + ".json": string(o.Dashboards[file])},
+		})
+	}
+	return objs
+}
+
+// DashboardConfigMapName is the ConfigMap of one dashboard.
+func DashboardConfigMapName(base string) string {
+	return "slicer-dashboard-" + strings.ToLower(base)
+}

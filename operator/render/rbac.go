@@ -1,0 +1,117 @@
+package render
+
+import (
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Rules of the components' roles. The operator holds every one of them
+// itself (operator/controller's RBAC markers), because Kubernetes lets a
+// role be granted only by someone who has it (no escalate, no bind).
+var (
+	metricsAuthRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+	readWatch = []string{"get", "list", "watch"}
+
+	// SchedulerRules follow kube-scheduler's system:kube-scheduler and
+	// system:volume-scheduler roles plus Slicer's API.
+	SchedulerRules = append([]rbacv1.PolicyRule{
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"bindings", "pods/binding"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes", "namespaces", "services", "replicationcontrollers", "persistentvolumeclaims", "persistentvolumes", "configmaps"}, Verbs: readWatch},
+		{APIGroups: []string{"apps"}, Resources: []string{"replicasets", "statefulsets"}, Verbs: readWatch},
+		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: readWatch},
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses", "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments"}, Verbs: readWatch},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims", "resourceslices", "deviceclasses"}, Verbs: readWatch},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: readWatch},
+		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators"}, Verbs: readWatch},
+		{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
+	}, metricsAuthRules...)
+
+	// SchedulerLeaseRules are namespaced to the operator namespace.
+	SchedulerLeaseRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update"}},
+	}
+
+	// AgentRules let the agent report its node and realize its allocations.
+	AgentRules = append([]rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: readWatch},
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators/status"}, Verbs: []string{"get", "update", "patch"}},
+		{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations"}, Verbs: readWatch},
+		{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations/status"}, Verbs: []string{"get", "update", "patch"}},
+	}, metricsAuthRules...)
+
+	// WebhookRules only serve authenticated metrics: the webhook reads
+	// nothing from the API.
+	WebhookRules = metricsAuthRules
+
+	// SCCRules let a ServiceAccount use OpenShift's privileged SCC.
+	SCCRules = []rbacv1.PolicyRule{{
+		APIGroups: []string{"security.openshift.io"}, Resources: []string{"securitycontextconstraints"},
+		ResourceNames: []string{"privileged"}, Verbs: []string{"use"},
+	}}
+)
+
+// RBAC renders one ClusterRole and ClusterRoleBinding per component
+// ServiceAccount, the scheduler's lease Role and, on OpenShift, the agent's
+// SCC Role.
+func RBAC(o Options) []client.Object {
+	objs := []client.Object{
+		clusterRole(SchedulerName, ComponentScheduler, SchedulerRules),
+		clusterRoleBinding(SchedulerName, ComponentScheduler, o.Namespace),
+		role(o.Namespace, SchedulerName, ComponentScheduler, SchedulerLeaseRules),
+		roleBinding(o.Namespace, SchedulerName, ComponentScheduler, o.Namespace),
+		clusterRole(WebhookName, ComponentWebhook, WebhookRules),
+		clusterRoleBinding(WebhookName, ComponentWebhook, o.Namespace),
+		clusterRole(AgentName, ComponentAgent, AgentRules),
+		clusterRoleBinding(AgentName, ComponentAgent, o.AgentNamespace),
+	}
+	if o.Platform.OpenShift {
+		objs = append(objs,
+			role(o.AgentNamespace, AgentName, ComponentAgent, SCCRules),
+			roleBinding(o.AgentNamespace, AgentName, ComponentAgent, o.AgentNamespace))
+	}
+	return objs
+}
+
+func clusterRole(name, component string, rules []rbacv1.PolicyRule) *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{
+		TypeMeta:   typeMeta(rbacv1.SchemeGroupVersion.WithKind("ClusterRole")),
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels(component)},
+		Rules:      rules,
+	}
+}
+
+func clusterRoleBinding(name, component, saNamespace string) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		TypeMeta:   typeMeta(rbacv1.SchemeGroupVersion.WithKind("ClusterRoleBinding")),
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels(component)},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: saNamespace}},
+	}
+}
+
+func role(namespace, name, component string, rules []rbacv1.PolicyRule) *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   typeMeta(rbacv1.SchemeGroupVersion.WithKind("Role")),
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels(component)},
+		Rules:      rules,
+	}
+}
+
+func roleBinding(namespace, name, component, saNamespace string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		TypeMeta:   typeMeta(rbacv1.SchemeGroupVersion.WithKind("RoleBinding")),
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels(component)},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: saNamespace}},
+	}
+}

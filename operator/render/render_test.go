@@ -1,0 +1,439 @@
+package render
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	kmmv1beta1 "github.com/rh-ecosystem-edge/kernel-module-management/api/v1beta1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	drivercontainer "github.com/slicer-operator/slicer/driver-container"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+func testOptions(mutate ...func(*slicerv1alpha1.Slicer)) Options {
+	s := &slicerv1alpha1.Slicer{ObjectMeta: metav1.ObjectMeta{Name: slicerv1alpha1.SlicerName}}
+	s.Spec.Driver.Mode = slicerv1alpha1.DriverModeKMM
+	s.Spec.Driver.InTreeModulesToRemove = []string{"nouveau"}
+	s.Spec.Scheduler.Replicas, s.Spec.Webhook.Replicas = 2, 2
+	s.Spec.Agent.OrphanGracePeriodSeconds = 300
+	for _, m := range mutate {
+		m(s)
+	}
+	return Options{
+		Slicer: s, Namespace: "slicer-system", AgentNamespace: "slicer-agent",
+		Images: Images{Scheduler: "reg/sched:v1", Webhook: "reg/webhook:v1", Agent: "reg/agent:v1", Driver: "reg/driver"},
+		Ports:  DefaultPorts(), Cert: CertSelfManaged, CABundle: []byte("ca"),
+	}
+}
+
+// The NFD rule matches exactly the PCI ids of internal/mig's models, and
+// labels each model with its own name.
+func TestNodeFeatureRuleMatchesModelTables(t *testing.T) {
+	rule, err := NodeFeatureRule(testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{}
+	var all []string
+	for _, m := range mig.Models() {
+		for _, id := range m.PCIDeviceIDs() {
+			want[m.String()] = append(want[m.String()], fmt.Sprintf("%04x", id))
+			all = append(all, fmt.Sprintf("%04x", id))
+		}
+	}
+	sort.Strings(all)
+	got := map[string][]string{}
+	for _, r := range rule.Spec.Rules {
+		if len(r.MatchFeatures) != 1 || r.MatchFeatures[0].Feature != "pci.device" {
+			t.Fatalf("rule %q: want one pci.device term, got %+v", r.Name, r.MatchFeatures)
+		}
+		me := *r.MatchFeatures[0].MatchExpressions
+		if diff := cmp.Diff([]string{"10de"}, []string(me["vendor"].Value)); diff != "" {
+			t.Errorf("rule %q vendor (-want +got):\n%s", r.Name, diff)
+		}
+		if diff := cmp.Diff([]string{"0302", "0300"}, []string(me["class"].Value)); diff != "" {
+			t.Errorf("rule %q class (-want +got):\n%s", r.Name, diff)
+		}
+		ids := append([]string(nil), me["device"].Value...)
+		if r.Labels[slicerv1alpha1.LabelMIGCapable] == "true" {
+			sort.Strings(ids)
+			if diff := cmp.Diff(all, ids); diff != "" {
+				t.Errorf("mig-capable device ids (-internal/mig +rule):\n%s", diff)
+			}
+			continue
+		}
+		got[r.Labels[slicerv1alpha1.LabelGPUModel]] = ids
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("per-model device ids (-internal/mig +rule):\n%s", diff)
+	}
+}
+
+func TestNodeFeatureRuleExtraExpressions(t *testing.T) {
+	o := testOptions(func(s *slicerv1alpha1.Slicer) {
+		s.Spec.NodeSelection.ExtraMatchExpressions = []slicerv1alpha1.NodeFeatureExpression{
+			{Feature: "kernel.loadedmodule", Key: "vfio_pci", Operator: "DoesNotExist"},
+			{Feature: "system.osrelease", Key: "ID", Operator: "In", Values: []string{"rhel", "rhcos"}},
+			{Feature: "kernel.loadedmodule", Key: "i2c_core", Operator: "Exists"},
+		}
+	})
+	rule, err := NodeFeatureRule(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rule.Spec.Rules {
+		if len(r.MatchFeatures) != 3 {
+			t.Fatalf("rule %q has %d terms, want pci.device + 2 extra", r.Name, len(r.MatchFeatures))
+		}
+		km := *r.MatchFeatures[1].MatchExpressions
+		if r.MatchFeatures[1].Feature != "kernel.loadedmodule" || km["vfio_pci"].Op != "DoesNotExist" || km["i2c_core"].Op != "Exists" {
+			t.Errorf("rule %q kernel term = %+v", r.Name, km)
+		}
+		os := *r.MatchFeatures[2].MatchExpressions
+		if diff := cmp.Diff([]string{"rhel", "rhcos"}, []string(os["ID"].Value)); diff != "" {
+			t.Errorf("rule %q osrelease values:\n%s", r.Name, diff)
+		}
+	}
+	// The base rule is untouched by rendering.
+	base, err := BaseNodeFeatureRule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(base.Spec.Rules[0].MatchFeatures) != 1 {
+		t.Error("embedded rule mutated")
+	}
+}
+
+func findModule(t *testing.T, objs []client.Object) *kmmv1beta1.Module {
+	t.Helper()
+	for _, o := range objs {
+		if m, ok := o.(*kmmv1beta1.Module); ok {
+			return m
+		}
+	}
+	t.Fatal("no Module rendered")
+	return nil
+}
+
+func TestDriver(t *testing.T) {
+	for _, mode := range []slicerv1alpha1.DriverMode{slicerv1alpha1.DriverModePreinstalled, slicerv1alpha1.DriverModeEmulated} {
+		objs, err := Driver(testOptions(func(s *slicerv1alpha1.Slicer) { s.Spec.Driver.Mode = mode }))
+		if err != nil || len(objs) != 0 {
+			t.Errorf("mode %s rendered %d objects (err %v), want none", mode, len(objs), err)
+		}
+	}
+	objs, err := Driver(testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := findModule(t, objs)
+	if diff := cmp.Diff(map[string]string{slicerv1alpha1.LabelMIGCapable: "true"}, m.Spec.Selector); diff != "" {
+		t.Errorf("selector:\n%s", diff)
+	}
+	c := m.Spec.ModuleLoader.Container
+	if diff := cmp.Diff([]string{"nouveau"}, c.InTreeModulesToRemove); diff != "" {
+		t.Errorf("inTreeModulesToRemove:\n%s", diff)
+	}
+	if c.Modprobe.ModuleName != "nvidia" || c.Modprobe.FirmwarePath != "/firmware" {
+		t.Errorf("modprobe = %+v", c.Modprobe)
+	}
+	want := []kmmv1beta1.KernelMapping{{Regexp: `^.+$`, ContainerImage: "reg/driver:${KERNEL_FULL_VERSION}"}}
+	if diff := cmp.Diff(want, c.KernelMappings); diff != "" {
+		t.Errorf("kernel mappings:\n%s", diff)
+	}
+	if c.Build != nil || c.Sign != nil {
+		t.Error("build or sign without asking")
+	}
+
+	objs, err = Driver(testOptions(func(s *slicerv1alpha1.Slicer) {
+		s.Spec.Driver.Image = "mine/driver:${KERNEL_FULL_VERSION}"
+		s.Spec.Driver.KernelMappings = []slicerv1alpha1.KernelMapping{{Regexp: `^5\.14\..*el9.*$`, ContainerImage: "el9/driver:${KERNEL_FULL_VERSION}"}, {Regexp: `^6\..*$`}}
+		s.Spec.Driver.Build = &slicerv1alpha1.DriverBuildSpec{State: slicerv1alpha1.FeatureEnabled, DriverVersion: "570.172.08"}
+		s.Spec.Driver.Sign = &slicerv1alpha1.DriverSignSpec{KeySecret: "key", CertSecret: "cert"}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = findModule(t, objs)
+	c = m.Spec.ModuleLoader.Container
+	want = []kmmv1beta1.KernelMapping{
+		{Regexp: `^5\.14\..*el9.*$`, ContainerImage: "el9/driver:${KERNEL_FULL_VERSION}"},
+		{Regexp: `^6\..*$`, ContainerImage: "mine/driver:${KERNEL_FULL_VERSION}"},
+		{Regexp: `^.+$`, ContainerImage: "mine/driver:${KERNEL_FULL_VERSION}"},
+	}
+	if diff := cmp.Diff(want, c.KernelMappings); diff != "" {
+		t.Errorf("kernel mappings:\n%s", diff)
+	}
+	if c.Build == nil || c.Build.DockerfileConfigMap.Name != DriverBuildConfigMap || c.Build.BuildArgs[0].Value != "570.172.08" {
+		t.Fatalf("build = %+v", c.Build)
+	}
+	if c.Sign == nil || c.Sign.KeySecret.Name != "key" || c.Sign.CertSecret.Name != "cert" || len(c.Sign.FilesToSign) == 0 {
+		t.Fatalf("sign = %+v", c.Sign)
+	}
+	// The build ConfigMap carries driver-container/Containerfile verbatim.
+	var cm *corev1.ConfigMap
+	for _, o := range objs {
+		if x, ok := o.(*corev1.ConfigMap); ok {
+			cm = x
+		}
+	}
+	if cm == nil || cm.Data[drivercontainer.ConfigMapKey] != string(drivercontainer.Containerfile) {
+		t.Fatal("build ConfigMap missing or not the Containerfile")
+	}
+	// Files signed are files the Containerfile installs.
+	for _, f := range c.Sign.FilesToSign {
+		dir := f[:strings.LastIndex(f, "/")]
+		if !strings.Contains(string(drivercontainer.Containerfile), strings.TrimPrefix(dir, "/opt")) {
+			t.Errorf("signed file %s is not under a directory the Containerfile fills", f)
+		}
+	}
+}
+
+func podTemplate(t *testing.T, objs []client.Object, kind string) *corev1.PodTemplateSpec {
+	t.Helper()
+	for _, o := range objs {
+		switch x := o.(type) {
+		case *appsv1.Deployment:
+			if kind == "Deployment" {
+				return &x.Spec.Template
+			}
+		case *appsv1.DaemonSet:
+			if kind == "DaemonSet" {
+				return &x.Spec.Template
+			}
+		}
+	}
+	t.Fatalf("no %s", kind)
+	return nil
+}
+
+func TestScheduler(t *testing.T) {
+	objs, err := Scheduler(testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	for _, o := range objs {
+		if cm, ok := o.(*corev1.ConfigMap); ok {
+			if err := yaml.Unmarshal([]byte(cm.Data[schedulerConfigKey]), &cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	le := cfg["leaderElection"].(map[string]any)
+	if le["leaderElect"] != true || le["resourceNamespace"] != "slicer-system" {
+		t.Errorf("leader election = %v", le)
+	}
+	tmpl := podTemplate(t, objs, "Deployment")
+	if tmpl.Labels[slicerv1alpha1.LabelComponent] != ComponentScheduler || tmpl.Annotations[ConfigHashAnnotation] == "" {
+		t.Errorf("template metadata = %+v", tmpl.ObjectMeta)
+	}
+	var dep *appsv1.Deployment
+	var pdbs int
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok {
+			dep = d
+		}
+		if o.GetObjectKind().GroupVersionKind().Kind == "PodDisruptionBudget" {
+			pdbs++
+		}
+	}
+	if *dep.Spec.Replicas < 2 || pdbs != 1 {
+		t.Errorf("replicas %d, PDBs %d", *dep.Spec.Replicas, pdbs)
+	}
+	one, _ := Scheduler(testOptions(func(s *slicerv1alpha1.Slicer) { s.Spec.Scheduler.Replicas = 1 }))
+	for _, o := range one {
+		if o.GetObjectKind().GroupVersionKind().Kind == "PodDisruptionBudget" {
+			t.Error("PDB rendered for one replica: it would block node drains")
+		}
+	}
+}
+
+func TestWebhook(t *testing.T) {
+	objs, err := Webhook(testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := podTemplate(t, objs, "Deployment")
+	if tmpl.Spec.HostNetwork || tmpl.Labels[slicerv1alpha1.LabelComponent] != ComponentWebhook {
+		t.Errorf("pod network template = %+v", tmpl)
+	}
+	if WebhookURL(testOptions()) != "" {
+		t.Error("URL in PodNetwork mode")
+	}
+	hn := testOptions(func(s *slicerv1alpha1.Slicer) { s.Spec.Network.EndpointMode = slicerv1alpha1.EndpointModeHostNetwork })
+	hn.HostNetworkAddress = "127.0.0.1"
+	if got := WebhookURL(hn); got != "https://127.0.0.1:9443/mutate-pod" {
+		t.Errorf("URL = %q", got)
+	}
+	objs, _ = Webhook(hn)
+	tmpl = podTemplate(t, objs, "Deployment")
+	if !tmpl.Spec.HostNetwork || !contains(tmpl.Spec.Containers[0].Args, "--bind-address=127.0.0.1") {
+		t.Errorf("host network template = %+v", tmpl.Spec)
+	}
+	sca := testOptions()
+	sca.Cert = CertServiceCA
+	objs, _ = Webhook(sca)
+	for _, o := range objs {
+		if s, ok := o.(*corev1.Service); ok && s.Annotations[ServiceCAServingSecretAnnotation] != WebhookCertSecret {
+			t.Error("service-ca annotation missing")
+		}
+	}
+	cm := testOptions()
+	cm.Cert = CertCertManager
+	objs, _ = Webhook(cm)
+	kinds := map[string]bool{}
+	for _, o := range objs {
+		kinds[o.GetObjectKind().GroupVersionKind().Kind] = true
+	}
+	if !kinds["Certificate"] || !kinds["Issuer"] {
+		t.Errorf("cert-manager objects missing: %v", kinds)
+	}
+	var got AdmissionOptions
+	_, err = WebhookAdmission(cm, func(a AdmissionOptions) ([]client.Object, error) { got = a; return nil, nil })
+	if err != nil || got.Annotations[CertManagerInjectAnnotation] != "slicer-system/slicer-webhook" || got.CABundle != nil {
+		t.Errorf("cert-manager admission options = %+v (%v)", got, err)
+	}
+	_, _ = WebhookAdmission(testOptions(), func(a AdmissionOptions) ([]client.Object, error) { got = a; return nil, nil })
+	if string(got.CABundle) != "ca" || got.FailurePolicy != slicerv1alpha1.FailurePolicyIgnore {
+		t.Errorf("self-managed admission options = %+v", got)
+	}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestAgent(t *testing.T) {
+	objs, err := Agent(testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := podTemplate(t, objs, "DaemonSet")
+	reqs := tmpl.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions
+	want := []corev1.NodeSelectorRequirement{
+		{Key: slicerv1alpha1.LabelMIGCapable, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}},
+		{Key: "kmm.node.kubernetes.io/slicer-system.slicer-nvidia.ready", Operator: corev1.NodeSelectorOpExists},
+	}
+	if diff := cmp.Diff(want, reqs); diff != "" {
+		t.Errorf("KMM affinity:\n%s", diff)
+	}
+	c := tmpl.Spec.Containers[0]
+	if c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Error("real-driver agent is not privileged: it cannot change MIG geometry")
+	}
+	paths := map[string]bool{}
+	for _, v := range tmpl.Spec.Volumes {
+		paths[v.HostPath.Path] = true
+	}
+	for _, p := range []string{DevicePluginDir, PodResourcesDir, defaultCDIDir} {
+		if !paths[p] {
+			t.Errorf("hostPath %s missing", p)
+		}
+	}
+	if tmpl.Spec.PriorityClassName != "system-node-critical" || tmpl.Labels[slicerv1alpha1.LabelComponent] != ComponentAgent {
+		t.Errorf("template = %+v", tmpl)
+	}
+	ns := objs[0].(*corev1.Namespace)
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("agent namespace labels = %v", ns.Labels)
+	}
+
+	pre, _ := Agent(testOptions(func(s *slicerv1alpha1.Slicer) { s.Spec.Driver.Mode = slicerv1alpha1.DriverModePreinstalled }))
+	if n := len(podTemplate(t, pre, "DaemonSet").Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions); n != 1 {
+		t.Errorf("preinstalled affinity has %d requirements, want the NFD label only", n)
+	}
+	emu, err := Agent(testOptions(func(s *slicerv1alpha1.Slicer) {
+		s.Spec.Driver.Mode = slicerv1alpha1.DriverModeEmulated
+		s.Spec.Agent.EmulatedGPUs = []slicerv1alpha1.EmulatedGPUs{{Model: "H100-80GB", Count: 2}, {Model: "A30-24GB", Count: 1}}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := podTemplate(t, emu, "DaemonSet").Spec.Containers[0]
+	if !contains(ec.Args, "--emulate=H100-80GB:2,A30-24GB:1") {
+		t.Errorf("emulated args = %v", ec.Args)
+	}
+	if ec.SecurityContext.Privileged != nil || *ec.SecurityContext.AllowPrivilegeEscalation {
+		t.Error("emulated agent is privileged")
+	}
+	if _, err := Agent(testOptions(func(s *slicerv1alpha1.Slicer) { s.Spec.Driver.Mode = slicerv1alpha1.DriverModeEmulated })); err == nil {
+		t.Error("emulated mode without GPUs accepted")
+	}
+}
+
+// Least privilege: no wildcard, no CRD writes, no escalate/bind/impersonate,
+// SCC use only by resource name.
+func TestRBACLeastPrivilege(t *testing.T) {
+	o := testOptions()
+	o.Platform.OpenShift = true
+	for _, obj := range RBAC(o) {
+		var rules []rbacv1.PolicyRule
+		switch r := obj.(type) {
+		case *rbacv1.ClusterRole:
+			rules = r.Rules
+		case *rbacv1.Role:
+			rules = r.Rules
+		}
+		for _, r := range rules {
+			for _, s := range append(append(append([]string{}, r.Verbs...), r.Resources...), r.APIGroups...) {
+				if s == "*" {
+					t.Errorf("%s: wildcard in %+v", obj.GetName(), r)
+				}
+			}
+			for _, v := range r.Verbs {
+				if v == "escalate" || v == "bind" || v == "impersonate" {
+					t.Errorf("%s: verb %s", obj.GetName(), v)
+				}
+				if v == "use" && len(r.ResourceNames) == 0 {
+					t.Errorf("%s: SCC use without resourceNames", obj.GetName())
+				}
+			}
+			if contains(r.APIGroups, "apiextensions.k8s.io") {
+				t.Errorf("%s: CRD access", obj.GetName())
+			}
+		}
+	}
+}
+
+func TestMonitoring(t *testing.T) {
+	o := testOptions()
+	o.Dashboards = map[string][]byte{"slicer-overview.json": []byte("{}")}
+	o.PrometheusRule = []byte("apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: slicer-rules\nspec:\n  groups: []\n")
+	d := Dashboards(o)[0]
+	if d.GetNamespace() != "slicer-system" || d.GetLabels()[GrafanaDashboardLabel] != "1" {
+		t.Errorf("vanilla dashboard %s/%s %v", d.GetNamespace(), d.GetName(), d.GetLabels())
+	}
+	o.Platform.OpenShift = true
+	d = Dashboards(o)[0]
+	if d.GetNamespace() != OpenShiftDashboardNamespace || d.GetLabels()[OpenShiftDashboardLabel] != "true" {
+		t.Errorf("OpenShift dashboard %s/%s %v", d.GetNamespace(), d.GetName(), d.GetLabels())
+	}
+	pr, err := PrometheusRule(o)
+	if err != nil || len(pr) != 1 || pr[0].GetNamespace() != "slicer-system" || pr[0].GetName() != "slicer-rules" {
+		t.Fatalf("PrometheusRule = %v, %v", pr, err)
+	}
+	if sm := ServiceMonitors(o); len(sm) != len(MetricsServices(o)) {
+		t.Errorf("%d ServiceMonitors for %d metrics Services", len(sm), len(MetricsServices(o)))
+	}
+	o.Slicer.Spec.Monitoring = slicerv1alpha1.MonitoringSpec{ServiceMonitors: slicerv1alpha1.FeatureDisabled, PrometheusRule: slicerv1alpha1.FeatureDisabled, Dashboards: slicerv1alpha1.FeatureDisabled}
+	pr, _ = PrometheusRule(o)
+	if len(ServiceMonitors(o))+len(pr)+len(Dashboards(o)) != 0 {
+		t.Error("disabled monitoring objects rendered")
+	}
+}

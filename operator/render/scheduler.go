@@ -1,0 +1,147 @@
+package render
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedconfig "github.com/slicer-operator/slicer/scheduler/config"
+)
+
+const schedulerConfigKey = "config.yaml"
+
+// SchedulerConfig renders the KubeSchedulerConfiguration with the scheduler
+// issue's renderer.
+func SchedulerConfig(o Options) ([]byte, error) {
+	s := o.Slicer.Spec.Scheduler
+	cfg, err := schedconfig.Render(schedconfig.Options{
+		SchedulerName:     schedulerName(o),
+		LeaderElect:       true,
+		LeaseNamespace:    o.Namespace,
+		LeaseName:         SchedulerName,
+		SliceReadyTimeout: time.Duration(s.SliceReadyTimeoutSeconds) * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("render scheduler configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+func schedulerName(o Options) string {
+	if n := o.Slicer.Spec.Scheduler.Name; n != "" {
+		return n
+	}
+	return schedconfig.DefaultSchedulerName
+}
+
+func replicas(r int32) int32 {
+	if r < 1 {
+		return 2
+	}
+	return r
+}
+
+// Scheduler renders the scheduler's ServiceAccount, ConfigMap, Deployment
+// and PodDisruptionBudget. Leader election keeps one replica active.
+func Scheduler(o Options) ([]client.Object, error) {
+	cfg, err := SchedulerConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	cm := &corev1.ConfigMap{
+		TypeMeta:   typeMeta(corev1.SchemeGroupVersion.WithKind("ConfigMap")),
+		ObjectMeta: metav1.ObjectMeta{Name: SchedulerConfigMap, Namespace: o.Namespace, Labels: labels(ComponentScheduler)},
+		Data:       map[string]string{schedulerConfigKey: string(cfg)},
+	}
+	port := o.Ports.SchedulerSecure
+	pod := corev1.PodSpec{
+		ServiceAccountName: SchedulerName,
+		SecurityContext:    restrictedPod(),
+		PriorityClassName:  "system-cluster-critical",
+		Affinity:           preferSpread(ComponentScheduler),
+		HostNetwork:        o.hostNetwork(),
+		Containers: []corev1.Container{{
+			Name:  "scheduler",
+			Image: o.Images.Scheduler,
+			Args: []string{
+				"--config=/etc/slicer-scheduler/" + schedulerConfigKey,
+				"--secure-port=" + strconv.Itoa(int(port)),
+				"--v=2",
+			},
+			Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+			LivenessProbe: &corev1.Probe{
+				ProbeHandler:        corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS}},
+				InitialDelaySeconds: 15,
+			},
+			ReadinessProbe: &corev1.Probe{
+				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS}},
+			},
+			Resources:       resources("100m", "128Mi"),
+			SecurityContext: restrictedContainer(),
+			VolumeMounts:    []corev1.VolumeMount{{Name: "config", MountPath: "/etc/slicer-scheduler", ReadOnly: true}},
+		}},
+		Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: SchedulerConfigMap}},
+		}}},
+	}
+	if o.hostNetwork() {
+		pod.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+	}
+	n := replicas(o.Slicer.Spec.Scheduler.Replicas)
+	objs := []client.Object{
+		serviceAccount(o.Namespace, SchedulerName, ComponentScheduler),
+		cm,
+		deployment(o.Namespace, SchedulerName, ComponentScheduler, n, pod, hashOf(cfg)),
+	}
+	return appendPDB(objs, o.Namespace, SchedulerName, ComponentScheduler, n), nil
+}
+
+func deployment(namespace, name, component string, replicas int32, pod corev1.PodSpec, configHash string) *appsv1.Deployment {
+	annotations := map[string]string{}
+	if configHash != "" {
+		annotations[ConfigHashAnnotation] = configHash
+	}
+	return &appsv1.Deployment{
+		TypeMeta:   typeMeta(appsv1.SchemeGroupVersion.WithKind("Deployment")),
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels(component)},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(component)},
+			Strategy: appsv1.DeploymentStrategy{
+				Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{
+					MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+					MaxSurge:       ptr.To(intstr.FromInt32(0)),
+				},
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels(component), Annotations: annotations},
+				Spec:       pod,
+			},
+		},
+	}
+}
+
+// appendPDB adds a PodDisruptionBudget keeping one pod up, only when there
+// are two or more replicas (a PDB that forbids every eviction blocks drains).
+func appendPDB(objs []client.Object, namespace, name, component string, replicas int32) []client.Object {
+	if replicas < 2 {
+		return objs
+	}
+	return append(objs, &policyv1.PodDisruptionBudget{
+		TypeMeta:   typeMeta(policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget")),
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels(component)},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector:     &metav1.LabelSelector{MatchLabels: selectorLabels(component)},
+		},
+	})
+}
