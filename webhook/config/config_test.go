@@ -1,0 +1,193 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+const (
+	mentionsBoth = "(has(object.spec.containers) && object.spec.containers.exists(c, has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('slicer.dev/mig-') || k.startsWith('nvidia.com/mig-'))) || (has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('slicer.dev/mig-') || k.startsWith('nvidia.com/mig-')))))) || " +
+		"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('slicer.dev/mig-') || k.startsWith('nvidia.com/mig-'))) || (has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('slicer.dev/mig-') || k.startsWith('nvidia.com/mig-')))))) || " +
+		"(has(object.spec.ephemeralContainers) && object.spec.ephemeralContainers.exists(c, has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('slicer.dev/mig-') || k.startsWith('nvidia.com/mig-'))) || (has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('slicer.dev/mig-') || k.startsWith('nvidia.com/mig-'))))))"
+)
+
+func wantWebhook(name, path string, nsExtra *metav1.LabelSelectorRequirement, mentions string, fp admissionregistrationv1.FailurePolicyType) admissionregistrationv1.MutatingWebhook {
+	sel := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
+		Values: []string{"kube-node-lease", "kube-public", "kube-system", "slicer-system"},
+	}}}
+	if nsExtra != nil {
+		sel.MatchExpressions = append(sel.MatchExpressions, *nsExtra)
+	}
+	return admissionregistrationv1.MutatingWebhook{
+		Name: name,
+		ClientConfig: admissionregistrationv1.WebhookClientConfig{
+			Service:  &admissionregistrationv1.ServiceReference{Namespace: "slicer-system", Name: "slicer-webhook", Port: ptr.To[int32](443), Path: ptr.To(path)},
+			CABundle: []byte("CA"),
+		},
+		Rules: []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{"CREATE"},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+				Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+			},
+		}},
+		FailurePolicy:     ptr.To(fp),
+		MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
+		NamespaceSelector: sel,
+		ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "slicer.dev/component", Operator: metav1.LabelSelectorOpDoesNotExist,
+		}}},
+		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+		TimeoutSeconds:          ptr.To[int32](5),
+		AdmissionReviewVersions: []string{"v1"},
+		ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+		MatchConditions: []admissionregistrationv1.MatchCondition{
+			{Name: "not-a-system-namespace", Expression: "!request.namespace.startsWith('kube-') && !request.namespace.startsWith('openshift-')"},
+			{Name: "not-a-mirror-pod", Expression: "!has(object.metadata.annotations) || !('kubernetes.io/config.mirror' in object.metadata.annotations)"},
+			{Name: "requests-mig", Expression: mentions},
+		},
+	}
+}
+
+var (
+	translateOn  = &metav1.LabelSelectorRequirement{Key: "slicer.dev/translate-nvidia-resources", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"disabled"}}
+	translateOff = &metav1.LabelSelectorRequirement{Key: "slicer.dev/translate-nvidia-resources", Operator: metav1.LabelSelectorOpIn, Values: []string{"disabled"}}
+	mentionsOnly = strings.ReplaceAll(mentionsBoth, " || k.startsWith('nvidia.com/mig-')", "")
+)
+
+func TestRenderMutatingWebhookConfiguration(t *testing.T) {
+	base := Options{Namespace: "slicer-system", ServiceName: "slicer-webhook", CABundle: []byte("CA")}
+	meta := metav1.ObjectMeta{Name: "slicer-mig-pods", Labels: map[string]string{"app.kubernetes.io/part-of": "slicer"}}
+	tm := metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"}
+	tests := []struct {
+		name string
+		opts func(o *Options)
+		want []admissionregistrationv1.MutatingWebhook
+	}{
+		{
+			name: "defaults: Ignore, translation on",
+			opts: func(*Options) {},
+			want: []admissionregistrationv1.MutatingWebhook{
+				wantWebhook("translate.pods.slicer.dev", "/mutate-pod", translateOn, mentionsBoth, admissionregistrationv1.Ignore),
+				wantWebhook("no-translate.pods.slicer.dev", "/mutate-pod-no-translate", translateOff, mentionsOnly, admissionregistrationv1.Ignore),
+			},
+		},
+		{
+			name: "Fail, translation off cluster-wide",
+			opts: func(o *Options) { o.FailurePolicy = admissionregistrationv1.Fail; o.TranslateNVIDIA = TranslateDisabled },
+			want: []admissionregistrationv1.MutatingWebhook{
+				wantWebhook("no-translate.pods.slicer.dev", "/mutate-pod-no-translate", nil, mentionsOnly, admissionregistrationv1.Fail),
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := base
+			tc.opts(&o)
+			if err := o.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			want := &admissionregistrationv1.MutatingWebhookConfiguration{TypeMeta: tm, ObjectMeta: meta, Webhooks: tc.want}
+			if diff := cmp.Diff(want, RenderMutatingWebhookConfiguration(o)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRenderURLAndExtraNamespaces(t *testing.T) {
+	cfg := RenderMutatingWebhookConfiguration(Options{
+		NamePrefix: "x", Namespace: "slicer", URL: "https://127.0.0.1:9443/mutate-pod",
+		ExtraExcludedNamespaces: []string{"openshift-monitoring", "kube-system", "slicer"},
+	})
+	if cfg.Name != "x-mig-pods" {
+		t.Errorf("name %q", cfg.Name)
+	}
+	var urls []string
+	for _, w := range cfg.Webhooks {
+		if w.ClientConfig.Service != nil {
+			t.Errorf("%s has a service", w.Name)
+		}
+		urls = append(urls, *w.ClientConfig.URL)
+		if diff := cmp.Diff([]string{"kube-node-lease", "kube-public", "kube-system", "openshift-monitoring", "slicer"}, w.NamespaceSelector.MatchExpressions[0].Values); diff != "" {
+			t.Errorf("excluded namespaces (-want +got):\n%s", diff)
+		}
+	}
+	if diff := cmp.Diff([]string{"https://127.0.0.1:9443/mutate-pod", "https://127.0.0.1:9443/mutate-pod-no-translate"}, urls); diff != "" {
+		t.Errorf("URLs (-want +got):\n%s", diff)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		o    Options
+		want []string
+	}{
+		{name: "service", o: Options{Namespace: "s", ServiceName: "w"}},
+		{name: "url", o: Options{Namespace: "s", URL: "https://127.0.0.1:1/mutate-pod"}},
+		{name: "empty", o: Options{}, want: []string{"namespace is required", "exactly one of service name and URL"}},
+		{name: "both", o: Options{Namespace: "s", ServiceName: "w", URL: "https://x"}, want: []string{"exactly one"}},
+		{name: "http", o: Options{Namespace: "s", URL: "http://x"}, want: []string{"must be https"}},
+		{name: "bad enums", o: Options{Namespace: "s", ServiceName: "w", FailurePolicy: "Maybe", TranslateNVIDIA: "on"}, want: []string{`failure policy "Maybe"`, `translate mode "on"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.o.Validate()
+			if (err != nil) != (len(tc.want) > 0) {
+				t.Fatalf("Validate() = %v", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestRenderValidatingAdmissionPolicy(t *testing.T) {
+	o := Options{Namespace: "slicer-system", ServiceName: "w", SchedulerName: "my-sched"}
+	policy, binding := RenderValidatingAdmissionPolicy(o)
+	if policy.Name != "slicer-mig-pods" || binding.Spec.PolicyName != policy.Name || binding.Name != policy.Name {
+		t.Errorf("names: policy %q, binding %q -> %q", policy.Name, binding.Name, binding.Spec.PolicyName)
+	}
+	for _, m := range []metav1.ObjectMeta{policy.ObjectMeta, binding.ObjectMeta} {
+		if m.Labels["app.kubernetes.io/part-of"] != "slicer" {
+			t.Errorf("%s lacks the part-of label", m.Name)
+		}
+	}
+	if diff := cmp.Diff([]admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, binding.Spec.ValidationActions); diff != "" {
+		t.Errorf("actions (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(excludedNamespaces(o), policy.Spec.MatchConstraints.NamespaceSelector); diff != "" {
+		t.Errorf("namespaces (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(&metav1.LabelSelector{}, policy.Spec.MatchConstraints.ObjectSelector); diff != "" {
+		t.Errorf("the policy must not exclude pods by label (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(RenderMutatingWebhookConfiguration(o).Webhooks[0].MatchConditions, policy.Spec.MatchConditions); diff != "" {
+		t.Errorf("match conditions differ from the webhook's (-want +got):\n%s", diff)
+	}
+	if got := policy.Spec.Validations[1].Expression; !strings.Contains(got, "object.spec.schedulerName == 'my-sched'") {
+		t.Errorf("scheduler rule %q", got)
+	}
+	if got := policy.Spec.Variables[2].Expression; !strings.Contains(got, "namespaceObject.metadata.labels['slicer.dev/translate-nvidia-resources'] != 'disabled'") {
+		t.Errorf("translated variable %q", got)
+	}
+
+	o.TranslateNVIDIA = TranslateDisabled
+	policy, _ = RenderValidatingAdmissionPolicy(o)
+	if got := policy.Spec.Variables[2].Expression; got != "false" {
+		t.Errorf("translation off cluster-wide: translated = %q, want false", got)
+	}
+	if diff := cmp.Diff(RenderMutatingWebhookConfiguration(o).Webhooks[0].MatchConditions, policy.Spec.MatchConditions); diff != "" {
+		t.Errorf("match conditions differ from the webhook's (-want +got):\n%s", diff)
+	}
+}

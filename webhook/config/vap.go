@@ -1,0 +1,103 @@
+package config
+
+import (
+	"fmt"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// RenderValidatingAdmissionPolicy renders the policy (and its binding) that holds the final
+// state of a MIG pod to what Slicer schedules, so that with the webhook down and failure
+// policy Ignore nothing unscheduled slips through, and nothing else is blocked:
+//
+//   - nvidia.com/mig-* is rejected where the webhook would have translated it (not in
+//     namespaces labelled slicer.dev/translate-nvidia-resources=disabled, nor anywhere
+//     when translation is disabled cluster-wide);
+//   - a pod with slicer.dev/mig-* must have Slicer's schedulerName, no spec.nodeName and
+//     no slicer.dev/ labels or annotations.
+//
+// It matches the same namespaces and pods (match conditions) as the webhook, except that
+// it has no object selector: a pod cannot escape it by forging Slicer's component label,
+// and Slicer's own pods never ask for MIG, so they are never matched.
+func RenderValidatingAdmissionPolicy(o Options) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	o = o.withDefaults()
+	name := ObjectName(o)
+	labels := map[string]string{LabelPartOf: PartOf}
+	prefixes := []string{mig.ResourcePrefix}
+	translated := "false"
+	if o.TranslateNVIDIA == TranslateEnabled {
+		prefixes = append(prefixes, mig.NVIDIAResourcePrefix)
+		translated = fmt.Sprintf(`!has(namespaceObject.metadata.labels) || !('%[1]s' in namespaceObject.metadata.labels) || namespaceObject.metadata.labels['%[1]s'] != '%[2]s'`,
+			slicerv1alpha1.LabelTranslateNVIDIAResources, TranslateDisabled)
+	}
+	noDomainKeys := func(field string) string {
+		return fmt.Sprintf("(!has(object.metadata.%[1]s) || !object.metadata.%[1]s.exists(k, k.startsWith('%[2]s')))", field, slicerv1alpha1.DomainPrefix)
+	}
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: excludedNamespaces(o),
+				ObjectSelector:    &metav1.LabelSelector{},
+				MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+						Rule: admissionregistrationv1.Rule{
+							APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+							Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+						},
+					},
+				}},
+			},
+			MatchConditions: matchConditions(prefixes...),
+			Variables: []admissionregistrationv1.Variable{
+				{Name: "slicerMIG", Expression: celMentions(mig.ResourcePrefix)},
+				{Name: "nvidiaMIG", Expression: celMentions(mig.NVIDIAResourcePrefix)},
+				{Name: "translated", Expression: translated},
+			},
+			Validations: []admissionregistrationv1.Validation{
+				{
+					Expression: "!(variables.nvidiaMIG && variables.translated)",
+					Message: fmt.Sprintf("the pod asks for nvidia.com/mig-* but Slicer's webhook did not rewrite it (is the webhook running?); "+
+						"Slicer serves MIG slices as slicer.dev/mig-<profile> placed by the %q scheduler: retry when the webhook is back, "+
+						"or write the pod that way, or label the namespace %s=%s to leave nvidia.com/mig-* to NVIDIA's device plugin",
+						o.SchedulerName, slicerv1alpha1.LabelTranslateNVIDIAResources, TranslateDisabled),
+					Reason: ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: fmt.Sprintf("!variables.slicerMIG || (has(object.spec.schedulerName) && object.spec.schedulerName == '%s')", o.SchedulerName),
+					Message: fmt.Sprintf("the pod asks for slicer.dev/mig-* slices, which only the Slicer scheduler places, but spec.schedulerName is not %q "+
+						"(Slicer's webhook sets it; is the webhook running?): set spec.schedulerName: %s", o.SchedulerName, o.SchedulerName),
+					Reason: ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: "!variables.slicerMIG || !has(object.spec.nodeName) || object.spec.nodeName == ''",
+					Message:    "the pod asks for slicer.dev/mig-* slices but pins spec.nodeName; only the Slicer scheduler may choose the node and the slice: remove spec.nodeName (use a nodeSelector or node affinity instead)",
+					Reason:     ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: "!variables.slicerMIG || (" + noDomainKeys("labels") + " && " + noDomainKeys("annotations") + ")",
+					Message:    fmt.Sprintf("the pod asks for MIG slices and carries labels or annotations under %s, which are reserved for Slicer's own allocation data: remove them", slicerv1alpha1.DomainPrefix),
+					Reason:     ptr.To(metav1.StatusReasonForbidden),
+				},
+			},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	return policy, binding
+}
