@@ -80,7 +80,10 @@ func TestRenderMutatingWebhookConfiguration(t *testing.T) {
 		},
 		{
 			name: "Fail, translation off cluster-wide",
-			opts: func(o *Options) { o.FailurePolicy = admissionregistrationv1.Fail; o.TranslateNVIDIA = TranslateDisabled },
+			opts: func(o *Options) {
+				o.FailurePolicy = admissionregistrationv1.Fail
+				o.TranslateNVIDIA = TranslateDisabled
+			},
 			want: []admissionregistrationv1.MutatingWebhook{
 				wantWebhook("no-translate.pods.slicer.dev", "/mutate-pod-no-translate", nil, mentionsOnly, admissionregistrationv1.Fail),
 			},
