@@ -229,12 +229,11 @@ type testFile struct {
 	RuleFiles []string `json:"rule_files"`
 	Tests     []struct {
 		AlertRuleTests []struct {
-			Alertname string            `json:"alertname"`
+			Alertname string           `json:"alertname"`
 			ExpAlerts []map[string]any `json:"exp_alerts"`
 		} `json:"alert_rule_test"`
 	} `json:"tests"`
 }
-
 
 // caseCoverage is, per alert name, whether some test expects it to fire and
 // some test expects it to stay quiet.
