@@ -1,0 +1,96 @@
+// Command slicer-webhook serves Slicer's mutating admission webhook for pods.
+// The webhook configuration and the ValidatingAdmissionPolicy that back it up
+// are rendered by webhook/config and applied by the operator.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/slicer-operator/slicer/webhook"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "slicer-webhook:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		so          webhook.ServerOptions
+		translate   string
+		metricsAddr string
+		probeAddr   string
+	)
+	flag.StringVar(&so.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory of the serving certificate and key (reloaded on change).")
+	flag.StringVar(&so.CertName, "cert-name", "tls.crt", "Serving certificate file name in --cert-dir.")
+	flag.StringVar(&so.KeyName, "key-name", "tls.key", "Serving key file name in --cert-dir.")
+	flag.IntVar(&so.Port, "port", 9443, "Port the webhook serves on.")
+	flag.StringVar(&so.Host, "bind-address", "", "Host the webhook serves on (empty: every interface).")
+	flag.StringVar(&so.Settings.SchedulerName, "scheduler-name", webhook.DefaultSchedulerName, "Name of the Slicer scheduler, set as spec.schedulerName of MIG pods.")
+	flag.StringVar(&translate, "translate-nvidia-resources", "enabled", "enabled: rewrite nvidia.com/mig-* to slicer.dev/mig-* on "+webhook.PathMutatePod+"; disabled: leave nvidia.com/mig-* to NVIDIA's device plugin everywhere.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+
+	switch translate {
+	case "enabled":
+		so.Settings.TranslateNVIDIA = true
+	case "disabled":
+		so.Settings.TranslateNVIDIA = false
+	default:
+		return fmt.Errorf("--translate-nvidia-resources=%q: want enabled or disabled", translate)
+	}
+	if so.Settings.SchedulerName == "" {
+		return errors.New("--scheduler-name must not be empty")
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("slicer-webhook")
+
+	m, err := webhook.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	srv, watcher, err := webhook.NewServer(so, m, log)
+	if err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		WebhookServer:          srv,
+	})
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	if err := mgr.Add(watcher); err != nil {
+		return fmt.Errorf("add certificate watcher: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("healthz: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
+		return fmt.Errorf("readyz: %w", err)
+	}
+	log.Info("starting", "port", so.Port, "certDir", so.CertDir, "schedulerName", so.Settings.SchedulerName, "translateNVIDIA", so.Settings.TranslateNVIDIA)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	return nil
+}
