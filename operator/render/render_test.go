@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	kmmv1beta1 "github.com/rh-ecosystem-edge/kernel-module-management/api/v1beta1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -435,5 +436,46 @@ func TestMonitoring(t *testing.T) {
 	pr, _ = PrometheusRule(o)
 	if len(ServiceMonitors(o))+len(pr)+len(Dashboards(o)) != 0 {
 		t.Error("disabled monitoring objects rendered")
+	}
+}
+
+func TestAdmission(t *testing.T) {
+	o := testOptions()
+	objs, err := WebhookAdmission(o, Admission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := []string{}
+	for _, obj := range objs {
+		kinds = append(kinds, obj.GetObjectKind().GroupVersionKind().Kind)
+		if obj.GetLabels()[ManagedByLabel] != ManagedByValue {
+			t.Errorf("%s lacks the managed-by label", obj.GetName())
+		}
+	}
+	if diff := cmp.Diff([]string{"MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}, kinds); diff != "" {
+		t.Errorf("kinds:\n%s", diff)
+	}
+	mwc := objs[0].(*admissionregistrationv1.MutatingWebhookConfiguration)
+	for _, w := range mwc.Webhooks {
+		cc := w.ClientConfig
+		if cc.Service == nil || cc.Service.Name != WebhookName || cc.Service.Namespace != "slicer-system" || string(cc.CABundle) != "ca" {
+			t.Errorf("webhook %s clientConfig = %+v", w.Name, cc)
+		}
+	}
+	hn := testOptions(func(s *slicerv1alpha1.Slicer) { s.Spec.Network.EndpointMode = slicerv1alpha1.EndpointModeHostNetwork })
+	objs, err = WebhookAdmission(hn, Admission)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range objs[0].(*admissionregistrationv1.MutatingWebhookConfiguration).Webhooks {
+		if w.ClientConfig.URL == nil || !strings.HasPrefix(*w.ClientConfig.URL, "https://127.0.0.1:9443/mutate-pod") || w.ClientConfig.Service != nil {
+			t.Errorf("host-network clientConfig = %+v", w.ClientConfig)
+		}
+	}
+	sca := testOptions()
+	sca.Cert = CertServiceCA
+	objs, _ = WebhookAdmission(sca, Admission)
+	if objs[0].GetAnnotations()[ServiceCAInjectAnnotation] != "true" {
+		t.Error("service-ca inject annotation missing")
 	}
 }

@@ -38,6 +38,8 @@ type AdmissionOptions struct {
 	FailurePolicy slicerv1alpha1.FailurePolicy
 	SchedulerName string
 	Translate     bool
+	// ExtraExcludedNamespaces are never intercepted (the agent's namespace).
+	ExtraExcludedNamespaces []string
 	// Annotations go on the rendered configurations (CA injection).
 	Annotations map[string]string
 }
@@ -72,6 +74,13 @@ func WebhookDNSNames(o Options) []string {
 	return []string{svc + ".svc", svc + ".svc.cluster.local"}
 }
 
+func translateFlag(o Options) string {
+	if translate(o) {
+		return "enabled"
+	}
+	return "disabled"
+}
+
 func translate(o Options) bool {
 	return o.Slicer.Spec.Webhook.TranslateNVIDIAResources != slicerv1alpha1.FeatureDisabled
 }
@@ -85,7 +94,7 @@ func Webhook(o Options) ([]client.Object, error) {
 		"--cert-dir=" + certDir,
 		"--port=" + strconv.Itoa(int(p.WebhookServing)),
 		"--scheduler-name=" + schedulerName(o),
-		"--translate-nvidia-resources=" + strconv.FormatBool(translate(o)),
+		"--translate-nvidia-resources=" + translateFlag(o),
 		"--metrics-bind-address=:" + strconv.Itoa(int(p.WebhookMetrics)),
 		"--health-probe-bind-address=:" + strconv.Itoa(int(p.WebhookHealth)),
 	}
@@ -161,6 +170,9 @@ func WebhookAdmission(o Options, r AdmissionRenderer) ([]client.Object, error) {
 		FailurePolicy: o.Slicer.Spec.Webhook.FailurePolicy,
 		SchedulerName: schedulerName(o),
 		Translate:     translate(o),
+	}
+	if o.AgentNamespace != "" && o.AgentNamespace != o.Namespace {
+		ao.ExtraExcludedNamespaces = []string{o.AgentNamespace}
 	}
 	switch o.Cert {
 	case CertServiceCA:

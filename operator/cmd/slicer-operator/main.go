@@ -1,0 +1,134 @@
+// Command slicer-operator installs and runs Slicer from the cluster-scoped
+// Slicer "default": NFD rule, KMM Module, webhook, scheduler, agent and
+// monitoring objects. Images come from RELATED_IMAGE_* variables.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/client-go/discovery"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/slicer-operator/slicer/operator/controller"
+	"github.com/slicer-operator/slicer/operator/manager"
+	"github.com/slicer-operator/slicer/operator/metrics"
+	"github.com/slicer-operator/slicer/operator/render"
+	"github.com/slicer-operator/slicer/prometheusrules"
+)
+
+// Default images, overridden by RELATED_IMAGE_* (set by the bundle).
+const (
+	defaultRegistry = "quay.io/slicer-operator/"
+	defaultTag      = "v0.1.0"
+)
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	var (
+		namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string
+		leaderElect, secureMetrics                                   bool
+	)
+	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the operator, scheduler and webhook (default $POD_NAMESPACE).")
+	flag.StringVar(&agentNamespace, "agent-namespace", "", "Namespace of the agent, labelled for the privileged Pod Security level (default <namespace>-agent).")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (0 disables it).")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with Kubernetes authentication and authorization.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.StringVar(&hostAddr, "host-network-address", "127.0.0.1", "Address the apiserver uses to reach a host-network webhook (spec.network.endpointMode HostNetwork).")
+	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so only one replica reconciles.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+	if namespace == "" {
+		log.Error(fmt.Errorf("no namespace"), "set --namespace or POD_NAMESPACE")
+		os.Exit(2)
+	}
+	if agentNamespace == "" {
+		agentNamespace = namespace + "-agent"
+	}
+	if err := run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr, leaderElect, secureMetrics); err != nil {
+		log.Error(err, "operator failed")
+		os.Exit(1)
+	}
+}
+
+func run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string, leaderElect, secureMetrics bool) error {
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	metricsOpts := metricsserver.Options{
+		BindAddress:   metricsAddr,
+		SecureServing: secureMetrics,
+		// No HTTP/2 (CVE-2023-44487, CVE-2023-39325).
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
+	}
+	if secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mgr, err := ctrl.NewManager(cfg, manager.Options(manager.Config{
+		Namespace:        namespace,
+		AgentNamespace:   agentNamespace,
+		LeaderElection:   leaderElect,
+		Metrics:          metricsOpts,
+		HealthProbeAddr:  probeAddr,
+		LeaderElectionID: "slicer-operator.slicer.dev",
+	}))
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	m, err := metrics.New(ctrlmetrics.Registry)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
+	r := &controller.SlicerReconciler{
+		Client:         mgr.GetClient(),
+		Discovery:      dc,
+		Recorder:       mgr.GetEventRecorderFor("slicer-operator"),
+		Metrics:        m,
+		Namespace:      namespace,
+		AgentNamespace: agentNamespace,
+		Images: render.Images{
+			Scheduler: env("RELATED_IMAGE_SCHEDULER", defaultRegistry+"slicer-scheduler:"+defaultTag),
+			Webhook:   env("RELATED_IMAGE_WEBHOOK", defaultRegistry+"slicer-webhook:"+defaultTag),
+			Agent:     env("RELATED_IMAGE_AGENT", defaultRegistry+"slicer-agent:"+defaultTag),
+			Driver:    env("RELATED_IMAGE_DRIVER", defaultRegistry+"nvidia-driver"),
+		},
+		Ports:              render.DefaultPorts(),
+		HostNetworkAddress: hostAddr,
+		Admission:          render.Admission,
+		PrometheusRule:     prometheusrules.PrometheusRule,
+		DeletionTimeout:    controller.DefaultDeletionTimeout,
+		DependencyRecheck:  controller.DefaultDependencyRecheck,
+		CertValidity:       controller.DefaultCertValidity,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("healthz: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("readyz: %w", err)
+	}
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

@@ -1,0 +1,134 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/operator/render"
+)
+
+// cleanupTargets are the objects the finalizer deletes explicitly: every
+// cluster-scoped one, plus the Module (KMM unloads the driver on deletion)
+// and the dashboards in openshift-config-managed. Namespaced objects in the
+// operator's namespaces go by owner reference (garbage collection).
+func (r *SlicerReconciler) cleanupTargets(o render.Options) []client.Object {
+	objs := render.RBAC(o)
+	objs = append(objs, render.AgentNamespace(o))
+	if rule, err := render.NodeFeatureRule(o); err == nil {
+		objs = append(objs, rule)
+	}
+	if m, err := render.Module(o); err == nil {
+		objs = append(objs, m)
+	}
+	if r.Admission != nil {
+		if adm, err := render.WebhookAdmission(o, r.Admission); err == nil {
+			objs = append(objs, adm...)
+		}
+	}
+	o.Platform.OpenShift = true
+	objs = append(objs, render.Dashboards(o)...)
+	var out []client.Object
+	for _, obj := range objs {
+		if obj.GetNamespace() == "" || obj.GetNamespace() == render.OpenShiftDashboardNamespace ||
+			obj.GetObjectKind().GroupVersionKind().Kind == "Module" {
+			out = append(out, obj)
+		}
+	}
+	return out
+}
+
+// finalize deletes the cleanup targets and removes the finalizer once they
+// are gone, or once DeletionTimeout has passed (then with a Degraded
+// condition and a Warning Event, so a stuck object cannot block forever).
+func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slicer, o render.Options) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	if !controllerutil.ContainsFinalizer(s, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	var pending []string
+	var errs []error
+	for _, obj := range r.cleanupTargets(o) {
+		gone, err := r.deleteAndCheck(ctx, obj)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !gone {
+			pending = append(pending, obj.GetObjectKind().GroupVersionKind().Kind+" "+client.ObjectKeyFromObject(obj).String())
+		}
+	}
+	if len(pending) > 0 || len(errs) > 0 {
+		timeout := orDefault(r.DeletionTimeout, DefaultDeletionTimeout)
+		if r.now().Sub(s.DeletionTimestamp.Time) < timeout {
+			if err := errors.Join(errs...); err != nil {
+				return ctrl.Result{}, err
+			}
+			log.Info("waiting for cleanup", "pending", pending)
+			return ctrl.Result{RequeueAfter: timeout / 20}, nil
+		}
+		msg := fmt.Sprintf("cleanup did not finish within %s; left: %v; errors: %v", timeout, pending, errors.Join(errs...))
+		meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{
+			Type: slicerv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: slicerv1alpha1.ReasonDeletionTimedOut,
+			Message: truncate(msg), ObservedGeneration: s.Generation,
+		})
+		if err := r.Client.Status().Update(ctx, s); err != nil {
+			return ctrl.Result{}, fmt.Errorf("record deletion timeout: %w", err)
+		}
+		if r.Recorder != nil {
+			r.Recorder.Event(s, corev1.EventTypeWarning, slicerv1alpha1.ReasonDeletionTimedOut, truncate(msg))
+		}
+		log.Info("cleanup timed out; removing the finalizer", "pending", pending)
+	}
+	controllerutil.RemoveFinalizer(s, Finalizer)
+	if err := r.Client.Update(ctx, s); err != nil {
+		return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// deleteAndCheck deletes obj if it exists and reports whether it is gone. A
+// Namespace counts as gone once it is terminating (its contents are the
+// namespace controller's business). Kinds whose CRD is not served are gone.
+func (r *SlicerReconciler) deleteAndCheck(ctx context.Context, obj client.Object) (bool, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(obj.GetObjectKind().GroupVersionKind())
+	key := client.ObjectKeyFromObject(obj)
+	if err := r.Client.Get(ctx, key, u); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("read %s %s: %w", u.GetKind(), key, err)
+	}
+	if !ownedBySlicer(u) {
+		// Not ours (same name, created by someone else): leave it.
+		return true, nil
+	}
+	if u.GetDeletionTimestamp() != nil {
+		return u.GetKind() == "Namespace", nil
+	}
+	if err := r.Client.Delete(ctx, u, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("delete %s %s: %w", u.GetKind(), key, err)
+	}
+	return u.GetKind() == "Namespace", nil
+}
+
+func ownedBySlicer(u *unstructured.Unstructured) bool {
+	for _, ref := range u.GetOwnerReferences() {
+		if ref.Kind == "Slicer" && ref.APIVersion == slicerv1alpha1.GroupVersion.String() && ref.Name == slicerv1alpha1.SlicerName {
+			return true
+		}
+	}
+	return false
+}

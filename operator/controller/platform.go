@@ -1,0 +1,66 @@
+package controller
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/discovery"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/operator/render"
+)
+
+// API group versions whose presence the operator checks at every reconcile,
+// so CRDs installed after the operator started are used at once.
+const (
+	nfdGroupVersion         = "nfd.k8s-sigs.io/v1alpha1"
+	kmmGroupVersion         = "kmm.sigs.x-k8s.io/v1beta1"
+	monitoringGroupVersion  = "monitoring.coreos.com/v1"
+	certManagerGroupVersion = "cert-manager.io/v1"
+	openShiftGroupVersion   = "security.openshift.io/v1"
+)
+
+// detectPlatform asks discovery which optional APIs are served.
+func detectPlatform(dc discovery.DiscoveryInterface) (render.Platform, error) {
+	groups, err := dc.ServerGroups()
+	if err != nil {
+		return render.Platform{}, fmt.Errorf("discover API groups: %w", err)
+	}
+	served := map[string]bool{}
+	for _, g := range groups.Groups {
+		for _, v := range g.Versions {
+			served[v.GroupVersion] = true
+		}
+	}
+	return render.Platform{
+		OpenShift:   served[openShiftGroupVersion],
+		NFD:         served[nfdGroupVersion],
+		KMM:         served[kmmGroupVersion],
+		Monitoring:  served[monitoringGroupVersion],
+		CertManager: served[certManagerGroupVersion],
+	}, nil
+}
+
+// resolveCertProvider picks the certificate source: the one asked for when
+// it is installed, otherwise the operator's own CA. The second result
+// explains a fallback ("" when there is none).
+func resolveCertProvider(want slicerv1alpha1.CertificateProvider, p render.Platform) (render.CertProvider, string) {
+	switch want {
+	case slicerv1alpha1.CertificateProviderCertManager:
+		if p.CertManager {
+			return render.CertCertManager, ""
+		}
+		return render.CertSelfManaged, "cert-manager is not installed (cert-manager.io/v1 not served); using the operator's own CA"
+	case slicerv1alpha1.CertificateProviderOpenShiftServiceCA:
+		if p.OpenShift {
+			return render.CertServiceCA, ""
+		}
+		return render.CertSelfManaged, "OpenShift service CA is not available; using the operator's own CA"
+	case slicerv1alpha1.CertificateProviderSelfManaged:
+		return render.CertSelfManaged, ""
+	default:
+		if p.OpenShift {
+			return render.CertServiceCA, ""
+		}
+		return render.CertSelfManaged, ""
+	}
+}

@@ -1,0 +1,53 @@
+package render
+
+import (
+	"fmt"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	webhookconfig "github.com/slicer-operator/slicer/webhook/config"
+)
+
+// Admission is the AdmissionRenderer of the webhook issue: the
+// MutatingWebhookConfiguration, the ValidatingAdmissionPolicy and its
+// binding, from webhook/config.
+func Admission(a AdmissionOptions) ([]client.Object, error) {
+	translateMode := webhookconfig.TranslateDisabled
+	if a.Translate {
+		translateMode = webhookconfig.TranslateEnabled
+	}
+	o := webhookconfig.Options{
+		NamePrefix:              a.NamePrefix,
+		Namespace:               a.Namespace,
+		CABundle:                a.CABundle,
+		FailurePolicy:           admissionregistrationv1.FailurePolicyType(a.FailurePolicy),
+		SchedulerName:           a.SchedulerName,
+		TranslateNVIDIA:         translateMode,
+		ExtraExcludedNamespaces: a.ExtraExcludedNamespaces,
+	}
+	if a.URL != "" {
+		o.URL = a.URL
+	} else {
+		o.ServiceName, o.ServicePort, o.ServicePath = a.ServiceName, a.ServicePort, a.Path
+	}
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("webhook configuration options: %w", err)
+	}
+	mwc := webhookconfig.RenderMutatingWebhookConfiguration(o)
+	vap, binding := webhookconfig.RenderValidatingAdmissionPolicy(o)
+	objs := []client.Object{mwc, vap, binding}
+	for _, obj := range objs {
+		if len(a.Annotations) > 0 {
+			ann := obj.GetAnnotations()
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			for k, v := range a.Annotations {
+				ann[k] = v
+			}
+			obj.SetAnnotations(ann)
+		}
+	}
+	return objs, nil
+}
