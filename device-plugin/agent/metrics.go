@@ -1,0 +1,187 @@
+package agent
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// MIG operation label values.
+const (
+	opCreateGI  = "create_gi"
+	opCreateCI  = "create_ci"
+	opDestroyCI = "destroy_ci"
+	opDestroyGI = "destroy_gi"
+)
+
+// Metrics are the agent's Prometheus collectors. Label values are bounded:
+// gpu is the device index (0–15), profile a table profile name, state one of
+// four slice states, return an NVML return-code name. slicer_agent_slice_info
+// is the one kube-state-metrics-style object-state gauge: one series per
+// existing slice (at most 7 per GPU, 16 GPUs per node) carrying its pod.
+type Metrics struct {
+	Instances       *prometheus.GaugeVec
+	SliceInfo       *prometheus.GaugeVec
+	Operations      *prometheus.CounterVec
+	OpDuration      *prometheus.HistogramVec
+	NVMLErrors      *prometheus.CounterVec
+	OrphansReclaim  *prometheus.CounterVec
+	Conflicts       prometheus.Counter
+	Registrations   *prometheus.CounterVec
+	AllocateResults *prometheus.CounterVec
+	CDIWrites       *prometheus.CounterVec
+	FreeCompute     *prometheus.GaugeVec
+	FreeMemory      *prometheus.GaugeVec
+	Fragmentation   *prometheus.GaugeVec
+	RealizeDuration prometheus.Histogram
+}
+
+// NewMetrics creates the collectors and registers them with reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Instances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_mig_instances", Help: "MIG instances on the node's GPUs by GPU index, profile and state (allocated, free, pending_delete, orphaned).",
+		}, []string{"gpu", "profile", "state"}),
+		SliceInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_slice_info", Help: "One series (value 1) per existing MIG slice with its placement, state and holder pod (object-state metric; at most 7 slices per GPU).",
+		}, []string{"gpu", "profile", "placement", "state", "namespace", "pod"}),
+		Operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slicer_agent_mig_operations_total", Help: "MIG operations by operation (create_gi, create_ci, destroy_ci, destroy_gi) and result (success, error, in_use).",
+		}, []string{"operation", "result"}),
+		OpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "slicer_agent_mig_operation_duration_seconds", Help: "Duration of MIG operations.",
+			Buckets: []float64{0.0001, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}, []string{"operation"}),
+		NVMLErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slicer_agent_nvml_errors_total", Help: "NVML calls that failed, by NVML return code.",
+		}, []string{"return"}),
+		OrphansReclaim: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slicer_agent_orphan_instances_reclaimed_total", Help: "MIG instances the agent destroyed because no allocation held them (no_allocation) or their allocation was released (pod_gone).",
+		}, []string{"reason"}),
+		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slicer_agent_allocation_conflicts_total", Help: "Allocations refused because their slot overlaps a slice another allocation holds (must stay 0).",
+		}),
+		Registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slicer_agent_device_plugin_registrations_total", Help: "Device plugin registrations with the kubelet by result.",
+		}, []string{"result"}),
+		AllocateResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slicer_agent_device_plugin_allocate_total", Help: "Device plugin Allocate calls by result (success, unknown_device, error).",
+		}, []string{"result"}),
+		CDIWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slicer_agent_cdi_spec_writes_total", Help: "CDI spec writes and removals by result.",
+		}, []string{"result"}),
+		FreeCompute: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_gpu_free_compute_slices", Help: "Compute slices not held by any GPU instance, per GPU.",
+		}, []string{"gpu"}),
+		FreeMemory: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_gpu_free_memory_slices", Help: "Memory slices not held by any GPU instance, per GPU.",
+		}, []string{"gpu"}),
+		Fragmentation: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_gpu_fragmentation_ratio", Help: "1 - (compute slices of the largest profile that still fits / free compute slices); 0 when the GPU is full or unfragmented.",
+		}, []string{"gpu"}),
+		RealizeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "slicer_agent_realize_duration_seconds", Help: "Time from the agent first seeing an allocation to its slice being Ready.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
+		}),
+	}
+	if reg != nil {
+		for _, c := range m.Collectors() {
+			reg.MustRegister(c)
+		}
+	}
+	return m
+}
+
+// Collectors lists every collector (for registration and docs generation).
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Instances, m.SliceInfo, m.Operations, m.OpDuration, m.NVMLErrors, m.OrphansReclaim,
+		m.Conflicts, m.Registrations, m.AllocateResults, m.CDIWrites, m.FreeCompute, m.FreeMemory, m.Fragmentation, m.RealizeDuration}
+}
+
+func (m *Metrics) migOp(op string, d time.Duration, err error) {
+	result := "success"
+	switch {
+	case nvml.IsInUse(err):
+		result = "in_use"
+	case err != nil:
+		result = "error"
+	}
+	m.Operations.WithLabelValues(op, result).Inc()
+	m.OpDuration.WithLabelValues(op).Observe(d.Seconds())
+	if err != nil {
+		m.nvmlError(err)
+	}
+}
+
+func (m *Metrics) nvmlError(err error) {
+	if err != nil {
+		m.NVMLErrors.WithLabelValues(nvml.ReturnOf(err).String()).Inc()
+	}
+}
+
+func gpuLabel(i int) string { return strconv.Itoa(i) }
+
+// stateLabel is the metric spelling of a slice state.
+var stateLabel = map[slicerv1alpha1.SliceState]string{
+	slicerv1alpha1.SliceAllocated: "allocated", slicerv1alpha1.SliceFree: "free",
+	slicerv1alpha1.SlicePendingDelete: "pending_delete", slicerv1alpha1.SliceOrphaned: "orphaned",
+}
+
+// recordMetrics sets the per-GPU and per-slice gauges from an observation;
+// series of slices and GPUs that went away are dropped (the vectors are reset).
+func (r *Reconciler) recordMetrics(obs *Observation, v nodeView, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation) {
+	m := r.opts.Metrics
+	m.Instances.Reset()
+	m.SliceInfo.Reset()
+	m.FreeCompute.Reset()
+	m.FreeMemory.Reset()
+	m.Fragmentation.Reset()
+	for _, g := range obs.GPUs {
+		if !g.Model.Valid() || g.MIGMode != nvml.MIGEnabled {
+			continue
+		}
+		gl := gpuLabel(g.Index)
+		var insts []mig.Instance
+		for _, s := range g.Slices {
+			state := slicerv1alpha1.SliceOrphaned
+			if st, ok := v.States[sliceKey(s)]; ok {
+				state = st
+			}
+			m.Instances.WithLabelValues(gl, s.Profile, stateLabel[state]).Inc()
+			ns, pod := "", ""
+			if h, ok := v.Holders[sliceKey(s)]; ok {
+				ns = h.Namespace
+				if a := allocs[h]; a != nil {
+					pod = a.Spec.PodName
+				}
+			}
+			m.SliceInfo.WithLabelValues(gl, s.Profile, fmt.Sprintf("%d:%d", s.Start, s.Size), stateLabel[state], ns, pod).Set(1)
+			insts = append(insts, mig.Instance{Profile: s.Profile, Placement: mig.Placement{Start: s.Start, Size: s.Size}})
+		}
+		st, err := mig.NewGPUState(g.Model, insts)
+		if err != nil {
+			continue
+		}
+		free := st.FreeComputeSlices()
+		m.FreeCompute.WithLabelValues(gl).Set(float64(free))
+		m.FreeMemory.WithLabelValues(gl).Set(float64(g.Model.MemorySlices() - st.UsedMemorySlices()))
+		largest := 0
+		for _, p := range g.Model.Profiles() {
+			if st.Fits(p) && p.ComputeSlices > largest {
+				largest = p.ComputeSlices
+			}
+		}
+		frag := 0.0
+		if free > 0 {
+			frag = 1 - float64(largest)/float64(free)
+		}
+		m.Fragmentation.WithLabelValues(gl).Set(frag)
+	}
+}

@@ -1,0 +1,291 @@
+package agent
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+)
+
+// Slot is a (GPU, profile, placement) triple: where a slice is or should be.
+type Slot struct {
+	GPU     string
+	Profile string // Kubernetes spelling (".me")
+	Start   int
+	Size    int
+}
+
+func (s Slot) String() string { return fmt.Sprintf("%s %s@%d", s.GPU, s.Profile, s.Start) }
+
+func (s Slot) overlaps(o Slot) bool {
+	return s.GPU == o.GPU && s.Start < o.Start+o.Size && o.Start < s.Start+s.Size
+}
+
+// Slice is a MIG instance observed on the node.
+type Slice struct {
+	Slot
+	GI int
+	// CI is -1 for a GPU instance without a compute instance.
+	CI      int
+	MIGUUID string
+}
+
+// Complete reports whether the slice has a compute instance and a MIG device.
+func (s Slice) Complete() bool { return s.CI >= 0 && s.MIGUUID != "" }
+
+// Want is what one SliceAllocation asks of the node.
+type Want struct {
+	Key    types.NamespacedName
+	PodUID string
+	// Spec is the scheduler's slot; Actual, when set, is where the pod's device
+	// really is (learned from the kubelet).
+	Spec   Slot
+	Actual *Slot
+	// Device is status.migDeviceUUID.
+	Device   string
+	Deleting bool
+}
+
+func (w Want) desired() Slot {
+	if w.Actual != nil {
+		return *w.Actual
+	}
+	return w.Spec
+}
+
+// Plan is what the node must do, computed from observation only.
+type Plan struct {
+	// Bound maps a live allocation to the complete slice it holds.
+	Bound map[types.NamespacedName]Slice
+	// Create lists the slots to create (GI + CI) for allocations.
+	Create map[types.NamespacedName]Slot
+	// Finish lists GPU instances without a compute instance an allocation wants.
+	Finish map[types.NamespacedName]Slice
+	// Blocked explains why a live allocation waits (reason, message).
+	Blocked map[types.NamespacedName][2]string
+	// Conflict lists live allocations whose slot overlaps a slice another
+	// allocation holds (a double allocation the agent refuses).
+	Conflict map[types.NamespacedName]string
+	// Release lists deleting allocations with the slice to destroy (nil: nothing
+	// to destroy, the finalizer can go).
+	Release map[types.NamespacedName]*Slice
+	// ReleaseWait lists deleting allocations whose slice is in use.
+	ReleaseWait map[types.NamespacedName]string
+	// Orphans are slices no allocation holds, with their state.
+	Orphans []Orphan
+	// InUse holds the MIG UUIDs the kubelet reports assigned to a pod.
+	InUse map[string]string
+}
+
+// Orphan is a slice that no allocation holds.
+type Orphan struct {
+	Slice
+	// Destroy is true once the grace period passed and the slice is unused.
+	Destroy bool
+	// User is the pod UID using it, if any (never destroyed then).
+	User string
+}
+
+// planInput is everything a plan is computed from.
+type planInput struct {
+	Slices []Slice
+	Wants  []Want
+	// Use maps a MIG UUID to the UID of the pod the kubelet assigned it to
+	// (nil when unknown).
+	Use map[string]string
+	// OrphanSince maps a MIG UUID (or slot string for bare GIs) to when it was
+	// first seen unclaimed.
+	OrphanSince map[string]time.Time
+	Now         time.Time
+	Grace       time.Duration
+}
+
+func orphanKey(s Slice) string {
+	if s.MIGUUID != "" {
+		return s.MIGUUID
+	}
+	return fmt.Sprintf("%s/gi%d", s.Slot, s.GI)
+}
+
+// plan computes the node's actions. It is pure: same input, same plan.
+func plan(in planInput) Plan {
+	p := Plan{
+		Bound: map[types.NamespacedName]Slice{}, Create: map[types.NamespacedName]Slot{},
+		Finish: map[types.NamespacedName]Slice{}, Blocked: map[types.NamespacedName][2]string{},
+		Conflict: map[types.NamespacedName]string{}, Release: map[types.NamespacedName]*Slice{},
+		ReleaseWait: map[types.NamespacedName]string{}, InUse: in.Use,
+	}
+	wants := append([]Want(nil), in.Wants...)
+	sort.Slice(wants, func(i, j int) bool { return wants[i].Key.String() < wants[j].Key.String() })
+	claimed := make([]bool, len(in.Slices))
+	holder := make([]*Want, len(in.Slices))
+	done := map[types.NamespacedName]bool{}
+
+	// 1. The kubelet's truth first: a slice assigned to a pod belongs to that
+	// pod's allocation of the same profile (preferring the one that wants it).
+	for i, s := range in.Slices {
+		uid, used := in.Use[s.MIGUUID]
+		if !used || s.MIGUUID == "" {
+			continue
+		}
+		best := -1
+		for j := range wants {
+			w := &wants[j]
+			if w.Deleting || done[w.Key] || w.PodUID != uid || w.Spec.Profile != s.Profile {
+				continue
+			}
+			if best < 0 || w.desired() == s.Slot || w.Device == s.MIGUUID {
+				best = j
+			}
+		}
+		if best >= 0 {
+			claimed[i], holder[i], done[wants[best].Key] = true, &wants[best], true
+			p.Bound[wants[best].Key] = s
+		}
+	}
+	// 2. Live allocations take the slice at their slot, or the swap partner's.
+	for j := range wants {
+		w := &wants[j]
+		if w.Deleting || done[w.Key] {
+			continue
+		}
+		want := w.desired()
+		idx := -1
+		for i, s := range in.Slices {
+			if s.Slot == want {
+				idx = i
+			}
+		}
+		if idx >= 0 && claimed[idx] && holder[idx] != nil && holder[idx].desired() != in.Slices[idx].Slot {
+			// The kubelet gave our slice to another pod of the same profile:
+			// take the slice that pod's allocation was realized for.
+			other := holder[idx].desired()
+			idx = -1
+			for i, s := range in.Slices {
+				if s.Slot == other && !claimed[i] && s.Complete() {
+					idx = i
+				}
+			}
+			if idx < 0 {
+				p.Blocked[w.Key] = [2]string{"Swapped", "the kubelet gave this allocation's slice to another pod; waiting for that pod's slice"}
+				continue
+			}
+		}
+		if idx >= 0 {
+			if claimed[idx] {
+				p.Conflict[w.Key] = fmt.Sprintf("slot %s is already held by %s", want, holder[idx].Key)
+				continue
+			}
+			claimed[idx], holder[idx], done[w.Key] = true, w, true
+			if in.Slices[idx].Complete() {
+				p.Bound[w.Key] = in.Slices[idx]
+			} else {
+				p.Finish[w.Key] = in.Slices[idx]
+			}
+			continue
+		}
+		p.Create[w.Key] = want
+		done[w.Key] = true
+	}
+	// Creates must not overlap an existing slice or another create.
+	createKeys := make([]types.NamespacedName, 0, len(p.Create))
+	for k := range p.Create {
+		createKeys = append(createKeys, k)
+	}
+	sort.Slice(createKeys, func(i, j int) bool { return createKeys[i].String() < createKeys[j].String() })
+	var planned []Slot
+	for _, k := range createKeys {
+		slot := p.Create[k]
+		for i, s := range in.Slices {
+			if !s.overlaps(slot) {
+				continue
+			}
+			delete(p.Create, k)
+			if claimed[i] && holder[i] != nil {
+				p.Conflict[k] = fmt.Sprintf("slot %s overlaps %s held by %s", slot, s.Slot, holder[i].Key)
+			} else {
+				p.Blocked[k] = [2]string{"WaitingForOrphan", fmt.Sprintf("slot %s overlaps %s, a slice no allocation holds; it is destroyed after the orphan grace period if unused", slot, s.Slot)}
+			}
+			break
+		}
+		if _, ok := p.Create[k]; !ok {
+			continue
+		}
+		for _, o := range planned {
+			if o.overlaps(slot) {
+				delete(p.Create, k)
+				p.Conflict[k] = fmt.Sprintf("slot %s overlaps slot %s of another allocation", slot, o)
+				break
+			}
+		}
+		if _, ok := p.Create[k]; ok {
+			planned = append(planned, slot)
+		}
+	}
+	// 3. Deleting allocations release the slice they really held, unless a
+	// live allocation holds it now or a pod uses it.
+	for j := range wants {
+		w := &wants[j]
+		if !w.Deleting {
+			continue
+		}
+		idx := -1
+		for i, s := range in.Slices {
+			if w.Device != "" && s.MIGUUID == w.Device {
+				idx = i
+			}
+		}
+		if idx < 0 {
+			// The device is gone (or never recorded): a leftover at the slot,
+			// e.g. a GPU instance whose compute instance was already destroyed.
+			for i, s := range in.Slices {
+				if s.Slot == w.desired() {
+					idx = i
+				}
+			}
+		}
+		if idx < 0 || claimed[idx] {
+			p.Release[w.Key] = nil
+			continue
+		}
+		s := in.Slices[idx]
+		claimed[idx], holder[idx] = true, w
+		if uid, used := in.Use[s.MIGUUID]; used && s.MIGUUID != "" {
+			p.ReleaseWait[w.Key] = "MIG device " + s.MIGUUID + " is still assigned to pod " + uid
+			continue
+		}
+		p.Release[w.Key] = &s
+	}
+	// 4. Everything else is an orphan.
+	for i, s := range in.Slices {
+		if claimed[i] {
+			continue
+		}
+		o := Orphan{Slice: s, User: in.Use[s.MIGUUID]}
+		if s.MIGUUID == "" {
+			o.User = ""
+		}
+		since, seen := in.OrphanSince[orphanKey(s)]
+		o.Destroy = seen && o.User == "" && in.Now.Sub(since) >= in.Grace
+		p.Orphans = append(p.Orphans, o)
+	}
+	return p
+}
+
+// wantFromAllocation turns an allocation into a Want.
+func wantFromAllocation(a *slicerv1alpha1.SliceAllocation) Want {
+	spec := Slot{GPU: a.Spec.GPUUUID, Profile: string(a.Spec.Profile), Start: int(a.Spec.Placement.Start), Size: int(a.Spec.Placement.Size)}
+	w := Want{
+		Key: types.NamespacedName{Namespace: a.Namespace, Name: a.Name}, PodUID: a.Spec.PodUID, Spec: spec,
+		Device: a.Status.MIGDeviceUUID, Deleting: a.DeletionTimestamp != nil,
+	}
+	if ap := a.Status.ActualPlacement; ap != nil && (int(ap.Start) != spec.Start || int(ap.Size) != spec.Size) {
+		act := spec
+		act.Start, act.Size = int(ap.Start), int(ap.Size)
+		w.Actual = &act
+	}
+	return w
+}

@@ -1,0 +1,137 @@
+package agent
+
+import (
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func key(n string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: n} }
+
+func slot(gpu, prof string, start, size int) Slot {
+	return Slot{GPU: gpu, Profile: prof, Start: start, Size: size}
+}
+
+func TestPlan(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s0 := Slice{Slot: slot("G0", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-0"}
+	s1 := Slice{Slot: slot("G0", "1g.10gb", 1, 1), GI: 2, CI: 0, MIGUUID: "MIG-1"}
+	bare := Slice{Slot: slot("G0", "2g.20gb", 2, 2), GI: 3, CI: -1}
+	big := Slice{Slot: slot("G0", "4g.40gb", 4, 4), GI: 4, CI: 0, MIGUUID: "MIG-4"}
+	type summary struct {
+		Bound, Create, Finish, Blocked, Conflict, Release, Wait, Orphans, Destroy []string
+	}
+	sum := func(p Plan) summary {
+		var s summary
+		for k, v := range p.Bound {
+			s.Bound = append(s.Bound, k.Name+"="+v.MIGUUID)
+		}
+		for k, v := range p.Create {
+			s.Create = append(s.Create, k.Name+"="+v.String())
+		}
+		for k := range p.Finish {
+			s.Finish = append(s.Finish, k.Name)
+		}
+		for k, v := range p.Blocked {
+			s.Blocked = append(s.Blocked, k.Name+"="+v[0])
+		}
+		for k := range p.Conflict {
+			s.Conflict = append(s.Conflict, k.Name)
+		}
+		for k, v := range p.Release {
+			d := "-"
+			if v != nil {
+				d = orphanKey(*v)
+			}
+			s.Release = append(s.Release, k.Name+"="+d)
+		}
+		for k := range p.ReleaseWait {
+			s.Wait = append(s.Wait, k.Name)
+		}
+		for _, o := range p.Orphans {
+			s.Orphans = append(s.Orphans, orphanKey(o.Slice))
+			if o.Destroy {
+				s.Destroy = append(s.Destroy, orphanKey(o.Slice))
+			}
+		}
+		return s
+	}
+	tests := []struct {
+		name string
+		in   planInput
+		want summary
+	}{
+		{
+			name: "create on an empty GPU",
+			in:   planInput{Wants: []Want{{Key: key("a"), Spec: slot("G0", "1g.10gb", 0, 1)}}},
+			want: summary{Create: []string{"a=G0 1g.10gb@0"}},
+		},
+		{
+			name: "adopt an existing slice, finish a bare GPU instance",
+			in: planInput{Slices: []Slice{s0, bare}, Wants: []Want{
+				{Key: key("a"), Spec: s0.Slot}, {Key: key("b"), Spec: bare.Slot},
+			}},
+			want: summary{Bound: []string{"a=MIG-0"}, Finish: []string{"b"}},
+		},
+		{
+			name: "an overlapping allocation is a conflict, an overlapping orphan blocks",
+			in: planInput{Slices: []Slice{s0, big}, Wants: []Want{
+				{Key: key("a"), Spec: s0.Slot}, {Key: key("c"), Spec: slot("G0", "2g.20gb", 0, 2)}, {Key: key("d"), Spec: slot("G0", "1g.10gb", 5, 1)},
+			}, OrphanSince: map[string]time.Time{"MIG-4": now}, Now: now, Grace: time.Minute},
+			want: summary{Bound: []string{"a=MIG-0"}, Conflict: []string{"c"}, Blocked: []string{"d=WaitingForOrphan"}, Orphans: []string{"MIG-4"}},
+		},
+		{
+			name: "orphans are destroyed after the grace period, never while used",
+			in: planInput{Slices: []Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-x"},
+				OrphanSince: map[string]time.Time{"MIG-0": now.Add(-time.Hour), "MIG-1": now.Add(-time.Hour)}, Now: now, Grace: time.Minute},
+			want: summary{Orphans: []string{"MIG-0", "MIG-1"}, Destroy: []string{"MIG-0"}},
+		},
+		{
+			name: "release destroys the device really held, waits while in use",
+			in: planInput{Slices: []Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-b"}, Wants: []Want{
+				{Key: key("a"), Spec: s0.Slot, Device: "MIG-0", Deleting: true},
+				{Key: key("b"), Spec: s1.Slot, Device: "MIG-1", Deleting: true},
+				{Key: key("c"), Spec: slot("G0", "1g.10gb", 2, 1), Deleting: true},
+			}},
+			want: summary{Release: []string{"a=MIG-0", "c=-"}, Wait: []string{"b"}},
+		},
+		{
+			name: "kubelet swap: each allocation gets the slice its pod really uses",
+			in: planInput{Slices: []Slice{s0, s1}, Use: map[string]string{"MIG-0": "pod-b"}, Wants: []Want{
+				{Key: key("a"), PodUID: "pod-a", Spec: s0.Slot}, {Key: key("b"), PodUID: "pod-b", Spec: s1.Slot},
+			}},
+			want: summary{Bound: []string{"a=MIG-1", "b=MIG-0"}},
+		},
+		{
+			name: "a deleting allocation never takes a slice a live one holds",
+			in: planInput{Slices: []Slice{s0}, Use: map[string]string{"MIG-0": "pod-b"}, Wants: []Want{
+				{Key: key("a"), PodUID: "pod-a", Spec: s0.Slot, Device: "MIG-0", Deleting: true}, {Key: key("b"), PodUID: "pod-b", Spec: s1.Slot},
+			}},
+			want: summary{Bound: []string{"b=MIG-0"}, Release: []string{"a=-"}},
+		},
+	}
+	sortAll := func(s *summary) {
+		for _, l := range []*[]string{&s.Bound, &s.Create, &s.Finish, &s.Blocked, &s.Conflict, &s.Release, &s.Wait, &s.Orphans, &s.Destroy} {
+			sort.Strings(*l)
+		}
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := sum(plan(tc.in))
+			sortAll(&got)
+			sortAll(&tc.want)
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("plan (-want +got):\n%s", d)
+			}
+			// Pure: the same input gives the same plan.
+			again := sum(plan(tc.in))
+			sortAll(&again)
+			if d := cmp.Diff(got, again); d != "" {
+				t.Errorf("plan is not deterministic:\n%s", d)
+			}
+		})
+	}
+}

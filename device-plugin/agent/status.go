@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/nvml"
+)
+
+// nodeView is what the NodeAccelerator status is rendered from.
+type nodeView struct {
+	Emulated  bool
+	DriverErr error
+	Conflict  bool
+	Obs       *Observation
+	// SliceState and Holder per MIG UUID or orphan key.
+	States  map[string]slicerv1alpha1.SliceState
+	Holders map[string]types.NamespacedName
+}
+
+func sliceKey(s Slice) string { return orphanKey(s) }
+
+// renderStatus computes the NodeAccelerator status (pure; conditions keep
+// their transition times when unchanged).
+func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v nodeView) slicerv1alpha1.NodeAcceleratorStatus {
+	st := slicerv1alpha1.NodeAcceleratorStatus{Conditions: append([]metav1.Condition(nil), old.Conditions...)}
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: generation})
+	}
+	switch {
+	case v.DriverErr != nil:
+		st.Driver = slicerv1alpha1.DriverStateNotReady
+	case v.Emulated:
+		st.Driver = slicerv1alpha1.DriverStateEmulated
+	default:
+		st.Driver = slicerv1alpha1.DriverStateReady
+	}
+	migOff := 0
+	if v.Obs != nil {
+		st.DriverVersion = v.Obs.DriverVersion
+		for _, g := range v.Obs.GPUs {
+			gs := slicerv1alpha1.GPUStatus{Index: int32(g.Index), UUID: g.UUID, ProductName: truncate(g.ProductName, 96), MemoryMiB: int64(g.MemoryMiB), Health: slicerv1alpha1.GPUHealthy}
+			if g.Model.Valid() {
+				gs.Model = slicerv1alpha1.GPUModel(g.Model.String())
+			}
+			if !g.Healthy {
+				gs.Health = slicerv1alpha1.GPUUnhealthy
+			}
+			switch {
+			case !g.MIGSupported:
+				gs.MIGMode = slicerv1alpha1.MIGModeNotSupported
+			case g.MIGMode == nvml.MIGEnabled:
+				gs.MIGMode = slicerv1alpha1.MIGModeEnabled
+			default:
+				gs.MIGMode = slicerv1alpha1.MIGModeDisabled
+				migOff++
+			}
+			for _, s := range g.Slices {
+				ms := slicerv1alpha1.MIGSlice{
+					Profile: slicerv1alpha1.MIGProfile(s.Profile), Placement: slicerv1alpha1.Placement{Start: int32(s.Start), Size: int32(s.Size)},
+					GPUInstanceID: int32(s.GI), MIGDeviceUUID: s.MIGUUID, State: slicerv1alpha1.SliceOrphaned,
+				}
+				if s.CI >= 0 {
+					ms.ComputeInstanceID = int32(s.CI)
+				}
+				if state, ok := v.States[sliceKey(s)]; ok {
+					ms.State = state
+				}
+				if h, ok := v.Holders[sliceKey(s)]; ok {
+					ms.Allocation = &slicerv1alpha1.AllocationReference{Namespace: h.Namespace, Name: h.Name}
+				}
+				gs.Slices = append(gs.Slices, ms)
+			}
+			st.GPUs = append(st.GPUs, gs)
+		}
+	}
+	if v.DriverErr != nil {
+		set(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionTrue, slicerv1alpha1.ReasonNVMLUnavailable, truncate(v.DriverErr.Error(), 1024))
+	} else {
+		set(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "NVML is usable")
+	}
+	if migOff > 0 {
+		set(slicerv1alpha1.ConditionMIGDisabled, metav1.ConditionTrue, slicerv1alpha1.ReasonMIGModeOff, "a MIG-capable GPU has MIG mode disabled; the agent never changes MIG mode")
+	} else {
+		set(slicerv1alpha1.ConditionMIGDisabled, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "MIG mode is enabled on every MIG-capable GPU")
+	}
+	if v.Conflict {
+		set(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionTrue, slicerv1alpha1.ReasonForeignMIGManager,
+			"the node carries the "+slicerv1alpha1.LabelNVIDIAMIGConfig+" label of NVIDIA's MIG manager; the agent changes no MIG geometry here")
+	} else {
+		set(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "no other MIG manager owns the node")
+	}
+	switch {
+	case v.DriverErr != nil:
+		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, slicerv1alpha1.ReasonNVMLUnavailable, "NVML is not usable")
+	case v.Conflict:
+		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, slicerv1alpha1.ReasonForeignMIGManager, "another MIG manager owns the node")
+	default:
+		set(slicerv1alpha1.ConditionReady, metav1.ConditionTrue, slicerv1alpha1.ReasonAsExpected, "the agent manages the node's GPUs")
+	}
+	return st
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

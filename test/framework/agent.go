@@ -1,0 +1,249 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/device-plugin/plugin"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// RecordingAdvertiser remembers the devices the agent last advertised.
+type RecordingAdvertiser struct {
+	mu   sync.Mutex
+	devs []plugin.Device
+}
+
+// SetDevices implements agent.Advertiser.
+func (a *RecordingAdvertiser) SetDevices(devs []plugin.Device) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.devs = append([]plugin.Device(nil), devs...)
+}
+
+// IDs returns the advertised device IDs.
+func (a *RecordingAdvertiser) IDs() map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]string{}
+	for _, d := range a.devs {
+		out[d.ID] = d.Resource
+	}
+	return out
+}
+
+// StaticUsage is a settable UsageSource (device ID → pod UID).
+type StaticUsage struct {
+	mu  sync.Mutex
+	use map[string]string
+}
+
+// Set replaces the usage.
+func (u *StaticUsage) Set(use map[string]string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.use = use
+}
+
+// DeviceUsage implements agent.UsageSource.
+func (u *StaticUsage) DeviceUsage(context.Context) (map[string]string, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range u.use {
+		out[k] = v
+	}
+	return out, nil
+}
+
+// AgentOptions configure a test agent.
+type AgentOptions struct {
+	Node        string
+	Library     nvml.Library
+	CDIDir      string
+	OrphanGrace time.Duration
+	Usage       agent.UsageSource
+	Advertiser  agent.Advertiser
+	Metrics     *agent.Metrics
+	Trigger     chan event.GenericEvent
+}
+
+// RunningAgent is an agent manager started against the test apiserver.
+type RunningAgent struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// StartAgent starts the node agent's manager (no metrics or probe servers).
+func (e *Env) StartAgent(opts AgentOptions, log logr.Logger) (*RunningAgent, error) {
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme: e.Scheme, Logger: log, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Cache: agent.CacheOptions(opts.Node),
+		// Tests start one agent per node in one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent manager: %w", err)
+	}
+	r := agent.New(mgr.GetClient(), mgr.GetEventRecorderFor("slicer-agent"), agent.Options{
+		NodeName: opts.Node, Library: opts.Library, Emulated: true, CDI: &cdi.Writer{Dir: opts.CDIDir},
+		Usage: opts.Usage, Advertiser: opts.Advertiser, OrphanGrace: opts.OrphanGrace, Resync: 2 * time.Second, Metrics: opts.Metrics,
+	})
+	var trigger <-chan event.GenericEvent
+	if opts.Trigger != nil {
+		trigger = opts.Trigger
+	}
+	if err := r.SetupWithManager(mgr, trigger); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ra := &RunningAgent{cancel: cancel, done: make(chan error, 1)}
+	go func() { ra.done <- mgr.Start(ctx) }()
+	return ra, nil
+}
+
+// Stop stops the agent and waits for it.
+func (a *RunningAgent) Stop() error {
+	a.cancel()
+	if err := <-a.done; err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("agent manager: %w", err)
+	}
+	return nil
+}
+
+// NodeConditionStatus returns the status of a NodeAccelerator condition ("" if absent).
+func NodeConditionStatus(na *slicerv1alpha1.NodeAccelerator, t string) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(na.Status.Conditions, t); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
+// DeviceInstance is one MIG instance as an NVML emulator or hardware reports it.
+type DeviceInstance struct {
+	GPUUUID   string
+	Profile   string
+	Placement mig.Placement
+	MIGUUID   string
+}
+
+// CheckAgentInvariants checks I1–I4 for one node: live allocations hold
+// distinct, non-overlapping slots (I1); every Ready allocation's device exists
+// on the device at its actual slot, and every device instance is held by an
+// allocation or listed in allowedExtra (I1, I2); each GPU's instances form a
+// legal state (I3); the advertised devices are exactly the Ready allocations'
+// (I4); CDI specs exist exactly for the Ready devices (I2).
+func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []DeviceInstance, models map[string]mig.Model,
+	advertised map[string]string, cdiDevices []string, allowedExtra map[string]bool,
+) error {
+	var errs []error
+	type slot struct {
+		gpu         string
+		start, size int32
+	}
+	held := map[slot]string{}
+	byUUID := map[string]DeviceInstance{}
+	for _, d := range devs {
+		if d.MIGUUID != "" {
+			byUUID[d.MIGUUID] = d
+		}
+	}
+	ready := map[string]bool{}
+	for _, a := range allocs {
+		if a.DeletionTimestamp != nil || a.Status.State == slicerv1alpha1.AllocationFailed {
+			continue
+		}
+		pl := a.Spec.Placement
+		if a.Status.ActualPlacement != nil {
+			pl = *a.Status.ActualPlacement
+		}
+		s := slot{a.Spec.GPUUUID, pl.Start, pl.Size}
+		for o, holder := range held {
+			if o.gpu == s.gpu && o.start < s.start+s.size && s.start < o.start+o.size {
+				errs = append(errs, fmt.Errorf("I1: %s/%s and %s overlap on %s", a.Namespace, a.Name, holder, s.gpu))
+			}
+		}
+		held[s] = a.Namespace + "/" + a.Name
+		if a.Status.State == slicerv1alpha1.AllocationReady {
+			d, ok := byUUID[a.Status.MIGDeviceUUID]
+			switch {
+			case !ok:
+				errs = append(errs, fmt.Errorf("I1: %s/%s is Ready with %s, which does not exist", a.Namespace, a.Name, a.Status.MIGDeviceUUID))
+			case d.Placement.Start != int(pl.Start) || d.Placement.Size != int(pl.Size):
+				errs = append(errs, fmt.Errorf("I1: %s/%s says %d:%d, device %s is at %s", a.Namespace, a.Name, pl.Start, pl.Size, d.MIGUUID, d.Placement))
+			}
+			ready[a.Status.MIGDeviceUUID] = true
+		}
+	}
+	wanted := map[string]bool{}
+	for _, a := range allocs {
+		if a.Status.MIGDeviceUUID != "" {
+			wanted[a.Status.MIGDeviceUUID] = true
+		}
+	}
+	perGPU := map[string][]mig.Instance{}
+	for _, d := range devs {
+		perGPU[d.GPUUUID] = append(perGPU[d.GPUUUID], mig.Instance{Profile: d.Profile, Placement: d.Placement})
+		if d.MIGUUID == "" || (!wanted[d.MIGUUID] && !allowedExtra[d.MIGUUID]) {
+			errs = append(errs, fmt.Errorf("I2: instance %s %s@%d (%q) is held by no allocation", d.GPUUUID, d.Profile, d.Placement.Start, d.MIGUUID))
+		}
+	}
+	for g, insts := range perGPU {
+		if _, err := mig.NewGPUState(models[g], insts); err != nil {
+			errs = append(errs, fmt.Errorf("I3: GPU %s: %w", g, err))
+		}
+	}
+	if advertised != nil {
+		for id := range advertised {
+			if !ready[id] {
+				errs = append(errs, fmt.Errorf("I4: %s advertised but no allocation is Ready with it", id))
+			}
+		}
+		for id := range ready {
+			if _, ok := advertised[id]; !ok {
+				errs = append(errs, fmt.Errorf("I4: %s is Ready but not advertised", id))
+			}
+		}
+	}
+	if cdiDevices != nil {
+		have := map[string]bool{}
+		for _, d := range cdiDevices {
+			have[d] = true
+			if !ready[d] && !allowedExtra[d] {
+				errs = append(errs, fmt.Errorf("I2: CDI spec for %s, which no Ready allocation holds", d))
+			}
+		}
+		for id := range ready {
+			if !have[id] {
+				errs = append(errs, fmt.Errorf("I2: no CDI spec for Ready device %s", id))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ListAllocations lists a node's SliceAllocations.
+func ListAllocations(ctx context.Context, c client.Client, node string) ([]slicerv1alpha1.SliceAllocation, error) {
+	var l slicerv1alpha1.SliceAllocationList
+	if err := c.List(ctx, &l, client.MatchingLabels{slicerv1alpha1.LabelNode: node}); err != nil {
+		return nil, fmt.Errorf("list allocations: %w", err)
+	}
+	return l.Items, nil
+}

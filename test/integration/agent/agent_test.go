@@ -1,0 +1,301 @@
+package agent_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/framework"
+)
+
+var _ = Describe("node agent", func() {
+	It("publishes its NodeAccelerator, realizes an allocation at its exact placement and releases it", func() {
+		n := newNode("n-basic", mig.H100_80GB, mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		n.start()
+		Eventually(func(g Gomega) {
+			na := n.nodeAccelerator(g)
+			g.Expect(na.Spec.NodeName).To(Equal(n.name))
+			g.Expect(na.Status.Driver).To(Equal(slicerv1alpha1.DriverStateEmulated))
+			g.Expect(na.Status.GPUs).To(HaveLen(2))
+			g.Expect(na.Status.GPUs[0].Model).To(Equal(slicerv1alpha1.GPUModel("H100-80GB")))
+			g.Expect(na.Status.GPUs[0].UUID).To(Equal(n.gpu(0)))
+			g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionReady)).To(Equal(metav1.ConditionTrue))
+			g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionDriverNotReady)).To(Equal(metav1.ConditionFalse))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+
+		a := n.allocate(1, "3g.40gb", 4, 4)
+		b := n.allocate(1, "1g.10gb.me", 0, 1)
+		got := n.waitReady(a)
+		Expect(got.Finalizers).To(ContainElement(slicerv1alpha1.AllocationFinalizer))
+		Expect(got.Status.ActualPlacement).To(BeNil())
+		n.waitReady(b)
+		ins := n.backend.Instances()
+		Expect(ins).To(HaveLen(2))
+		Expect(ins[1].GPU).To(Equal(1))
+		Expect(ins[1].Profile).To(Equal("3g.40gb"))
+		Expect(ins[1].Placement).To(Equal(mig.Placement{Start: 4, Size: 4}))
+		Expect(ins[1].MIGUUID).To(Equal(got.Status.MIGDeviceUUID))
+		Expect(cdi.Validate((&cdi.Writer{Dir: n.cdiDir}).Path(got.Status.MIGDeviceUUID))).To(Succeed())
+		Expect(n.adv.IDs()).To(HaveKeyWithValue(got.Status.MIGDeviceUUID, "slicer.dev/mig-3g.40gb"))
+		n.invariants()
+		Eventually(func(g Gomega) {
+			na := n.nodeAccelerator(g)
+			g.Expect(na.Status.GPUs[1].Slices).To(HaveLen(2))
+			for _, s := range na.Status.GPUs[1].Slices {
+				g.Expect(s.State).To(Equal(slicerv1alpha1.SliceAllocated))
+				g.Expect(s.Allocation).NotTo(BeNil())
+			}
+		}).Should(Succeed())
+
+		// I6 spirit: with nothing changing, the NodeAccelerator is not rewritten.
+		rv := n.nodeAccelerator(Default).ResourceVersion
+		Consistently(func() string { return n.nodeAccelerator(Default).ResourceVersion }).WithTimeout(3 * time.Second).Should(Equal(rv))
+
+		n.release(a)
+		n.waitGone(a)
+		Expect(n.backend.Instances()).To(HaveLen(1))
+		n.invariants()
+		n.release(b)
+		n.waitGone(b)
+		Expect(n.backend.Instances()).To(BeEmpty())
+		n.invariants()
+	})
+
+	It("fails allocations the node cannot realize", func() {
+		n := newNode("n-invalid", mig.A100_40GB)
+		DeferCleanup(n.cleanup)
+		n.start()
+		wrongGPU := framework.MakeSliceAllocation("team-a", "n-invalid-gpu").Node(n.name).GPU("GPU-ffffffff-0000-4000-8000-000000000000").Obj()
+		wrongGPU.Labels = map[string]string{slicerv1alpha1.LabelNode: n.name}
+		Expect(k8s.Create(ctx, wrongGPU)).To(Succeed())
+		wrongProfile := n.allocate(0, "1g.10gb", 0, 1) // an H100 profile on an A100-40GB
+		for a, reason := range map[*slicerv1alpha1.SliceAllocation]string{wrongGPU: slicerv1alpha1.ReasonGPUNotFound, wrongProfile: slicerv1alpha1.ReasonInvalidPlacement} {
+			Eventually(func(g Gomega) {
+				got := n.get(a)
+				g.Expect(got.Status.State).To(Equal(slicerv1alpha1.AllocationFailed))
+				g.Expect(got.Status.Reason).To(Equal(reason))
+			}).WithTimeout(30 * time.Second).Should(Succeed())
+		}
+		Expect(n.backend.Instances()).To(BeEmpty())
+		n.release(wrongGPU)
+		n.waitGone(wrongGPU)
+	})
+
+	It("converges after a crash between GPU instance and compute instance create (S: kill between GI and CI)", func() {
+		n := newNode("n-crash", mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		n.backend.InjectFault(emulated.OpCreateComputeInstance, nvml.ErrorUnknown, 1000)
+		Expect(n.backend.Init()).To(Succeed())
+		n.start()
+		a := n.allocate(0, "2g.20gb", 2, 2)
+		Eventually(func(g Gomega) {
+			got := n.get(a)
+			g.Expect(got.Status.State).To(Equal(slicerv1alpha1.AllocationCreating))
+			g.Expect(got.Status.Reason).To(Equal(slicerv1alpha1.ReasonNVMLError))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		// The agent dies with a bare GPU instance on the GPU; a new process starts.
+		n.stop()
+		ins := n.backend.Instances()
+		Expect(ins).To(HaveLen(1))
+		Expect(ins[0].ComputeInstance).To(Equal(-1))
+		n.newBackend()
+		n.start()
+		got := n.waitReady(a)
+		Expect(n.backend.Instances()).To(HaveLen(1))
+		Expect(n.backend.Instances()[0].GPUInstance).To(Equal(ins[0].GPUInstance), "the bare GPU instance is finished, not replaced")
+		Expect(n.backend.Calls(emulated.OpCreateGPUInstance)).To(Equal(0), "the restarted agent creates no second GPU instance")
+		Expect(got.Status.MIGDeviceUUID).NotTo(BeEmpty())
+		n.invariants()
+		n.release(a)
+		n.waitGone(a)
+		n.invariants()
+	})
+
+	It("retries a failed destroy until it succeeds", func() {
+		n := newNode("n-destroy", mig.H200_141GB)
+		DeferCleanup(n.cleanup)
+		n.start()
+		a := n.allocate(0, "7g.141gb", 0, 8)
+		n.waitReady(a)
+		n.backend.InjectFault(emulated.OpDestroyGPUInstance, nvml.ErrorUnknown, 2)
+		n.release(a)
+		n.waitGone(a)
+		Expect(n.backend.Instances()).To(BeEmpty())
+		Expect(n.backend.Calls(emulated.OpDestroyGPUInstance)).To(BeNumerically(">=", 3))
+		n.invariants()
+	})
+
+	It("never destroys a slice in use (I11): backs off, emits an Event, destroys once free", func() {
+		n := newNode("n-inuse", mig.A100_80GB)
+		DeferCleanup(n.cleanup)
+		n.start()
+		a := n.allocate(0, "1g.10gb", 3, 1)
+		uuid := n.waitReady(a).Status.MIGDeviceUUID
+		n.backend.SetInUse(uuid, true)
+		n.release(a)
+		Eventually(func(g Gomega) {
+			var evs corev1.EventList
+			g.Expect(k8s.List(ctx, &evs, client.InNamespace("team-a"))).To(Succeed())
+			found := false
+			for _, e := range evs.Items {
+				if e.InvolvedObject.Name == a.Name && e.Reason == slicerv1alpha1.ReasonInUse {
+					found = true
+				}
+			}
+			g.Expect(found).To(BeTrue())
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		Consistently(func() int { return len(n.backend.Instances()) }).WithTimeout(2 * time.Second).Should(Equal(1))
+		Expect(n.get(a).Finalizers).To(ContainElement(slicerv1alpha1.AllocationFinalizer))
+
+		// The kubelet's view also protects it: a pod still holds the device.
+		n.usage.Set(map[string]string{uuid: "some-pod"})
+		n.backend.SetInUse(uuid, false)
+		Consistently(func() int { return len(n.backend.Instances()) }).WithTimeout(2 * time.Second).Should(Equal(1))
+		n.usage.Set(nil)
+		n.waitGone(a)
+		Expect(n.backend.Instances()).To(BeEmpty())
+		n.invariants()
+	})
+
+	It("re-creates wanted slices after a node reboot and adopts them after an agent restart (I5)", func() {
+		n := newNode("n-reboot", mig.H100_80GB, mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		n.start()
+		a := n.allocate(0, "4g.40gb", 0, 4)
+		b := n.allocate(1, "1g.20gb", 6, 2)
+		ua, ub := n.waitReady(a).Status.MIGDeviceUUID, n.waitReady(b).Status.MIGDeviceUUID
+
+		// Agent restart: same instances, adopted, nothing created.
+		n.stop()
+		n.newBackend()
+		n.start()
+		Consistently(func() int { return n.backend.Calls(emulated.OpCreateGPUInstance) }).WithTimeout(2 * time.Second).Should(Equal(0))
+		Expect(n.get(a).Status.MIGDeviceUUID).To(Equal(ua))
+		n.invariants()
+
+		// Reboot: NVML comes back empty; allocations are realized again.
+		n.stop()
+		Expect(n.backend.Reboot()).To(Succeed())
+		n.newBackend()
+		n.start()
+		Eventually(func(g Gomega) {
+			for a, old := range map[*slicerv1alpha1.SliceAllocation]string{a: ua, b: ub} {
+				got := n.get(a)
+				g.Expect(got.Status.State).To(Equal(slicerv1alpha1.AllocationReady))
+				g.Expect(got.Status.MIGDeviceUUID).NotTo(Equal(old))
+			}
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		Expect(n.backend.Instances()).To(HaveLen(2))
+		n.invariants()
+		n.release(a)
+		n.release(b)
+		n.waitGone(a)
+		n.waitGone(b)
+		n.invariants()
+	})
+
+	It("reclaims unknown pre-existing instances only after the grace period and only if unused", func() {
+		n := newNode("n-orphan", mig.H100_80GB)
+		n.grace = 2 * time.Second
+		DeferCleanup(n.cleanup)
+		Expect(n.backend.Init()).To(Succeed())
+		free, err := n.backend.CreateInstance(0, "1g.10gb", 0, false)
+		Expect(err).NotTo(HaveOccurred())
+		busy, err := n.backend.CreateInstance(0, "1g.10gb", 1, false)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = n.backend.CreateInstance(0, "2g.20gb", 4, true) // bare GPU instance
+		Expect(err).NotTo(HaveOccurred())
+		wanted, err := n.backend.CreateInstance(0, "1g.10gb", 6, false)
+		Expect(err).NotTo(HaveOccurred())
+		n.backend.SetInUse(busy, true)
+		a := n.allocate(0, "1g.10gb", 6, 1) // adopts the instance that exists
+		start := time.Now()
+		n.start()
+		Expect(n.waitReady(a).Status.MIGDeviceUUID).To(Equal(wanted))
+		Eventually(func(g Gomega) {
+			na := n.nodeAccelerator(g)
+			states := map[int32]slicerv1alpha1.SliceState{}
+			for _, s := range na.Status.GPUs[0].Slices {
+				states[s.Placement.Start] = s.State
+			}
+			g.Expect(states).To(HaveKeyWithValue(int32(0), slicerv1alpha1.SliceOrphaned))
+		}).Should(Succeed())
+		Eventually(func() int { return len(n.backend.Instances()) }).WithTimeout(30 * time.Second).Should(Equal(2))
+		Expect(time.Since(start)).To(BeNumerically(">=", n.grace))
+		left := n.backend.Instances()
+		Expect([]string{left[0].MIGUUID, left[1].MIGUUID}).To(ConsistOf(busy, wanted))
+		_ = free
+		n.invariants(busy)
+	})
+
+	It("refuses every MIG change on a node owned by NVIDIA's MIG manager (I10)", func() {
+		n := newNode("n-foreign", mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		var node corev1.Node
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: n.name}, &node)).To(Succeed())
+		node.Labels = map[string]string{slicerv1alpha1.LabelNVIDIAMIGConfig: "all-1g.10gb"}
+		Expect(k8s.Update(ctx, &node)).To(Succeed())
+		n.start()
+		a := n.allocate(0, "1g.10gb", 0, 1)
+		Eventually(func(g Gomega) {
+			na := n.nodeAccelerator(g)
+			g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionOwnershipConflict)).To(Equal(metav1.ConditionTrue))
+			g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionReady)).To(Equal(metav1.ConditionFalse))
+			got := n.get(a)
+			g.Expect(got.Status.Reason).To(Equal(slicerv1alpha1.ReasonForeignMIGManager))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		Expect(n.backend.Calls(emulated.OpCreateGPUInstance)).To(Equal(0))
+		n.release(a)
+		n.waitGone(a)
+	})
+
+	It("reports DriverNotReady instead of crashing when NVML is unavailable", func() {
+		n := newNode("n-nodriver", mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		n.backend.FailInit(nvml.ErrorLibraryNotFound)
+		n.start()
+		Eventually(func(g Gomega) {
+			na := n.nodeAccelerator(g)
+			g.Expect(na.Status.Driver).To(Equal(slicerv1alpha1.DriverStateNotReady))
+			g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionDriverNotReady)).To(Equal(metav1.ConditionTrue))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+	})
+
+	It("records the slice the kubelet really gave a pod and destroys by actual use", func() {
+		n := newNode("n-swap", mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		n.start()
+		a := n.allocate(0, "1g.10gb", 0, 1)
+		b := n.allocate(0, "1g.10gb", 1, 1)
+		ua, ub := n.waitReady(a).Status.MIGDeviceUUID, n.waitReady(b).Status.MIGDeviceUUID
+		// The kubelet handed a's device to b's pod and b's device to a's pod.
+		n.usage.Set(map[string]string{ua: b.Spec.PodUID, ub: a.Spec.PodUID})
+		Eventually(func(g Gomega) {
+			ga, gb := n.get(a), n.get(b)
+			g.Expect(gb.Status.MIGDeviceUUID).To(Equal(ua))
+			g.Expect(gb.Status.ActualPlacement).To(Equal(&slicerv1alpha1.Placement{Start: 0, Size: 1}))
+			g.Expect(ga.Status.MIGDeviceUUID).To(Equal(ub))
+			g.Expect(ga.Status.ActualPlacement).To(Equal(&slicerv1alpha1.Placement{Start: 1, Size: 1}))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		n.invariants()
+		// b's pod goes away: the slice it really used (a's spec slot) is destroyed.
+		n.usage.Set(map[string]string{ub: a.Spec.PodUID})
+		n.release(b)
+		n.waitGone(b)
+		left := n.backend.Instances()
+		Expect(left).To(HaveLen(1))
+		Expect(left[0].MIGUUID).To(Equal(ub))
+		Consistently(func() int { return len(n.backend.Instances()) }).WithTimeout(2 * time.Second).Should(Equal(1))
+		n.invariants()
+	})
+})

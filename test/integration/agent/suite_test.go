@@ -1,0 +1,191 @@
+// Package agent_test runs the node agent (emulated NVML) against a real
+// kube-apiserver: allocations become MIG devices at their exact placements,
+// releases destroy them, and restarts, reboots, faults, in-use devices,
+// unknown instances and foreign MIG managers converge without breaking the
+// invariants I1–I5, I10 and I11.
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/framework"
+)
+
+var (
+	env *framework.Env
+	k8s client.Client
+	ctx = context.Background()
+)
+
+func TestAgent(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Node agent suite")
+}
+
+var _ = BeforeSuite(func() {
+	var err error
+	env, err = framework.Start(framework.Options{WithoutExternalCRDs: true})
+	Expect(err).NotTo(HaveOccurred())
+	k8s = env.Client
+	Expect(k8s.Create(ctx, framework.MakeNamespace("team-a"))).To(Succeed())
+})
+
+var _ = AfterSuite(func() {
+	Expect(env.Stop()).To(Succeed())
+})
+
+// node is one emulated GPU node with its agent.
+type node struct {
+	name    string
+	models  []mig.Model
+	stateF  string
+	cdiDir  string
+	backend *emulated.Backend
+	agent   *framework.RunningAgent
+	adv     *framework.RecordingAdvertiser
+	usage   *framework.StaticUsage
+	metrics *agent.Metrics
+	grace   time.Duration
+	seq     int
+}
+
+func newNode(name string, models ...mig.Model) *node {
+	dir := GinkgoT().TempDir()
+	n := &node{name: name, models: models, stateF: filepath.Join(dir, "nvml.json"), cdiDir: filepath.Join(dir, "cdi"),
+		adv: &framework.RecordingAdvertiser{}, usage: &framework.StaticUsage{}, grace: time.Hour}
+	Expect(k8s.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	n.newBackend()
+	return n
+}
+
+// newBackend is a process restart of the emulated NVML (state file kept).
+func (n *node) newBackend() {
+	b, err := emulated.New(emulated.Options{Node: n.name, GPUs: n.models, StateFile: n.stateF})
+	Expect(err).NotTo(HaveOccurred())
+	n.backend = b
+}
+
+func (n *node) start() {
+	n.metrics = agent.NewMetrics(prometheus.NewRegistry())
+	a, err := env.StartAgent(framework.AgentOptions{Node: n.name, Library: n.backend, CDIDir: n.cdiDir, OrphanGrace: n.grace,
+		Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics}, zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	Expect(err).NotTo(HaveOccurred())
+	n.agent = a
+}
+
+func (n *node) stop() {
+	if n.agent != nil {
+		Expect(n.agent.Stop()).To(Succeed())
+		n.agent = nil
+	}
+}
+
+func (n *node) gpu(i int) string { return emulated.GPUUUID(n.name, i) }
+
+func (n *node) allocate(gpu int, profile string, start, size int32) *slicerv1alpha1.SliceAllocation {
+	n.seq++
+	name := fmt.Sprintf("%s-a%d", n.name, n.seq)
+	a := framework.MakeSliceAllocation("team-a", name).Node(n.name).GPU(n.gpu(gpu)).Profile(profile, start, size).
+		Pod(name, fmt.Sprintf("00000000-0000-4000-8000-%012d", n.seq)).Obj()
+	a.Labels = map[string]string{slicerv1alpha1.LabelNode: n.name, slicerv1alpha1.LabelPodUID: a.Spec.PodUID}
+	Expect(k8s.Create(ctx, a)).To(Succeed())
+	return a
+}
+
+func (n *node) get(a *slicerv1alpha1.SliceAllocation) *slicerv1alpha1.SliceAllocation {
+	var got slicerv1alpha1.SliceAllocation
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(a), &got)).To(Succeed())
+	return &got
+}
+
+func (n *node) waitReady(a *slicerv1alpha1.SliceAllocation) *slicerv1alpha1.SliceAllocation {
+	var got slicerv1alpha1.SliceAllocation
+	Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(a), &got)).To(Succeed())
+		g.Expect(got.Status.State).To(Equal(slicerv1alpha1.AllocationReady), "status %+v", got.Status)
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	return &got
+}
+
+func (n *node) waitGone(a *slicerv1alpha1.SliceAllocation) {
+	Eventually(func() bool {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(a), &slicerv1alpha1.SliceAllocation{})
+		return apierrors.IsNotFound(err)
+	}).WithTimeout(30 * time.Second).Should(BeTrue())
+}
+
+func (n *node) nodeAccelerator(g Gomega) *slicerv1alpha1.NodeAccelerator {
+	var na slicerv1alpha1.NodeAccelerator
+	g.Expect(k8s.Get(ctx, types.NamespacedName{Name: n.name}, &na)).To(Succeed())
+	return &na
+}
+
+func (n *node) deviceInstances() []framework.DeviceInstance {
+	var out []framework.DeviceInstance
+	for _, in := range n.backend.Instances() {
+		out = append(out, framework.DeviceInstance{GPUUUID: n.gpu(in.GPU), Profile: in.Profile, Placement: in.Placement, MIGUUID: in.MIGUUID})
+	}
+	return out
+}
+
+// invariants checks I1–I4 once the agent settled (extra: device UUIDs that
+// may exist without an allocation, e.g. an in-use orphan).
+func (n *node) invariants(extra ...string) {
+	allowed := map[string]bool{}
+	for _, e := range extra {
+		allowed[e] = true
+	}
+	models := map[string]mig.Model{}
+	for i, m := range n.models {
+		models[n.gpu(i)] = m
+	}
+	Eventually(func() error {
+		allocs, err := framework.ListAllocations(ctx, k8s, n.name)
+		if err != nil {
+			return err
+		}
+		w := &cdi.Writer{Dir: n.cdiDir}
+		specs, err := w.List()
+		if err != nil {
+			return err
+		}
+		for _, s := range specs {
+			if err := cdi.Validate(w.Path(s)); err != nil {
+				return err
+			}
+		}
+		if specs == nil {
+			specs = []string{}
+		}
+		return framework.CheckAgentInvariants(allocs, n.deviceInstances(), models, n.adv.IDs(), specs, allowed)
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+}
+
+func (n *node) release(a *slicerv1alpha1.SliceAllocation) {
+	Expect(k8s.Delete(ctx, a)).To(Succeed())
+}
+
+func (n *node) cleanup() {
+	n.stop()
+	_ = os.RemoveAll(n.cdiDir)
+}
