@@ -85,7 +85,8 @@ func run() error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("healthz: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
+	// GetWebhookServer also adds the server to the manager's runnables.
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return fmt.Errorf("readyz: %w", err)
 	}
 	log.Info("starting", "port", so.Port, "certDir", so.CertDir, "schedulerName", so.Settings.SchedulerName, "translateNVIDIA", so.Settings.TranslateNVIDIA)

@@ -1,0 +1,270 @@
+package webhook_test
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/webhook"
+)
+
+const (
+	nv1g = "nvidia.com/mig-1g.10gb"
+	sl1g = "slicer.dev/mig-1g.10gb"
+	sl3g = "slicer.dev/mig-3g.40gb"
+)
+
+// expectSlicerPod checks that the stored pod is scheduled by Slicer and container i
+// of list asks for want (limits = requests).
+func expectSlicerPod(p *corev1.Pod, list []corev1.Container, i int, want map[string]string) {
+	GinkgoHelper()
+	Expect(p.Spec.SchedulerName).To(Equal(scheduler))
+	limits, requests := resourceKeys(list[i])
+	Expect(limits).To(Equal(want))
+	Expect(requests).To(Equal(want))
+}
+
+var _ = Describe("pod admission", Ordered, func() {
+	Context("with the webhook running", func() {
+		It("translates nvidia.com/mig-* and sets the scheduler (W8)", func() {
+			p, err := create(ctx, makePod(userNS).Container("app", nv1g, "1", "cpu", "1").Obj())
+			Expect(err).NotTo(HaveOccurred())
+			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1", "cpu": "1"})
+		})
+
+		It("replaces default-scheduler and fills limits from requests", func() {
+			p, err := create(ctx, makePod(userNS).Scheduler(corev1.DefaultSchedulerName).Requests("app", sl3g, "2").Obj())
+			Expect(err).NotTo(HaveOccurred())
+			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl3g: "2"})
+		})
+
+		It("handles init-container-only requests like app containers (W9)", func() {
+			p, err := create(ctx, makePod(userNS).Init("warmup", "nvidia.com/mig-1g.10gb.me", "1").Container("app", "cpu", "1").Obj())
+			Expect(err).NotTo(HaveOccurred())
+			expectSlicerPod(p, p.Spec.InitContainers, 0, map[string]string{"slicer.dev/mig-1g.10gb.me": "1"})
+		})
+
+		It("leaves whole GPUs and pods without MIG alone (I9)", func() {
+			p, err := create(ctx, makePod(userNS).Container("app", "nvidia.com/gpu", "1").Obj())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(p.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
+			Expect(p.Spec.Containers[0].Resources.Limits).To(HaveKey(corev1.ResourceName("nvidia.com/gpu")))
+		})
+
+		It("leaves nvidia.com/mig-* to NVIDIA in a namespace that opts out, but still serves slicer.dev", func() {
+			p, err := create(ctx, makePod(nativeNS).Container("app", nv1g, "1").Obj())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(p.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
+			Expect(p.Spec.Containers[0].Resources.Limits).To(HaveKey(corev1.ResourceName(nv1g)))
+
+			p, err = create(ctx, makePod(nativeNS).Container("app", sl1g, "1").Obj())
+			Expect(err).NotTo(HaveOccurred())
+			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1"})
+		})
+
+		It("stays correct when a later mutator adds a MIG request: reinvocation (W4)", func() {
+			p, err := create(ctx, makePod(userNS).Label(dummyLabel, "on").Container("app", nv1g, "1").Container("sidecar").Obj())
+			Expect(err).NotTo(HaveOccurred())
+			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1"})
+			expectSlicerPod(p, p.Spec.Containers, 1, map[string]string{sl1g: "1"})
+		})
+
+		It("has no side effects on dry run (W5)", func() {
+			before := metricValue("slicer_webhook_mutations_total", "result", webhook.ResultMutated)
+			p := makePod(userNS).Container("app", nv1g, "1").Obj()
+			Expect(k8s.Create(ctx, p, client.DryRunAll)).To(Succeed())
+			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1"})
+			Expect(metricValue("slicer_webhook_mutations_total", "result", webhook.ResultMutated)).To(Equal(before+1), "the webhook was called")
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &corev1.Pod{})
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "dry-run pod stored: %v", err)
+		})
+
+		DescribeTable("rejects with a message a user can act on",
+			func(p *corev1.Pod, want string) {
+				_, err := create(ctx, p)
+				Expect(err).To(HaveOccurred())
+				GinkgoWriter.Printf("rejected: %v\n", err)
+				Expect(err.Error()).To(ContainSubstring(`admission webhook "translate.pods.slicer.dev" denied the request`))
+				Expect(err.Error()).To(ContainSubstring(want))
+			},
+			Entry("unknown profile", makePod(userNS).Container("app", "nvidia.com/mig-3g.41gb", "1").Obj(),
+				"3g.41gb is not a MIG profile of any supported GPU; known: 1g.5gb"),
+			Entry("fractional count", makePod(userNS).Container("app", sl1g, "500m").Obj(),
+				"must be a positive integer"),
+			Entry("pinned node", makePod(userNS).Node("gpu-node-1").Container("app", nv1g, "1").Obj(),
+				`spec.nodeName is set to "gpu-node-1"`),
+			Entry("forged allocation annotation (W7)", makePod(userNS).Annotation("slicer.dev/gpu-uuid", "GPU-0").Container("app", nv1g, "1").Obj(),
+				`metadata.annotations["slicer.dev/gpu-uuid"]: keys under slicer.dev/ are reserved`),
+			Entry("foreign scheduler (W8)", makePod(userNS).Scheduler("volcano").Container("app", sl1g, "1").Obj(),
+				`spec.schedulerName is "volcano"`),
+		)
+
+		It("rejects requests different from limits", func() {
+			p := makePod(userNS).Container("app", nv1g, "2").Obj()
+			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{nv1g: resource.MustParse("1")}
+			_, err := create(ctx, p)
+			Expect(err).To(MatchError(ContainSubstring("requests (1) and limits (2) of slicer.dev/mig-1g.10gb differ")))
+		})
+
+		It("never touches mirror pods (W11)", func() {
+			node := framework.MakeNode("static-node", nil)
+			Expect(framework.CreateNode(ctx, k8s, node)).To(Succeed())
+			p, err := create(ctx, makePod(userNS).Node(node.Name).Annotation(corev1.MirrorPodAnnotationKey, "hash").Container("app", nv1g, "1").Obj())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(p.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
+			Expect(p.Spec.Containers[0].Resources.Limits).To(HaveKey(corev1.ResourceName(nv1g)))
+		})
+
+		It("serves a rotated certificate without a restart; the expiry metric follows (W10)", func() {
+			ca, err := framework.NewCA()
+			Expect(err).NotTo(HaveOccurred())
+			// 1. New CA and certificate on disk, caBundle re-injected.
+			first, err := ca.ServingCert(time.Now().Add(3 * time.Hour))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(first.WriteTo(wio.LocalServingCertDir)).To(Succeed())
+			Expect(setCABundle(ca.PEM)).To(Succeed())
+			expectServing(ca, first)
+			// 2. Same CA, new leaf: only the reload can make handshakes succeed with it.
+			second, err := ca.ServingCert(time.Now().Add(6 * time.Hour))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(second.WriteTo(wio.LocalServingCertDir)).To(Succeed())
+			expectServing(ca, second)
+		})
+	})
+
+	Context("with the webhook stopped (W1, W3)", func() {
+		BeforeAll(func() {
+			stopWebhook()
+			Eventually(func() error {
+				conn, err := net.Dial("tcp", net.JoinHostPort(wio.LocalServingHost, strconv.Itoa(wio.LocalServingPort)))
+				if err == nil {
+					_ = conn.Close()
+					return fmt.Errorf("webhook port still open")
+				}
+				return nil
+			}).Should(Succeed())
+		})
+
+		DescribeTable("admits what is not ours",
+			func(p *corev1.Pod) {
+				got, err := create(ctx, p)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(got.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
+			},
+			Entry("a pod without MIG", makePod(userNS).Container("app", "cpu", "1").Obj()),
+			Entry("a whole-GPU pod", makePod(userNS).Container("app", "nvidia.com/gpu", "1").Obj()),
+			Entry("a MIG pod in kube-system", makePod("kube-system").Container("app", nv1g, "1").Obj()),
+			Entry("a MIG pod in Slicer's namespace", makePod(slicerNS).Container("app", nv1g, "1").Obj()),
+			Entry("Slicer's own agent pod (W3)", makePod(userNS).Label(slicerv1alpha1.LabelComponent, "agent").Container("agent", "cpu", "100m").Obj()),
+			Entry("Slicer's own webhook pod in its namespace (W3)", makePod(slicerNS).Label(slicerv1alpha1.LabelComponent, "webhook").Container("webhook").Obj()),
+			Entry("nvidia.com/mig-* where NVIDIA serves it", makePod(nativeNS).Container("app", nv1g, "1").Obj()),
+		)
+
+		It("admits a MIG pod already written the way Slicer schedules it", func() {
+			p, err := create(ctx, makePod(userNS).Scheduler(scheduler).Container("app", sl1g, "1").Obj())
+			Expect(err).NotTo(HaveOccurred())
+			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1"})
+		})
+
+		DescribeTable("rejects un-mutated MIG pods through the ValidatingAdmissionPolicy",
+			func(p *corev1.Pod, want string) {
+				start := time.Now()
+				_, err := create(ctx, p)
+				Expect(err).To(HaveOccurred())
+				GinkgoWriter.Printf("rejected in %v: %v\n", time.Since(start), err)
+				Expect(err.Error()).To(ContainSubstring("ValidatingAdmissionPolicy 'slicer-mig-pods'"))
+				Expect(err.Error()).To(ContainSubstring(want))
+			},
+			Entry("nvidia.com/mig-*", makePod(userNS).Container("app", nv1g, "1").Obj(),
+				"Slicer's webhook did not rewrite it (is the webhook running?)"),
+			Entry("nvidia.com/mig-* in an init container", makePod(userNS).Init("i", nv1g, "1").Container("app").Obj(),
+				"Slicer's webhook did not rewrite it"),
+			Entry("slicer.dev/mig-* with the default scheduler", makePod(userNS).Container("app", sl1g, "1").Obj(),
+				`spec.schedulerName is not "slicer-scheduler"`),
+			Entry("slicer.dev/mig-* in a namespace that opts out of translation", makePod(nativeNS).Container("app", sl1g, "1").Obj(),
+				`spec.schedulerName is not "slicer-scheduler"`),
+			Entry("slicer.dev/mig-* with a pinned node", makePod(userNS).Scheduler(scheduler).Node("n1").Container("app", sl1g, "1").Obj(),
+				"pins spec.nodeName"),
+			Entry("a forged Slicer label, even the component label (W7)", makePod(userNS).Scheduler(scheduler).Label(slicerv1alpha1.LabelComponent, "agent").Container("app", sl1g, "1").Obj(),
+				"reserved for Slicer's own allocation data"),
+		)
+	})
+})
+
+// metricValue reads a sample of the webhook's metrics (labels as name=value pairs).
+func metricValue(name string, labels ...string) float64 {
+	GinkgoHelper()
+	families, err := registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if got[labels[i]] != labels[i+1] {
+					continue metric
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	Fail("no sample of " + name)
+	return 0
+}
+
+// setCABundle re-injects the caBundle of Slicer's webhooks (what the operator does on rotation).
+func setCABundle(ca []byte) error {
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "slicer-mig-pods"}, cfg); err != nil {
+		return err
+	}
+	for i := range cfg.Webhooks {
+		cfg.Webhooks[i].ClientConfig.CABundle = ca
+	}
+	return k8s.Update(ctx, cfg)
+}
+
+// expectServing waits until the webhook serves cert (direct handshake) and the apiserver
+// mutates a pod through it, then checks the expiry metric.
+func expectServing(ca *framework.CA, cert *framework.ServingCert) {
+	GinkgoHelper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM)
+	addr := net.JoinHostPort(wio.LocalServingHost, strconv.Itoa(wio.LocalServingPort))
+	Eventually(func() (string, error) {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
+	}).WithTimeout(time.Minute).Should(Equal(cert.Serial.String()))
+	Eventually(func(g Gomega) {
+		p, err := create(ctx, makePod(userNS).Container("app", nv1g, "1").Obj())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Spec.SchedulerName).To(Equal(scheduler))
+	}).WithTimeout(time.Minute).Should(Succeed())
+	Expect(metricValue("slicer_webhook_certificate_expiration_timestamp_seconds")).To(Equal(float64(cert.NotAfter.Unix())))
+}
