@@ -43,6 +43,9 @@ const (
 	scheduler  = "slicer-scheduler"
 	dummyPath  = "/dummy-mutator"
 	dummyLabel = "test.slicer.dev/dummy-mutator"
+	slowPath   = "/slow-mutate-pod"
+	slowLabel  = "test.slicer.dev/slow"
+	slowName   = "slow-mig-pods"
 )
 
 var (
@@ -72,7 +75,7 @@ var _ = BeforeSuite(func() {
 	env, err = framework.Start(framework.Options{Webhooks: &envtest.WebhookInstallOptions{
 		LocalServingHost: "127.0.0.1",
 		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{
-			config.RenderMutatingWebhookConfiguration(opts), dummyMutatorConfiguration(),
+			config.RenderMutatingWebhookConfiguration(opts), dummyMutatorConfiguration(), slowConfiguration(opts),
 		},
 	}})
 	Expect(err).NotTo(HaveOccurred())
@@ -121,6 +124,15 @@ func startWebhook() {
 	}, metrics, ctrl.Log.WithName("webhook"))
 	Expect(err).NotTo(HaveOccurred())
 	srv.Register(dummyPath, &admission.Webhook{Handler: admission.HandlerFunc(dummyMutator)})
+	slow := &admission.Webhook{Handler: &webhook.Handler{Settings: webhook.Settings{SchedulerName: scheduler, TranslateNVIDIA: true}}}
+	srv.Register(slowPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The delay hook: longer than timeoutSeconds; gives up when the apiserver hangs up.
+		select {
+		case <-time.After(3 * time.Duration(config.TimeoutSeconds) * time.Second):
+			slow.ServeHTTP(w, r)
+		case <-r.Context().Done():
+		}
+	}))
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -171,6 +183,18 @@ func dummyMutatorConfiguration() *admissionregistrationv1.MutatingWebhookConfigu
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
 		}},
 	}
+}
+
+// slowConfiguration is Slicer's rendered configuration, pointed at a handler that
+// answers after timeoutSeconds, for pods labelled slowLabel (W2).
+func slowConfiguration(o config.Options) *admissionregistrationv1.MutatingWebhookConfiguration {
+	o.NamePrefix, o.ServicePath, o.FailurePolicy = "slow", slowPath, admissionregistrationv1.Fail
+	cfg := config.RenderMutatingWebhookConfiguration(o)
+	Expect(cfg.Name).To(Equal(slowName))
+	cfg.Webhooks = cfg.Webhooks[:1]
+	cfg.Webhooks[0].Name = "slow.test.slicer.dev"
+	cfg.Webhooks[0].ObjectSelector.MatchLabels = map[string]string{slowLabel: "on"}
+	return cfg
 }
 
 func dummyMutator(_ context.Context, req admission.Request) admission.Response {

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
@@ -126,6 +127,31 @@ var _ = Describe("pod admission", Ordered, func() {
 			Expect(err).NotTo(HaveOccurred())
 			Expect(p.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
 			Expect(p.Spec.Containers[0].Resources.Limits).To(HaveKey(corev1.ResourceName(nv1g)))
+		})
+
+		It("times out a slow webhook at timeoutSeconds and applies the failure policy (W2)", func() {
+			start := time.Now()
+			_, err := create(ctx, makePod(userNS).Label(slowLabel, "on").Container("app", nv1g, "1").Obj())
+			elapsed := time.Since(start)
+			GinkgoWriter.Printf("failurePolicy Fail: answered in %v: %v\n", elapsed, err)
+			Expect(err).To(HaveOccurred())
+			Expect(apierrors.IsInternalError(err) || apierrors.IsTimeout(err)).To(BeTrue(), "error type %T %v", err, err)
+			Expect(err.Error()).To(ContainSubstring(`failed calling webhook "slow.test.slicer.dev"`))
+			Expect(err.Error()).To(Or(ContainSubstring("context deadline exceeded"), ContainSubstring("timeout")))
+
+			cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Name: slowName}, cfg)).To(Succeed())
+			cfg.Webhooks[0].FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+			Expect(k8s.Update(ctx, cfg)).To(Succeed())
+			Eventually(func(g Gomega) {
+				start = time.Now()
+				p, err := create(ctx, makePod(userNS).Label(slowLabel, "on").Container("app", nv1g, "1").Obj())
+				elapsed = time.Since(start)
+				g.Expect(err).NotTo(HaveOccurred())
+				// Slicer's own (fast) webhook still mutated it.
+				expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1"})
+			}).WithTimeout(time.Minute).Should(Succeed())
+			GinkgoWriter.Printf("failurePolicy Ignore: admitted in %v\n", elapsed)
 		})
 
 		It("serves a rotated certificate without a restart; the expiry metric follows (W10)", func() {
