@@ -35,7 +35,7 @@ import (
 )
 
 // UsageSource reports which MIG devices the kubelet assigned to which pod
-// (device ID → pod UID), e.g. from the PodResources API.
+// (device ID → "namespace/name" of the pod), e.g. from the PodResources API.
 type UsageSource interface {
 	DeviceUsage(ctx context.Context) (map[string]string, error)
 }

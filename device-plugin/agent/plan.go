@@ -38,8 +38,9 @@ func (s Slice) Complete() bool { return s.CI >= 0 && s.MIGUUID != "" }
 
 // Want is what one SliceAllocation asks of the node.
 type Want struct {
-	Key    types.NamespacedName
-	PodUID string
+	Key types.NamespacedName
+	// Pod is "namespace/name" of the holder pod (how the kubelet names it).
+	Pod string
 	// Spec is the scheduler's slot; Actual, when set, is where the pod's device
 	// really is (learned from the kubelet).
 	Spec   Slot
@@ -93,7 +94,7 @@ type Orphan struct {
 type planInput struct {
 	Slices []Slice
 	Wants  []Want
-	// Use maps a MIG UUID to the UID of the pod the kubelet assigned it to
+	// Use maps a MIG UUID to the "namespace/name" of the pod the kubelet assigned it to
 	// (nil when unknown).
 	Use map[string]string
 	// OrphanSince maps a MIG UUID (or slot string for bare GIs) to when it was
@@ -134,7 +135,7 @@ func plan(in planInput) Plan {
 		best := -1
 		for j := range wants {
 			w := &wants[j]
-			if w.Deleting || done[w.Key] || w.PodUID != uid || w.Spec.Profile != s.Profile {
+			if w.Deleting || done[w.Key] || w.Pod != uid || w.Spec.Profile != s.Profile {
 				continue
 			}
 			if best < 0 || w.desired() == s.Slot || w.Device == s.MIGUUID {
@@ -279,7 +280,7 @@ func plan(in planInput) Plan {
 func wantFromAllocation(a *slicerv1alpha1.SliceAllocation) Want {
 	spec := Slot{GPU: a.Spec.GPUUUID, Profile: string(a.Spec.Profile), Start: int(a.Spec.Placement.Start), Size: int(a.Spec.Placement.Size)}
 	w := Want{
-		Key: types.NamespacedName{Namespace: a.Namespace, Name: a.Name}, PodUID: a.Spec.PodUID, Spec: spec,
+		Key: types.NamespacedName{Namespace: a.Namespace, Name: a.Name}, Pod: a.Namespace + "/" + a.Spec.PodName, Spec: spec,
 		Device: a.Status.MIGDeviceUUID, Deleting: a.DeletionTimestamp != nil,
 	}
 	if ap := a.Status.ActualPlacement; ap != nil && (int(ap.Start) != spec.Start || int(ap.Size) != spec.Size) {

@@ -101,14 +101,14 @@ func TestPlan(t *testing.T) {
 		{
 			name: "kubelet swap: each allocation gets the slice its pod really uses",
 			in: planInput{Slices: []Slice{s0, s1}, Use: map[string]string{"MIG-0": "pod-b"}, Wants: []Want{
-				{Key: key("a"), PodUID: "pod-a", Spec: s0.Slot}, {Key: key("b"), PodUID: "pod-b", Spec: s1.Slot},
+				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot}, {Key: key("b"), Pod: "pod-b", Spec: s1.Slot},
 			}},
 			want: summary{Bound: []string{"a=MIG-1", "b=MIG-0"}},
 		},
 		{
 			name: "a deleting allocation never takes a slice a live one holds",
 			in: planInput{Slices: []Slice{s0}, Use: map[string]string{"MIG-0": "pod-b"}, Wants: []Want{
-				{Key: key("a"), PodUID: "pod-a", Spec: s0.Slot, Device: "MIG-0", Deleting: true}, {Key: key("b"), PodUID: "pod-b", Spec: s1.Slot},
+				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Device: "MIG-0", Deleting: true}, {Key: key("b"), Pod: "pod-b", Spec: s1.Slot},
 			}},
 			want: summary{Bound: []string{"b=MIG-0"}, Release: []string{"a=-"}},
 		},

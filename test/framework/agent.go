@@ -49,7 +49,7 @@ func (a *RecordingAdvertiser) IDs() map[string]string {
 	return out
 }
 
-// StaticUsage is a settable UsageSource (device ID → pod UID).
+// StaticUsage is a settable UsageSource (device ID → "namespace/name" of the pod).
 type StaticUsage struct {
 	mu  sync.Mutex
 	use map[string]string

@@ -50,6 +50,7 @@ var _ = Describe("node agent", func() {
 		n.invariants()
 		Eventually(func(g Gomega) {
 			na := n.nodeAccelerator(g)
+			g.Expect(na.Status.GPUs).To(HaveLen(2))
 			g.Expect(na.Status.GPUs[1].Slices).To(HaveLen(2))
 			for _, s := range na.Status.GPUs[1].Slices {
 				g.Expect(s.State).To(Equal(slicerv1alpha1.SliceAllocated))
@@ -224,6 +225,7 @@ var _ = Describe("node agent", func() {
 		Expect(n.waitReady(a).Status.MIGDeviceUUID).To(Equal(wanted))
 		Eventually(func(g Gomega) {
 			na := n.nodeAccelerator(g)
+			g.Expect(na.Status.GPUs).To(HaveLen(1))
 			states := map[int32]slicerv1alpha1.SliceState{}
 			for _, s := range na.Status.GPUs[0].Slices {
 				states[s.Placement.Start] = s.State
@@ -279,7 +281,7 @@ var _ = Describe("node agent", func() {
 		b := n.allocate(0, "1g.10gb", 1, 1)
 		ua, ub := n.waitReady(a).Status.MIGDeviceUUID, n.waitReady(b).Status.MIGDeviceUUID
 		// The kubelet handed a's device to b's pod and b's device to a's pod.
-		n.usage.Set(map[string]string{ua: b.Spec.PodUID, ub: a.Spec.PodUID})
+		n.usage.Set(map[string]string{ua: "team-a/" + b.Spec.PodName, ub: "team-a/" + a.Spec.PodName})
 		Eventually(func(g Gomega) {
 			ga, gb := n.get(a), n.get(b)
 			g.Expect(gb.Status.MIGDeviceUUID).To(Equal(ua))
@@ -289,7 +291,7 @@ var _ = Describe("node agent", func() {
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 		n.invariants()
 		// b's pod goes away: the slice it really used (a's spec slot) is destroyed.
-		n.usage.Set(map[string]string{ub: a.Spec.PodUID})
+		n.usage.Set(map[string]string{ub: "team-a/" + a.Spec.PodName})
 		n.release(b)
 		n.waitGone(b)
 		left := n.backend.Instances()

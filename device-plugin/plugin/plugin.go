@@ -1,0 +1,386 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// DefaultDir is the kubelet's device plugin directory.
+const DefaultDir = pluginapi.DevicePluginPath
+
+// Options configure the device plugin manager.
+type Options struct {
+	// Dir holds kubelet.sock and the plugin sockets.
+	Dir string
+	// Resources are served from the start (with no devices until realized).
+	Resources []string
+	// Registrations and Allocates count kubelet registrations and Allocate
+	// calls by result (may be nil).
+	Registrations *prometheus.CounterVec
+	Allocates     *prometheus.CounterVec
+	// OnAllocate is called after a successful Allocate (e.g. to let the agent
+	// learn from the PodResources API which device the pod got).
+	OnAllocate func()
+	// CheckInterval is how often sockets are checked for a kubelet restart.
+	CheckInterval time.Duration
+}
+
+// Manager serves one device plugin per resource and keeps them registered.
+type Manager struct {
+	opts Options
+	log  logr.Logger
+
+	mu      sync.Mutex
+	devices map[string][]Device // by resource
+	servers map[string]*server
+}
+
+// NewManager returns a manager; Run starts it.
+func NewManager(opts Options, log logr.Logger) *Manager {
+	if opts.Dir == "" {
+		opts.Dir = DefaultDir
+	}
+	if opts.CheckInterval == 0 {
+		opts.CheckInterval = time.Second
+	}
+	return &Manager{opts: opts, log: log, devices: map[string][]Device{}, servers: map[string]*server{}}
+}
+
+// SocketName is the plugin socket of a resource (slicer.dev/mig-1g.10gb →
+// slicer.dev-mig-1g.10gb.sock).
+func SocketName(resource string) string {
+	return strings.ReplaceAll(resource, "/", "-") + ".sock"
+}
+
+// SetDevices replaces the advertised devices; every resource whose list
+// changed gets a ListAndWatch update.
+func (m *Manager) SetDevices(devs []Device) {
+	by := map[string][]Device{}
+	for _, d := range devs {
+		by[d.Resource] = append(by[d.Resource], d)
+	}
+	for _, l := range by {
+		sort.Slice(l, func(i, j int) bool { return l[i].ID < l[j].ID })
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	resources := map[string]bool{}
+	for r := range m.devices {
+		resources[r] = true
+	}
+	for r := range by {
+		resources[r] = true
+	}
+	for r := range resources {
+		if equalDevices(m.devices[r], by[r]) {
+			continue
+		}
+		m.devices[r] = by[r]
+		if s := m.servers[r]; s != nil {
+			s.notify()
+		} // a new resource is served by Run's next check
+
+	}
+}
+
+func equalDevices(a, b []Device) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID || a[i].Healthy != b[i].Healthy || a[i].CDIName != b[i].CDIName {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *Manager) lookup(resource, id string) (Device, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range m.devices[resource] {
+		if d.ID == id {
+			return d, true
+		}
+	}
+	return Device{}, false
+}
+
+func (m *Manager) list(resource string) []*pluginapi.Device {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*pluginapi.Device, 0, len(m.devices[resource]))
+	for _, d := range m.devices[resource] {
+		h := pluginapi.Healthy
+		if !d.Healthy {
+			h = pluginapi.Unhealthy
+		}
+		out = append(out, &pluginapi.Device{ID: d.ID, Health: h})
+	}
+	return out
+}
+
+// Run serves and registers every resource until ctx ends, re-registering
+// when the kubelet restarts (its restart deletes the plugin sockets).
+func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	for _, r := range m.opts.Resources {
+		if _, ok := m.devices[r]; !ok {
+			m.devices[r] = nil
+		}
+	}
+	m.mu.Unlock()
+	t := time.NewTicker(m.opts.CheckInterval)
+	defer t.Stop()
+	for {
+		m.check(ctx)
+		select {
+		case <-ctx.Done():
+			m.mu.Lock()
+			for _, s := range m.servers {
+				s.stop()
+			}
+			m.mu.Unlock()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// check (re)starts every resource's server that is missing, unregistered or
+// whose socket the kubelet removed.
+func (m *Manager) check(ctx context.Context) {
+	m.mu.Lock()
+	var todo []string
+	for r := range m.devices {
+		if s := m.servers[r]; s == nil || !s.healthy() {
+			todo = append(todo, r)
+		}
+	}
+	m.mu.Unlock()
+	sort.Strings(todo)
+	for _, r := range todo {
+		m.mu.Lock()
+		old := m.servers[r]
+		m.mu.Unlock()
+		if old != nil {
+			m.log.Info("device plugin socket gone or not registered; restarting", "resource", r)
+			old.stop()
+		}
+		s := &server{m: m, resource: r, socket: filepath.Join(m.opts.Dir, SocketName(r)), updates: map[chan struct{}]bool{}}
+		m.mu.Lock()
+		m.servers[r] = s
+		m.mu.Unlock()
+		if err := s.start(); err != nil {
+			m.log.Error(err, "device plugin start failed", "resource", r)
+			continue
+		}
+		if err := s.register(ctx); err != nil {
+			m.count(m.opts.Registrations, "error")
+			m.log.Error(err, "device plugin registration failed", "resource", r)
+			continue
+		}
+		m.count(m.opts.Registrations, "success")
+		m.log.Info("device plugin registered", "resource", r, "socket", s.socket)
+	}
+}
+
+func (m *Manager) count(c *prometheus.CounterVec, result string) {
+	if c != nil {
+		c.WithLabelValues(result).Inc()
+	}
+}
+
+// server is one resource's gRPC device plugin.
+type server struct {
+	pluginapi.UnimplementedDevicePluginServer
+	m        *Manager
+	resource string
+	socket   string
+
+	mu         sync.Mutex
+	grpc       *grpc.Server
+	registered bool
+	updates    map[chan struct{}]bool
+}
+
+func (s *server) start() error {
+	if err := os.MkdirAll(filepath.Dir(s.socket), 0o755); err != nil {
+		return fmt.Errorf("device plugin dir: %w", err)
+	}
+	if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove old socket: %w", err)
+	}
+	lis, err := net.Listen("unix", s.socket)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.socket, err)
+	}
+	g := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(g, s)
+	s.mu.Lock()
+	s.grpc = g
+	s.mu.Unlock()
+	go func() {
+		if err := g.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.m.log.Error(err, "device plugin server stopped", "resource", s.resource)
+		}
+	}()
+	return nil
+}
+
+func (s *server) register(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(filepath.Dir(s.socket), filepath.Base(pluginapi.KubeletSocket)),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("dial kubelet: %w", err)
+	}
+	defer conn.Close()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: filepath.Base(s.socket), ResourceName: s.resource,
+		Options: &pluginapi.DevicePluginOptions{},
+	})
+	if err != nil {
+		return fmt.Errorf("register %s with the kubelet: %w", s.resource, err)
+	}
+	s.mu.Lock()
+	s.registered = true
+	s.mu.Unlock()
+	return nil
+}
+
+// healthy reports whether the server is registered and its socket exists.
+func (s *server) healthy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grpc == nil || !s.registered {
+		return false
+	}
+	_, err := os.Stat(s.socket)
+	return err == nil
+}
+
+func (s *server) stop() {
+	s.mu.Lock()
+	g := s.grpc
+	s.grpc, s.registered = nil, false
+	s.mu.Unlock()
+	if g != nil {
+		g.Stop()
+	}
+}
+
+func (s *server) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.updates {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// GetDevicePluginOptions implements the device plugin API.
+func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+// ListAndWatch sends the device list now and after every change.
+func (s *server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.updates[ch] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.updates, ch)
+		s.mu.Unlock()
+	}()
+	for {
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: s.m.list(s.resource)}); err != nil {
+			return fmt.Errorf("ListAndWatch send for %s: %w", s.resource, err)
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-ch:
+		}
+	}
+}
+
+// Allocate answers with the CDI device and NVIDIA_VISIBLE_DEVICES of each
+// requested slice; an unknown device ID is an error.
+func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for _, cr := range req.ContainerRequests {
+		car := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+		var visible []string
+		for _, id := range cr.DevicesIds {
+			d, ok := s.m.lookup(s.resource, id)
+			if !ok {
+				s.m.count(s.m.opts.Allocates, "unknown_device")
+				return nil, status.Errorf(codes.NotFound, "%s: unknown device %q (not a realized slice on this node)", s.resource, id)
+			}
+			car.CdiDevices = append(car.CdiDevices, &pluginapi.CDIDevice{Name: d.CDIName})
+			visible = append(visible, d.ID)
+			for k, v := range d.Env {
+				if k != "NVIDIA_VISIBLE_DEVICES" {
+					car.Envs[k] = v
+				}
+			}
+		}
+		car.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(visible, ",")
+		resp.ContainerResponses = append(resp.ContainerResponses, car)
+	}
+	s.m.count(s.m.opts.Allocates, "success")
+	if s.m.opts.OnAllocate != nil {
+		s.m.opts.OnAllocate()
+	}
+	return resp, nil
+}
+
+// GetPreferredAllocation is not offered (the options say so).
+func (s *server) GetPreferredAllocation(context.Context, *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	return &pluginapi.PreferredAllocationResponse{}, nil
+}
+
+// PreStartContainer is not required (the options say so).
+func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// ResourcesFor lists the resource names of every profile of the given models.
+func ResourcesFor(models []mig.Model) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range models {
+		for _, p := range m.Profiles() {
+			if r := p.ResourceName(); !seen[r] {
+				seen[r] = true
+				out = append(out, r)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,241 @@
+package plugin_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/slicer-operator/slicer/device-plugin/plugin"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// fakeKubelet is the kubelet's Registration service on <dir>/kubelet.sock; on
+// every registration it opens ListAndWatch to the plugin like the kubelet does.
+type fakeKubelet struct {
+	pluginapi.UnimplementedRegistrationServer
+	dir  string
+	srv  *grpc.Server
+	regs chan *pluginapi.RegisterRequest
+	// lists receives every ListAndWatch response: resource → device ID → health.
+	lists chan map[string]map[string]string
+	mu    sync.Mutex
+	conns []*grpc.ClientConn
+}
+
+func startKubelet(t *testing.T, dir string) *fakeKubelet {
+	t.Helper()
+	k := &fakeKubelet{dir: dir, regs: make(chan *pluginapi.RegisterRequest, 16), lists: make(chan map[string]map[string]string, 64)}
+	lis, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.srv = grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(k.srv, k)
+	go func() { _ = k.srv.Serve(lis) }()
+	return k
+}
+
+func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	if r.Version != pluginapi.Version {
+		return nil, status.Errorf(codes.InvalidArgument, "version %q", r.Version)
+	}
+	conn, err := grpc.NewClient("unix://"+filepath.Join(k.dir, r.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	k.conns = append(k.conns, conn)
+	k.mu.Unlock()
+	k.regs <- r
+	go func() {
+		stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(context.Background(), &pluginapi.Empty{})
+		if err != nil {
+			return
+		}
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			devs := map[string]string{}
+			for _, d := range resp.Devices {
+				devs[d.ID] = d.Health
+			}
+			k.lists <- map[string]map[string]string{r.ResourceName: devs}
+		}
+	}()
+	return &pluginapi.Empty{}, nil
+}
+
+func (k *fakeKubelet) client(t *testing.T, resource string) pluginapi.DevicePluginClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(k.dir, plugin.SocketName(resource)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return pluginapi.NewDevicePluginClient(conn)
+}
+
+// restart is a kubelet restart: it stops, deletes every socket in the
+// directory (as the kubelet does at start) and serves a new kubelet.sock.
+func (k *fakeKubelet) restart(t *testing.T) *fakeKubelet {
+	t.Helper()
+	k.stop()
+	entries, _ := os.ReadDir(k.dir)
+	for _, e := range entries {
+		if err := os.Remove(filepath.Join(k.dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	return startKubelet(t, k.dir)
+}
+
+func (k *fakeKubelet) stop() {
+	k.srv.Stop()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, c := range k.conns {
+		_ = c.Close()
+	}
+}
+
+const wait = 30 * time.Second
+
+// waitList waits for a ListAndWatch response for resource equal to want.
+func waitList(t *testing.T, k *fakeKubelet, resource string, want map[string]string) {
+	t.Helper()
+	deadline := time.After(wait)
+	var last map[string]string
+	for {
+		select {
+		case l := <-k.lists:
+			if got, ok := l[resource]; ok {
+				last = got
+				if cmp.Diff(want, got) == "" {
+					return
+				}
+			}
+		case <-deadline:
+			t.Fatalf("no ListAndWatch update for %s with %v (last %v)", resource, want, last)
+		}
+	}
+}
+
+func waitReg(t *testing.T, k *fakeKubelet) *pluginapi.RegisterRequest {
+	t.Helper()
+	select {
+	case r := <-k.regs:
+		return r
+	case <-time.After(wait):
+		t.Fatal("the plugin did not register")
+		return nil
+	}
+}
+
+func TestDevicePluginWithFakeKubelet(t *testing.T) {
+	dir, err := os.MkdirTemp("", "dp") // short: unix socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	k := startKubelet(t, dir)
+	regs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "r"}, []string{"result"})
+	allocs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a"}, []string{"result"})
+	allocated := make(chan struct{}, 8)
+	res := mig.ResourceName("1g.10gb+me")
+	m := plugin.NewManager(plugin.Options{Dir: dir, Resources: []string{res}, Registrations: regs, Allocates: allocs,
+		CheckInterval: 50 * time.Millisecond, OnAllocate: func() { allocated <- struct{}{} }}, testr.New(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		k.stop()
+	}()
+
+	r := waitReg(t, k)
+	if r.ResourceName != "slicer.dev/mig-1g.10gb.me" || r.Endpoint != "slicer.dev-mig-1g.10gb.me.sock" {
+		t.Errorf("registration %+v", r)
+	}
+	waitList(t, k, res, map[string]string{})
+
+	dev := plugin.Device{ID: "MIG-1", Resource: res, CDIName: "slicer.dev/mig=MIG-1", Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-1"}, Healthy: true}
+	m.SetDevices([]plugin.Device{dev})
+	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Healthy})
+	dev.Healthy = false
+	m.SetDevices([]plugin.Device{dev})
+	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Unhealthy})
+	dev.Healthy = true
+	m.SetDevices([]plugin.Device{dev})
+	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Healthy})
+
+	c := k.client(t, res)
+	resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"MIG-1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-1"}, CdiDevices: []*pluginapi.CDIDevice{{Name: "slicer.dev/mig=MIG-1"}}}
+	if d := cmp.Diff(want.String(), resp.ContainerResponses[0].String()); d != "" {
+		t.Errorf("Allocate (-want +got):\n%s", d)
+	}
+	<-allocated
+	_, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"MIG-404"}}}})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("Allocate of an unknown device: %v, want NotFound", err)
+	}
+	if got := testutil.ToFloat64(allocs.WithLabelValues("unknown_device")); got != 1 {
+		t.Errorf("unknown_device allocations = %v", got)
+	}
+
+	// A new profile appears: it is served and registered too.
+	res2 := mig.ResourceName("3g.40gb")
+	m.SetDevices([]plugin.Device{dev, {ID: "MIG-3", Resource: res2, CDIName: "slicer.dev/mig=MIG-3", Healthy: true}})
+	if r := waitReg(t, k); r.ResourceName != res2 {
+		t.Errorf("registered %s, want %s", r.ResourceName, res2)
+	}
+	waitList(t, k, res2, map[string]string{"MIG-3": pluginapi.Healthy})
+
+	// Kubelet restart: sockets wiped; the plugin re-registers and re-sends its devices.
+	k = k.restart(t)
+	got := map[string]bool{waitReg(t, k).ResourceName: true, waitReg(t, k).ResourceName: true}
+	if !got[res] || !got[res2] {
+		t.Errorf("re-registered %v", got)
+	}
+	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Healthy})
+	// The counter moves just after the kubelet answered; poll for it.
+	for deadline := time.Now().Add(wait); testutil.ToFloat64(regs.WithLabelValues("success")) != 4; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("successful registrations = %v, want 4", testutil.ToFloat64(regs.WithLabelValues("success")))
+		}
+	}
+	// Devices go away: an empty list is sent.
+	m.SetDevices(nil)
+	waitList(t, k, res, map[string]string{})
+}
+
+func TestResourcesFor(t *testing.T) {
+	got := plugin.ResourcesFor([]mig.Model{mig.A30_24GB})
+	want := []string{"slicer.dev/mig-1g.6gb", "slicer.dev/mig-1g.6gb.me", "slicer.dev/mig-2g.12gb", "slicer.dev/mig-2g.12gb.me", "slicer.dev/mig-4g.24gb"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}

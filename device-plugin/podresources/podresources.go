@@ -1,0 +1,69 @@
+// Package podresources asks the kubelet's PodResources API which MIG device
+// each pod really got: the kubelet may hand a realized slice to a different
+// pending pod of the same profile, and the agent must learn the truth.
+package podresources
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// DefaultSocket is the kubelet's PodResources socket.
+const DefaultSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+// Client lists device assignments.
+type Client struct {
+	Socket  string
+	Timeout time.Duration
+}
+
+// PodKey is how a pod is named in the usage map: "namespace/name" (the
+// PodResources API carries no pod UID).
+func PodKey(namespace, name string) string { return namespace + "/" + name }
+
+// DeviceUsage maps every Slicer MIG device ID the kubelet assigned to the
+// "namespace/name" of its pod.
+func (c *Client) DeviceUsage(ctx context.Context) (map[string]string, error) {
+	timeout := c.Timeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+c.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("pod resources %s: %w", c.Socket, err)
+	}
+	defer conn.Close()
+	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("pod resources list: %w", err)
+	}
+	return Usage(resp), nil
+}
+
+// Usage extracts the Slicer MIG device assignments from a List response.
+func Usage(resp *podresourcesapi.ListPodResourcesResponse) map[string]string {
+	out := map[string]string{}
+	for _, p := range resp.GetPodResources() {
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if !strings.HasPrefix(d.GetResourceName(), mig.ResourcePrefix) {
+					continue
+				}
+				for _, id := range d.GetDeviceIds() {
+					out[id] = PodKey(p.GetNamespace(), p.GetName())
+				}
+			}
+		}
+	}
+	return out
+}

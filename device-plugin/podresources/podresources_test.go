@@ -1,0 +1,60 @@
+package podresources_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/slicer-operator/slicer/device-plugin/podresources"
+)
+
+type fakeLister struct {
+	podresourcesapi.UnimplementedPodResourcesListerServer
+	resp *podresourcesapi.ListPodResourcesResponse
+}
+
+func (f *fakeLister) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
+	return f.resp, nil
+}
+
+func TestDeviceUsage(t *testing.T) {
+	dir, err := os.MkdirTemp("", "pr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "kubelet.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	podresourcesapi.RegisterPodResourcesListerServer(srv, &fakeLister{resp: &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+		{Name: "p1", Namespace: "ns", Containers: []*podresourcesapi.ContainerResources{{Name: "c", Devices: []*podresourcesapi.ContainerDevices{
+			{ResourceName: "slicer.dev/mig-1g.10gb", DeviceIds: []string{"MIG-1"}},
+			{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-x"}},
+		}}}},
+		{Name: "p2", Namespace: "ns", Containers: []*podresourcesapi.ContainerResources{{Name: "c", Devices: []*podresourcesapi.ContainerDevices{
+			{ResourceName: "slicer.dev/mig-3g.40gb", DeviceIds: []string{"MIG-3", "MIG-4"}},
+		}}}},
+	}}})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	got, err := (&podresources.Client{Socket: sock}).DeviceUsage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"MIG-1": "ns/p1", "MIG-3": "ns/p2", "MIG-4": "ns/p2"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	if _, err := (&podresources.Client{Socket: filepath.Join(dir, "missing.sock")}).DeviceUsage(context.Background()); err == nil {
+		t.Error("a missing socket gave no error")
+	}
+}
