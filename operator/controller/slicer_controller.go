@@ -234,7 +234,8 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	default:
 		r.reconcileAgent(ctx, opts, st, res, apply)
 	}
-	r.reconcileMonitoring(opts, st, res, apply)
+	// The agent's metrics objects live in its namespace: only once it exists.
+	r.reconcileMonitoring(opts, st, res, apply, schedulerOK && driverOK)
 	if err := r.summarize(ctx, st); err != nil {
 		res.fail(err)
 	}
@@ -496,9 +497,10 @@ func (r *SlicerReconciler) reconcileAgent(ctx context.Context, o render.Options,
 	}
 }
 
-func (r *SlicerReconciler) reconcileMonitoring(o render.Options, st *status, res *result, apply applyFunc) {
+func (r *SlicerReconciler) reconcileMonitoring(o render.Options, st *status, res *result, apply applyFunc, agentRolledOut bool) {
 	const cond = slicerv1alpha1.ConditionMonitoringReady
-	objs := render.MetricsServices(o)
+	var objs []client.Object
+	objs = append(objs, render.MetricsServices(o)...)
 	objs = append(objs, render.Dashboards(o)...)
 	m := o.Slicer.Spec.Monitoring
 	wantsCRDs := m.ServiceMonitors != slicerv1alpha1.FeatureDisabled || m.PrometheusRule != slicerv1alpha1.FeatureDisabled
@@ -511,6 +513,15 @@ func (r *SlicerReconciler) reconcileMonitoring(o render.Options, st *status, res
 			return
 		}
 		objs = append(objs, rule...)
+	}
+	if !agentRolledOut {
+		kept := objs[:0]
+		for _, obj := range objs {
+			if obj.GetNamespace() != o.AgentNamespace || o.AgentNamespace == o.Namespace {
+				kept = append(kept, obj)
+			}
+		}
+		objs = kept
 	}
 	if !apply("monitoring", objs) {
 		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonApplyFailed, "monitoring objects could not be applied")
