@@ -6,6 +6,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
+	"github.com/slicer-operator/slicer/device-plugin/nvml/nvidia"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/test/framework"
 )
@@ -270,6 +272,23 @@ var _ = Describe("node agent", func() {
 			na := n.nodeAccelerator(g)
 			g.Expect(na.Status.Driver).To(Equal(slicerv1alpha1.DriverStateNotReady))
 			g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionDriverNotReady)).To(Equal(metav1.ConditionTrue))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+	})
+
+	It("starts on the real NVML backend without a GPU and reports NVMLUnavailable", func() {
+		n := newNode("n-real", mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		a, err := env.StartAgent(framework.AgentOptions{Node: n.name, Library: nvidia.New(""), CDIDir: n.cdiDir, OrphanGrace: time.Hour},
+			GinkgoLogr)
+		Expect(err).NotTo(HaveOccurred())
+		n.agent = a
+		Eventually(func(g Gomega) {
+			na := n.nodeAccelerator(g)
+			g.Expect(na.Status.Driver).To(Equal(slicerv1alpha1.DriverStateNotReady))
+			c := meta.FindStatusCondition(na.Status.Conditions, slicerv1alpha1.ConditionDriverNotReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Reason).To(Equal(slicerv1alpha1.ReasonNVMLUnavailable))
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 	})
 

@@ -1,0 +1,178 @@
+// Command slicer-agent is Slicer's node agent (a DaemonSet): it owns MIG on
+// its node, realizes the node's SliceAllocations as MIG devices, writes their
+// CDI specs, advertises them to the kubelet and publishes the node's
+// NodeAccelerator. It starts without a GPU: with no usable NVML it reports
+// DriverNotReady (reason NVMLUnavailable) and keeps retrying.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
+	"github.com/slicer-operator/slicer/device-plugin/nvml/nvidia"
+	"github.com/slicer-operator/slicer/device-plugin/plugin"
+	"github.com/slicer-operator/slicer/device-plugin/podresources"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+type flags struct {
+	node, emulate, stateFile, cdiDir, pluginDir, podResources, metricsAddr, probeAddr, nvmlLib string
+	grace, resync, emulateLatency                                                              time.Duration
+}
+
+func main() {
+	var f flags
+	flag.StringVar(&f.node, "node-name", os.Getenv("NODE_NAME"), "name of this node (default $NODE_NAME)")
+	flag.StringVar(&f.emulate, "emulate", "", "emulate GPUs instead of using NVML: MODEL:COUNT[,MODEL:COUNT], e.g. H100-80GB:8")
+	flag.StringVar(&f.stateFile, "emulate-state-file", "", "file where emulated GPUs keep their MIG state across agent restarts (delete it to emulate a reboot)")
+	flag.DurationVar(&f.emulateLatency, "emulate-latency", 0, "latency added to every emulated MIG create/destroy")
+	flag.StringVar(&f.cdiDir, "cdi-dir", cdi.DefaultDir, "directory for the CDI specs of realized slices")
+	flag.StringVar(&f.pluginDir, "device-plugin-dir", plugin.DefaultDir, "kubelet device plugin directory (holds kubelet.sock)")
+	flag.StringVar(&f.podResources, "pod-resources-socket", podresources.DefaultSocket, "kubelet PodResources socket (empty: do not ask the kubelet)")
+	flag.DurationVar(&f.grace, "orphan-grace-period", 5*time.Minute, "how long a MIG instance no allocation holds is kept before it is destroyed (if unused)")
+	flag.DurationVar(&f.resync, "resync-period", time.Minute, "periodic recovery interval")
+	flag.StringVar(&f.metricsAddr, "metrics-bind-address", "127.0.0.1:8080", "metrics address (\"0\" disables; set \":8080\" in the DaemonSet)")
+	flag.StringVar(&f.probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "health probe address (\"0\" disables)")
+	flag.StringVar(&f.nvmlLib, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the loader's search path)")
+	zopts := zap.Options{}
+	zopts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+	if err := run(ctrl.SetupSignalHandler(), f); err != nil {
+		ctrl.Log.Error(err, "slicer-agent failed")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, f flags) error {
+	log := ctrl.Log.WithName("slicer-agent")
+	if f.node == "" {
+		return errors.New("--node-name (or NODE_NAME) is required")
+	}
+	var (
+		lib       nvml.Library
+		resources []string
+	)
+	if f.emulate != "" {
+		models, err := emulated.ParseSpec(f.emulate)
+		if err != nil {
+			return err
+		}
+		b, err := emulated.New(emulated.Options{Node: f.node, GPUs: models, StateFile: f.stateFile, Latency: f.emulateLatency})
+		if err != nil {
+			return fmt.Errorf("emulated NVML: %w", err)
+		}
+		lib, resources = b, plugin.ResourcesFor(models)
+		log.Info("emulating GPUs", "gpus", f.emulate, "stateFile", f.stateFile)
+	} else {
+		hw := nvidia.New(f.nvmlLib)
+		lib, resources = hw, realResources(hw)
+	}
+	metrics := agent.NewMetrics(ctrlmetrics.Registry)
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 scheme(),
+		Metrics:                metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress: f.probeAddr,
+		Cache:                  agent.CacheOptions(f.node),
+	})
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	trigger := make(chan event.GenericEvent, 1)
+	poke := func() {
+		// Let the kubelet record the assignment before asking PodResources.
+		time.AfterFunc(500*time.Millisecond, func() {
+			select {
+			case trigger <- event.GenericEvent{Object: &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: f.node}}}:
+			default:
+			}
+		})
+	}
+	pm := plugin.NewManager(plugin.Options{Dir: f.pluginDir, Resources: resources, Registrations: metrics.Registrations,
+		Allocates: metrics.AllocateResults, OnAllocate: poke}, log.WithName("device-plugin"))
+	var usage agent.UsageSource
+	if f.podResources != "" {
+		usage = &podresources.Client{Socket: f.podResources}
+	}
+	r := agent.New(mgr.GetClient(), mgr.GetEventRecorderFor("slicer-agent"), agent.Options{
+		NodeName: f.node, Library: lib, Emulated: f.emulate != "", CDI: &cdi.Writer{Dir: f.cdiDir, Real: f.emulate == ""},
+		Usage: usage, Advertiser: pm, OrphanGrace: f.grace, Resync: f.resync, Metrics: metrics,
+	})
+	if err := r.SetupWithManager(mgr, trigger); err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.RunnableFunc(pm.Run)); err != nil {
+		return fmt.Errorf("add device plugin: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("healthz: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("readyz: %w", err)
+	}
+	log.Info("starting", "node", f.node, "cdiDir", f.cdiDir, "devicePluginDir", f.pluginDir)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	return nil
+}
+
+// realResources lists the resources of the node's MIG GPUs; none when NVML is
+// not usable yet (the plugin serves resources as slices appear).
+func realResources(lib nvml.Library) []string {
+	if err := lib.Init(); err != nil {
+		ctrl.Log.Info("NVML not usable at start; the agent reports DriverNotReady and retries", "error", err.Error())
+		return nil
+	}
+	defer func() {
+		if err := lib.Shutdown(); err != nil {
+			ctrl.Log.Error(err, "NVML shutdown")
+		}
+	}()
+	n, err := lib.DeviceCount()
+	if err != nil {
+		return nil
+	}
+	var models []mig.Model
+	for i := 0; i < n; i++ {
+		d, err := lib.Device(i)
+		if err != nil {
+			continue
+		}
+		name, _ := d.Name()
+		mem, _ := d.MemoryMiB()
+		pci, _ := d.PCIDeviceID()
+		if m, err := mig.ModelForDevice(pci, name, mem); err == nil {
+			models = append(models, m)
+		}
+	}
+	return plugin.ResourcesFor(models)
+}
+
+func scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(slicerv1alpha1.AddToScheme(s))
+	return s
+}
