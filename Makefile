@@ -16,6 +16,7 @@ export GOFLAGS ?= -mod=readonly
 
 CONTROLLER_GEN := $(TOOLS)/controller-gen
 GOLANGCI_LINT  := $(TOOLS)/golangci-lint
+DASHBOARD_LINTER := $(TOOLS)/dashboard-linter
 
 # Packages with a main function, outside hack/ (hack/ holds nested modules).
 MAIN_PKGS = $(shell $(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v /hack/)
@@ -43,6 +44,10 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 manifests: $(CONTROLLER_GEN) ## Generate CRDs into config/crd/bases.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 
+.PHONY: metrics-doc
+metrics-doc: ## Regenerate docs/metrics.md from the components' metrics.
+	$(GO) run ./hack/metricsdoc -out docs/metrics.md
+
 .PHONY: external-crds
 external-crds: ## Copy NFD, KMM and Prometheus-operator CRDs from the pinned modules.
 	hack/sync-external-crds.sh
@@ -68,8 +73,12 @@ lint: $(GOLANGCI_LINT) ## golangci-lint with .golangci.yml.
 envtest-bin: ## Build kube-apiserver and etcd from source into bin/k8s (once).
 	hack/build-k8s-bin.sh etcd kube-apiserver
 
+.PHONY: prometheus-bin
+prometheus-bin: ## Debian's prometheus + promtool into bin/prometheus (once).
+	hack/install-prometheus.sh
+
 .PHONY: test
-test: envtest-bin ## Unit and integration tests against a source-built kube-apiserver.
+test: envtest-bin prometheus-bin $(DASHBOARD_LINTER) ## Unit and integration tests against a source-built kube-apiserver.
 	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) ./...
 
 .PHONY: test-unit
@@ -89,6 +98,10 @@ demo: ## Run the whole flow on emulated GPUs (delivered by issue 10).
 $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod hack/tools/controller-gen/go.sum
 	@mkdir -p $(TOOLS)
 	cd hack/tools/controller-gen && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+$(DASHBOARD_LINTER): hack/tools/dashboard-linter/go.mod hack/tools/dashboard-linter/go.sum
+	@mkdir -p $(TOOLS)
+	cd hack/tools/dashboard-linter && $(GO) build -o $@ github.com/grafana/dashboard-linter
 
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod hack/tools/golangci-lint/go.sum
 	@mkdir -p $(TOOLS)
