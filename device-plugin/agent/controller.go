@@ -140,6 +140,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, fmt.Errorf("list allocations: %w", err)
 	}
 	allocs := map[types.NamespacedName]*slicerv1alpha1.SliceAllocation{}
+	var needFinalizer []*slicerv1alpha1.SliceAllocation
 	for i := range list.Items {
 		a := &list.Items[i]
 		if a.Spec.NodeName != r.opts.NodeName {
@@ -150,10 +151,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			if _, ok := r.firstSeen[client.ObjectKeyFromObject(a)]; !ok {
 				r.firstSeen[client.ObjectKeyFromObject(a)] = now
 			}
-			if err := r.ensureFinalizer(ctx, a); err != nil {
-				return ctrl.Result{}, err
+			if !controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) {
+				needFinalizer = append(needFinalizer, a)
 			}
 		}
+	}
+	if err := parallel(needFinalizer, func(a *slicerv1alpha1.SliceAllocation) error { return r.ensureFinalizer(ctx, a) }); err != nil {
+		return ctrl.Result{}, err
 	}
 	obs, err := observe(r.opts.Library, r.opts.Metrics)
 	if err != nil {
@@ -319,11 +323,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err := r.writeStatuses(ctx, allocs, statuses, now); err != nil {
 		return ctrl.Result{}, err
 	}
+	var done []*slicerv1alpha1.SliceAllocation
 	for k := range released {
-		if err := r.removeFinalizer(ctx, allocs[k]); err != nil {
-			return ctrl.Result{}, err
-		}
+		done = append(done, allocs[k])
 		delete(r.firstSeen, k)
+	}
+	if err := parallel(done, func(a *slicerv1alpha1.SliceAllocation) error { return r.removeFinalizer(ctx, a) }); err != nil {
+		return ctrl.Result{}, err
 	}
 	view := nodeView{Emulated: r.opts.Emulated, Conflict: conflict, Obs: obs, States: map[string]slicerv1alpha1.SliceState{}, Holders: map[string]types.NamespacedName{}}
 	for k, s := range p.Bound {
@@ -469,12 +475,11 @@ func (r *Reconciler) markCreating(ctx context.Context, allocs map[types.Namespac
 
 // writeStatuses patches changed statuses, a few at a time.
 func (r *Reconciler) writeStatuses(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, st map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus, now time.Time) error {
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		sem  = make(chan struct{}, 8)
-	)
+	type change struct {
+		a *slicerv1alpha1.SliceAllocation
+		s slicerv1alpha1.SliceAllocationStatus
+	}
+	var changes []change
 	for k, s := range st {
 		a := allocs[k]
 		if a == nil || equality.Semantic.DeepEqual(a.Status, s) {
@@ -482,19 +487,38 @@ func (r *Reconciler) writeStatuses(ctx context.Context, allocs map[types.Namespa
 		}
 		if !now.IsZero() && s.State == slicerv1alpha1.AllocationReady && a.Status.State != slicerv1alpha1.AllocationReady {
 			if first, ok := r.firstSeen[k]; ok {
-				r.opts.Metrics.RealizeDuration.Observe(now.Sub(first).Seconds())
+				r.opts.Metrics.RealizeDuration.Observe(r.opts.Now().Sub(first).Seconds())
 			}
 			r.event(a, corev1.EventTypeNormal, "SliceReady", "MIG device %s ready", s.MIGDeviceUUID)
 		}
+		changes = append(changes, change{a: a, s: s})
+	}
+	return parallel(changes, func(c change) error {
+		patch := client.MergeFromWithOptions(c.a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		c.a.Status = c.s
+		if err := r.client.Status().Patch(ctx, c.a, patch); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("status of %s/%s: %w", c.a.Namespace, c.a.Name, err)
+		}
+		return nil
+	})
+}
+
+// parallel runs fn on every item, 16 at a time, and joins the errors.
+func parallel[T any](items []T, fn func(T) error) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		sem  = make(chan struct{}, 16)
+	)
+	for _, it := range items {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
-			a.Status = s
-			if err := r.client.Status().Patch(ctx, a, patch); err != nil && !apierrors.IsNotFound(err) {
+			if err := fn(it); err != nil {
 				mu.Lock()
-				errs = append(errs, fmt.Errorf("status of %s: %w", k, err))
+				errs = append(errs, err)
 				mu.Unlock()
 			}
 		}()
