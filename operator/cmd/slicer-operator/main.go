@@ -13,8 +13,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/slicer-operator/slicer/operator/controller"
@@ -40,7 +40,7 @@ func env(name, def string) string {
 func main() {
 	var (
 		namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string
-		leaderElect, secureMetrics                                   bool
+		leaderElect, secureMetrics                                  bool
 	)
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the operator, scheduler and webhook (default $POD_NAMESPACE).")
 	flag.StringVar(&agentNamespace, "agent-namespace", "", "Namespace of the agent, labelled for the privileged Pod Security level (default <namespace>-agent).")
