@@ -131,6 +131,7 @@ func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ServiceAccount{}).
+		Owns(&corev1.Secret{}).
 		Owns(&corev1.Namespace{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&rbacv1.ClusterRole{}).

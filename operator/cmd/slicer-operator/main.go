@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/slicer-operator/slicer/dashboards"
 	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/manager"
 	"github.com/slicer-operator/slicer/operator/metrics"
@@ -100,6 +101,10 @@ func run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string, lea
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
+	dash, err := dashboards.Files()
+	if err != nil {
+		return fmt.Errorf("dashboards: %w", err)
+	}
 	r := &controller.SlicerReconciler{
 		Client:         mgr.GetClient(),
 		Discovery:      dc,
@@ -117,6 +122,7 @@ func run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string, lea
 		HostNetworkAddress: hostAddr,
 		Admission:          render.Admission,
 		PrometheusRule:     prometheusrules.PrometheusRule,
+		Dashboards:         dash,
 		DeletionTimeout:    controller.DefaultDeletionTimeout,
 		DependencyRecheck:  controller.DefaultDependencyRecheck,
 		CertValidity:       controller.DefaultCertValidity,

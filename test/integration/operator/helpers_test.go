@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/dashboards"
 	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/manager"
 	"github.com/slicer-operator/slicer/operator/metrics"
@@ -126,6 +128,13 @@ func (w *writeCounter) funcs() interceptor.Funcs {
 	}
 }
 
+func mustDashboards() map[string][]byte {
+	d, err := dashboards.Files()
+	Expect(err).NotTo(HaveOccurred())
+	Expect(d).NotTo(BeEmpty())
+	return d
+}
+
 // operatorOptions tune one operator run.
 type operatorOptions struct {
 	agentNamespace string
@@ -154,7 +163,7 @@ func newReconciler(cfg *rest.Config, c client.Client, agentNamespace string, m *
 		Ports:             render.DefaultPorts(),
 		Admission:         render.Admission,
 		PrometheusRule:    prometheusrules.PrometheusRule,
-		Dashboards:        map[string][]byte{"slicer-overview.json": []byte(`{"title":"Slicer"}`)},
+		Dashboards:        mustDashboards(),
 		DependencyRecheck: time.Second,
 		DeletionTimeout:   5 * time.Second,
 	}
@@ -291,8 +300,10 @@ func fullInstall(agentNamespace string) []ref {
 		ref{svc, ns, render.SchedulerName + "-metrics"}, ref{svc, ns, render.WebhookName + "-metrics"}, ref{svc, agentNamespace, render.AgentName + "-metrics"},
 		ref{smGVK, ns, render.SchedulerName + "-metrics"}, ref{smGVK, ns, render.WebhookName + "-metrics"}, ref{smGVK, agentNamespace, render.AgentName + "-metrics"},
 		ref{ruleGVK, ns, "slicer"},
-		ref{cm, ns, render.DashboardConfigMapName("slicer-overview")},
 	)
+	for name := range mustDashboards() {
+		refs = append(refs, ref{cm, ns, render.DashboardConfigMapName(strings.TrimSuffix(name, ".json"))})
+	}
 	return refs
 }
 

@@ -77,6 +77,21 @@ var _ = Describe("Slicer rollout", Ordered, func() {
 
 		By("reporting the summary from NodeAccelerators")
 		Expect(s.Status.Summary).To(Equal(slicerv1alpha1.SlicerSummary{}))
+		na := framework.MakeNodeAccelerator("gpu-node-1").GPUs("H100-80GB", 2).Obj()
+		na.Status.GPUs[0].Slices = []slicerv1alpha1.MIGSlice{
+			{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 4}, State: slicerv1alpha1.SliceAllocated, MIGDeviceUUID: "MIG-1"},
+			{Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 4, Size: 1}, State: slicerv1alpha1.SliceFree, MIGDeviceUUID: "MIG-2"},
+		}
+		na.Status.Conditions = []metav1.Condition{{Type: slicerv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: slicerv1alpha1.ReasonAsExpected, LastTransitionTime: metav1.Now()}}
+		Expect(framework.CreateNodeAccelerator(ctx, admin, na)).To(Succeed())
+		Expect(framework.CreateNodeAccelerator(ctx, admin, framework.MakeNodeAccelerator("gpu-node-2").GPUs("A30-24GB", 1).Obj())).To(Succeed())
+		DeferCleanup(func() {
+			Expect(admin.DeleteAllOf(ctx, &slicerv1alpha1.NodeAccelerator{})).To(Succeed())
+		})
+		Eventually(func(g Gomega) {
+			s = getSlicer(g)
+			g.Expect(s.Status.Summary).To(Equal(slicerv1alpha1.SlicerSummary{Nodes: 2, ReadyNodes: 1, GPUs: 3, SlicesInUse: 1}))
+		}).Should(Succeed())
 		out, err := yaml.Marshal(s)
 		Expect(err).NotTo(HaveOccurred())
 		GinkgoWriter.Printf("kubectl get slicer default -o yaml:\n%s\n", out)
