@@ -75,7 +75,7 @@ type Reconciler struct {
 	initialized bool
 	orphanSince map[string]time.Time
 	firstSeen   map[types.NamespacedName]time.Time
-	series      map[string]bool
+	retries     int
 }
 
 // New returns a reconciler.
@@ -90,7 +90,7 @@ func New(c client.Client, recorder record.EventRecorder, opts Options) *Reconcil
 		opts.Metrics = NewMetrics(nil)
 	}
 	return &Reconciler{client: c, recorder: recorder, opts: opts, orphanSince: map[string]time.Time{},
-		firstSeen: map[types.NamespacedName]time.Time{}, series: map[string]bool{}}
+		firstSeen: map[types.NamespacedName]time.Time{}}
 }
 
 // SetupWithManager registers the controller; every event maps to the node's
@@ -245,6 +245,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 				delete(r.orphanSince, orphanKey(j.slice))
 				r.opts.Metrics.OrphansReclaim.WithLabelValues("no_allocation").Inc()
 				log.Info("orphan slice reclaimed", "gpu", j.slice.GPU, "profile", j.slice.Profile, "start", j.slice.Start)
+				r.event(&slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: r.opts.NodeName}}, corev1.EventTypeNormal,
+					"OrphanReclaimed", "destroyed %s (%s): no allocation held it for the grace period", j.slice.Slot, j.slice.MIGUUID)
 			case j.result.Err == nil:
 				p.Bound[k] = j.result.Slice
 				log.Info("slice created", "gpu", j.slot.GPU, "profile", j.slot.Profile, "start", j.slot.Start, "device", j.result.Slice.MIGUUID)
@@ -349,8 +351,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	r.recordMetrics(obs, view, allocs)
 	if retry {
-		return ctrl.Result{RequeueAfter: time.Second}, nil
+		// Exponential backoff while something waits (in use, faults, orphans
+		// in the way); any watch event still reconciles at once.
+		r.retries++
+		return ctrl.Result{RequeueAfter: min(250*time.Millisecond<<min(r.retries, 8), r.nextResync(now))}, nil
 	}
+	r.retries = 0
 	return ctrl.Result{RequeueAfter: r.nextResync(now)}, nil
 }
 

@@ -94,6 +94,33 @@ var _ = Describe("node agent", func() {
 		n.waitGone(wrongGPU)
 	})
 
+	It("reports MIGDisabled and fails allocations on a GPU with MIG mode off, never changing the mode", func() {
+		n := newNode("n-migoff", mig.H100_80GB, mig.H100_80GB)
+		b, err := emulated.New(emulated.Options{Node: n.name, GPUs: n.models, MIGDisabled: []int{1}})
+		Expect(err).NotTo(HaveOccurred())
+		n.backend = b
+		DeferCleanup(n.cleanup)
+		n.start()
+		off := n.allocate(1, "1g.10gb", 0, 1)
+		on := n.allocate(0, "1g.10gb", 0, 1)
+		n.waitReady(on)
+		Eventually(func(g Gomega) {
+			na := n.nodeAccelerator(g)
+			g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionMIGDisabled)).To(Equal(metav1.ConditionTrue))
+			g.Expect(na.Status.GPUs).To(HaveLen(2))
+			g.Expect(na.Status.GPUs[1].MIGMode).To(Equal(slicerv1alpha1.MIGModeDisabled))
+			got := n.get(off)
+			g.Expect(got.Status.State).To(Equal(slicerv1alpha1.AllocationFailed))
+			g.Expect(got.Status.Reason).To(Equal(slicerv1alpha1.ReasonMIGModeOff))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		Expect(n.backend.Instances()).To(HaveLen(1))
+		n.release(off)
+		n.release(on)
+		n.waitGone(off)
+		n.waitGone(on)
+		n.invariants()
+	})
+
 	It("converges after a crash between GPU instance and compute instance create (S: kill between GI and CI)", func() {
 		n := newNode("n-crash", mig.H100_80GB)
 		DeferCleanup(n.cleanup)
