@@ -112,7 +112,7 @@ func TestRenderIsValidKubeSchedulerConfiguration(t *testing.T) {
 			got := map[string][]string{
 				"preFilter": names(p.Plugins.PreFilter.Enabled), "filter": names(p.Plugins.Filter.Enabled),
 				"preScore": names(p.Plugins.PreScore.Enabled),
-				"score": names(p.Plugins.Score.Enabled), "reserve": names(p.Plugins.Reserve.Enabled),
+				"score":    names(p.Plugins.Score.Enabled), "reserve": names(p.Plugins.Reserve.Enabled),
 				"preBind": names(p.Plugins.PreBind.Enabled), "postBind": names(p.Plugins.PostBind.Enabled),
 				"postFilter": names(p.Plugins.PostFilter.Enabled),
 			}

@@ -18,6 +18,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -72,14 +73,14 @@ type Plugin struct {
 }
 
 var (
-	_ framework.PreFilterPlugin  = &Plugin{}
-	_ framework.FilterPlugin     = &Plugin{}
-	_ framework.PostFilterPlugin = &Plugin{}
-	_ framework.ScorePlugin      = &Plugin{}
-	_ framework.PreScorePlugin   = &Plugin{}
-	_ framework.ReservePlugin    = &Plugin{}
-	_ framework.PreBindPlugin    = &Plugin{}
-	_ framework.PostBindPlugin   = &Plugin{}
+	_ framework.PreFilterPlugin   = &Plugin{}
+	_ framework.FilterPlugin      = &Plugin{}
+	_ framework.PostFilterPlugin  = &Plugin{}
+	_ framework.ScorePlugin       = &Plugin{}
+	_ framework.PreScorePlugin    = &Plugin{}
+	_ framework.ReservePlugin     = &Plugin{}
+	_ framework.PreBindPlugin     = &Plugin{}
+	_ framework.PostBindPlugin    = &Plugin{}
 	_ framework.EnqueueExtensions = &Plugin{}
 )
 
@@ -122,9 +123,12 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 			return nil, err
 		}
 		scheme := NewScheme()
+		// Slicer's kinds have no protobuf encoding; the scheduler's config asks for it.
+		cfg := rest.CopyConfig(h.KubeConfig())
+		cfg.ContentType, cfg.AcceptContentTypes = "application/json", ""
 		c := opts.Client
 		if c == nil {
-			if c, err = client.New(h.KubeConfig(), client.Options{Scheme: scheme}); err != nil {
+			if c, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 				return nil, fmt.Errorf("allocation client: %w", err)
 			}
 		}
@@ -135,7 +139,7 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 			prebindFailed: map[types.UID]bool{},
 			rejected:      map[types.UID]*corev1.Pod{},
 		}
-		if _, err := snapshot.Feed(ctx, h.KubeConfig(), scheme, p.cache); err != nil {
+		if _, err := snapshot.Feed(ctx, cfg, scheme, p.cache); err != nil {
 			return nil, err
 		}
 		log.Info("snapshot rebuilt from the API", "nodes", len(p.cache.Nodes()), "sliceReadyTimeout", timeout)

@@ -33,7 +33,10 @@ func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev
 // then waits, bounded, until the agent reports every slice Ready so the
 // kubelet sees the device when the pod arrives. On failure it returns an
 // error and the framework calls Unreserve.
-func (p *Plugin) PreBind(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	if _, err := cs.Read(stateKey); err != nil {
+		return nil // no slice asked for (PreBindPreFlight is not always consulted)
+	}
 	if err := p.preBind(ctx, pod, nodeName); err != nil {
 		p.mu.Lock()
 		p.prebindFailed[pod.UID] = true

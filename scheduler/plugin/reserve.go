@@ -18,6 +18,9 @@ import (
 // Reserve chooses the GPU and placement of each slice on the chosen node (on
 // the current snapshot) and holds them in memory.
 func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	if _, err := cs.Read(stateKey); err != nil {
+		return nil // no slice asked for: PreFilter skipped the pod
+	}
 	s, err := readState(cs)
 	if err != nil {
 		return fwk.AsStatus(err)

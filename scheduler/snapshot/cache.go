@@ -92,7 +92,7 @@ type Cache struct {
 	events Events
 
 	mu           sync.RWMutex
-	nodes        map[string]*Node                         // published snapshots
+	nodes        map[string]*Node                           // published snapshots
 	accels       map[string]*slicerv1alpha1.NodeAccelerator // by node name
 	allocs       map[types.NamespacedName]*Allocation
 	nodeAllocs   map[string]map[types.NamespacedName]*Allocation

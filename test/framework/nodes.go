@@ -1,0 +1,66 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+)
+
+// MakeNode returns a Ready node with room for ordinary pods (64 CPUs,
+// 256 GiB, 110 pods) and the given labels.
+func MakeNode(name string, labels map[string]string) *corev1.Node {
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status: corev1.NodeStatus{
+			Capacity: res, Allocatable: res,
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+				Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+		},
+	}
+}
+
+// CreateNode creates the node, writes its status, and removes the
+// node.kubernetes.io/not-ready taint that admission adds (envtest runs no
+// node lifecycle controller to remove it).
+func CreateNode(ctx context.Context, c client.Client, node *corev1.Node) error {
+	status := node.Status
+	if err := c.Create(ctx, node); err != nil {
+		return fmt.Errorf("create node %s: %w", node.Name, err)
+	}
+	node.Status = status
+	if err := c.Status().Update(ctx, node); err != nil {
+		return fmt.Errorf("node %s status: %w", node.Name, err)
+	}
+	if len(node.Spec.Taints) > 0 {
+		node.Spec.Taints = nil
+		if err := c.Update(ctx, node); err != nil {
+			return fmt.Errorf("untaint node %s: %w", node.Name, err)
+		}
+	}
+	return nil
+}
+
+// CreateNodeAccelerator creates the NodeAccelerator and writes its status
+// (as the agent would).
+func CreateNodeAccelerator(ctx context.Context, c client.Client, na *slicerv1alpha1.NodeAccelerator) error {
+	status := na.Status
+	if err := c.Create(ctx, na); err != nil {
+		return fmt.Errorf("create NodeAccelerator %s: %w", na.Name, err)
+	}
+	na.Status = status
+	if err := c.Status().Update(ctx, na); err != nil {
+		return fmt.Errorf("NodeAccelerator %s status: %w", na.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,198 @@
+package scheduler_test
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/config"
+	"github.com/slicer-operator/slicer/scheduler/plugin"
+	"github.com/slicer-operator/slicer/test/framework"
+)
+
+const poolLabel = "it.slicer.dev/pool"
+
+// scenario owns a namespace and a pool of nodes (selected by label), so
+// scenarios do not see each other's capacity.
+type scenario struct {
+	ns    string
+	pool  string
+	nodes []string
+}
+
+func newScenario(name string) *scenario {
+	GinkgoHelper()
+	s := &scenario{ns: name, pool: name}
+	Expect(k8s.Create(ctx, framework.MakeNamespace(name))).To(Succeed())
+	return s
+}
+
+// addNode creates a node of the pool with n H100-80GB GPUs (n = 0: no NodeAccelerator).
+func (s *scenario) addNode(name string, gpus int) {
+	GinkgoHelper()
+	Expect(framework.CreateNode(ctx, k8s, framework.MakeNode(name, map[string]string{poolLabel: s.pool}))).To(Succeed())
+	if gpus > 0 {
+		Expect(framework.CreateNodeAccelerator(ctx, k8s, framework.MakeNodeAccelerator(name).GPUs("H100-80GB", gpus).Obj())).To(Succeed())
+	}
+	s.nodes = append(s.nodes, name)
+}
+
+// cleanup deletes the pool's pods, nodes and NodeAccelerators.
+func (s *scenario) cleanup() {
+	GinkgoHelper()
+	Expect(k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(s.ns), client.GracePeriodSeconds(0))).To(Succeed())
+	Eventually(func() int { return len(s.allocations()) }).Should(BeZero(), "allocations of deleted pods are released")
+	for _, n := range s.nodes {
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx, &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: n}}))).To(Succeed())
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}))).To(Succeed())
+	}
+}
+
+// pod is a pod of the pool asking for slices (profile → count) in its limits.
+func (s *scenario) pod(name string, slices map[string]int64) *corev1.Pod {
+	limits := corev1.ResourceList{}
+	for p, n := range slices {
+		limits[corev1.ResourceName(mig.ResourceName(p))] = *resource.NewQuantity(n, resource.DecimalSI)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name},
+		Spec: corev1.PodSpec{
+			SchedulerName: config.DefaultSchedulerName,
+			NodeSelector:  map[string]string{poolLabel: s.pool},
+			Containers: []corev1.Container{{Name: "c", Image: "registry.example/cuda:1",
+				Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}},
+		},
+	}
+}
+
+func (s *scenario) create(p *corev1.Pod) *corev1.Pod {
+	GinkgoHelper()
+	Expect(k8s.Create(ctx, p)).To(Succeed())
+	return p
+}
+
+func (s *scenario) pods() []corev1.Pod {
+	GinkgoHelper()
+	var list corev1.PodList
+	Expect(k8s.List(ctx, &list, client.InNamespace(s.ns))).To(Succeed())
+	return list.Items
+}
+
+func (s *scenario) get(name string) *corev1.Pod {
+	GinkgoHelper()
+	var p corev1.Pod
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, &p)).To(Succeed())
+	return &p
+}
+
+func (s *scenario) bound() int {
+	n := 0
+	for _, p := range s.pods() {
+		if p.Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// unschedulable returns the PodScheduled=False message of a pod, or "".
+func unschedulable(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+func (s *scenario) allocations() []slicerv1alpha1.SliceAllocation {
+	GinkgoHelper()
+	var list slicerv1alpha1.SliceAllocationList
+	Expect(k8s.List(ctx, &list, client.InNamespace(s.ns))).To(Succeed())
+	return list.Items
+}
+
+func (s *scenario) allocationsOf(p *corev1.Pod) []slicerv1alpha1.SliceAllocation {
+	var out []slicerv1alpha1.SliceAllocation
+	for _, a := range s.allocations() {
+		if a.Spec.PodUID == string(p.UID) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// checkInvariants checks, cluster-wide:
+// I1 no (GPU, placement) held by two pods; I3 legal geometry per GPU;
+// I8 every bound MIG pod holds allocations on its node for all its slices.
+func checkInvariants() {
+	GinkgoHelper()
+	var allocs slicerv1alpha1.SliceAllocationList
+	Expect(k8s.List(ctx, &allocs)).To(Succeed())
+	var accels slicerv1alpha1.NodeAcceleratorList
+	Expect(k8s.List(ctx, &accels)).To(Succeed())
+	models := map[string]mig.Model{}
+	for _, na := range accels.Items {
+		for _, g := range na.Status.GPUs {
+			m, err := mig.ParseModel(string(g.Model))
+			Expect(err).NotTo(HaveOccurred())
+			models[g.UUID] = m
+		}
+	}
+	perGPU := map[string][]mig.Instance{}
+	holders := map[string][]string{}
+	for _, a := range allocs.Items {
+		key := a.Spec.GPUUUID
+		perGPU[key] = append(perGPU[key], mig.Instance{Profile: string(a.Spec.Profile),
+			Placement: mig.Placement{Start: int(a.Spec.Placement.Start), Size: int(a.Spec.Placement.Size)}})
+		holders[key] = append(holders[key], fmt.Sprintf("%s/%s@%d", a.Namespace, a.Spec.PodName, a.Spec.Placement.Start))
+	}
+	for gpu, inst := range perGPU {
+		m, ok := models[gpu]
+		if !ok {
+			continue // the node's NodeAccelerator is gone (scenario cleanup)
+		}
+		_, err := mig.NewGPUState(m, inst)
+		Expect(err).NotTo(HaveOccurred(), "I1/I3: GPU %s holds %s", gpu, strings.Join(holders[gpu], ", "))
+	}
+	var pods corev1.PodList
+	Expect(k8s.List(ctx, &pods)).To(Succeed())
+	byPod := map[string][]slicerv1alpha1.SliceAllocation{}
+	for _, a := range allocs.Items {
+		byPod[a.Spec.PodUID] = append(byPod[a.Spec.PodUID], a)
+	}
+	for _, p := range pods.Items {
+		items, err := plugin.PodRequest(&p)
+		Expect(err).NotTo(HaveOccurred())
+		if p.Spec.NodeName == "" || items == nil {
+			continue
+		}
+		want := 0
+		for _, it := range items {
+			want += it.Count
+		}
+		have := byPod[string(p.UID)]
+		Expect(have).To(HaveLen(want), "I8: bound pod %s/%s holds %d allocations, wants %d", p.Namespace, p.Name, len(have), want)
+		for _, a := range have {
+			Expect(a.Spec.NodeName).To(Equal(p.Spec.NodeName), "I8: allocation %s on another node", a.Name)
+		}
+	}
+}
+
+func sortedNames(allocs []slicerv1alpha1.SliceAllocation) []string {
+	var out []string
+	for _, a := range allocs {
+		out = append(out, a.Name)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,236 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/plugin"
+)
+
+const timeout = 30e9 // PreBind's wait for Ready, 30 s
+
+var _ = Describe("Scheduling MIG pods", func() {
+	var (
+		s   *scenario
+		r   *running
+		cnt int
+	)
+	start := func(opts plugin.Options) { r = startScheduler(ctx, opts, timeout) }
+	BeforeEach(func() {
+		cnt++
+		s = newScenario(fmt.Sprintf("sched-%d", cnt))
+	})
+	AfterEach(func() {
+		checkInvariants()
+		s.cleanup()
+		checkInvariants()
+		if r != nil {
+			Expect(r.plugin.Cache().ReservationCount()).To(BeZero(), "no reservation left behind")
+			Expect(testutil.ToFloat64(r.plugin.Metrics().AllocationConflicts)).To(BeZero())
+			r.stop()
+			r = nil
+		}
+	})
+
+	It("binds exactly as many pods of a burst as fit, the rest Pending with a reason (S1)", func() {
+		s.addNode(s.ns+"-n1", 1)
+		s.addNode(s.ns+"-n2", 1)
+		start(plugin.Options{})
+		// Two 3g.40gb fit on an H100: 4 of 10.
+		var wg sync.WaitGroup
+		for i := 0; i < 10; i++ {
+			wg.Add(1)
+			go func() {
+				defer GinkgoRecover()
+				defer wg.Done()
+				Expect(k8s.Create(ctx, s.pod(fmt.Sprintf("burst-%d", i), map[string]int64{"3g.40gb": 1}))).To(Succeed())
+			}()
+		}
+		wg.Wait()
+		Eventually(func() int {
+			n := 0
+			for _, p := range s.pods() {
+				if p.Spec.NodeName == "" && unschedulable(&p) != "" {
+					n++
+				}
+			}
+			return n
+		}).Should(Equal(6))
+		Eventually(s.bound).Should(Equal(4))
+		Expect(s.allocations()).To(HaveLen(4))
+		for _, p := range s.pods() {
+			if p.Spec.NodeName == "" {
+				Expect(unschedulable(&p)).To(ContainSubstring("no GPU has a free slot for 1 × 3g.40gb; closest: node"))
+				Expect(unschedulable(&p)).To(ContainSubstring("blocked by pods " + s.ns + "/burst-"))
+			}
+		}
+		checkInvariants()
+
+		By("releasing a slice retries a pending pod, without a timer")
+		var victim string
+		for _, p := range s.pods() {
+			if p.Spec.NodeName != "" {
+				victim = p.Name
+				break
+			}
+		}
+		Expect(k8s.Delete(ctx, s.get(victim), client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(s.bound).Should(Equal(4))
+		Eventually(func() []slicerv1alpha1.SliceAllocation { return s.allocations() }).Should(HaveLen(4))
+	})
+
+	It("packs mixed profiles where internal/mig places them", func() {
+		node := s.ns + "-n1"
+		s.addNode(node, 1)
+		start(plugin.Options{})
+		state := mig.EmptyGPU(mig.H100_80GB)
+		fits, full := 0, 0
+		for i, prof := range []string{"1g.10gb", "3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb", "2g.20gb"} {
+			req := mig.MustRequest(mig.RequestItem{Profile: prof, Count: 1})
+			want, err := mig.Place(mig.Node{GPUs: []mig.GPU{{State: state, Usable: true}}}, req)
+			p := s.create(s.pod(fmt.Sprintf("mixed-%d", i), map[string]int64{prof: 1}))
+			if err != nil {
+				// The core says it does not fit: the pod stays Pending and says why.
+				full++
+				Eventually(func() string { return unschedulable(s.get(p.Name)) }).Should(ContainSubstring(prof))
+				continue
+			}
+			fits++
+			Eventually(func() string { return s.get(p.Name).Spec.NodeName }).Should(Equal(node))
+			got := s.allocationsOf(s.get(p.Name))
+			Expect(got).To(HaveLen(1))
+			Expect(got[0].Spec.Placement.Start).To(BeEquivalentTo(want[0].Placement.Start), "slice %d (%s)", i, prof)
+			state, err = state.Take(want[0].Profile, want[0].Placement)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		Expect(fits).To(BeNumerically(">=", 3))
+		Expect(full).To(BeNumerically(">=", 1), "the sequence overfills the GPU")
+	})
+
+	It("still schedules ordinary pods, on nodes without GPUs too", func() {
+		s.addNode(s.ns+"-cpu", 0)
+		start(plugin.Options{})
+		p := s.pod("plain", nil)
+		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}
+		s.create(p)
+		Eventually(func() string { return s.get("plain").Spec.NodeName }).Should(Equal(s.ns + "-cpu"))
+		Expect(s.allocations()).To(BeEmpty())
+		// A MIG pod finds no NodeAccelerator there and says so.
+		m := s.create(s.pod("mig", map[string]int64{"1g.10gb": 1}))
+		Eventually(func() string { return unschedulable(s.get(m.Name)) }).Should(ContainSubstring("node has no NodeAccelerator"))
+	})
+
+	It("makes no API write in Filter/Score for a pod that never fits (S8)", func() {
+		s.addNode(s.ns+"-n1", 1)
+		start(plugin.Options{})
+		before := proxy.Writes()
+		p := s.create(s.pod("never", map[string]int64{"7g.80gb": 2}))
+		Eventually(func() string { return unschedulable(s.get(p.Name)) }).Should(ContainSubstring("no GPU has a free slot"))
+		after := proxy.Writes()
+		for k, v := range after {
+			if d := v - before[k]; d > 0 {
+				// The scheduler itself reports the failure: pod status and an Event.
+				Expect(k).To(BeElementOf("PATCH pods/status", "POST events", "PATCH events"), "write %q (%d) during a failed attempt", k, d)
+			}
+		}
+		Expect(after["POST sliceallocations"] - before["POST sliceallocations"]).To(BeZero())
+	})
+
+	It("unreserves and retries when PreBind's write fails, leaking nothing (S2)", func() {
+		s.addNode(s.ns+"-n1", 1)
+		var failed atomic.Int32
+		c, err := client.NewWithWatch(proxy.RestConfig(), client.Options{Scheme: plugin.NewScheme()})
+		Expect(err).NotTo(HaveOccurred())
+		faulty := interceptor.NewClient(c, interceptor.Funcs{
+			Create: func(cctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if _, ok := obj.(*slicerv1alpha1.SliceAllocation); ok && failed.Add(1) <= 2 {
+					return apierrors.NewInternalError(fmt.Errorf("injected"))
+				}
+				return cl.Create(cctx, obj, opts...)
+			},
+		})
+		start(plugin.Options{Client: faulty})
+		p := s.create(s.pod("retry", map[string]int64{"4g.40gb": 1}))
+		Eventually(func() string { return s.get(p.Name).Spec.NodeName }).ShouldNot(BeEmpty())
+		Expect(failed.Load()).To(BeNumerically(">=", 3))
+		Expect(s.allocationsOf(s.get(p.Name))).To(HaveLen(1))
+		Expect(testutil.ToFloat64(r.plugin.Metrics().Unreserve.WithLabelValues(plugin.UnreservePreBind))).To(BeNumerically("==", 2))
+	})
+
+	It("releases the slices of a pod deleted mid-cycle (S6)", func() {
+		s.addNode(s.ns+"-n1", 1)
+		var once sync.Once
+		start(plugin.Options{Hooks: plugin.Hooks{AfterReserve: func(_ context.Context, pod *corev1.Pod) error {
+			once.Do(func() {
+				Expect(k8s.Delete(ctx, pod.DeepCopy(), client.GracePeriodSeconds(0))).To(Succeed())
+			})
+			return nil
+		}}})
+		p := s.create(s.pod("doomed", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() bool {
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(p), &corev1.Pod{})
+			return apierrors.IsNotFound(err)
+		}).Should(BeTrue())
+		Eventually(func() []slicerv1alpha1.SliceAllocation { return s.allocations() }).Should(BeEmpty())
+		Eventually(r.plugin.Cache().ReservationCount).Should(BeZero())
+		// The GPU is whole again: a 7g fits.
+		q := s.create(s.pod("next", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() string { return s.get(q.Name).Spec.NodeName }).ShouldNot(BeEmpty())
+	})
+
+	for _, point := range []string{"Reserve and PreBind", "PreBind and Bind"} {
+		It("binds once with exactly one allocation after a restart between "+point+" (S4)", func() {
+			s.addNode(s.ns+"-n1", 1)
+			s.addNode(s.ns+"-n2", 1)
+			killCtx, kill := context.WithCancel(ctx)
+			defer kill()
+			var killed atomic.Bool
+			die := func(hctx context.Context, _ *corev1.Pod) error {
+				if killed.CompareAndSwap(false, true) {
+					kill() // the process dies here: nothing after this point runs
+					<-hctx.Done()
+					return fmt.Errorf("scheduler killed")
+				}
+				return nil
+			}
+			hooks := plugin.Hooks{AfterReserve: die}
+			if point == "PreBind and Bind" {
+				hooks = plugin.Hooks{AfterPreBind: die}
+			}
+			bindsBefore := proxy.Writes()["POST pods/binding"]
+			first := startScheduler(killCtx, plugin.Options{Hooks: hooks}, timeout)
+			p := s.create(s.pod("restart", map[string]int64{"3g.40gb": 1, "1g.10gb": 1}))
+			Eventually(first.sched.Done()).Should(BeClosed())
+			Expect(killed.Load()).To(BeTrue())
+			Expect(s.get(p.Name).Spec.NodeName).To(BeEmpty())
+			if point == "PreBind and Bind" {
+				Expect(s.allocationsOf(s.get(p.Name))).To(HaveLen(2), "PreBind committed before the kill")
+			}
+			committed := sortedNames(s.allocationsOf(s.get(p.Name)))
+
+			By("a fresh scheduler rebuilds from the API and finishes the job")
+			start(plugin.Options{})
+			Eventually(func() string { return s.get(p.Name).Spec.NodeName }).ShouldNot(BeEmpty())
+			got := s.allocationsOf(s.get(p.Name))
+			Expect(got).To(HaveLen(2))
+			if point == "PreBind and Bind" {
+				Expect(sortedNames(got)).To(Equal(committed), "the committed allocations are adopted, not re-made")
+				Expect(got[0].Spec.NodeName).To(Equal(s.get(p.Name).Spec.NodeName))
+			}
+			Expect(proxy.Writes()["POST pods/binding"]-bindsBefore).To(Equal(1), "bound once")
+		})
+	}
+})

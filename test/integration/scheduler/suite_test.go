@@ -1,0 +1,110 @@
+// Package scheduler_test runs Slicer's scheduler (kube-scheduler with the
+// SlicerMIG plugin, the binary's wiring) in-process against a real
+// kube-apiserver. Nodes and NodeAccelerators are API objects; a fake agent
+// (test/framework) marks allocations Ready. Every scenario ends by checking
+// invariants I1, I3 and I8 (RELIABILITY.md).
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/slicer-operator/slicer/scheduler/config"
+	"github.com/slicer-operator/slicer/scheduler/plugin"
+	"github.com/slicer-operator/slicer/scheduler/server"
+	"github.com/slicer-operator/slicer/test/framework"
+)
+
+var (
+	env   *framework.Env
+	k8s   client.Client
+	proxy *framework.CountingProxy
+	agent *framework.FakeAgent
+	dir   string
+	ctx   = context.Background()
+)
+
+func TestScheduler(t *testing.T) {
+	RegisterFailHandler(Fail)
+	SetDefaultEventuallyTimeout(60 * time.Second)
+	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
+	RunSpecs(t, "Scheduler integration suite")
+}
+
+var _ = BeforeSuite(func() {
+	var err error
+	env, err = framework.Start(framework.Options{WithoutExternalCRDs: true})
+	Expect(err).NotTo(HaveOccurred())
+	k8s = env.Client
+	proxy, err = framework.StartCountingProxy(env.Config)
+	Expect(err).NotTo(HaveOccurred())
+	dir, err = os.MkdirTemp("", "slicer-scheduler-it-")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(proxy.WriteKubeconfig(filepath.Join(dir, "kubeconfig"))).To(Succeed())
+	agent, err = framework.StartFakeAgent(ctx, env.Config, framework.FakeAgentOptions{ReportSlices: true, CollectOrphans: true})
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	if agent != nil {
+		Expect(agent.Stop()).To(Succeed())
+	}
+	if proxy != nil {
+		Expect(proxy.Stop()).To(Succeed())
+	}
+	Expect(env.Stop()).To(Succeed())
+	Expect(os.RemoveAll(dir)).To(Succeed())
+})
+
+// running is an in-process scheduler and its plugin.
+type running struct {
+	sched  *server.Scheduler
+	plugin *plugin.Plugin
+	reg    *prometheus.Registry
+}
+
+// startScheduler starts a scheduler with the rendered configuration; its
+// API traffic goes through the counting proxy.
+func startScheduler(sctx context.Context, opts plugin.Options, timeout time.Duration) *running {
+	GinkgoHelper()
+	r := &running{reg: prometheus.NewRegistry()}
+	opts.Registerer = r.reg
+	started := opts.OnStart
+	opts.OnStart = func(p *plugin.Plugin) {
+		r.plugin = p
+		if started != nil {
+			started(p)
+		}
+	}
+	data, err := config.Render(config.Options{Kubeconfig: filepath.Join(dir, "kubeconfig"), SliceReadyTimeout: timeout,
+		QPS: 500, Burst: 1000})
+	Expect(err).NotTo(HaveOccurred())
+	file := filepath.Join(dir, fmt.Sprintf("config-%d.yaml", time.Now().UnixNano()))
+	Expect(framework.WriteFile(file, data)).To(Succeed())
+	r.sched, err = server.Start(sctx, file, opts)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(r.plugin).NotTo(BeNil())
+	return r
+}
+
+func (r *running) stop() {
+	GinkgoHelper()
+	Expect(r.sched.Stop()).To(Succeed())
+}
+
+// proxyClient is a client whose traffic goes through the counting proxy.
+func proxyClient() client.Client {
+	GinkgoHelper()
+	c, err := client.New(proxy.RestConfig(), client.Options{Scheme: plugin.NewScheme()})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
