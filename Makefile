@@ -41,8 +41,9 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs into config/crd/bases.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs into config/crd/bases and the operator's RBAC into config/rbac.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=slicer-operator paths=./operator/... output:rbac:artifacts:config=config/rbac
 
 .PHONY: metrics-doc
 metrics-doc: ## Regenerate docs/metrics.md from the components' metrics.
@@ -80,6 +81,9 @@ prometheus-bin: ## Debian's prometheus + promtool into bin/prometheus (once).
 .PHONY: test
 test: envtest-bin prometheus-bin $(DASHBOARD_LINTER) ## Unit and integration tests against a source-built kube-apiserver.
 	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) ./...
+	@# nested modules: NFD's own rule engine over recorded NodeFeatures; BuildKit's Containerfile parser
+	cd nfd-rules/evaltest && $(GO) test $(TEST_FLAGS) ./...
+	cd driver-container/parsetest && $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane).

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Generated paths and the make targets that produce them.
-generated=(api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/crd/external docs/metrics.md)
+generated=(api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/crd/external config/rbac docs/metrics.md)
 targets=(generate manifests external-crds metrics-doc)
 
 snap=$(mktemp -d)
