@@ -100,11 +100,3 @@ func (r *running) stop() {
 	GinkgoHelper()
 	Expect(r.sched.Stop()).To(Succeed())
 }
-
-// proxyClient is a client whose traffic goes through the counting proxy.
-func proxyClient() client.Client {
-	GinkgoHelper()
-	c, err := client.New(proxy.RestConfig(), client.Options{Scheme: plugin.NewScheme()})
-	Expect(err).NotTo(HaveOccurred())
-	return c
-}
