@@ -61,7 +61,8 @@ verify-generated: $(CONTROLLER_GEN) ## Regenerate everything and fail if any gen
 	hack/verify-clean.sh
 
 .PHONY: vet
-vet: ## go vet every package.
+vet: ## go mod tidy check and go vet every package.
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
 
 .PHONY: lint
