@@ -39,6 +39,8 @@ type Metrics struct {
 	CDIWrites       *prometheus.CounterVec
 	FreeCompute     *prometheus.GaugeVec
 	FreeMemory      *prometheus.GaugeVec
+	ComputeSlices   *prometheus.GaugeVec
+	MemorySlices    *prometheus.GaugeVec
 	Fragmentation   *prometheus.GaugeVec
 	RealizeDuration prometheus.Histogram
 }
@@ -83,6 +85,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		FreeMemory: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "slicer_agent_gpu_free_memory_slices", Help: "Memory slices not held by any GPU instance, per GPU.",
 		}, []string{"gpu"}),
+		ComputeSlices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_gpu_compute_slices", Help: "Compute slices of each MIG-enabled GPU (its model's total), per GPU.",
+		}, []string{"gpu"}),
+		MemorySlices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_gpu_memory_slices", Help: "Memory slices of each MIG-enabled GPU (its model's total), per GPU.",
+		}, []string{"gpu"}),
 		Fragmentation: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "slicer_agent_gpu_fragmentation_ratio", Help: "1 - (compute slices of the largest profile that still fits / free compute slices); 0 when the GPU is full or unfragmented.",
 		}, []string{"gpu"}),
@@ -102,7 +110,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Collectors lists every collector (for registration and docs generation).
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Instances, m.SliceInfo, m.Operations, m.OpDuration, m.NVMLErrors, m.OrphansReclaim,
-		m.Conflicts, m.Registrations, m.AllocateResults, m.CDIWrites, m.FreeCompute, m.FreeMemory, m.Fragmentation, m.RealizeDuration}
+		m.Conflicts, m.Registrations, m.AllocateResults, m.CDIWrites, m.FreeCompute, m.FreeMemory,
+		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration}
 }
 
 func (m *Metrics) migOp(op string, d time.Duration, err error) {
@@ -142,12 +151,16 @@ func (r *Reconciler) recordMetrics(obs *Observation, v nodeView, allocs map[type
 	m.SliceInfo.Reset()
 	m.FreeCompute.Reset()
 	m.FreeMemory.Reset()
+	m.ComputeSlices.Reset()
+	m.MemorySlices.Reset()
 	m.Fragmentation.Reset()
 	for _, g := range obs.GPUs {
 		if !g.Model.Valid() || g.MIGMode != nvml.MIGEnabled {
 			continue
 		}
 		gl := gpuLabel(g.Index)
+		m.ComputeSlices.WithLabelValues(gl).Set(float64(g.Model.ComputeSlices()))
+		m.MemorySlices.WithLabelValues(gl).Set(float64(g.Model.MemorySlices()))
 		var insts []mig.Instance
 		for _, s := range g.Slices {
 			state := slicerv1alpha1.SliceOrphaned

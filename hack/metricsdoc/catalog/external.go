@@ -42,10 +42,6 @@ var External = map[string]string{
 // registers yet, with the component expected to expose them. The consistency
 // tests accept them; each is a gap to close (and to remove from here).
 var Planned = map[string]string{
-	// Agent: per-GPU totals, for the compute/memory slice utilization
-	// recording rules (the agent exports only the free counts today).
-	"slicer_agent_gpu_compute_slices": "agent: compute slices of each MIG GPU (gauge, label gpu)",
-	"slicer_agent_gpu_memory_slices":  "agent: memory slices of each MIG GPU (gauge, label gpu)",
 	// Operator (or a kube-state-metrics CustomResourceStateMetrics config):
 	// object state of Slicer's custom resources (RELIABILITY.md c.1).
 	"kube_slicer_sliceallocation_status_state":     "operator: one-hot state of each SliceAllocation (labels namespace, sliceallocation, node, state)",

@@ -99,6 +99,8 @@ var _ = Describe("agent metrics", func() {
 		Expect(testutil.ToFloat64(m.Operations.WithLabelValues("create_gi", "success"))).To(Equal(1.0))
 		Expect(testutil.ToFloat64(m.Operations.WithLabelValues("create_ci", "success"))).To(Equal(1.0))
 		Expect(testutil.ToFloat64(m.FreeCompute.WithLabelValues("0"))).To(Equal(5.0))
+		Expect(testutil.ToFloat64(m.ComputeSlices.WithLabelValues("0"))).To(Equal(7.0))
+		Expect(testutil.ToFloat64(m.MemorySlices.WithLabelValues("0"))).To(Equal(8.0))
 		Expect(testutil.CollectAndCount(m.SliceInfo)).To(Equal(1))
 		problems, err := testutil.GatherAndLint(reg)
 		Expect(err).NotTo(HaveOccurred())
