@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools pins the containerd commands built by hack/build-containerd.sh.
+package tools
+
+import (
+	_ "github.com/containerd/containerd/cmd/containerd"
+	_ "github.com/containerd/containerd/cmd/containerd-shim-runc-v2"
+	_ "github.com/containerd/containerd/cmd/ctr"
+)
