@@ -83,9 +83,19 @@ runbooks: [docs/runbooks](runbooks/), dashboards: [dashboards/](../dashboards/).
 	for _, n := range catalog.SortedKeys(catalog.External) {
 		fmt.Fprintf(&b, "| `%s` | %s |\n", n, cell(catalog.External[n]))
 	}
-	b.WriteString("\n## Planned\n\nUsed by alerts or dashboards but not registered by any component yet; each is an open gap.\n\n| metric | expected from |\n|---|---|\n")
-	for _, n := range catalog.SortedKeys(catalog.Planned) {
-		fmt.Fprintf(&b, "| `%s` | %s |\n", n, cell(catalog.Planned[n]))
+	ksm, err := prometheusrules.KubeStateMetrics()
+	if err != nil {
+		return nil, err
+	}
+	b.WriteString("\n## Object state (kube-state-metrics)\n\nExported by kube-state-metrics with prometheusrules/kube-state-metrics.yaml (`--custom-resource-state-config-file`).\n\n| metric | meaning |\n|---|---|\n")
+	for _, n := range catalog.SortedKeys(ksm) {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", n, cell(ksm[n]))
+	}
+	if len(catalog.Planned) > 0 {
+		b.WriteString("\n## Planned\n\nUsed by alerts or dashboards but not registered by any component yet; each is an open gap.\n\n| metric | expected from |\n|---|---|\n")
+		for _, n := range catalog.SortedKeys(catalog.Planned) {
+			fmt.Fprintf(&b, "| `%s` | %s |\n", n, cell(catalog.Planned[n]))
+		}
 	}
 	return b.Bytes(), nil
 }

@@ -1,6 +1,11 @@
 package catalog
 
-import "sort"
+import (
+	"fmt"
+	"sort"
+
+	"github.com/slicer-operator/slicer/prometheusrules"
+)
 
 // External are metrics Slicer's alerts and dashboards may use that no
 // Slicer metrics struct registers, with where they come from. Built-ins of
@@ -41,11 +46,28 @@ var External = map[string]string{
 // Planned are metrics the alerts and dashboards already use but no component
 // registers yet, with the component expected to expose them. The consistency
 // tests accept them; each is a gap to close (and to remove from here).
-var Planned = map[string]string{
-	// Operator (or a kube-state-metrics CustomResourceStateMetrics config):
-	// object state of Slicer's custom resources (RELIABILITY.md c.1).
-	"kube_slicer_sliceallocation_status_state":     "operator: one-hot state of each SliceAllocation (labels namespace, sliceallocation, node, state)",
-	"kube_slicer_nodeaccelerator_status_condition": "operator: one-hot conditions of each NodeAccelerator (labels nodeaccelerator, condition, status)",
+var Planned = map[string]string{}
+
+// Listed returns every metric the alerts and dashboards may use without a
+// Slicer metrics struct registering it, with its source: External, Planned,
+// and the object-state series of Slicer's kube-state-metrics configuration
+// (prometheusrules/kube-state-metrics.yaml).
+func Listed() (map[string]string, error) {
+	ksm, err := prometheusrules.KubeStateMetrics()
+	if err != nil {
+		return nil, fmt.Errorf("kube-state-metrics configuration: %w", err)
+	}
+	out := map[string]string{}
+	for n, src := range External {
+		out[n] = src
+	}
+	for n, src := range Planned {
+		out[n] = "planned: " + src
+	}
+	for n := range ksm {
+		out[n] = "kube-state-metrics with prometheusrules/kube-state-metrics.yaml"
+	}
+	return out, nil
 }
 
 // SortedKeys returns the keys of a name map, sorted.
