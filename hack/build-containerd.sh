@@ -7,7 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/bin/containerd
 mod=$root/hack/containerd
 mkdir -p "$out"
-ver=$(awk '$1=="github.com/containerd/containerd"{print $2; exit}' "$mod/go.mod")
+ver=$(grep -oE "github.com/containerd/containerd v[0-9][^ ]*" "$mod/go.mod" | head -1 | cut -d" " -f2)
 key=$( (cat "$mod/go.sum" "$mod/go.mod"; go version) | sha256sum | cut -c1-16)
 stamp=$out/.stamp
 if [ -x "$out/containerd" ] && [ -x "$out/containerd-shim-runc-v2" ] && [ -x "$out/ctr" ] &&
