@@ -1,0 +1,343 @@
+// Command bundle writes the OLM bundle (bundle/) from config/ and the
+// hand-written CSV base in hack/bundle: the ClusterServiceVersion, Slicer's
+// CRDs, the operator's metrics Service and metrics-reader ClusterRole,
+// metadata/annotations.yaml and bundle.Dockerfile. The output depends only on
+// its inputs (no clock, sorted keys), so `make bundle && git diff --exit-code
+// bundle/` detects a stale bundle.
+//
+//	go run ./hack/bundle [-root .] [-out bundle]
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Package is the OLM package name; the CSV is <Package>.v<version>.
+const Package = "slicer-operator"
+
+// operatorSA is the operator's ServiceAccount (config/manager).
+const operatorSA = "slicer-operator"
+
+// Release is hack/bundle/release.yaml.
+type Release struct {
+	Version           string `json:"version"`
+	CreatedAt         string `json:"createdAt"`
+	Replaces          string `json:"replaces"`
+	SkipRange         string `json:"skipRange"`
+	Channels          string `json:"channels"`
+	DefaultChannel    string `json:"defaultChannel"`
+	OpenShiftVersions string `json:"openshiftVersions"`
+}
+
+type obj = map[string]any
+
+func main() {
+	root := flag.String("root", ".", "Repository root.")
+	out := flag.String("out", "bundle", "Output directory, relative to -root; replaced entirely.")
+	flag.Parse()
+	if err := run(*root, filepath.Join(*root, *out)); err != nil {
+		fmt.Fprintln(os.Stderr, "bundle:", err)
+		os.Exit(1)
+	}
+}
+
+func run(root, out string) error {
+	files, err := Generate(root)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(out); err != nil {
+		return fmt.Errorf("clean %s: %w", out, err)
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := filepath.Join(out, n)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("mkdir: %w", err)
+		}
+		if err := os.WriteFile(p, files[n], 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Generate returns the bundle's files by path relative to the bundle root.
+func Generate(root string) (map[string][]byte, error) {
+	var rel Release
+	if err := readYAML(filepath.Join(root, "hack/bundle/release.yaml"), &rel); err != nil {
+		return nil, err
+	}
+	if rel.Version == "" || rel.CreatedAt == "" || rel.Channels == "" || rel.OpenShiftVersions == "" {
+		return nil, errors.New("release.yaml: version, createdAt, channels and openshiftVersions are required")
+	}
+	files := map[string][]byte{}
+
+	crdDir := filepath.Join(root, "config/crd/bases")
+	crdFiles, err := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
+	if err != nil {
+		return nil, fmt.Errorf("glob: %w", err)
+	}
+	crdNames := map[string]bool{}
+	for _, f := range crdFiles {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("read: %w", err)
+		}
+		var crd obj
+		if err := yaml.Unmarshal(raw, &crd); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		crdNames[str(crd, "metadata", "name")] = true
+		files["manifests/"+filepath.Base(f)] = raw
+	}
+
+	manager, err := readDocs(filepath.Join(root, "config/manager/manager.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	roles, err := readDocs(filepath.Join(root, "config/rbac/role.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	extra, err := readDocs(filepath.Join(root, "config/manager/metrics_service.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	bindings, err := readDocs(filepath.Join(root, "config/rbac/service_account_binding.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range append(extra, bindings...) {
+		kind := str(o, "kind")
+		if kind != "Service" && kind != "ClusterRole" {
+			continue // bindings are OLM's job (install strategy)
+		}
+		delete(o["metadata"].(obj), "namespace")
+		b, err := yaml.Marshal(o)
+		if err != nil {
+			return nil, fmt.Errorf("marshal: %w", err)
+		}
+		files["manifests/"+str(o, "metadata", "name")+"_"+strings.ToLower(kind)+".yaml"] = b
+	}
+
+	csv, err := buildCSV(root, rel, manager, roles, crdNames)
+	if err != nil {
+		return nil, err
+	}
+	b, err := yaml.Marshal(csv)
+	if err != nil {
+		return nil, fmt.Errorf("marshal csv: %w", err)
+	}
+	files["manifests/"+Package+".clusterserviceversion.yaml"] = b
+
+	annotations := obj{"annotations": obj{
+		"operators.operatorframework.io.bundle.mediatype.v1":       "registry+v1",
+		"operators.operatorframework.io.bundle.manifests.v1":       "manifests/",
+		"operators.operatorframework.io.bundle.metadata.v1":        "metadata/",
+		"operators.operatorframework.io.bundle.package.v1":         Package,
+		"operators.operatorframework.io.bundle.channels.v1":        rel.Channels,
+		"operators.operatorframework.io.bundle.channel.default.v1": rel.DefaultChannel,
+		"com.redhat.openshift.versions":                            rel.OpenShiftVersions,
+	}}
+	if b, err = yaml.Marshal(annotations); err != nil {
+		return nil, fmt.Errorf("marshal annotations: %w", err)
+	}
+	files["metadata/annotations.yaml"] = b
+	files["bundle.Dockerfile"] = []byte(dockerfile(rel))
+	return files, nil
+}
+
+func buildCSV(root string, rel Release, manager, roles []obj, crdNames map[string]bool) (obj, error) {
+	var csv obj
+	if err := readYAML(filepath.Join(root, "hack/bundle/csv.base.yaml"), &csv); err != nil {
+		return nil, err
+	}
+	meta := csv["metadata"].(obj)
+	spec := csv["spec"].(obj)
+	ann := meta["annotations"].(obj)
+	meta["name"] = Package + ".v" + rel.Version
+	spec["version"] = rel.Version
+	if rel.Replaces != "" {
+		spec["replaces"] = rel.Replaces
+	}
+	if rel.SkipRange != "" {
+		ann["olm.skipRange"] = rel.SkipRange
+	}
+	ann["createdAt"] = rel.CreatedAt
+
+	// Owned CRDs: the base must describe exactly config/crd/bases.
+	owned := spec["customresourcedefinitions"].(obj)["owned"].([]any)
+	described := map[string]bool{}
+	for _, o := range owned {
+		described[str(o.(obj), "name")] = true
+	}
+	for n := range crdNames {
+		if !described[n] {
+			return nil, fmt.Errorf("csv.base.yaml describes no owned CRD %s", n)
+		}
+	}
+	for n := range described {
+		if !crdNames[n] {
+			return nil, fmt.Errorf("csv.base.yaml describes %s, which config/crd/bases lacks", n)
+		}
+	}
+
+	// alm-examples: one per owned kind, from config/samples, in owned order.
+	var examples []any
+	for _, o := range owned {
+		kind := str(o.(obj), "kind")
+		p := filepath.Join(root, "config/samples", "slicer_v1alpha1_"+strings.ToLower(kind)+".yaml")
+		var ex obj
+		if err := readYAML(p, &ex); err != nil {
+			return nil, fmt.Errorf("alm-example for %s: %w", kind, err)
+		}
+		if s, ok := ex["spec"].(obj); !ok || len(s) == 0 {
+			return nil, fmt.Errorf("alm-example %s has no spec", p)
+		}
+		examples = append(examples, ex)
+	}
+	ex, err := json.MarshalIndent(examples, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("alm-examples: %w", err)
+	}
+	ann["alm-examples"] = string(ex)
+
+	icon, err := os.ReadFile(filepath.Join(root, "hack/bundle/icon.svg"))
+	if err != nil {
+		return nil, fmt.Errorf("icon: %w", err)
+	}
+	spec["icon"] = []any{obj{"base64data": base64.StdEncoding.EncodeToString(icon), "mediatype": "image/svg+xml"}}
+
+	// Install strategy: the operator Deployment and its RBAC.
+	var deployments []any
+	var related []any
+	for _, o := range manager {
+		if str(o, "kind") != "Deployment" {
+			continue
+		}
+		dspec := o["spec"].(obj)
+		deployments = append(deployments, obj{
+			"name":  str(o, "metadata", "name"),
+			"label": o["metadata"].(obj)["labels"],
+			"spec":  dspec,
+		})
+		for _, c := range dspec["template"].(obj)["spec"].(obj)["containers"].([]any) {
+			c := c.(obj)
+			image := str(c, "image")
+			ann["containerImage"] = image
+			related = append(related, obj{"name": "operator", "image": image})
+			for _, e := range asList(c["env"]) {
+				e := e.(obj)
+				name := str(e, "name")
+				if !strings.HasPrefix(name, "RELATED_IMAGE_") {
+					continue
+				}
+				related = append(related, obj{
+					"name":  strings.ToLower(strings.TrimPrefix(name, "RELATED_IMAGE_")),
+					"image": str(e, "value"),
+				})
+			}
+		}
+	}
+	if len(deployments) != 1 {
+		return nil, fmt.Errorf("config/manager/manager.yaml: want 1 Deployment, got %d", len(deployments))
+	}
+	var permissions, clusterPermissions []any
+	for _, r := range roles {
+		entry := obj{"serviceAccountName": operatorSA, "rules": r["rules"]}
+		switch str(r, "kind") {
+		case "ClusterRole":
+			clusterPermissions = append(clusterPermissions, entry)
+		case "Role":
+			permissions = append(permissions, entry)
+		}
+	}
+	install := obj{"deployments": deployments, "clusterPermissions": clusterPermissions}
+	if len(permissions) > 0 {
+		install["permissions"] = permissions
+	}
+	spec["install"] = obj{"strategy": "deployment", "spec": install}
+	spec["relatedImages"] = related
+	return csv, nil
+}
+
+func dockerfile(rel Release) string {
+	return `# Generated by hack/bundle (make bundle); do not edit.
+FROM scratch
+
+LABEL operators.operatorframework.io.bundle.mediatype.v1=registry+v1
+LABEL operators.operatorframework.io.bundle.manifests.v1=manifests/
+LABEL operators.operatorframework.io.bundle.metadata.v1=metadata/
+LABEL operators.operatorframework.io.bundle.package.v1=` + Package + `
+LABEL operators.operatorframework.io.bundle.channels.v1=` + rel.Channels + `
+LABEL operators.operatorframework.io.bundle.channel.default.v1=` + rel.DefaultChannel + `
+LABEL com.redhat.openshift.versions=` + rel.OpenShiftVersions + `
+
+COPY manifests /manifests/
+COPY metadata /metadata/
+`
+}
+
+func readYAML(path string, into any) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	if err := yaml.Unmarshal(raw, into); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// readDocs reads a multi-document YAML file.
+func readDocs(path string) ([]obj, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	var docs []obj
+	for _, d := range bytes.Split(raw, []byte("\n---")) {
+		var o obj
+		if err := yaml.Unmarshal(d, &o); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(o) > 0 {
+			docs = append(docs, o)
+		}
+	}
+	return docs, nil
+}
+
+func str(o obj, path ...string) string {
+	var cur any = o
+	for _, p := range path {
+		m, ok := cur.(obj)
+		if !ok {
+			return ""
+		}
+		cur = m[p]
+	}
+	s, _ := cur.(string)
+	return s
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
