@@ -51,7 +51,7 @@ func TestValidatorsCatchABrokenBundle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broken := strings.Replace(string(raw), "maintainers@slicer.dev", "not-an-email", 1)
+	broken := strings.Replace(string(raw), "slicer@slicer.dev", "not-an-email", 1)
 	broken = strings.Replace(broken, "minKubeVersion: 1.30.0", "minKubeVersion: not-a-version", 1)
 	if broken == string(raw) {
 		t.Fatal("the CSV has no maintainer email or minKubeVersion to break")
