@@ -15,6 +15,8 @@
 //	-dir /path/in/image              empty directory (parents are added for every entry)
 //	-env KEY=VALUE                   environment variable in the image config
 //	-entrypoint ARG, -cmd ARG        one argv element each, in order
+//	-libs                            also add the ELF interpreter and shared libraries
+//	                                 the -file binaries need (cgo builds), at their host paths
 //
 // The layer is deterministic: entries sorted, owned by 0:0, modification time 0.
 package main
@@ -72,6 +74,7 @@ func main() {
 		out                                  string
 		spec                                 Spec
 		files, links, dirs, envs, entry, cmd list
+		libs                                 bool
 	)
 	flag.StringVar(&out, "o", "", "output archive (required)")
 	flag.StringVar(&spec.Name, "name", "", "image name, e.g. localhost/slicer-agent:dev (required)")
@@ -83,6 +86,7 @@ func main() {
 	flag.Var(&envs, "env", "KEY=VALUE (repeatable)")
 	flag.Var(&entry, "entrypoint", "entrypoint argv element (repeatable, in order)")
 	flag.Var(&cmd, "cmd", "cmd argv element (repeatable, in order)")
+	flag.BoolVar(&libs, "libs", false, "add the ELF interpreter and shared libraries the -file binaries need")
 	flag.Parse()
 	if out == "" || spec.Name == "" || flag.NArg() != 0 {
 		flag.Usage()
@@ -96,6 +100,19 @@ func main() {
 			fail(fmt.Errorf("-file %q: want /path/in/image=host/file", f))
 		}
 		spec.Entries = append(spec.Entries, Entry{Path: dst, Source: src})
+	}
+	if libs {
+		var bins []string
+		for _, e := range spec.Entries {
+			bins = append(bins, e.Source)
+		}
+		paths, err := SharedLibs(bins)
+		if err != nil {
+			fail(err)
+		}
+		for _, p := range paths {
+			spec.Entries = append(spec.Entries, Entry{Path: p, Source: p})
+		}
 	}
 	for _, l := range links {
 		dst, target, ok := strings.Cut(l, "=")
