@@ -81,14 +81,41 @@ var _ = Describe("OLM bundle", func() {
 				rules := p.(map[string]any)["rules"].([]any)
 				for _, r := range rules {
 					r := r.(map[string]any)
-					Expect(r["verbs"]).NotTo(ContainElement("*"))
-					Expect(r["resources"]).NotTo(ContainElement("*"))
+					Expect(r["verbs"]).NotTo(ContainElement(BeElementOf("*", "escalate", "bind", "impersonate")), "%v", r)
+					Expect(r["resources"]).NotTo(ContainElement(BeElementOf("*", "pods/exec")), "%v", r)
+					Expect(r["apiGroups"]).NotTo(ContainElement("*"), "%v", r)
+					if kind == "clusterPermissions" {
+						Expect(r["resources"]).NotTo(ContainElement("secrets"), "secrets only in the operator namespace")
+					}
 					if contains(r["apiGroups"], "apiextensions.k8s.io") {
 						Expect(r["verbs"]).To(ConsistOf("get", "list", "watch"), "no CRD writes")
 					}
 				}
 			}
 		}
+	})
+
+	It("has only manifests the apiserver accepts besides the CSV", func() {
+		apply(namespace("packaging-olm", "restricted"))
+		files, err := filepath.Glob(filepath.Join(framework.RepoRoot(), "bundle", "manifests", "*.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		n := 0
+		for _, f := range files {
+			if filepath.Base(f) == csvFile {
+				continue
+			}
+			raw, err := os.ReadFile(f)
+			Expect(err).NotTo(HaveOccurred())
+			for _, u := range decode(raw) {
+				Expect(u.GetNamespace()).To(BeEmpty(), "OLM sets the namespace: %s", f)
+				if u.GetKind() == "Service" {
+					u.SetNamespace("packaging-olm")
+				}
+				Expect(dryRunApply(u)).To(Succeed(), f)
+				n++
+			}
+		}
+		Expect(n).To(BeNumerically(">=", 3), "the CRDs at least")
 	})
 
 	It("lists every image in relatedImages with a matching RELATED_IMAGE_* variable", func() {
