@@ -17,6 +17,12 @@ export GOFLAGS ?= -mod=readonly
 CONTROLLER_GEN := $(TOOLS)/controller-gen
 GOLANGCI_LINT  := $(TOOLS)/golangci-lint
 DASHBOARD_LINTER := $(TOOLS)/dashboard-linter
+KUSTOMIZE      := $(TOOLS)/kustomize
+MKIMAGE        := $(TOOLS)/mkimage
+CONTAINER_ENGINE ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
+VERSION        ?= 0.1.0
+IMAGE_REGISTRY ?= quay.io/slicer-operator
+IMAGE_COMPONENTS := operator scheduler webhook agent
 
 # Packages with a main function, outside hack/ (hack/ holds nested modules).
 MAIN_PKGS = $(shell $(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v /hack/)
@@ -49,6 +55,10 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs into config/crd/bases and the oper
 metrics-doc: ## Regenerate docs/metrics.md from the components' metrics.
 	$(GO) run ./hack/metricsdoc -out docs/metrics.md
 
+.PHONY: bundle
+bundle: ## Generate the OLM bundle (bundle/) from config/ and hack/bundle.
+	$(GO) run ./hack/bundle
+
 .PHONY: external-crds
 external-crds: ## Copy NFD, KMM and Prometheus-operator CRDs from the pinned modules.
 	hack/sync-external-crds.sh
@@ -80,15 +90,28 @@ prometheus-bin: ## Debian's prometheus + promtool into bin/prometheus (once).
 	hack/install-prometheus.sh
 
 .PHONY: test
-test: envtest-bin prometheus-bin $(DASHBOARD_LINTER) ## Unit and integration tests against a source-built kube-apiserver.
+test: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## Unit and integration tests against a source-built kube-apiserver.
 	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) ./...
 	@# nested modules: NFD's own rule engine over recorded NodeFeatures; BuildKit's Containerfile parser
 	cd nfd-rules/evaltest && $(GO) test $(TEST_FLAGS) ./...
 	cd driver-container/parsetest && $(GO) test $(TEST_FLAGS) ./...
+	cd images/parsetest && $(GO) test $(TEST_FLAGS) ./...
+	cd hack/tools/bundlevalidate && $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane).
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/)
+
+##@ Images
+
+.PHONY: images
+images: ## Build the component images (images/*.Containerfile) with podman or docker.
+	@[ -n "$(CONTAINER_ENGINE)" ] || { echo "make images: neither podman nor docker is installed (images-local assembles them without one)" >&2; exit 2; }
+	for c in $(IMAGE_COMPONENTS); do $(CONTAINER_ENGINE) build -f images/$$c.Containerfile --build-arg VERSION=$(VERSION) -t $(IMAGE_REGISTRY)/slicer-$$c:v$(VERSION) . || exit 1; done
+
+.PHONY: images-local
+images-local: build $(MKIMAGE) ## localhost/slicer-<component>:dev OCI archives in .local/images, without a container engine.
+	images/local.sh
 
 ##@ Demo
 
@@ -107,6 +130,14 @@ $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod hack/tools/controller-gen/go
 $(DASHBOARD_LINTER): hack/tools/dashboard-linter/go.mod hack/tools/dashboard-linter/go.sum
 	@mkdir -p $(TOOLS)
 	cd hack/tools/dashboard-linter && $(GO) build -o $@ github.com/grafana/dashboard-linter
+
+$(KUSTOMIZE): hack/tools/kustomize/go.mod hack/tools/kustomize/go.sum
+	@mkdir -p $(TOOLS)
+	cd hack/tools/kustomize && $(GO) build -o $@ sigs.k8s.io/kustomize/kustomize/v5
+
+$(MKIMAGE): hack/tools/mkimage/go.mod hack/tools/mkimage/go.sum
+	@mkdir -p $(TOOLS)
+	cd hack/tools/mkimage && $(GO) build -o $@ .
 
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod hack/tools/golangci-lint/go.sum
 	@mkdir -p $(TOOLS)
