@@ -113,6 +113,23 @@ images: ## Build the component images (images/*.Containerfile) with podman or do
 images-local: build $(MKIMAGE) ## localhost/slicer-<component>:dev OCI archives in .local/images, without a container engine.
 	images/local.sh
 
+##@ Local node (root; loopback only; see docs/local-cluster.md)
+
+LOCAL_CLUSTER := hack/local-cluster
+
+.PHONY: local-cluster-deps local-cluster-bin local-cluster-up local-cluster-down local-cluster-smoke demo-down
+local-cluster-deps: ## Install the Debian packages the local node needs.
+	$(LOCAL_CLUSTER) deps
+local-cluster-bin: $(MKIMAGE) ## Build kubelet, kcm, kubectl, kube-scheduler, etcd, apiserver, containerd 1.7 (once).
+	$(LOCAL_CLUSTER) build
+local-cluster-up: local-cluster-bin ## Loopback-only single node; KUBECONFIG=.local/kubeconfig.
+	$(LOCAL_CLUSTER) up --default-scheduler
+local-cluster-down: ## Stop the local node and restore the host.
+	$(LOCAL_CLUSTER) down
+local-cluster-smoke: local-cluster-bin ## Fresh up, pods, down, host restored.
+	$(LOCAL_CLUSTER) smoke
+demo-down: local-cluster-down ## Stop the demo cluster and restore the host.
+
 ##@ Demo
 
 .PHONY: demo
