@@ -64,6 +64,9 @@ type SlicerReconciler struct {
 	Ports          render.Ports
 	// HostNetworkAddress is how the apiserver reaches a host-network webhook.
 	HostNetworkAddress string
+	// APIServer is passed to host-network components as their apiserver
+	// address (see render.Options.APIServer).
+	APIServer render.APIServerEndpoint
 	// Admission renders the admission configurations (webhook/config).
 	Admission render.AdmissionRenderer
 	// PrometheusRule and Dashboards are the monitoring assets.
@@ -265,6 +268,7 @@ func (r *SlicerReconciler) options(s *slicerv1alpha1.Slicer, p render.Platform) 
 		Platform:           p,
 		Cert:               cert,
 		HostNetworkAddress: r.HostNetworkAddress,
+		APIServer:          r.APIServer,
 		PrometheusRule:     r.PrometheusRule,
 		Dashboards:         r.Dashboards,
 	}

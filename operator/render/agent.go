@@ -129,9 +129,9 @@ func Agent(o Options) ([]client.Object, error) {
 			Name:  "agent",
 			Image: o.Images.Agent,
 			Args:  args,
-			Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+			Env: append([]corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"},
-			}}},
+			}}}, o.apiServerEnv()...),
 			Ports: []corev1.ContainerPort{
 				{Name: "metrics", ContainerPort: p.AgentMetrics, Protocol: corev1.ProtocolTCP},
 				{Name: "health", ContainerPort: p.AgentHealth, Protocol: corev1.ProtocolTCP},

@@ -5,6 +5,8 @@
 package render
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
@@ -116,10 +118,33 @@ type Options struct {
 	// HostNetworkAddress is the address the apiserver uses to reach the
 	// webhook in HostNetwork mode (127.0.0.1 on the local cluster).
 	HostNetworkAddress string
+	// APIServer is the apiserver endpoint host-network components must dial
+	// instead of the kubernetes Service (KUBERNETES_SERVICE_HOST/PORT), for
+	// clusters whose Service network is not routed from the node (the local
+	// loopback cluster). Zero value: components use the Service as usual.
+	APIServer APIServerEndpoint
 	// PrometheusRule is the PrometheusRule manifest (from prometheusrules/); nil for none.
 	PrometheusRule []byte
 	// Dashboards are Grafana dashboards by file name (from dashboards/).
 	Dashboards map[string][]byte
+}
+
+// APIServerEndpoint is a host and port of the kube-apiserver.
+type APIServerEndpoint struct {
+	Host string
+	Port string
+}
+
+// apiServerEnv overrides the in-cluster apiserver address of host-network
+// components; nil unless in HostNetwork mode with an endpoint configured.
+func (o Options) apiServerEnv() []corev1.EnvVar {
+	if !o.hostNetwork() || o.APIServer.Host == "" || o.APIServer.Port == "" {
+		return nil
+	}
+	return []corev1.EnvVar{
+		{Name: "KUBERNETES_SERVICE_HOST", Value: o.APIServer.Host},
+		{Name: "KUBERNETES_SERVICE_PORT", Value: o.APIServer.Port},
+	}
 }
 
 // hostNetwork reports whether components serve on the node's network.

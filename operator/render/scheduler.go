@@ -71,6 +71,7 @@ func Scheduler(o Options) ([]client.Object, error) {
 		Containers: []corev1.Container{{
 			Name:  "scheduler",
 			Image: o.Images.Scheduler,
+			Env:   o.apiServerEnv(),
 			Args: []string{
 				"--config=/etc/slicer-scheduler/" + schedulerConfigKey,
 				"--secure-port=" + strconv.Itoa(int(port)),

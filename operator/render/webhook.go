@@ -110,6 +110,7 @@ func Webhook(o Options) ([]client.Object, error) {
 			Name:  "webhook",
 			Image: o.Images.Webhook,
 			Args:  args,
+			Env:   o.apiServerEnv(),
 			Ports: []corev1.ContainerPort{
 				{Name: "webhook", ContainerPort: p.WebhookServing, Protocol: corev1.ProtocolTCP},
 				{Name: "metrics", ContainerPort: p.WebhookMetrics, Protocol: corev1.ProtocolTCP},

@@ -120,12 +120,17 @@ func run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string, lea
 		},
 		Ports:              render.DefaultPorts(),
 		HostNetworkAddress: hostAddr,
-		Admission:          render.Admission,
-		PrometheusRule:     prometheusrules.PrometheusRule,
-		Dashboards:         dash,
-		DeletionTimeout:    controller.DefaultDeletionTimeout,
-		DependencyRecheck:  controller.DefaultDependencyRecheck,
-		CertValidity:       controller.DefaultCertValidity,
+		// Host-network components dial the apiserver the way the operator
+		// itself does (overridden by the local overlay, the Service elsewhere).
+		APIServer: render.APIServerEndpoint{
+			Host: os.Getenv("KUBERNETES_SERVICE_HOST"), Port: os.Getenv("KUBERNETES_SERVICE_PORT"),
+		},
+		Admission:         render.Admission,
+		PrometheusRule:    prometheusrules.PrometheusRule,
+		Dashboards:        dash,
+		DeletionTimeout:   controller.DefaultDeletionTimeout,
+		DependencyRecheck: controller.DefaultDependencyRecheck,
+		CertValidity:      controller.DefaultCertValidity,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("controller: %w", err)
