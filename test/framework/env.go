@@ -110,7 +110,9 @@ func Start(opts Options) (*Env, error) {
 	}
 	cfg, err := te.Start()
 	if err != nil {
-		return nil, fmt.Errorf("start envtest control plane from %s: %w", assets, err)
+		// envtest leaves etcd and kube-apiserver running when a later start
+		// step (e.g. installing an invalid CRD) fails: stop them.
+		return nil, errors.Join(fmt.Errorf("start envtest control plane from %s: %w", assets, err), te.Stop())
 	}
 	env := &Env{Environment: te, Config: cfg, Scheme: NewScheme()}
 	if env.Client, err = client.New(cfg, client.Options{Scheme: env.Scheme}); err != nil {
