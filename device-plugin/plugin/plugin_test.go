@@ -214,6 +214,10 @@ func TestDevicePluginWithFakeKubelet(t *testing.T) {
 	}
 	waitList(t, k, res2, map[string]string{"MIG-3": pluginapi.Healthy})
 
+	// Both registrations must have been answered before the kubelet goes away
+	// (the fake kubelet records a request before it replies).
+	waitRegistrations(t, regs, 2)
+
 	// Kubelet restart: sockets wiped; the plugin re-registers and re-sends its devices.
 	k = k.restart(t)
 	got := map[string]bool{waitReg(t, k).ResourceName: true, waitReg(t, k).ResourceName: true}
@@ -221,15 +225,21 @@ func TestDevicePluginWithFakeKubelet(t *testing.T) {
 		t.Errorf("re-registered %v", got)
 	}
 	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Healthy})
-	// The counter moves just after the kubelet answered; poll for it.
-	for deadline := time.Now().Add(wait); testutil.ToFloat64(regs.WithLabelValues("success")) != 4; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("successful registrations = %v, want 4", testutil.ToFloat64(regs.WithLabelValues("success")))
-		}
-	}
+	waitRegistrations(t, regs, 4)
 	// Devices go away: an empty list is sent.
 	m.SetDevices(nil)
 	waitList(t, k, res, map[string]string{})
+}
+
+// waitRegistrations polls until the success counter reaches want: it moves
+// just after the kubelet answered.
+func waitRegistrations(t *testing.T, regs *prometheus.CounterVec, want float64) {
+	t.Helper()
+	for deadline := time.Now().Add(wait); testutil.ToFloat64(regs.WithLabelValues("success")) != want; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("successful registrations = %v, want %v", testutil.ToFloat64(regs.WithLabelValues("success")), want)
+		}
+	}
 }
 
 func TestResourcesFor(t *testing.T) {
