@@ -90,9 +90,16 @@ prometheus-bin: ## Debian's prometheus + promtool into bin/prometheus (once).
 	hack/install-prometheus.sh
 
 .PHONY: test
-test: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## Unit and integration tests against a source-built kube-apiserver.
-	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) ./...
-	@# nested modules: NFD's own rule engine over recorded NodeFeatures; BuildKit's Containerfile parser
+test: test-go test-nested ## Unit and integration tests against a source-built kube-apiserver.
+
+GO_TEST_PKGS ?= ./...
+
+.PHONY: test-go
+test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## The main module's tests (GO_TEST_PKGS, default ./...).
+	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PKGS)
+
+.PHONY: test-nested
+test-nested: ## Nested modules: NFD's rule engine, BuildKit's Containerfile parser, the OLM bundle validators.
 	cd nfd-rules/evaltest && $(GO) test $(TEST_FLAGS) ./...
 	cd driver-container/parsetest && $(GO) test $(TEST_FLAGS) ./...
 	cd images/parsetest && $(GO) test $(TEST_FLAGS) ./...
