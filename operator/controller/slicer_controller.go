@@ -92,7 +92,7 @@ type SlicerReconciler struct {
 // +kubebuilder:rbac:groups=slicer.dev,resources=slicers/finalizers,verbs=update
 // +kubebuilder:rbac:groups=slicer.dev,resources=nodeaccelerators,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=slicer.dev,resources=nodeaccelerators/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=slicer.dev,resources=sliceallocations,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=slicer.dev,resources=sliceallocations,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=slicer.dev,resources=sliceallocations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=serviceaccounts;services;configmaps;namespaces,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=slicer-system,resources=secrets,verbs=get;list;watch;create;update;patch;delete
