@@ -1,0 +1,60 @@
+package slicemap
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+)
+
+// pageSize bounds each List call so that a large cluster is read in pages.
+const pageSize = 500
+
+// Fetch lists what Build needs. With node set it reads only that NodeAccelerator (a missing
+// one is not an error: the map then shows the node's allocations under "no NodeAccelerator").
+// SliceAllocations and pods are listed in all namespaces, in pages.
+func Fetch(ctx context.Context, r client.Reader, node string) (Input, error) {
+	var in Input
+	if node != "" {
+		var na slicerv1alpha1.NodeAccelerator
+		switch err := r.Get(ctx, client.ObjectKey{Name: node}, &na); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return Input{}, fmt.Errorf("get NodeAccelerator %s: %w", node, err)
+		default:
+			in.NodeAccelerators = []slicerv1alpha1.NodeAccelerator{na}
+		}
+	} else {
+		var list slicerv1alpha1.NodeAcceleratorList
+		if err := listPages(ctx, r, &list, func() { in.NodeAccelerators = append(in.NodeAccelerators, list.Items...) }); err != nil {
+			return Input{}, fmt.Errorf("list NodeAccelerators: %w", err)
+		}
+	}
+	var allocs slicerv1alpha1.SliceAllocationList
+	if err := listPages(ctx, r, &allocs, func() { in.SliceAllocations = append(in.SliceAllocations, allocs.Items...) }); err != nil {
+		return Input{}, fmt.Errorf("list SliceAllocations: %w", err)
+	}
+	var pods corev1.PodList
+	if err := listPages(ctx, r, &pods, func() { in.Pods = append(in.Pods, pods.Items...) }); err != nil {
+		return Input{}, fmt.Errorf("list pods: %w", err)
+	}
+	return in, nil
+}
+
+// listPages lists into list page by page, calling collect after each page.
+func listPages(ctx context.Context, r client.Reader, list client.ObjectList, collect func()) error {
+	cont := ""
+	for {
+		if err := r.List(ctx, list, client.Limit(pageSize), client.Continue(cont)); err != nil {
+			return err // the caller wraps it with the kind
+		}
+		collect()
+		if cont = list.GetContinue(); cont == "" {
+			return nil
+		}
+	}
+}
