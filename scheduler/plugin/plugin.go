@@ -139,6 +139,9 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 			prebindFailed: map[types.UID]bool{},
 			rejected:      map[types.UID]*corev1.Pod{},
 		}
+		// Room freed in the snapshot (an allocation or reservation gone, a
+		// NodeAccelerator changed) retries the pods it turned away.
+		p.cache.OnFreed(func() { p.activateRejected(log) })
 		if _, err := snapshot.Feed(ctx, cfg, scheme, p.cache); err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -19,14 +20,12 @@ const maxHolders = 5
 // PostFilter explains, in words, why a MIG pod fits nowhere: the closest
 // node and GPU, what is free there and which pods hold the rest. It never
 // makes a pod schedulable (DefaultPreemption, after it, may).
-func (p *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, _ framework.NodeToStatusReader) (*framework.PostFilterResult, *fwk.Status) {
+func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ framework.NodeToStatusReader) (*framework.PostFilterResult, *fwk.Status) {
 	s, err := readState(cs)
 	if err != nil || s.req == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	p.mu.Lock()
-	p.rejected[pod.UID] = pod
-	p.mu.Unlock()
+	p.reject(klog.FromContext(ctx), pod, s.freedGen)
 	return nil, fwk.NewStatus(fwk.Unschedulable, p.explain(s))
 }
 

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -17,7 +18,9 @@ import (
 // A pod without a request is skipped (Filter/Score/Reserve/PreBind are not
 // called for it). A pod that already holds allocations (the scheduler
 // restarted after PreBind) is pinned to their node and keeps them.
-func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+	// Taken before any snapshot read: see reject.
+	gen := p.cache.FreedGeneration()
 	items, err := PodRequest(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -29,7 +32,7 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	s := &podState{slices: full.Slices()}
+	s := &podState{slices: full.Slices(), freedGen: gen}
 	existing := p.cache.PodAllocations(pod.UID)
 	if len(existing) == 0 {
 		s.req = full
@@ -41,6 +44,10 @@ func (p *Plugin) PreFilter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod
 		return nil, nil
 	}
 	if st := adopt(s, existing); st != nil {
+		if st.Code() == fwk.Unschedulable {
+			// An allocation of the pod is still being released: retried when it is gone.
+			p.reject(klog.FromContext(ctx), pod, gen)
+		}
 		return nil, st
 	}
 	cs.Write(stateKey, s)

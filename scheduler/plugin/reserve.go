@@ -34,6 +34,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		}
 		as, err := mig.Place(n.MIG, s.req)
 		if err != nil {
+			p.reject(klog.FromContext(ctx), pod, s.freedGen)
 			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %s: %v", nodeName, err))
 		}
 		for _, a := range as {
@@ -42,6 +43,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		}
 	}
 	if err := p.cache.Reserve(r); err != nil {
+		p.reject(klog.FromContext(ctx), pod, s.freedGen)
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	klog.FromContext(ctx).V(4).Info("slices reserved", "pod", klog.KObj(pod), "node", nodeName, "slots", r.Slots)
@@ -64,11 +66,11 @@ func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *corev1.Po
 	failedPreBind := p.prebindFailed[pod.UID]
 	delete(p.prebindFailed, pod.UID)
 	p.mu.Unlock()
+	// Dropping the reservation wakes the rejected pods (the cache's OnFreed).
 	r := p.cache.Unreserve(pod.UID)
 	if r == nil {
 		return
 	}
-	defer p.activateRejected(log)
 	reason := UnreserveOther
 	switch {
 	case failedPreBind:

@@ -26,6 +26,9 @@ type podState struct {
 	adoptedNode string
 	// noRoom is Filter's reason, computed once per cycle.
 	noRoom string
+	// freedGen is the cache's FreedGeneration before this cycle read the
+	// snapshot (see Plugin.reject).
+	freedGen uint64
 }
 
 // Clone implements fwk.StateData; the state is immutable.

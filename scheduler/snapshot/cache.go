@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,6 +92,11 @@ type Cache struct {
 	log    logr.Logger
 	events Events
 
+	// freedGen counts the changes that may have freed room (see
+	// FreedGeneration); onFreed is called after each, without the lock.
+	freedGen atomic.Uint64
+	onFreed  atomic.Pointer[func()]
+
 	mu           sync.RWMutex
 	nodes        map[string]*Node                           // published snapshots
 	accels       map[string]*slicerv1alpha1.NodeAccelerator // by node name
@@ -140,12 +146,41 @@ func (c *Cache) Nodes() []*Node {
 	return out
 }
 
-// SetNodeAccelerator records (or replaces) a node's NodeAccelerator.
+// OnFreed registers f, called (without the cache lock, on the goroutine that
+// made the change) after every change that may have freed room: a
+// NodeAccelerator added or changed, an allocation deleted or moved, a
+// reservation dropped. The scheduler learns of the same API changes through
+// its own informers, which may run ahead of this cache's: a pod it retries on
+// such an event can still find the old state here, and needs this second
+// wake-up (see FreedGeneration). One callback; a later call replaces it.
+func (c *Cache) OnFreed(f func()) {
+	c.onFreed.Store(&f)
+}
+
+// FreedGeneration counts the changes that may have freed room. It is bumped
+// after the snapshot shows the change and before OnFreed's callback runs: a
+// reader that took the generation before reading the snapshot and finds it
+// unchanged afterwards knows no room appeared in between.
+func (c *Cache) FreedGeneration() uint64 {
+	return c.freedGen.Load()
+}
+
+// freed is called after a change that may have freed room, without the lock.
+func (c *Cache) freed() {
+	c.freedGen.Add(1)
+	if f := c.onFreed.Load(); f != nil && *f != nil {
+		(*f)()
+	}
+}
+
+// SetNodeAccelerator records (or replaces) a node's NodeAccelerator. Any
+// change counts as room possibly freed (a slice released, a GPU healthy again).
 func (c *Cache) SetNodeAccelerator(na *slicerv1alpha1.NodeAccelerator) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.accels[na.Name] = na
 	c.rebuild(na.Name)
+	c.mu.Unlock()
+	c.freed()
 }
 
 // DeleteNodeAccelerator forgets a node's NodeAccelerator.
@@ -177,7 +212,6 @@ func AllocationFromObject(a *slicerv1alpha1.SliceAllocation) *Allocation {
 func (c *Cache) SetAllocation(a *Allocation) {
 	key := types.NamespacedName{Namespace: a.Namespace, Name: a.Name}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	old := c.allocs[key]
 	c.removeAlloc(key)
 	c.allocs[key] = a
@@ -188,20 +222,26 @@ func (c *Cache) SetAllocation(a *Allocation) {
 	}
 	c.rebuild(a.NodeName)
 	c.notify()
+	c.mu.Unlock()
+	if old != nil && (old.NodeName != a.NodeName || old.Slot != a.Slot) {
+		c.freed() // the old slot is free again
+	}
 }
 
 // DeleteAllocation forgets a SliceAllocation (it is gone from the API).
 func (c *Cache) DeleteAllocation(namespace, name string) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	old := c.allocs[key]
 	if old == nil {
+		c.mu.Unlock()
 		return
 	}
 	c.removeAlloc(key)
 	c.rebuild(old.NodeName)
 	c.notify()
+	c.mu.Unlock()
+	c.freed()
 }
 
 func (c *Cache) removeAlloc(key types.NamespacedName) {
@@ -340,17 +380,32 @@ func (c *Cache) Reservation(uid types.UID) *Reservation {
 }
 
 // Unreserve drops a pod's reservation and returns it (nil when there was
-// none: Unreserve is idempotent).
+// none: Unreserve is idempotent). Dropping one frees room unless the pod's
+// allocations hold every slot of it (PostBind's case).
 func (c *Cache) Unreserve(uid types.UID) *Reservation {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	r := c.reservations[uid]
 	if r == nil {
+		c.mu.Unlock()
 		return nil
 	}
 	delete(c.reservations, uid)
+	held := map[Slot]bool{}
+	for _, a := range c.podAllocs[uid] {
+		if a.NodeName == r.NodeName {
+			held[a.Slot] = true
+		}
+	}
+	freed := false
+	for _, s := range r.Slots {
+		freed = freed || !held[s]
+	}
 	c.rebuild(r.NodeName)
 	c.reportReservations()
+	c.mu.Unlock()
+	if freed {
+		c.freed()
+	}
 	return r
 }
 

@@ -1,0 +1,271 @@
+package plugin
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
+)
+
+// unstr converts obj as the scheduler's dynamic informers deliver it.
+func unstr(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}
+
+func allocation(name, podUID, node, gpu, profile string, start, size int32) *slicerv1alpha1.SliceAllocation {
+	return &slicerv1alpha1.SliceAllocation{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "slicer.dev/v1alpha1", Kind: "SliceAllocation"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: slicerv1alpha1.SliceAllocationSpec{PodName: "holder", PodUID: podUID, NodeName: node, GPUUUID: gpu,
+			Profile: slicerv1alpha1.MIGProfile(profile), Placement: slicerv1alpha1.Placement{Start: start, Size: size}},
+	}
+}
+
+// accelWith is accel("n1", 1) changed by each mutation.
+func accelWith(mutate ...func(*slicerv1alpha1.NodeAccelerator)) *slicerv1alpha1.NodeAccelerator {
+	na := accel("n1", 1)
+	na.TypeMeta = metav1.TypeMeta{APIVersion: "slicer.dev/v1alpha1", Kind: "NodeAccelerator"}
+	na.Status.GPUs[0].Slices = []slicerv1alpha1.MIGSlice{
+		{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 4}},
+		{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 4, Size: 4}},
+	}
+	for _, m := range mutate {
+		m(na)
+	}
+	return na
+}
+
+func withCondition(t string, status metav1.ConditionStatus) func(*slicerv1alpha1.NodeAccelerator) {
+	return func(na *slicerv1alpha1.NodeAccelerator) {
+		na.Status.Conditions = append(na.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: "Test"})
+	}
+}
+
+func TestQueueingHints(t *testing.T) {
+	migP := migPod("p", map[string]string{"slicer.dev/mig-3g.40gb": "1"})
+	plain := migPod("plain", map[string]string{"cpu": "1"})
+	alloc := allocation("a", "uid-other", "n1", "GPU-n10", "3g.40gb", 4, 4)
+	full := accelWith()
+	node := func(labels map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: labels}}
+	}
+	migLabel := map[string]string{slicerv1alpha1.LabelNVIDIAMIGConfig: "all-1g.10gb"}
+
+	for _, tc := range []struct {
+		name     string
+		hint     fwk.QueueingHintFn
+		pod      *corev1.Pod
+		old, new any
+		want     fwk.QueueingHint
+		wantErr  bool
+	}{
+		// SliceAllocation deleted: its slot is free again.
+		{name: "allocation deleted, MIG pod", hint: queueOnAllocationDelete, pod: migP, old: unstr(t, alloc), want: fwk.Queue},
+		{name: "allocation deleted, typed object", hint: queueOnAllocationDelete, pod: migP, old: alloc, want: fwk.Queue},
+		{name: "allocation deleted, final state unknown", hint: queueOnAllocationDelete, pod: migP,
+			old: toolscache.DeletedFinalStateUnknown{Key: "ns/a", Obj: unstr(t, alloc)}, want: fwk.Queue},
+		{name: "allocation deleted, pod without slices", hint: queueOnAllocationDelete, pod: plain, old: unstr(t, alloc), want: fwk.QueueSkip},
+		{name: "allocation deleted, undecodable object: retry", hint: queueOnAllocationDelete, pod: migP, old: "junk", want: fwk.Queue, wantErr: true},
+
+		// NodeAccelerator added or changed.
+		{name: "accelerator added", hint: queueOnNodeAccelerator, pod: migP, new: unstr(t, full), want: fwk.Queue},
+		{name: "accelerator added, pod without slices", hint: queueOnNodeAccelerator, pod: plain, new: unstr(t, full), want: fwk.QueueSkip},
+		{name: "slice released", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
+			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Slices = na.Status.GPUs[0].Slices[:1] })),
+			want: fwk.Queue},
+		{name: "slice released, pod without slices", hint: queueOnNodeAccelerator, pod: plain, old: unstr(t, full),
+			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Slices = nil })), want: fwk.QueueSkip},
+		{name: "slice added", hint: queueOnNodeAccelerator, pod: migP,
+			old: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Slices = na.Status.GPUs[0].Slices[:1] })),
+			new: unstr(t, full), want: fwk.QueueSkip},
+		{name: "nothing that frees room changed", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
+			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) {
+				na.ResourceVersion, na.Status.DriverVersion = "42", "580.1"
+			}, withCondition("SomethingElse", metav1.ConditionTrue))), want: fwk.QueueSkip},
+		{name: "GPU healthy again", hint: queueOnNodeAccelerator, pod: migP,
+			old: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Health = "Unhealthy" })),
+			new: unstr(t, full), want: fwk.Queue},
+		{name: "GPU unhealthy", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
+			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Health = "Unhealthy" })), want: fwk.QueueSkip},
+		{name: "MIG mode enabled", hint: queueOnNodeAccelerator, pod: migP,
+			old: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].MIGMode = "Disabled" })),
+			new: unstr(t, full), want: fwk.Queue},
+		{name: "GPU added", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
+			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) {
+				na.Status.GPUs = append(na.Status.GPUs, accel("n1", 2).Status.GPUs[1])
+			})), want: fwk.Queue},
+		{name: "GPU gone", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
+			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs = nil })), want: fwk.QueueSkip},
+		{name: "ownership conflict cleared", hint: queueOnNodeAccelerator, pod: migP,
+			old: unstr(t, accelWith(withCondition(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionTrue))),
+			new: unstr(t, accelWith(withCondition(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionFalse))), want: fwk.Queue},
+		{name: "driver not ready", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
+			new: unstr(t, accelWith(withCondition(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionTrue))), want: fwk.QueueSkip},
+		{name: "driver ready again", hint: queueOnNodeAccelerator, pod: migP,
+			old: unstr(t, accelWith(withCondition(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionTrue))),
+			new: unstr(t, full), want: fwk.Queue},
+		{name: "accelerator update, undecodable object: retry", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full), new: 7,
+			want: fwk.Queue, wantErr: true},
+
+		// Nodes.
+		{name: "node added", hint: queueOnNode, pod: migP, new: node(nil), want: fwk.Queue},
+		{name: "node added, pod without slices", hint: queueOnNode, pod: plain, new: node(nil), want: fwk.QueueSkip},
+		{name: "MIG manager label removed", hint: queueOnNode, pod: migP, old: node(migLabel), new: node(nil), want: fwk.Queue},
+		{name: "MIG manager label added", hint: queueOnNode, pod: migP, old: node(nil), new: node(migLabel), want: fwk.QueueSkip},
+		{name: "unrelated label changed", hint: queueOnNode, pod: migP, old: node(nil), new: node(map[string]string{"zone": "a"}),
+			want: fwk.QueueSkip},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.hint(logr.Discard(), tc.pod, tc.old, tc.new)
+			if (err != nil) != tc.wantErr {
+				t.Errorf("error %v, want error: %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("hint (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// activations records the pods the plugin activates.
+type activations struct {
+	framework.Handle
+	mu   sync.Mutex
+	pods []string
+}
+
+func (a *activations) Activate(_ klog.Logger, pods map[string]*corev1.Pod) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k := range pods {
+		a.pods = append(a.pods, k)
+	}
+	sort.Strings(a.pods)
+}
+
+func (a *activations) take() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := a.pods
+	a.pods = nil
+	return out
+}
+
+// racePlugin is a plugin with one H100 on n1, fully held by another pod's
+// 7g allocation, wired as NewFactory wires it.
+func racePlugin(t *testing.T) (*Plugin, *activations) {
+	t.Helper()
+	p := testPlugin(t, accel("n1", 1))
+	h := &activations{}
+	p.handle = h
+	p.cache.OnFreed(func() { p.activateRejected(logr.Discard()) })
+	a := allocation("held", "uid-other", "n1", "GPU-n10", "7g.80gb", 0, 8)
+	p.cache.SetAllocation(snapshot.AllocationFromObject(a))
+	h.take()
+	return p, h
+}
+
+// rejectCycle runs a scheduling cycle of pod that finds no room; between
+// runs after Filter, before PostFilter.
+func rejectCycle(t *testing.T, p *Plugin, pod *corev1.Pod, between func()) {
+	t.Helper()
+	ctx := context.Background()
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	if st := p.Filter(ctx, cs, pod, nodeInfo("n1", nil)); st.Code() != fwk.Unschedulable {
+		t.Fatalf("Filter: %v, want Unschedulable", st)
+	}
+	between()
+	if _, st := p.PostFilter(ctx, cs, pod, nil); st.Code() != fwk.Unschedulable {
+		t.Fatalf("PostFilter: %v", st)
+	}
+}
+
+// The scheduler's informers and the snapshot's are separate: the scheduler
+// may retry a pod on an allocation's delete before the snapshot has seen it.
+// The snapshot's own catch-up must then retry the pod, whenever it lands.
+func TestRejectedPodRetriedWhenSnapshotCatchesUp(t *testing.T) {
+	pod := migPod("waiting", map[string]string{"slicer.dev/mig-7g.80gb": "1"})
+	want := []string{"ns/waiting"}
+	deleteHeld := func(p *Plugin) func() { return func() { p.cache.DeleteAllocation("ns", "held") } }
+	nothing := func() {}
+
+	t.Run("snapshot catches up after the pod was rejected", func(t *testing.T) {
+		p, h := racePlugin(t)
+		rejectCycle(t, p, pod, nothing)
+		if got := h.take(); len(got) != 0 {
+			t.Fatalf("activated %v before any room was freed", got)
+		}
+		deleteHeld(p)()
+		if diff := cmp.Diff(want, h.take()); diff != "" {
+			t.Errorf("activated (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("snapshot catches up while the pod is judged", func(t *testing.T) {
+		p, h := racePlugin(t)
+		rejectCycle(t, p, pod, deleteHeld(p))
+		if diff := cmp.Diff(want, h.take()); diff != "" {
+			t.Errorf("activated (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a reservation dropped while the pod is judged", func(t *testing.T) {
+		p, h := testPlugin(t, accel("n1", 1)), &activations{}
+		p.handle = h
+		p.cache.OnFreed(func() { p.activateRejected(logr.Discard()) })
+		other := &snapshot.Reservation{PodUID: "uid-other", Namespace: "ns", PodName: "other", NodeName: "n1",
+			Slots: []snapshot.Slot{{GPUUUID: "GPU-n10", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}}}
+		if err := p.cache.Reserve(other); err != nil {
+			t.Fatal(err)
+		}
+		rejectCycle(t, p, pod, func() { p.cache.Unreserve("uid-other") })
+		if diff := cmp.Diff(want, h.take()); diff != "" {
+			t.Errorf("activated (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("changes that free nothing retry nothing", func(t *testing.T) {
+		p, h := racePlugin(t)
+		rejectCycle(t, p, pod, nothing)
+		// Another allocation appears, the pod holding the GPU is bound
+		// (its committed reservation gives way to its allocation), a
+		// deletion of an unknown allocation.
+		p.cache.SetAllocation(snapshot.AllocationFromObject(allocation("more", "uid-third", "n1", "GPU-n11", "1g.10gb", 0, 1)))
+		held := snapshot.AllocationFromObject(allocation("held", "uid-other", "n1", "GPU-n10", "7g.80gb", 0, 8))
+		if err := p.cache.Reserve(&snapshot.Reservation{PodUID: "uid-other", Namespace: "ns", PodName: "holder", NodeName: "n1",
+			Slots: []snapshot.Slot{held.Slot}}); err != nil {
+			t.Fatal(err)
+		}
+		p.cache.Commit("uid-other")
+		p.cache.Unreserve("uid-other")
+		p.cache.DeleteAllocation("ns", "unknown")
+		if got := h.take(); len(got) != 0 {
+			t.Errorf("activated %v, want none", got)
+		}
+		// The allocation is deleted: now the pod is retried.
+		p.cache.DeleteAllocation("ns", "held")
+		if diff := cmp.Diff(want, h.take()); diff != "" {
+			t.Errorf("activated (-want +got):\n%s", diff)
+		}
+	})
+}
