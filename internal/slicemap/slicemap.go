@@ -305,7 +305,7 @@ func checkGeometry(model slicerv1alpha1.GPUModel, slices []slicerv1alpha1.MIGSli
 			continue
 		}
 		if _, err := mig.EmptyGPU(m).Take(p, pl); err != nil {
-			problems = append(problems, fmt.Sprintf("%s at %d+%d: %v", s.Profile, pl.Start, pl.Size, err))
+			problems = append(problems, err.Error())
 			continue
 		}
 		instances = append(instances, mig.Instance{Profile: p.Name, Placement: pl})
