@@ -218,3 +218,29 @@ func TestListInstances(t *testing.T) {
 		t.Errorf("ListInstances = %+v", got)
 	}
 }
+
+func TestReadStateFileReturnsWhatTheBackendRecorded(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "state.json")
+	b := newBackend(t, emulated.Options{Node: "n1", GPUs: []mig.Model{mig.H100_80GB, mig.A100_40GB}, StateFile: file})
+	u1, err := b.CreateInstance(0, "3g.40gb", 4, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateInstance(1, "1g.5gb", 2, true); err != nil { // a bare GPU instance
+		t.Fatal(err)
+	}
+	got, err := emulated.ReadStateFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []emulated.StateInstance{
+		{GPUUUID: emulated.GPUUUID("n1", 0), Model: mig.H100_80GB, Profile: "3g.40gb", Placement: mig.Placement{Start: 4, Size: 4}, MIGUUIDs: []string{u1}},
+		{GPUUUID: emulated.GPUUUID("n1", 1), Model: mig.A100_40GB, Profile: "1g.5gb", Placement: mig.Placement{Start: 2, Size: 1}},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("ReadStateFile (-want +got):\n%s", d)
+	}
+	if _, err := emulated.ReadStateFile(filepath.Join(t.TempDir(), "missing.json")); err == nil {
+		t.Error("ReadStateFile of a missing file: want an error")
+	}
+}
