@@ -135,15 +135,14 @@ local-cluster-down: ## Stop the local node and restore the host.
 	$(LOCAL_CLUSTER) down
 local-cluster-smoke: local-cluster-bin ## Fresh up, pods, down, host restored.
 	$(LOCAL_CLUSTER) smoke
-demo-down: local-cluster-down ## Stop the demo cluster and restore the host.
+demo-down: ## Stop the demo cluster and restore the host.
+	hack/demo down
 
 ##@ Demo
 
 .PHONY: demo
-demo: ## Run the whole flow on emulated GPUs (delivered by issue 10).
-	@echo "make demo: the local single-node demo is not built yet (issue 10, 'make demo and the end-to-end suite')."
-	@echo "Today: 'make build && bin/slicer-sim --help' replays packing traces; 'make test' runs every test."
-	@exit 2
+demo: ## The whole flow on emulated GPUs: local node, Slicer from its manifests, a workload, the slice map (root).
+	hack/demo run
 
 ##@ Tools (pinned in hack/tools/*/go.mod, built into bin/tools)
 
