@@ -6,7 +6,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -14,6 +13,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
 // Event resources of Slicer's kinds, as the scheduler's dynamic informers name them.
@@ -57,7 +57,7 @@ func queueOnAllocationDelete(log logr.Logger, pod *corev1.Pod, oldObj, _ any) (f
 }
 
 // queueOnNodeAccelerator retries MIG pods when a NodeAccelerator appears, or
-// changes in a way that may free room (see mayFreeRoom).
+// changes in a way that may free room (snapshot.MayFreeRoom).
 func queueOnNodeAccelerator(log logr.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	if !hasMIGRequest(pod) {
 		return fwk.QueueSkip, nil
@@ -73,7 +73,7 @@ func queueOnNodeAccelerator(log logr.Logger, pod *corev1.Pod, oldObj, newObj any
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if why := mayFreeRoom(oldNA, newNA); why != "" {
+	if why := snapshot.MayFreeRoom(oldNA, newNA); why != "" {
 		log.V(5).Info("NodeAccelerator changed; retrying MIG pod", "node", newNA.Name, "change", why)
 		return fwk.Queue, nil
 	}
@@ -100,65 +100,6 @@ func queueOnNode(_ logr.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.Queuei
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
-}
-
-// blockingConditions make every GPU of a node unusable while True.
-var blockingConditions = []string{slicerv1alpha1.ConditionOwnershipConflict, slicerv1alpha1.ConditionDriverNotReady}
-
-// mayFreeRoom says (in words, "" for no) whether a NodeAccelerator update may
-// have freed room: a blocking condition cleared, a GPU added or usable again
-// (or its model changed), or a slice gone from a GPU. Slices added, GPUs
-// gone or unusable, and changes to other fields free nothing.
-func mayFreeRoom(oldNA, newNA *slicerv1alpha1.NodeAccelerator) string {
-	for _, t := range blockingConditions {
-		if conditionTrue(oldNA.Status.Conditions, t) && !conditionTrue(newNA.Status.Conditions, t) {
-			return "condition " + t + " cleared"
-		}
-	}
-	oldGPUs := make(map[string]*slicerv1alpha1.GPUStatus, len(oldNA.Status.GPUs))
-	for i := range oldNA.Status.GPUs {
-		oldGPUs[oldNA.Status.GPUs[i].UUID] = &oldNA.Status.GPUs[i]
-	}
-	for i := range newNA.Status.GPUs {
-		g := &newNA.Status.GPUs[i]
-		og := oldGPUs[g.UUID]
-		switch {
-		case og == nil:
-			return "GPU " + g.UUID + " added"
-		case og.Model != g.Model:
-			return "GPU " + g.UUID + " model changed"
-		case gpuUsable(g) && !gpuUsable(og):
-			return "GPU " + g.UUID + " usable again"
-		}
-		now := make(map[sliceKey]bool, len(g.Slices))
-		for _, s := range g.Slices {
-			now[sliceKey{s.Profile, s.Placement}] = true
-		}
-		for _, s := range og.Slices {
-			if !now[sliceKey{s.Profile, s.Placement}] {
-				return "slice " + string(s.Profile) + " released on GPU " + g.UUID
-			}
-		}
-	}
-	return ""
-}
-
-type sliceKey struct {
-	profile   slicerv1alpha1.MIGProfile
-	placement slicerv1alpha1.Placement
-}
-
-func gpuUsable(g *slicerv1alpha1.GPUStatus) bool {
-	return g.MIGMode == slicerv1alpha1.MIGModeEnabled && g.Health == slicerv1alpha1.GPUHealthy
-}
-
-func conditionTrue(conds []metav1.Condition, t string) bool {
-	for _, c := range conds {
-		if c.Type == t {
-			return c.Status == metav1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // fromEventObject returns an event's object as a T: the scheduler's dynamic

@@ -91,7 +91,7 @@ func TestQueueingHints(t *testing.T) {
 		{name: "accelerator added", hint: queueOnNodeAccelerator, pod: migP, new: unstr(t, full), want: fwk.Queue},
 		{name: "accelerator added, pod without slices", hint: queueOnNodeAccelerator, pod: plain, new: unstr(t, full), want: fwk.QueueSkip},
 		{name: "slice released", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
-			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Slices = na.Status.GPUs[0].Slices[:1] })),
+			new:  unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Slices = na.Status.GPUs[0].Slices[:1] })),
 			want: fwk.Queue},
 		{name: "slice released, pod without slices", hint: queueOnNodeAccelerator, pod: plain, old: unstr(t, full),
 			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Slices = nil })), want: fwk.QueueSkip},
@@ -259,11 +259,31 @@ func TestRejectedPodRetriedWhenSnapshotCatchesUp(t *testing.T) {
 		p.cache.Commit("uid-other")
 		p.cache.Unreserve("uid-other")
 		p.cache.DeleteAllocation("ns", "unknown")
+		// The agent rewrites the NodeAccelerator with nothing freed.
+		same := accel("n1", 1)
+		same.Status.DriverVersion = "580.1"
+		p.cache.SetNodeAccelerator(same)
 		if got := h.take(); len(got) != 0 {
 			t.Errorf("activated %v, want none", got)
 		}
 		// The allocation is deleted: now the pod is retried.
 		p.cache.DeleteAllocation("ns", "held")
+		if diff := cmp.Diff(want, h.take()); diff != "" {
+			t.Errorf("activated (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a GPU healthy again in the snapshot", func(t *testing.T) {
+		p, h := testPlugin(t), &activations{}
+		p.handle = h
+		p.cache.OnFreed(func() { p.activateRejected(logr.Discard()) })
+		sick := accel("n1", 1)
+		sick.Status.GPUs[0].Health = "Unhealthy"
+		p.cache.SetNodeAccelerator(sick)
+		rejectCycle(t, p, pod, nothing)
+		if got := h.take(); len(got) != 0 {
+			t.Fatalf("activated %v before any room was freed", got)
+		}
+		p.cache.SetNodeAccelerator(accel("n1", 1))
 		if diff := cmp.Diff(want, h.take()); diff != "" {
 			t.Errorf("activated (-want +got):\n%s", diff)
 		}

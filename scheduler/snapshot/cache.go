@@ -148,8 +148,8 @@ func (c *Cache) Nodes() []*Node {
 
 // OnFreed registers f, called (without the cache lock, on the goroutine that
 // made the change) after every change that may have freed room: a
-// NodeAccelerator added or changed, an allocation deleted or moved, a
-// reservation dropped. The scheduler learns of the same API changes through
+// NodeAccelerator added or changed so (MayFreeRoom), an allocation deleted
+// or moved, a reservation dropped. The scheduler learns of the same API changes through
 // its own informers, which may run ahead of this cache's: a pod it retries on
 // such an event can still find the old state here, and needs this second
 // wake-up (see FreedGeneration). One callback; a later call replaces it.
@@ -173,14 +173,17 @@ func (c *Cache) freed() {
 	}
 }
 
-// SetNodeAccelerator records (or replaces) a node's NodeAccelerator. Any
-// change counts as room possibly freed (a slice released, a GPU healthy again).
+// SetNodeAccelerator records (or replaces) a node's NodeAccelerator. A new
+// one, or a change that may free room (MayFreeRoom), counts as room freed.
 func (c *Cache) SetNodeAccelerator(na *slicerv1alpha1.NodeAccelerator) {
 	c.mu.Lock()
+	old := c.accels[na.Name]
 	c.accels[na.Name] = na
 	c.rebuild(na.Name)
 	c.mu.Unlock()
-	c.freed()
+	if old == nil || MayFreeRoom(old, na) != "" {
+		c.freed()
+	}
 }
 
 // DeleteNodeAccelerator forgets a node's NodeAccelerator.
