@@ -1,7 +1,7 @@
 // Command slicer is Slicer's command-line tool. `slicer slice-map` prints the slice map of a
 // cluster: per node and GPU, which MIG slices exist, who holds them, and what waits.
 //
-//	slicer slice-map [--kubeconfig FILE] [--node NAME] [-o text|json]
+//	slicer slice-map [--kubeconfig FILE] [--context NAME] [--node NAME] [-o text|json] [--timeout D]
 //	slicer version
 //	slicer help
 package main

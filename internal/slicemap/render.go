@@ -151,14 +151,17 @@ func podText(p *Pod) string {
 		return "-"
 	}
 	s := p.Namespace + "/" + p.Name
-	switch {
-	case p.Missing:
+	if p.Missing {
 		return s + " (not found)"
-	case p.UIDMismatch:
-		return s + " (" + p.Phase + ", other UID: allocation is stale)"
-	default:
-		return s + " (" + p.Phase + ")"
 	}
+	detail := dash(p.Phase)
+	if p.Terminating {
+		detail += ", terminating"
+	}
+	if p.UIDMismatch {
+		detail += ", other UID: allocation is stale"
+	}
+	return s + " (" + detail + ")"
 }
 
 // shortUUID keeps the prefix and the first 8 hex digits: "GPU-8f3a2c1d".

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
@@ -37,7 +38,11 @@ func sampleInput() Input {
 			sliceAlloc("team-c", "lost", "lost", "u5", "gpu-node-9", gpu0, "1g.10gb", 0, 1, slicerv1alpha1.AllocationCreating),
 		},
 		Pods: []corev1.Pod{
-			withMIG(pod("team-a", "train-0", "u1", corev1.PodRunning), "slicer.dev/mig-3g.40gb", 1),
+			func() corev1.Pod {
+				p := withMIG(pod("team-a", "train-0", "u1", corev1.PodRunning), "slicer.dev/mig-3g.40gb", 1)
+				p.DeletionTimestamp = &metav1.Time{}
+				return p
+			}(),
 			withMIG(pod("team-b", "infer-0", "u2-other", corev1.PodRunning), "slicer.dev/mig-1g.10gb", 1),
 			withMIG(pod("team-a", "next", "u3", corev1.PodPending), "slicer.dev/mig-1g.10gb", 1),
 			unschedulable(withMIG(pod("team-c", "big", "u6", corev1.PodPending), "slicer.dev/mig-7g.80gb", 2),
@@ -55,7 +60,7 @@ func TestWriteText(t *testing.T) {
 		"sample cluster": {in: sampleInput(), want: `NODE gpu-node-1  driver Ready 550.54.15
   GPU 0  H100-80GB  GPU-11111111  MIG Enabled  Healthy  [a a a a|b|.|c c]  1/8 free
     KEY  PLACEMENT  PROFILE  STATE      MIG DEVICE    GI  CI  ALLOCATION              POD
-    a    0+4        3g.40gb  Allocated  MIG-aaaaaaaa  2   0   team-a/train-0 (Ready)  team-a/train-0 (Running)
+    a    0+4        3g.40gb  Allocated  MIG-aaaaaaaa  2   0   team-a/train-0 (Ready)  team-a/train-0 (Running, terminating)
     b    4+1        1g.10gb  Allocated  MIG-bbbbbbbb  9   0   team-b/infer-0 (Ready)  team-b/infer-0 (Running, other UID: allocation is stale)
     c    6+2        1g.20gb  Free       -             5   0   -                       -
   GPU 1  H100-80GB  GPU-22222222  MIG Enabled  Healthy  [a a a a a a a a]  0/8 free

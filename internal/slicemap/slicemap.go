@@ -116,6 +116,8 @@ type Pod struct {
 	// UIDMismatch is true when a pod of that name exists with another UID (the allocation is
 	// for an earlier incarnation).
 	UIDMismatch bool `json:"uidMismatch,omitempty"`
+	// Terminating is true when the pod has a deletion timestamp.
+	Terminating bool `json:"terminating,omitempty"`
 }
 
 // PendingPod is a Pending pod that requests slicer.dev/mig-* resources.
@@ -361,7 +363,8 @@ func allocation(a *slicerv1alpha1.SliceAllocation, pods map[podKey]*corev1.Pod, 
 	}
 	if a.Spec.PodName != "" {
 		p := &Pod{Namespace: a.Namespace, Name: a.Spec.PodName, UID: a.Spec.PodUID}
-		switch pod := pods[podKey{a.Namespace, a.Spec.PodName}]; {
+		pod := pods[podKey{a.Namespace, a.Spec.PodName}]
+		switch {
 		case pod == nil:
 			p.Missing = true
 		case a.Spec.PodUID != "" && string(pod.UID) != a.Spec.PodUID:
@@ -370,6 +373,7 @@ func allocation(a *slicerv1alpha1.SliceAllocation, pods map[podKey]*corev1.Pod, 
 		default:
 			p.Phase = string(pod.Status.Phase)
 		}
+		p.Terminating = pod != nil && pod.DeletionTimestamp != nil
 		out.Pod = p
 	}
 	return out

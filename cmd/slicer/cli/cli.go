@@ -35,7 +35,7 @@ var Version = ""
 const usage = `slicer: Slicer's command-line tool.
 
 Usage:
-  slicer slice-map [--kubeconfig FILE] [--node NAME] [-o text|json] [--timeout D]
+  slicer slice-map [--kubeconfig FILE] [--context NAME] [--node NAME] [-o text|json] [--timeout D]
       Print, per node and GPU, the MIG slice map: an occupancy bar of the memory
       slices, each realized slice with its SliceAllocation and pod, the allocations
       not realized yet, and the Pending pods that request slicer.dev/mig-* resources.
