@@ -417,8 +417,9 @@ func pendingPods(pods []corev1.Pod, opts Options) []PendingPod {
 }
 
 // migRequests sums the slicer.dev/mig-* resources of a pod the way the scheduler counts
-// extended resources: the sum over containers, or the largest init container when that is more.
-// Limits count where no request is set (extended resources must have request == limit).
+// resources (k8s.io/component-helpers resource.PodRequests): the containers plus the sidecars
+// (restartable init containers), or the largest need of an init container while it runs when
+// that is more. Limits count where no request is set (extended resources need request == limit).
 func migRequests(spec *corev1.PodSpec) []ResourceRequest {
 	total := map[corev1.ResourceName]int64{}
 	for i := range spec.Containers {
@@ -426,12 +427,34 @@ func migRequests(spec *corev1.PodSpec) []ResourceRequest {
 			total[r] += n
 		}
 	}
+	sidecars := map[corev1.ResourceName]int64{}
+	initPeak := map[corev1.ResourceName]int64{}
 	for i := range spec.InitContainers {
-		for r, n := range containerMIG(&spec.InitContainers[i]) {
-			if n > total[r] {
-				total[r] = n
+		c := &spec.InitContainers[i]
+		req := containerMIG(c)
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			for r, n := range req {
+				sidecars[r] += n
+			}
+			for r, n := range sidecars {
+				initPeak[r] = max(initPeak[r], n)
+			}
+			continue
+		}
+		for r := range sidecars {
+			if _, ok := req[r]; !ok {
+				req[r] = 0
 			}
 		}
+		for r, n := range req {
+			initPeak[r] = max(initPeak[r], n+sidecars[r])
+		}
+	}
+	for r, n := range sidecars {
+		total[r] += n
+	}
+	for r, n := range initPeak {
+		total[r] = max(total[r], n)
 	}
 	out := make([]ResourceRequest, 0, len(total))
 	for r, n := range total {

@@ -286,3 +286,56 @@ func TestSliceKey(t *testing.T) {
 		t.Errorf("keys (-want +got):\n%s", diff)
 	}
 }
+
+func TestMIGRequests(t *testing.T) {
+	const r1, r3 = "slicer.dev/mig-1g.10gb", "slicer.dev/mig-3g.40gb"
+	always := corev1.ContainerRestartPolicyAlways
+	c := func(name string, res string, n int64, sidecar bool) corev1.Container {
+		ct := withMIG(pod("", "", "", ""), res, n).Spec.Containers[0]
+		ct.Name = name
+		if sidecar {
+			ct.RestartPolicy = &always
+		}
+		return ct
+	}
+	cases := map[string]struct {
+		spec corev1.PodSpec
+		want []ResourceRequest
+	}{
+		"containers add up": {
+			spec: corev1.PodSpec{Containers: []corev1.Container{c("a", r1, 1, false), c("b", r1, 2, false), c("c", r3, 1, false)}},
+			want: []ResourceRequest{{Resource: r1, Profile: "1g.10gb", Count: 3}, {Resource: r3, Profile: "3g.40gb", Count: 1}},
+		},
+		"an init container that needs more wins": {
+			spec: corev1.PodSpec{InitContainers: []corev1.Container{c("i", r1, 4, false)}, Containers: []corev1.Container{c("a", r1, 1, false)}},
+			want: []ResourceRequest{{Resource: r1, Profile: "1g.10gb", Count: 4}},
+		},
+		"a sidecar adds to the containers": {
+			spec: corev1.PodSpec{InitContainers: []corev1.Container{c("s", r1, 1, true)}, Containers: []corev1.Container{c("a", r1, 2, false)}},
+			want: []ResourceRequest{{Resource: r1, Profile: "1g.10gb", Count: 3}},
+		},
+		"an init container after a sidecar runs beside it": {
+			spec: corev1.PodSpec{
+				InitContainers: []corev1.Container{c("s", r1, 1, true), c("i", r1, 3, false)},
+				Containers:     []corev1.Container{c("a", r1, 1, false)},
+			},
+			want: []ResourceRequest{{Resource: r1, Profile: "1g.10gb", Count: 4}},
+		},
+		"a sidecar's resource counts while another resource's init container runs": {
+			spec: corev1.PodSpec{
+				InitContainers: []corev1.Container{c("s", r1, 2, true), c("i", r3, 1, false)},
+				Containers:     []corev1.Container{c("a", "cpu", 1, false)},
+			},
+			want: []ResourceRequest{{Resource: r1, Profile: "1g.10gb", Count: 2}, {Resource: r3, Profile: "3g.40gb", Count: 1}},
+		},
+		"no MIG resources":        {spec: corev1.PodSpec{Containers: []corev1.Container{c("a", "cpu", 1, false)}}, want: []ResourceRequest{}},
+		"unknown profile is kept": {spec: corev1.PodSpec{Containers: []corev1.Container{c("a", "slicer.dev/mig-9g.1gb", 1, false)}}, want: []ResourceRequest{{Resource: "slicer.dev/mig-9g.1gb", Count: 1}}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, migRequests(&tc.spec)); diff != "" {
+				t.Errorf("requests (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
