@@ -88,7 +88,7 @@ func writeGPU(ew *errWriter, g *GPU) {
 		}
 		occupancy = fmt.Sprintf("%s  %d/%d free", g.Bar, free, g.MemorySlices)
 	}
-	ew.printf("  GPU %d  %s  %s  MIG %s  %s  %s\n", g.Index, dash(g.Model), shortUUID(g.UUID), dash(g.MIGMode), dash(g.Health), occupancy)
+	ew.printf("  GPU %d  %s  %s  MIG %s  %s  %s\n", g.Index, dash(g.Model), g.UUID, dash(g.MIGMode), dash(g.Health), occupancy)
 	for _, p := range g.Problems {
 		ew.printf("    ! %s\n", p)
 	}
@@ -164,7 +164,8 @@ func podText(p *Pod) string {
 	return s + " (" + detail + ")"
 }
 
-// shortUUID keeps the prefix and the first 8 hex digits: "GPU-8f3a2c1d".
+// shortUUID keeps the prefix and the first 8 hex digits: "MIG-8f3a2c1d" (GPU lines show the
+// whole UUID: emulated and some real GPUs share their first digits).
 func shortUUID(u string) string {
 	if i := strings.IndexByte(u, '-'); i >= 0 && len(u) > i+9 {
 		return u[:i+9]

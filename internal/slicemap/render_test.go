@@ -58,12 +58,12 @@ func TestWriteText(t *testing.T) {
 		want string
 	}{
 		"sample cluster": {in: sampleInput(), want: `NODE gpu-node-1  driver Ready 550.54.15
-  GPU 0  H100-80GB  GPU-11111111  MIG Enabled  Healthy  [a a a a|b|.|c c]  1/8 free
+  GPU 0  H100-80GB  GPU-11111111-0000-4000-8000-000000000000  MIG Enabled  Healthy  [a a a a|b|.|c c]  1/8 free
     KEY  PLACEMENT  PROFILE  STATE      MIG DEVICE    GI  CI  ALLOCATION              POD
     a    0+4        3g.40gb  Allocated  MIG-aaaaaaaa  2   0   team-a/train-0 (Ready)  team-a/train-0 (Running, terminating)
     b    4+1        1g.10gb  Allocated  MIG-bbbbbbbb  9   0   team-b/infer-0 (Ready)  team-b/infer-0 (Running, other UID: allocation is stale)
     c    6+2        1g.20gb  Free       -             5   0   -                       -
-  GPU 1  H100-80GB  GPU-22222222  MIG Enabled  Healthy  [a a a a a a a a]  0/8 free
+  GPU 1  H100-80GB  GPU-22222222-0000-4000-8000-000000000000  MIG Enabled  Healthy  [a a a a a a a a]  0/8 free
     KEY  PLACEMENT  PROFILE  STATE          MIG DEVICE  GI  CI  ALLOCATION              POD
     a    0+8        7g.80gb  PendingDelete  -           0   0   team-a/old (not found)  -
   not realized:
@@ -72,7 +72,7 @@ func TestWriteText(t *testing.T) {
     team-b/infer-1  1    3g.40gb  4+4        Failed   team-b/infer-1 (not found)  CreateFailed: nvml: insufficient resources
 
 NODE gpu-node-2  driver Ready 550.54.15
-  GPU 0  A30-24GB  GPU-33333333  MIG EnabledPendingReset  Unhealthy  [.|.|.|.]  4/4 free
+  GPU 0  A30-24GB  GPU-33333333-0000-4000-8000-000000000000  MIG EnabledPendingReset  Unhealthy  [.|.|.|.]  4/4 free
 
 NODE gpu-node-9  (no NodeAccelerator)
   not realized:
@@ -85,7 +85,7 @@ PENDING PODS
   team-c/big   7g.80gb x2  -     Unschedulable: 0/2 nodes are available: 2 Insufficient slicer.dev/mig-7g.80gb.
 `},
 		"one node, nothing pending": {in: sampleInput(), opts: Options{Node: "gpu-node-2"}, want: `NODE gpu-node-2  driver Ready 550.54.15
-  GPU 0  A30-24GB  GPU-33333333  MIG EnabledPendingReset  Unhealthy  [.|.|.|.]  4/4 free
+  GPU 0  A30-24GB  GPU-33333333-0000-4000-8000-000000000000  MIG EnabledPendingReset  Unhealthy  [.|.|.|.]  4/4 free
 
 PENDING PODS: none
 `},
@@ -106,7 +106,7 @@ PENDING PODS: none
 
 NODE n1  driver Ready 550.54.15
   GPU 0  -  short  MIG -  -  (no geometry: unknown model)
-  GPU 1  A30-24GB  GPU-22222222  MIG Enabled  Healthy  [a a a|!]  0/4 free
+  GPU 1  A30-24GB  GPU-22222222-0000-4000-8000-000000000000  MIG Enabled  Healthy  [a a a|!]  0/4 free
     ! slices cannot coexist: instance 1: cannot create 1g.6gb at {start 3, size 1} on A30-24GB: overlaps an existing instance
     KEY  PLACEMENT  PROFILE  STATE  MIG DEVICE  GI  CI  ALLOCATION  POD
     a    0+4        4g.24gb  Free   -           0   0   -           -

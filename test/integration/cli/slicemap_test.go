@@ -136,11 +136,11 @@ var _ = Describe("slicer slice-map", Ordered, func() {
 		Expect(code).To(Equal(cli.ExitOK), stderr)
 		Expect(stderr).To(BeEmpty())
 		want := `NODE cli-node-1  driver Ready 550.54.15
-  GPU 0  H100-80GB  ` + gpu0[:12] + `  MIG Enabled  Healthy  [a a a a|.|b|.|.]  3/8 free
+  GPU 0  H100-80GB  ` + gpu0 + `  MIG Enabled  Healthy  [a a a a|.|b|.|.]  3/8 free
     KEY  PLACEMENT  PROFILE  STATE      MIG DEVICE    GI  CI  ALLOCATION              POD
     a    0+4        3g.40gb  Allocated  MIG-0a0a0a0a  2   0   team-cli/train (Ready)  team-cli/train (Running)
     b    5+1        1g.10gb  Orphaned   MIG-1b1b1b1b  13  0   -                       -
-  GPU 1  H100-80GB  ` + gpu1[:12] + `  MIG Enabled  Healthy  [.|.|.|.|.|.|.|.]  8/8 free
+  GPU 1  H100-80GB  ` + gpu1 + `  MIG Enabled  Healthy  [.|.|.|.|.|.|.|.]  8/8 free
   not realized:
     ALLOCATION      GPU  PROFILE  PLACEMENT  STATE    POD                       REASON
     team-cli/infer  1    1g.10gb  6+1        Pending  team-cli/infer (Pending)  -
