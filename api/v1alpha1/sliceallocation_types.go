@@ -104,6 +104,15 @@ type SliceAllocationStatus struct {
 	// +optional
 	ActualPlacement *Placement `json:"actualPlacement,omitempty"`
 
+	// actualGPUUUID is the GPU the device handed to the pod really sits on
+	// when the kubelet gave the pod a realized slice on another GPU than
+	// spec.gpuUUID; empty when it is spec.gpuUUID.
+	// +optional
+	// +kubebuilder:validation:MinLength=5
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^GPU-[0-9a-fA-F-]+$`
+	ActualGPUUUID string `json:"actualGPUUUID,omitempty"`
+
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

@@ -462,6 +462,9 @@ func ready(a *slicerv1alpha1.SliceAllocation, sl Slice) slicerv1alpha1.SliceAllo
 	s.Message = "MIG device " + sl.MIGUUID + " is ready"
 	if sl.GPU != a.Spec.GPUUUID || sl.Start != int(a.Spec.Placement.Start) || sl.Size != int(a.Spec.Placement.Size) {
 		s.ActualPlacement = &slicerv1alpha1.Placement{Start: int32(sl.Start), Size: int32(sl.Size)}
+		if sl.GPU != a.Spec.GPUUUID {
+			s.ActualGPUUUID = sl.GPU
+		}
 		s.Message = fmt.Sprintf("the kubelet gave the pod MIG device %s on %s", sl.MIGUUID, sl.Slot)
 	}
 	return s

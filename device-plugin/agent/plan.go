@@ -283,9 +283,14 @@ func wantFromAllocation(a *slicerv1alpha1.SliceAllocation) Want {
 		Key: types.NamespacedName{Namespace: a.Namespace, Name: a.Name}, Pod: a.Namespace + "/" + a.Spec.PodName, Spec: spec,
 		Device: a.Status.MIGDeviceUUID, Deleting: a.DeletionTimestamp != nil,
 	}
-	if ap := a.Status.ActualPlacement; ap != nil && (int(ap.Start) != spec.Start || int(ap.Size) != spec.Size) {
-		act := spec
+	act := spec
+	if g := a.Status.ActualGPUUUID; g != "" {
+		act.GPU = g
+	}
+	if ap := a.Status.ActualPlacement; ap != nil {
 		act.Start, act.Size = int(ap.Start), int(ap.Size)
+	}
+	if act != spec {
 		w.Actual = &act
 	}
 	return w

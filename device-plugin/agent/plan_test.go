@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
 func key(n string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: n} }
@@ -106,6 +108,21 @@ func TestPlan(t *testing.T) {
 			want: summary{Bound: []string{"a=MIG-1", "b=MIG-0"}},
 		},
 		{
+			name: "cross-GPU kubelet swap: each allocation gets the slice its pod really uses",
+			in: planInput{Slices: []Slice{s0, {Slot: slot("G1", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-G1"}},
+				Use: map[string]string{"MIG-G1": "pod-a", "MIG-0": "pod-b"}, Wants: []Want{
+					{Key: key("a"), Pod: "pod-a", Spec: s0.Slot}, {Key: key("b"), Pod: "pod-b", Spec: slot("G1", "1g.10gb", 0, 1)},
+				}},
+			want: summary{Bound: []string{"a=MIG-G1", "b=MIG-0"}},
+		},
+		{
+			name: "a recorded cross-GPU actual slot is kept once the kubelet no longer reports it",
+			in: planInput{Slices: []Slice{s0, {Slot: slot("G1", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-G1"}}, Wants: []Want{
+				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Actual: &Slot{GPU: "G1", Profile: "1g.10gb", Start: 0, Size: 1}},
+			}, OrphanSince: map[string]time.Time{}, Now: now, Grace: time.Minute},
+			want: summary{Bound: []string{"a=MIG-G1"}, Orphans: []string{"MIG-0"}},
+		},
+		{
 			name: "a deleting allocation never takes a slice a live one holds",
 			in: planInput{Slices: []Slice{s0}, Use: map[string]string{"MIG-0": "pod-b"}, Wants: []Want{
 				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Device: "MIG-0", Deleting: true}, {Key: key("b"), Pod: "pod-b", Spec: s1.Slot},
@@ -131,6 +148,63 @@ func TestPlan(t *testing.T) {
 			sortAll(&again)
 			if d := cmp.Diff(got, again); d != "" {
 				t.Errorf("plan is not deterministic:\n%s", d)
+			}
+		})
+	}
+}
+
+func TestWantFromAllocationActual(t *testing.T) {
+	spec := slicerv1alpha1.SliceAllocationSpec{PodName: "p", NodeName: "n", GPUUUID: "GPU-1", Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 1, Size: 1}}
+	tests := []struct {
+		name   string
+		status slicerv1alpha1.SliceAllocationStatus
+		want   *Slot
+	}{
+		{name: "no actual", want: nil},
+		{name: "actual equals spec", status: slicerv1alpha1.SliceAllocationStatus{ActualPlacement: &slicerv1alpha1.Placement{Start: 1, Size: 1}}, want: nil},
+		{name: "other placement, same GPU", status: slicerv1alpha1.SliceAllocationStatus{ActualPlacement: &slicerv1alpha1.Placement{Start: 2, Size: 1}},
+			want: &Slot{GPU: "GPU-1", Profile: "1g.10gb", Start: 2, Size: 1}},
+		{name: "same placement on another GPU", status: slicerv1alpha1.SliceAllocationStatus{ActualGPUUUID: "GPU-0", ActualPlacement: &slicerv1alpha1.Placement{Start: 1, Size: 1}},
+			want: &Slot{GPU: "GPU-0", Profile: "1g.10gb", Start: 1, Size: 1}},
+		{name: "another GPU and placement", status: slicerv1alpha1.SliceAllocationStatus{ActualGPUUUID: "GPU-0", ActualPlacement: &slicerv1alpha1.Placement{Start: 6, Size: 1}},
+			want: &Slot{GPU: "GPU-0", Profile: "1g.10gb", Start: 6, Size: 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &slicerv1alpha1.SliceAllocation{Spec: spec, Status: tc.status}
+			if d := cmp.Diff(tc.want, wantFromAllocation(a).Actual); d != "" {
+				t.Errorf("Actual (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestReadyRecordsActualGPU(t *testing.T) {
+	a := &slicerv1alpha1.SliceAllocation{Spec: slicerv1alpha1.SliceAllocationSpec{GPUUUID: "GPU-1", Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 1, Size: 1}}}
+	tests := []struct {
+		name      string
+		sl        Slice
+		wantGPU   string
+		wantPlace *slicerv1alpha1.Placement
+	}{
+		{name: "as planned", sl: Slice{Slot: slot("GPU-1", "1g.10gb", 1, 1), MIGUUID: "MIG-a"}},
+		{name: "other placement", sl: Slice{Slot: slot("GPU-1", "1g.10gb", 3, 1), MIGUUID: "MIG-b"}, wantPlace: &slicerv1alpha1.Placement{Start: 3, Size: 1}},
+		{name: "other GPU, same placement", sl: Slice{Slot: slot("GPU-0", "1g.10gb", 1, 1), MIGUUID: "MIG-c"}, wantGPU: "GPU-0", wantPlace: &slicerv1alpha1.Placement{Start: 1, Size: 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := ready(a, tc.sl)
+			if d := cmp.Diff(tc.wantGPU, st.ActualGPUUUID); d != "" {
+				t.Errorf("actualGPUUUID (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantPlace, st.ActualPlacement); d != "" {
+				t.Errorf("actualPlacement (-want +got):\n%s", d)
+			}
+			// The status round-trips: the next plan wants the slice the pod really has.
+			b := a.DeepCopy()
+			b.Status = st
+			if d := cmp.Diff(tc.sl.Slot, wantFromAllocation(b).desired()); d != "" {
+				t.Errorf("desired slot after ready (-want +got):\n%s", d)
 			}
 		})
 	}

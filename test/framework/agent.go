@@ -174,7 +174,11 @@ func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []Device
 		if a.Status.ActualPlacement != nil {
 			pl = *a.Status.ActualPlacement
 		}
-		s := slot{a.Spec.GPUUUID, pl.Start, pl.Size}
+		gpu := a.Spec.GPUUUID
+		if a.Status.ActualGPUUUID != "" {
+			gpu = a.Status.ActualGPUUUID
+		}
+		s := slot{gpu, pl.Start, pl.Size}
 		for o, holder := range held {
 			if o.gpu == s.gpu && o.start < s.start+s.size && s.start < o.start+o.size {
 				errs = append(errs, fmt.Errorf("I1: %s/%s and %s overlap on %s", a.Namespace, a.Name, holder, s.gpu))
@@ -186,8 +190,8 @@ func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []Device
 			switch {
 			case !ok:
 				errs = append(errs, fmt.Errorf("I1: %s/%s is Ready with %s, which does not exist", a.Namespace, a.Name, a.Status.MIGDeviceUUID))
-			case d.Placement.Start != int(pl.Start) || d.Placement.Size != int(pl.Size):
-				errs = append(errs, fmt.Errorf("I1: %s/%s says %d:%d, device %s is at %s", a.Namespace, a.Name, pl.Start, pl.Size, d.MIGUUID, d.Placement))
+			case d.GPUUUID != gpu || d.Placement.Start != int(pl.Start) || d.Placement.Size != int(pl.Size):
+				errs = append(errs, fmt.Errorf("I1: %s/%s says %s %d:%d, device %s is on %s at %s", a.Namespace, a.Name, gpu, pl.Start, pl.Size, d.MIGUUID, d.GPUUUID, d.Placement))
 			}
 			ready[a.Status.MIGDeviceUUID] = true
 		}
