@@ -236,3 +236,37 @@ func BenchmarkFilterScore(b *testing.B) {
 		p.Score(ctx, cs, pod, ni)
 	}
 }
+
+// The closest GPU named by PostFilter can host the profile: with an H100 full
+// and an empty A100-40GB, a 3g.40gb (H100 only) names the H100, not the
+// emptier A100; a profile no GPU offers says which models do.
+func TestPostFilterNamesOnlyGPUsOfferingTheProfile(t *testing.T) {
+	ctx := context.Background()
+	a100 := accel("n2", 1)
+	a100.Status.GPUs[0].Model = "A100-40GB"
+	p := testPlugin(t, accel("n1", 1), a100)
+	full := migPod("full", map[string]string{"slicer.dev/mig-7g.80gb": "1"})
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, cs, full, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := p.Reserve(ctx, cs, full, "n1"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	for _, tc := range []struct {
+		res, want string
+	}{
+		{"slicer.dev/mig-3g.40gb", "closest: node n1 gpu 0 (0 of 7"},
+		{"slicer.dev/mig-1g.12gb", "no usable MIG GPU offers 1 × 1g.12gb (models that do: "},
+	} {
+		pod := migPod("p", map[string]string{tc.res: "1"})
+		cs := framework.NewCycleState()
+		if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+			t.Fatalf("PreFilter %s: %v", tc.res, st)
+		}
+		_, st := p.PostFilter(ctx, cs, pod, nil)
+		if msg := st.Message(); !strings.Contains(msg, tc.want) {
+			t.Errorf("PostFilter for %s: %q, want it to contain %q", tc.res, msg, tc.want)
+		}
+	}
+}

@@ -34,6 +34,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 func (p *Plugin) explain(s *podState) string {
 	var best *snapshot.Node
 	bestGPU, bestFree := -1, -1
+	usable := 0
 	for _, n := range p.cache.Nodes() {
 		if s.adoptedNode != "" && n.Name != s.adoptedNode {
 			continue
@@ -42,12 +43,24 @@ func (p *Plugin) explain(s *podState) string {
 			if !g.Usable {
 				continue
 			}
+			usable++
+			// a GPU whose model has no such profile is never "closest"
+			if !offersAll(n.MIG.GPUs[i].State.Model(), s.req.Slices()) {
+				continue
+			}
 			if f := n.MIG.GPUs[i].State.FreeComputeSlices(); f > bestFree {
 				best, bestGPU, bestFree = n, i, f
 			}
 		}
 	}
 	first := mig.LegalProfileName(s.req.Slices()[0])
+	if best == nil && usable > 0 {
+		var models []string
+		for _, m := range mig.ModelsSupporting(first) {
+			models = append(models, m.String())
+		}
+		return fmt.Sprintf("no usable MIG GPU offers %s (models that do: %s); ask for a profile of the cluster's GPUs", describe(s.slices), strings.Join(models, ", "))
+	}
 	if best == nil {
 		return fmt.Sprintf("no usable MIG GPU for %s in the cluster", describe(s.slices))
 	}
@@ -71,4 +84,14 @@ func (p *Plugin) explain(s *podState) string {
 		}
 	}
 	return b.String()
+}
+
+// offersAll reports whether model m has every requested profile.
+func offersAll(m mig.Model, profiles []string) bool {
+	for _, name := range profiles {
+		if _, err := m.Profile(name); err != nil {
+			return false
+		}
+	}
+	return true
 }
