@@ -41,6 +41,19 @@ type Options struct {
 	OnAllocate func()
 	// CheckInterval is how often sockets are checked for a kubelet restart.
 	CheckInterval time.Duration
+	// Preferrer, when set, answers the kubelet's GetPreferredAllocation (the
+	// plugins then offer it in their options); nil: the kubelet chooses.
+	Preferrer Preferrer
+}
+
+// Preferrer tells the kubelet which devices of a resource to hand to the
+// container it is admitting. The kubelet does not say which pod that is.
+type Preferrer interface {
+	// Preferred returns the device IDs to prefer, at most size of them, from
+	// available; it must include mustInclude. Nil leaves the choice to the
+	// kubelet. It must not block for long: the kubelet waits for the answer
+	// while admitting the pod.
+	Preferred(ctx context.Context, resource string, available, mustInclude []string, size int) []string
 }
 
 // Manager serves one device plugin per resource and keeps them registered.
@@ -257,7 +270,7 @@ func (s *server) register(ctx context.Context) error {
 	defer conn.Close()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version: pluginapi.Version, Endpoint: filepath.Base(s.socket), ResourceName: s.resource,
-		Options: &pluginapi.DevicePluginOptions{},
+		Options: s.m.options(),
 	})
 	if err != nil {
 		return fmt.Errorf("register %s with the kubelet: %w", s.resource, err)
@@ -300,9 +313,13 @@ func (s *server) notify() {
 	}
 }
 
+func (m *Manager) options() *pluginapi.DevicePluginOptions {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: m.opts.Preferrer != nil}
+}
+
 // GetDevicePluginOptions implements the device plugin API.
 func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{}, nil
+	return s.m.options(), nil
 }
 
 // ListAndWatch sends the device list now and after every change.
@@ -359,9 +376,56 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	return resp, nil
 }
 
-// GetPreferredAllocation is not offered (the options say so).
-func (s *server) GetPreferredAllocation(context.Context, *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	return &pluginapi.PreferredAllocationResponse{}, nil
+// GetPreferredAllocation asks the Preferrer which devices each container
+// should get. It never fails: an error here would make the kubelet reject the
+// pod, while an empty answer lets the kubelet choose by itself.
+func (s *server) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.ContainerRequests {
+		var ids []string
+		if s.m.opts.Preferrer != nil {
+			ids = sanitize(s.m.opts.Preferrer.Preferred(ctx, s.resource, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize)),
+				cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
+		}
+		s.m.log.V(1).Info("preferred allocation", "resource", s.resource, "available", cr.AvailableDeviceIDs,
+			"mustInclude", cr.MustIncludeDeviceIDs, "size", cr.AllocationSize, "preferred", ids)
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// sanitize keeps a preference the kubelet can use: known (available or
+// must-include) IDs, no duplicates, every must-include ID, at most size.
+// An answer that cannot honour mustInclude within size becomes empty.
+func sanitize(pref, available, mustInclude []string, size int) []string {
+	if len(pref) == 0 {
+		return nil
+	}
+	known := map[string]bool{}
+	for _, id := range available {
+		known[id] = true
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range mustInclude {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	for _, id := range pref {
+		if known[id] && !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	if size > 0 && len(out) > size {
+		if len(mustInclude) > size {
+			return nil
+		}
+		out = out[:size]
+	}
+	return out
 }
 
 // PreStartContainer is not required (the options say so).

@@ -249,3 +249,88 @@ func TestResourcesFor(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", d)
 	}
 }
+
+// preferFunc is a Preferrer from a function; it records the resource asked.
+type preferFunc func(resource string, available, mustInclude []string, size int) []string
+
+func (f preferFunc) Preferred(_ context.Context, resource string, available, mustInclude []string, size int) []string {
+	return f(resource, available, mustInclude, size)
+}
+
+func TestGetPreferredAllocation(t *testing.T) {
+	res := mig.ResourceName("1g.10gb")
+	tests := []struct {
+		name      string
+		preferrer plugin.Preferrer
+		req       *pluginapi.ContainerPreferredAllocationRequest
+		wantOpt   bool
+		want      []string
+	}{
+		{name: "no preferrer: not offered, empty answer", req: &pluginapi.ContainerPreferredAllocationRequest{
+			AvailableDeviceIDs: []string{"MIG-a", "MIG-b"}, AllocationSize: 1}},
+		{name: "the preferrer's choice is returned", wantOpt: true, want: []string{"MIG-b"},
+			preferrer: preferFunc(func(r string, available, _ []string, size int) []string {
+				if r != res || size != 1 || len(available) != 2 {
+					return nil
+				}
+				return []string{"MIG-b"}
+			}),
+			req: &pluginapi.ContainerPreferredAllocationRequest{AvailableDeviceIDs: []string{"MIG-a", "MIG-b"}, AllocationSize: 1}},
+		{name: "unknown and duplicate IDs are dropped, the answer capped at size", wantOpt: true, want: []string{"MIG-b", "MIG-a"},
+			preferrer: preferFunc(func(string, []string, []string, int) []string {
+				return []string{"MIG-x", "MIG-b", "MIG-b", "MIG-a", "MIG-c"}
+			}),
+			req: &pluginapi.ContainerPreferredAllocationRequest{AvailableDeviceIDs: []string{"MIG-a", "MIG-b", "MIG-c"}, AllocationSize: 2}},
+		{name: "must-include IDs are always part of the answer", wantOpt: true, want: []string{"MIG-m", "MIG-b"},
+			preferrer: preferFunc(func(string, []string, []string, int) []string { return []string{"MIG-b", "MIG-c"} }),
+			req: &pluginapi.ContainerPreferredAllocationRequest{AvailableDeviceIDs: []string{"MIG-m", "MIG-b", "MIG-c"},
+				MustIncludeDeviceIDs: []string{"MIG-m"}, AllocationSize: 2}},
+		{name: "no preference: empty answer, the kubelet chooses", wantOpt: true,
+			preferrer: preferFunc(func(string, []string, []string, int) []string { return nil }),
+			req:       &pluginapi.ContainerPreferredAllocationRequest{AvailableDeviceIDs: []string{"MIG-a"}, AllocationSize: 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, err := os.MkdirTemp("", "dp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(dir) })
+			k := startKubelet(t, dir)
+			m := plugin.NewManager(plugin.Options{Dir: dir, Resources: []string{res}, CheckInterval: 50 * time.Millisecond,
+				Preferrer: tc.preferrer}, testr.New(t))
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- m.Run(ctx) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Error(err)
+				}
+				k.stop()
+			}()
+			r := waitReg(t, k)
+			if got := r.GetOptions().GetGetPreferredAllocationAvailable(); got != tc.wantOpt {
+				t.Errorf("registration offers GetPreferredAllocation = %v, want %v", got, tc.wantOpt)
+			}
+			c := k.client(t, res)
+			opts, err := c.GetDevicePluginOptions(ctx, &pluginapi.Empty{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if opts.GetPreferredAllocationAvailable != tc.wantOpt {
+				t.Errorf("GetDevicePluginOptions offers GetPreferredAllocation = %v, want %v", opts.GetPreferredAllocationAvailable, tc.wantOpt)
+			}
+			resp, err := c.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{tc.req}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.ContainerResponses) != 1 {
+				t.Fatalf("%d container responses, want 1", len(resp.ContainerResponses))
+			}
+			if d := cmp.Diff(tc.want, resp.ContainerResponses[0].DeviceIDs); d != "" {
+				t.Errorf("preferred (-want +got):\n%s", d)
+			}
+		})
+	}
+}
