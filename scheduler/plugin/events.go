@@ -138,6 +138,9 @@ func (p *Plugin) reject(log logr.Logger, pod *corev1.Pod, gen uint64) {
 	p.mu.Lock()
 	p.rejected[pod.UID] = pod
 	p.mu.Unlock()
+	if p.hooks.Rejected != nil {
+		p.hooks.Rejected(pod)
+	}
 	if p.cache.FreedGeneration() == gen {
 		return
 	}

@@ -40,6 +40,12 @@ type Hooks struct {
 	AfterReserve func(ctx context.Context, pod *corev1.Pod) error
 	// AfterPreBind runs once the allocations exist and are Ready, before Bind.
 	AfterPreBind func(ctx context.Context, pod *corev1.Pod) error
+	// BeforeSnapshotEvent runs on the snapshot's informer goroutine before
+	// the snapshot applies an event (snapshot.FeedOptions.BeforeEvent):
+	// blocking it makes the snapshot lag the scheduler's own informers.
+	BeforeSnapshotEvent func(obj client.Object, deleted bool)
+	// Rejected runs when the plugin turns a MIG pod away for want of room.
+	Rejected func(pod *corev1.Pod)
 }
 
 // Options are what the binary and the tests inject into the plugin.
@@ -142,7 +148,7 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 		// Room freed in the snapshot (an allocation or reservation gone, a
 		// NodeAccelerator changed) retries the pods it turned away.
 		p.cache.OnFreed(func() { p.activateRejected(log) })
-		if _, err := snapshot.Feed(ctx, cfg, scheme, p.cache); err != nil {
+		if _, err := snapshot.Feed(ctx, cfg, scheme, p.cache, snapshot.FeedOptions{BeforeEvent: opts.Hooks.BeforeSnapshotEvent}); err != nil {
 			return nil, err
 		}
 		log.Info("snapshot rebuilt from the API", "nodes", len(p.cache.Nodes()), "sliceReadyTimeout", timeout)

@@ -9,14 +9,27 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
+// FeedOptions are optional settings of Feed.
+type FeedOptions struct {
+	// BeforeEvent, when set, runs on an informer's goroutine before the cache
+	// applies an event; deleted is true for a delete. Tests block it to make
+	// the cache lag the scheduler's own informers.
+	BeforeEvent func(obj client.Object, deleted bool)
+}
+
 // Feed wires informers on NodeAccelerators and SliceAllocations into the
 // cache, starts them with ctx and returns once both have synced, so the
 // cache is rebuilt from the API before the scheduler schedules anything.
-func Feed(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, c *Cache) (crcache.Cache, error) {
+func Feed(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, c *Cache, opts FeedOptions) (crcache.Cache, error) {
+	before := opts.BeforeEvent
+	if before == nil {
+		before = func(client.Object, bool) {}
+	}
 	informers, err := crcache.New(cfg, crcache.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("informer cache: %w", err)
@@ -26,9 +39,9 @@ func Feed(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, c *Cach
 		return nil, fmt.Errorf("NodeAccelerator informer: %w", err)
 	}
 	if _, err := naInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onNodeAccelerator(obj) },
-		UpdateFunc: func(_, obj any) { c.onNodeAccelerator(obj) },
-		DeleteFunc: func(obj any) { c.onNodeAcceleratorDelete(obj) },
+		AddFunc:    func(obj any) { c.onNodeAccelerator(obj, before) },
+		UpdateFunc: func(_, obj any) { c.onNodeAccelerator(obj, before) },
+		DeleteFunc: func(obj any) { c.onNodeAcceleratorDelete(obj, before) },
 	}); err != nil {
 		return nil, fmt.Errorf("NodeAccelerator handler: %w", err)
 	}
@@ -37,9 +50,9 @@ func Feed(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, c *Cach
 		return nil, fmt.Errorf("SliceAllocation informer: %w", err)
 	}
 	if _, err := saInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onAllocation(obj) },
-		UpdateFunc: func(_, obj any) { c.onAllocation(obj) },
-		DeleteFunc: func(obj any) { c.onAllocationDelete(obj) },
+		AddFunc:    func(obj any) { c.onAllocation(obj, before) },
+		UpdateFunc: func(_, obj any) { c.onAllocation(obj, before) },
+		DeleteFunc: func(obj any) { c.onAllocationDelete(obj, before) },
 	}); err != nil {
 		return nil, fmt.Errorf("SliceAllocation handler: %w", err)
 	}
@@ -56,32 +69,36 @@ func Feed(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, c *Cach
 	return informers, nil
 }
 
-func (c *Cache) onNodeAccelerator(obj any) {
+func (c *Cache) onNodeAccelerator(obj any, before func(client.Object, bool)) {
 	if na, ok := obj.(*slicerv1alpha1.NodeAccelerator); ok {
+		before(na, false)
 		c.SetNodeAccelerator(na)
 	}
 }
 
-func (c *Cache) onNodeAcceleratorDelete(obj any) {
+func (c *Cache) onNodeAcceleratorDelete(obj any, before func(client.Object, bool)) {
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
 	if na, ok := obj.(*slicerv1alpha1.NodeAccelerator); ok {
+		before(na, true)
 		c.DeleteNodeAccelerator(na.Name)
 	}
 }
 
-func (c *Cache) onAllocation(obj any) {
+func (c *Cache) onAllocation(obj any, before func(client.Object, bool)) {
 	if a, ok := obj.(*slicerv1alpha1.SliceAllocation); ok {
+		before(a, false)
 		c.SetAllocation(AllocationFromObject(a))
 	}
 }
 
-func (c *Cache) onAllocationDelete(obj any) {
+func (c *Cache) onAllocationDelete(obj any, before func(client.Object, bool)) {
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
 	if a, ok := obj.(*slicerv1alpha1.SliceAllocation); ok {
+		before(a, true)
 		c.DeleteAllocation(a.Namespace, a.Name)
 	}
 }

@@ -92,6 +92,52 @@ var _ = Describe("Scheduling MIG pods", func() {
 		Eventually(func() []slicerv1alpha1.SliceAllocation { return s.allocations() }).Should(HaveLen(4))
 	})
 
+	It("retries a pending pod when its snapshot learns of a release after the scheduler did (S1, snapshot lag)", func() {
+		// The scheduler's informers and the plugin's snapshot informers are
+		// separate: the scheduler can retry the pending pod on a release
+		// before the snapshot shows it. Force that order: hold the snapshot's
+		// allocation deletes until the scheduler has retried the pod and the
+		// plugin, on the stale snapshot, has turned it away again.
+		s.addNode(s.ns+"-n1", 1)
+		var (
+			lagging    atomic.Bool
+			rejections atomic.Int32
+		)
+		gate := make(chan struct{})
+		var release sync.Once
+		open := func() { release.Do(func() { close(gate) }) }
+		defer open()
+		start(plugin.Options{Hooks: plugin.Hooks{
+			BeforeSnapshotEvent: func(obj client.Object, deleted bool) {
+				if _, ok := obj.(*slicerv1alpha1.SliceAllocation); ok && deleted && lagging.Load() {
+					<-gate
+				}
+			},
+			Rejected: func(pod *corev1.Pod) {
+				if pod.Name == "waiting" {
+					rejections.Add(1)
+				}
+			},
+		}})
+		holder := s.create(s.pod("holder", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() string { return s.get(holder.Name).Spec.NodeName }).ShouldNot(BeEmpty())
+		waiting := s.create(s.pod("waiting", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() string { return unschedulable(s.get(waiting.Name)) }).Should(ContainSubstring("no GPU has a free slot"))
+		Eventually(rejections.Load).Should(BeNumerically(">=", 1))
+
+		lagging.Store(true)
+		before := rejections.Load()
+		Expect(k8s.Delete(ctx, s.get(holder.Name), client.GracePeriodSeconds(0))).To(Succeed())
+		By("the scheduler retries the pod on its own informer's event; the snapshot, held, still shows the GPU full")
+		Eventually(rejections.Load).Should(BeNumerically(">", before))
+		Expect(s.get(waiting.Name).Spec.NodeName).To(BeEmpty())
+
+		By("the snapshot catches up and retries the pod itself, without a timer")
+		open()
+		Eventually(func() string { return s.get(waiting.Name).Spec.NodeName }).ShouldNot(BeEmpty())
+		Expect(s.allocationsOf(s.get(waiting.Name))).To(HaveLen(1))
+	})
+
 	It("packs mixed profiles where internal/mig places them", func() {
 		node := s.ns + "-n1"
 		s.addNode(node, 1)
