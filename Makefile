@@ -90,13 +90,20 @@ prometheus-bin: ## Debian's prometheus + promtool into bin/prometheus (once).
 	hack/install-prometheus.sh
 
 .PHONY: test
-test: test-go test-nested ## Unit and integration tests against a source-built kube-apiserver.
+test: test-go test-nested test-e2e ## Unit, integration and (as root) end-to-end tests.
 
-GO_TEST_PKGS ?= ./...
+GO_TEST_PKGS ?= $$($(GO) list ./... | grep -v /test/e2e)
 
 .PHONY: test-go
-test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## The main module's tests (GO_TEST_PKGS, default ./...).
+test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## The main module's tests but test/e2e (GO_TEST_PKGS).
 	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PKGS)
+
+# The e2e suite runs the stack as pods on the local node (root only; as any other user it
+# skips itself and says why). It needs the node's binaries, Slicer's and the images.
+.PHONY: test-e2e
+test-e2e: ## End-to-end suite on the local single-node cluster (root; see test/e2e).
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build; fi
+	$(GO) test -v -count=1 -timeout 40m ./test/e2e/ -ginkgo.v
 
 .PHONY: test-nested
 test-nested: ## Nested modules: NFD's rule engine, BuildKit's Containerfile parser, the OLM bundle validators.

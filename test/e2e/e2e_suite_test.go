@@ -1,0 +1,117 @@
+// Package e2e runs the whole stack as pods on the local single-node cluster
+// (hack/local-cluster): Slicer installed from config/overlays/emulated with
+// emulated GPUs, a real kubelet, containerd with CDI, and runc. It needs root;
+// as any other user every spec is skipped with the reason printed.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/slicer-operator/slicer/test/framework"
+)
+
+var (
+	repoRoot   string
+	kubeconfig string
+	restConfig *rest.Config
+	k8s        client.Client
+	clientset  kubernetes.Interface
+	latency    = newLatencyLog()
+	hostBefore hostSnapshot
+)
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
+	RunSpecs(t, "e2e: Slicer as pods on the local node")
+}
+
+var _ = BeforeSuite(func(ctx SpecContext) {
+	wd, err := os.Getwd()
+	Expect(err).NotTo(HaveOccurred())
+	repoRoot = filepath.Clean(filepath.Join(wd, "..", ".."))
+	kubeconfig = filepath.Join(repoRoot, ".local", "kubeconfig")
+
+	if os.Geteuid() != 0 {
+		skipLoudly("the e2e suite needs root (the local node runs runc, overlay mounts and cgroups); run `sudo make test` or `bash .ci/run` as root")
+	}
+	if exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "local-cluster"), "status").Run() == nil {
+		skipLoudly("a local cluster is already running (make demo?); the suite starts its own: run `make demo-down` first")
+	}
+
+	hostBefore = takeHostSnapshot()
+	DeferCleanup(func(ctx SpecContext) {
+		runScript(ctx, "hack/local-cluster", "down")
+		// demo-down's promise: no process, mount, cgroup, sysctl or path change left behind
+		Expect(takeHostSnapshot().diff(hostBefore)).To(BeEmpty(), "the host after `hack/local-cluster down` differs from before `up`")
+	}, NodeTimeout(3*time.Minute))
+
+	runScript(ctx, "hack/local-cluster", "up", "--default-scheduler")
+	runScript(ctx, "hack/demo", "install")
+
+	restConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	Expect(err).NotTo(HaveOccurred())
+	restConfig.QPS, restConfig.Burst = 200, 400
+	k8s, err = client.New(restConfig, client.Options{Scheme: framework.NewScheme()})
+	Expect(err).NotTo(HaveOccurred())
+	clientset, err = kubernetes.NewForConfig(restConfig)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(latency.start(ctx, restConfig)).To(Succeed())
+}, NodeTimeout(20*time.Minute))
+
+var _ = AfterSuite(func() {
+	if report := latency.report(); report != "" {
+		fmt.Fprintln(os.Stdout, report)
+		out := os.Getenv("E2E_LATENCY_OUT")
+		if out == "" {
+			out = filepath.Join(repoRoot, ".local", "e2e-latency.md")
+		}
+		if err := os.WriteFile(out, []byte(report+"\n"), 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: writing %s: %v\n", out, err)
+		}
+	}
+})
+
+// skipLoudly skips every spec and says why on stderr too: `go test` without
+// -v hides Ginkgo's skip messages, and a silently skipped suite looks green.
+func skipLoudly(reason string) {
+	fmt.Fprintf(os.Stderr, "\n*** e2e SKIPPED: %s ***\n\n", reason)
+	Skip(reason)
+}
+
+// runScript runs a repository script, its output going to the Ginkgo log; a
+// failure fails the spec with the output's tail.
+func runScript(ctx context.Context, script string, args ...string) {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, script), args...)
+	cmd.Dir = repoRoot
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	start := time.Now()
+	err := cmd.Run()
+	GinkgoWriter.Printf("$ %s %s (%s)\n%s\n", script, strings.Join(args, " "), time.Since(start).Round(time.Millisecond), out.String())
+	Expect(err).NotTo(HaveOccurred(), "%s %s failed:\n%s", script, strings.Join(args, " "), tail(out.String(), 40))
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}

@@ -1,0 +1,421 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/framework"
+)
+
+const (
+	node = "127.0.0.1"
+	// the namespace config/overlays/emulated installs the operator into; it runs the scheduler and webhook there
+	operatorNamespace = "slicer-system"
+	// where the emulated agent keeps its GPUs (operator/render: EmulatedStateDir) and where
+	// containerd reads CDI specs on the local node
+	emulatedStateFile = "/var/lib/slicer/emulated-gpus.json"
+	cdiDir            = "/var/run/cdi"
+	podResourcesSock  = "/var/lib/kubelet/pod-resources/kubelet.sock"
+)
+
+// slicePod is a pod that asks for one MIG slice the way users do
+// (nvidia.com/mig-<profile>), prints what its container received, and waits.
+func slicePod(ns, name, profile string) *corev1.Pod {
+	p := plainPod(ns, name)
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(mig.NVIDIAResourcePrefix + profile): resource.MustParse("1")}
+	return p
+}
+
+func plainPod(ns, name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{
+				Name:            "main",
+				Image:           "localhost/busybox:local",
+				ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/bin/sh", "-c", "echo \"visible=$NVIDIA_VISIBLE_DEVICES device=$SLICER_MIG_DEVICE profile=$SLICER_MIG_PROFILE placement=$SLICER_MIG_PLACEMENT gpu=$SLICER_GPU_UUID\"; " +
+					"trap 'exit 0' TERM; sleep 86400 & wait"},
+			}},
+		},
+	}
+}
+
+func createNamespace(ctx context.Context, name string) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	// the namespace's default ServiceAccount must exist before pods are admitted
+	Eventually(func() error {
+		_, err := clientset.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+}
+
+func deleteNamespace(ctx context.Context, name string) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	Expect(client.IgnoreNotFound(k8s.Delete(ctx, ns))).To(Succeed())
+	Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ns), ns))
+	}).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeTrue(), "namespace %s not deleted", name)
+}
+
+// createPod creates a pod and records its creation for the latency log.
+func createPod(ctx context.Context, p *corev1.Pod) {
+	latency.created(p.Namespace, p.Name)
+	Expect(k8s.Create(ctx, p)).To(Succeed())
+}
+
+func podPhase(ctx context.Context, ns, name string) corev1.PodPhase {
+	var p corev1.Pod
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+		return ""
+	}
+	return p.Status.Phase
+}
+
+func waitRunning(ctx context.Context, ns string, names ...string) {
+	for _, n := range names {
+		Eventually(podPhase).WithContext(ctx).WithArguments(ns, n).WithTimeout(2*time.Minute).Should(Equal(corev1.PodRunning), "pod %s/%s", ns, n)
+	}
+}
+
+// containerSaw returns the fields the pod's container printed (visible, device, profile, ...).
+func containerSaw(ctx context.Context, ns, name string) (map[string]string, error) {
+	raw, err := clientset.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("logs of %s/%s: %w", ns, name, err)
+	}
+	line := strings.SplitN(strings.TrimSpace(string(raw)), "\n", 2)[0]
+	if !strings.HasPrefix(line, "visible=") {
+		return nil, fmt.Errorf("pod %s/%s has not printed yet: %q", ns, name, line)
+	}
+	out := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		k, v, _ := strings.Cut(f, "=")
+		out[k] = v
+	}
+	return out, nil
+}
+
+// allocationsOf lists the SliceAllocations of the pods in a namespace.
+func allocationsIn(ctx context.Context, ns string) []slicerv1alpha1.SliceAllocation {
+	var l slicerv1alpha1.SliceAllocationList
+	Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+	return l.Items
+}
+
+// deviceView is the agent's side: the emulated GPUs' MIG instances (the
+// state file the agent keeps on the host), the kubelet's advertised devices
+// (PodResources GetAllocatableResources) and the CDI specs on the host.
+type deviceView struct {
+	instances  []framework.DeviceInstance
+	models     map[string]mig.Model
+	advertised map[string]string
+	cdi        []string
+	// kubelet's assignment: device ID → "namespace/name"
+	assigned map[string]string
+}
+
+func readDeviceView(ctx context.Context) (deviceView, error) {
+	v := deviceView{models: map[string]mig.Model{}, advertised: map[string]string{}, assigned: map[string]string{}}
+	insts, err := emulated.ReadStateFile(emulatedStateFile)
+	if err != nil {
+		return v, err
+	}
+	for _, si := range insts {
+		v.models[si.GPUUUID] = si.Model
+		if len(si.MIGUUIDs) == 0 {
+			v.instances = append(v.instances, framework.DeviceInstance{GPUUUID: si.GPUUUID, Profile: si.Profile, Placement: si.Placement})
+		}
+		for _, u := range si.MIGUUIDs {
+			v.instances = append(v.instances, framework.DeviceInstance{GPUUUID: si.GPUUUID, Profile: si.Profile, Placement: si.Placement, MIGUUID: u})
+		}
+	}
+	if v.cdi, err = (&cdi.Writer{Dir: cdiDir}).List(); err != nil {
+		return v, err
+	}
+	conn, err := grpc.NewClient("unix://"+podResourcesSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return v, fmt.Errorf("pod resources: %w", err)
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pr := podresourcesapi.NewPodResourcesListerClient(conn)
+	alloc, err := pr.GetAllocatableResources(cctx, &podresourcesapi.AllocatableResourcesRequest{})
+	if err != nil {
+		return v, fmt.Errorf("pod resources allocatable: %w", err)
+	}
+	for _, d := range alloc.GetDevices() {
+		if strings.HasPrefix(d.GetResourceName(), mig.ResourcePrefix) {
+			for _, id := range d.GetDeviceIds() {
+				v.advertised[id] = d.GetResourceName()
+			}
+		}
+	}
+	list, err := pr.List(cctx, &podresourcesapi.ListPodResourcesRequest{})
+	if err != nil {
+		return v, fmt.Errorf("pod resources list: %w", err)
+	}
+	for _, p := range list.GetPodResources() {
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if strings.HasPrefix(d.GetResourceName(), mig.ResourcePrefix) {
+					for _, id := range d.GetDeviceIds() {
+						v.assigned[id] = p.GetNamespace() + "/" + p.GetName()
+					}
+				}
+			}
+		}
+	}
+	return v, nil
+}
+
+// checkInvariants checks I1–I4 between the API view (every SliceAllocation on
+// the node) and the device view.
+func checkInvariants(ctx context.Context) error {
+	allocs, err := framework.ListAllocations(ctx, k8s, node)
+	if err != nil {
+		return err
+	}
+	v, err := readDeviceView(ctx)
+	if err != nil {
+		return err
+	}
+	errs := []error{framework.CheckAgentInvariants(allocs, v.instances, v.models, v.advertised, v.cdi, nil)}
+	// I1 from the kubelet's side: a device handed to a pod is held by that pod's allocation
+	holder := map[string]string{}
+	for _, a := range allocs {
+		if a.Status.MIGDeviceUUID != "" && a.DeletionTimestamp == nil {
+			holder[a.Status.MIGDeviceUUID] = a.Namespace + "/" + a.Spec.PodName
+		}
+	}
+	for id, pod := range v.assigned {
+		if h, ok := holder[id]; ok && h != pod {
+			errs = append(errs, fmt.Errorf("I1: kubelet gave %s to %s, its allocation is %s's", id, pod, h))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// apiOverlaps checks I1 on the API view alone (cheap enough to sample during
+// churn): no two live allocations share a slot on a GPU.
+func apiOverlaps(ctx context.Context) error {
+	allocs, err := framework.ListAllocations(ctx, k8s, node)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i, a := range allocs {
+		for _, b := range allocs[:i] {
+			if !live(a) || !live(b) || a.Spec.GPUUUID != b.Spec.GPUUUID {
+				continue
+			}
+			pa, pb := placementOf(a), placementOf(b)
+			if pa.Start < pb.Start+pb.Size && pb.Start < pa.Start+pa.Size {
+				errs = append(errs, fmt.Errorf("I1: %s/%s and %s/%s overlap on %s", a.Namespace, a.Name, b.Namespace, b.Name, a.Spec.GPUUUID))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func placementOf(a slicerv1alpha1.SliceAllocation) slicerv1alpha1.Placement {
+	if a.Status.ActualPlacement != nil {
+		return *a.Status.ActualPlacement
+	}
+	return a.Spec.Placement
+}
+
+func live(a slicerv1alpha1.SliceAllocation) bool {
+	return a.DeletionTimestamp == nil && a.Status.State != slicerv1alpha1.AllocationFailed
+}
+
+// killProcess SIGKILLs every process running an executable named exe (inside
+// its container), as a crash would; it returns how many it killed.
+func killProcess(exe string) int {
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	n := 0
+	for _, p := range procs {
+		target, err := os.Readlink(filepath.Join(p, "exe"))
+		if err != nil || filepath.Base(target) != exe {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscanf(filepath.Base(p), "%d", &pid); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// latencyLog records, for every slice pod the suite creates, when it was
+// created and when the suite first saw it bound, its allocation Ready and the
+// pod Running (watch events, this process's clock: API timestamps have
+// one-second resolution).
+type latencyLog struct {
+	mu    sync.Mutex
+	group map[string]string // pod key → group
+	pods  map[string]*podTimes
+}
+
+type podTimes struct {
+	created, bound, sliceReady, running time.Time
+}
+
+func newLatencyLog() *latencyLog {
+	return &latencyLog{group: map[string]string{}, pods: map[string]*podTimes{}}
+}
+
+var currentGroup = "burst"
+
+func (l *latencyLog) created(ns, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := ns + "/" + name
+	l.pods[k] = &podTimes{created: time.Now()}
+	l.group[k] = currentGroup
+}
+
+func (l *latencyLog) observe(key string, f func(t *podTimes)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t, ok := l.pods[key]; ok {
+		f(t)
+	}
+}
+
+func (l *latencyLog) start(ctx context.Context, cfg *rest.Config) error {
+	c, err := cache.New(cfg, cache.Options{Scheme: framework.NewScheme()})
+	if err != nil {
+		return fmt.Errorf("latency cache: %w", err)
+	}
+	podInf, err := c.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("pod informer: %w", err)
+	}
+	onPod := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		now := time.Now()
+		l.observe(p.Namespace+"/"+p.Name, func(t *podTimes) {
+			if t.bound.IsZero() && p.Spec.NodeName != "" {
+				t.bound = now
+			}
+			if t.running.IsZero() && p.Status.Phase == corev1.PodRunning {
+				t.running = now
+			}
+		})
+	}
+	if _, err := podInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: onPod, UpdateFunc: func(_, n any) { onPod(n) }}); err != nil {
+		return fmt.Errorf("pod handler: %w", err)
+	}
+	allocInf, err := c.GetInformer(ctx, &slicerv1alpha1.SliceAllocation{})
+	if err != nil {
+		return fmt.Errorf("allocation informer: %w", err)
+	}
+	onAlloc := func(obj any) {
+		a, ok := obj.(*slicerv1alpha1.SliceAllocation)
+		if !ok || a.Status.State != slicerv1alpha1.AllocationReady {
+			return
+		}
+		now := time.Now()
+		l.observe(a.Namespace+"/"+a.Spec.PodName, func(t *podTimes) {
+			if t.sliceReady.IsZero() {
+				t.sliceReady = now
+			}
+		})
+	}
+	if _, err := allocInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: onAlloc, UpdateFunc: func(_, n any) { onAlloc(n) }}); err != nil {
+		return fmt.Errorf("allocation handler: %w", err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		return errors.New("latency cache did not sync")
+	}
+	return nil
+}
+
+// report renders p50/p99 per group of create → Running and of its phases.
+func (l *latencyLog) report() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	groups := map[string][]*podTimes{}
+	var names []string
+	for k, t := range l.pods {
+		g := l.group[k]
+		if t.running.IsZero() {
+			continue
+		}
+		if _, ok := groups[g]; !ok {
+			names = append(names, g)
+		}
+		groups[g] = append(groups[g], t)
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("| pods | n | create → Running p50 / p99 | create → bound p50 / p99 | bound → slice Ready p50 / p99 | slice Ready → Running p50 / p99 |\n|---|---|---|---|---|---|\n")
+	for _, g := range names {
+		ts := groups[g]
+		col := func(from, to func(*podTimes) time.Time) string {
+			var d []time.Duration
+			for _, t := range ts {
+				if !from(t).IsZero() && !to(t).IsZero() {
+					d = append(d, to(t).Sub(from(t)))
+				}
+			}
+			if len(d) == 0 {
+				return "-"
+			}
+			sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+			return fmt.Sprintf("%s / %s", pct(d, 50), pct(d, 99))
+		}
+		created := func(t *podTimes) time.Time { return t.created }
+		bound := func(t *podTimes) time.Time { return t.bound }
+		ready := func(t *podTimes) time.Time { return t.sliceReady }
+		running := func(t *podTimes) time.Time { return t.running }
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", g, len(ts), col(created, running), col(created, bound), col(bound, ready), col(ready, running))
+	}
+	return b.String()
+}
+
+func pct(sorted []time.Duration, p int) string {
+	i := (len(sorted)*p+99)/100 - 1
+	if i < 0 {
+		i = 0
+	}
+	return fmt.Sprintf("%.2fs", sorted[i].Seconds())
+}
