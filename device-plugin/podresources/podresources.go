@@ -32,6 +32,27 @@ func PodKey(namespace, name string) string { return namespace + "/" + name }
 // DeviceUsage maps every Slicer MIG device ID the kubelet assigned to the
 // "namespace/name" of its pod.
 func (c *Client) DeviceUsage(ctx context.Context) (map[string]string, error) {
+	resp, err := c.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Usage(resp), nil
+}
+
+// PodDevices maps every pod the kubelet lists to the Slicer MIG devices it
+// holds, by resource: "namespace/name" → resource → device IDs. A pod the
+// kubelet is admitting is listed with no devices yet (the kubelet adds a pod
+// to its pod manager before admitting it, and List reports the pod manager's
+// active pods).
+func (c *Client) PodDevices(ctx context.Context) (map[string]map[string][]string, error) {
+	resp, err := c.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return PodDevicesOf(resp), nil
+}
+
+func (c *Client) list(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
 	timeout := c.Timeout
 	if timeout == 0 {
 		timeout = 5 * time.Second
@@ -47,7 +68,29 @@ func (c *Client) DeviceUsage(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod resources list: %w", err)
 	}
-	return Usage(resp), nil
+	return resp, nil
+}
+
+// PodDevicesOf extracts every pod and its Slicer MIG devices from a List
+// response (see PodDevices).
+func PodDevicesOf(resp *podresourcesapi.ListPodResourcesResponse) map[string]map[string][]string {
+	out := map[string]map[string][]string{}
+	for _, p := range resp.GetPodResources() {
+		key := PodKey(p.GetNamespace(), p.GetName())
+		devs := out[key]
+		if devs == nil {
+			devs = map[string][]string{}
+			out[key] = devs
+		}
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if strings.HasPrefix(d.GetResourceName(), mig.ResourcePrefix) {
+					devs[d.GetResourceName()] = append(devs[d.GetResourceName()], d.GetDeviceIds()...)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Usage extracts the Slicer MIG device assignments from a List response.

@@ -43,6 +43,7 @@ func TestDeviceUsage(t *testing.T) {
 		{Name: "p2", Namespace: "ns", Containers: []*podresourcesapi.ContainerResources{{Name: "c", Devices: []*podresourcesapi.ContainerDevices{
 			{ResourceName: "slicer.dev/mig-3g.40gb", DeviceIds: []string{"MIG-3", "MIG-4"}},
 		}}}},
+		{Name: "admitting", Namespace: "ns", Containers: []*podresourcesapi.ContainerResources{{Name: "c"}}},
 	}}})
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
@@ -53,6 +54,21 @@ func TestDeviceUsage(t *testing.T) {
 	want := map[string]string{"MIG-1": "ns/p1", "MIG-3": "ns/p2", "MIG-4": "ns/p2"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
+	}
+	pods, err := (&podresources.Client{Socket: sock}).PodDevices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPods := map[string]map[string][]string{
+		"ns/p1":        {"slicer.dev/mig-1g.10gb": {"MIG-1"}},
+		"ns/p2":        {"slicer.dev/mig-3g.40gb": {"MIG-3", "MIG-4"}},
+		"ns/admitting": {},
+	}
+	if d := cmp.Diff(wantPods, pods); d != "" {
+		t.Errorf("PodDevices (-want +got):\n%s", d)
+	}
+	if _, err := (&podresources.Client{Socket: filepath.Join(dir, "missing.sock")}).PodDevices(context.Background()); err == nil {
+		t.Error("a missing socket gave no error")
 	}
 	if _, err := (&podresources.Client{Socket: filepath.Join(dir, "missing.sock")}).DeviceUsage(context.Background()); err == nil {
 		t.Error("a missing socket gave no error")

@@ -109,12 +109,19 @@ func run(ctx context.Context, f flags) error {
 			}
 		})
 	}
-	pm := plugin.NewManager(plugin.Options{Dir: f.pluginDir, Resources: resources, Registrations: metrics.Registrations,
-		Allocates: metrics.AllocateResults, OnAllocate: poke}, log.WithName("device-plugin"))
-	var usage agent.UsageSource
+	var (
+		usage     agent.UsageSource
+		preferrer plugin.Preferrer
+	)
 	if f.podResources != "" {
-		usage = &podresources.Client{Socket: f.podResources}
+		pr := &podresources.Client{Socket: f.podResources}
+		usage = pr
+		// Without the kubelet's pod list the chooser cannot tell which pod is
+		// being admitted: the kubelet then chooses alone.
+		preferrer = &agent.Chooser{Reader: mgr.GetClient(), Node: f.node, Kubelet: pr, Log: log.WithName("prefer")}
 	}
+	pm := plugin.NewManager(plugin.Options{Dir: f.pluginDir, Resources: resources, Registrations: metrics.Registrations,
+		Allocates: metrics.AllocateResults, OnAllocate: poke, Preferrer: preferrer}, log.WithName("device-plugin"))
 	r := agent.New(mgr.GetClient(), mgr.GetEventRecorderFor("slicer-agent"), agent.Options{
 		NodeName: f.node, Library: lib, Emulated: f.emulate != "", CDI: &cdi.Writer{Dir: f.cdiDir, Real: f.emulate == ""},
 		Usage: usage, Advertiser: pm, OrphanGrace: f.grace, Resync: f.resync, Metrics: metrics,

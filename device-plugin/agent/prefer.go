@@ -1,0 +1,235 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// KubeletPods reports every pod the kubelet lists (admitted, or being
+// admitted) with the Slicer MIG devices it holds: "namespace/name" →
+// resource → device IDs (podresources.Client.PodDevices).
+type KubeletPods interface {
+	PodDevices(ctx context.Context) (map[string]map[string][]string, error)
+}
+
+// Chooser answers the kubelet's GetPreferredAllocation with the devices the
+// scheduler's SliceAllocations meant for the pod being admitted (RELIABILITY
+// N8). The kubelet does not say which pod it admits; it admits pods one at a
+// time, oldest first within a batch, and adds each to the list PodResources
+// reports just before admitting it. So the pod being admitted is taken to be
+// the oldest pod that the kubelet lists, that holds fewer devices of the
+// resource than it has allocations for, and whose Ready allocation's device is
+// available. See preferred for the rule.
+type Chooser struct {
+	// Reader reads the node's SliceAllocations and Pods (the manager's cache;
+	// see CacheOptions).
+	Reader  client.Reader
+	Node    string
+	Kubelet KubeletPods
+	// Timeout bounds one answer (default 2s): the kubelet waits for it.
+	Timeout time.Duration
+	Log     logr.Logger
+}
+
+// Preferred implements plugin.Preferrer. Any trouble yields nil: the kubelet
+// then chooses by itself, and the agent records what it chose.
+func (c *Chooser) Preferred(ctx context.Context, resource string, available, mustInclude []string, size int) []string {
+	timeout := c.Timeout
+	if timeout == 0 {
+		timeout = 2 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	in, err := c.input(ctx, resource)
+	if err != nil {
+		c.Log.Error(err, "no preferred allocation; the kubelet chooses", "resource", resource)
+		return nil
+	}
+	in.Available, in.MustInclude, in.Size = available, mustInclude, size
+	ids, pod := preferred(in)
+	c.Log.Info("preferred allocation", "resource", resource, "pod", pod, "devices", ids, "available", len(available), "size", size)
+	return ids
+}
+
+func (c *Chooser) input(ctx context.Context, resource string) (preferInput, error) {
+	in := preferInput{Node: c.Node, Resource: resource, Pods: map[string]*corev1.Pod{}}
+	var list slicerv1alpha1.SliceAllocationList
+	if err := c.Reader.List(ctx, &list, client.MatchingLabels{slicerv1alpha1.LabelNode: c.Node}); err != nil {
+		return in, fmt.Errorf("list allocations: %w", err)
+	}
+	in.Allocs = list.Items
+	for i := range list.Items {
+		a := &list.Items[i]
+		key := a.Namespace + "/" + a.Spec.PodName
+		if _, done := in.Pods[key]; done || !relevant(a, c.Node, resource) {
+			continue
+		}
+		var pod corev1.Pod
+		err := c.Reader.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: a.Spec.PodName}, &pod)
+		switch {
+		case apierrors.IsNotFound(err):
+			in.Pods[key] = nil
+		case err != nil:
+			return in, fmt.Errorf("get pod %s: %w", key, err)
+		default:
+			in.Pods[key] = &pod
+		}
+	}
+	if c.Kubelet == nil {
+		return in, fmt.Errorf("no kubelet PodResources source")
+	}
+	kp, err := c.Kubelet.PodDevices(ctx)
+	if err != nil {
+		return in, fmt.Errorf("kubelet pod resources: %w", err)
+	}
+	in.Kubelet = kp
+	return in, nil
+}
+
+// relevant reports whether a is a live allocation of this node for resource.
+func relevant(a *slicerv1alpha1.SliceAllocation, node, resource string) bool {
+	return a.DeletionTimestamp == nil && a.Spec.NodeName == node && a.Status.State != slicerv1alpha1.AllocationFailed &&
+		mig.ResourceName(string(a.Spec.Profile)) == resource
+}
+
+// preferInput is everything one preference is computed from.
+type preferInput struct {
+	Node, Resource string
+	Allocs         []slicerv1alpha1.SliceAllocation
+	// Pods by "namespace/name"; nil or missing: the pod does not exist.
+	Pods map[string]*corev1.Pod
+	// Kubelet is the kubelet's pod list with held devices (PodDevices).
+	Kubelet                map[string]map[string][]string
+	Available, MustInclude []string
+	Size                   int
+}
+
+type preferCandidate struct {
+	pod     string
+	created time.Time
+	devices []string
+}
+
+// preferred is the chooser's rule, pure. Candidates are pods that
+//   - have a live allocation of this node for the resource that is Ready with
+//     its MIG device in available,
+//   - exist with the allocation's UID, are bound to this node, not terminal
+//     nor deleting,
+//   - are listed by the kubelet (it knows the pod: admitted or being
+//     admitted) and hold fewer devices of the resource than they have live
+//     allocations for it (not yet, or not fully, admitted).
+//
+// The oldest candidate (creationTimestamp, then namespace/name) is taken to be
+// the pod the kubelet admits, as the kubelet admits the oldest first. The
+// answer is mustInclude, then that pod's devices (by allocation index), then
+// available devices no waiting pod was promised, then the other candidates'
+// devices by age, then anything else available, cut at size. No candidate (or
+// no kubelet list) gives nil: the kubelet chooses. It also returns the
+// candidate pod ("" when none).
+func preferred(in preferInput) ([]string, string) {
+	if in.Kubelet == nil || in.Size <= 0 {
+		return nil, ""
+	}
+	avail := map[string]bool{}
+	for _, id := range in.Available {
+		avail[id] = true
+	}
+	allocs := make([]*slicerv1alpha1.SliceAllocation, 0, len(in.Allocs))
+	for i := range in.Allocs {
+		if relevant(&in.Allocs[i], in.Node, in.Resource) {
+			allocs = append(allocs, &in.Allocs[i])
+		}
+	}
+	sort.Slice(allocs, func(i, j int) bool {
+		if allocs[i].Spec.Index != allocs[j].Spec.Index {
+			return allocs[i].Spec.Index < allocs[j].Spec.Index
+		}
+		return allocs[i].Namespace+"/"+allocs[i].Name < allocs[j].Namespace+"/"+allocs[j].Name
+	})
+	need := map[string]int{}
+	promised := map[string]bool{} // available devices some pod's allocation holds
+	byPod := map[string]*preferCandidate{}
+	var cands []*preferCandidate
+	for _, a := range allocs {
+		key := a.Namespace + "/" + a.Spec.PodName
+		need[key]++
+		dev := a.Status.MIGDeviceUUID
+		if a.Status.State != slicerv1alpha1.AllocationReady || dev == "" || !avail[dev] {
+			continue
+		}
+		promised[dev] = true
+		pod := in.Pods[key]
+		if pod == nil || (a.Spec.PodUID != "" && string(pod.UID) != a.Spec.PodUID) || pod.Spec.NodeName != in.Node ||
+			pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, known := in.Kubelet[key]; !known {
+			continue
+		}
+		c := byPod[key]
+		if c == nil {
+			c = &preferCandidate{pod: key, created: pod.CreationTimestamp.Time}
+			byPod[key] = c
+			cands = append(cands, c)
+		}
+		c.devices = append(c.devices, dev)
+	}
+	// Pods that already hold all they asked for are admitted: not candidates.
+	live := cands[:0]
+	for _, c := range cands {
+		if len(in.Kubelet[c.pod][in.Resource]) < need[c.pod] {
+			live = append(live, c)
+		}
+	}
+	cands = live
+	if len(cands) == 0 {
+		return nil, ""
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		if !cands[i].created.Equal(cands[j].created) {
+			return cands[i].created.Before(cands[j].created)
+		}
+		return cands[i].pod < cands[j].pod
+	})
+
+	var out []string
+	seen := map[string]bool{}
+	add := func(ids ...string) {
+		for _, id := range ids {
+			if len(out) < in.Size && !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	for _, id := range in.MustInclude {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id) // never cut: the kubelet must get them all
+		}
+	}
+	add(cands[0].devices...)
+	rest := append([]string(nil), in.Available...)
+	sort.Strings(rest)
+	for _, id := range rest {
+		if !promised[id] {
+			add(id)
+		}
+	}
+	for _, c := range cands[1:] {
+		add(c.devices...)
+	}
+	add(rest...)
+	return out, cands[0].pod
+}

@@ -1,0 +1,192 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+)
+
+func TestPreferred(t *testing.T) {
+	const node, res = "n1", "slicer.dev/mig-1g.10gb"
+	t0 := time.Unix(1000, 0)
+	alloc := func(name, pod, profile, dev string, state slicerv1alpha1.AllocationState) slicerv1alpha1.SliceAllocation {
+		return slicerv1alpha1.SliceAllocation{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+			Spec: slicerv1alpha1.SliceAllocationSpec{PodName: pod, PodUID: "uid-" + pod, NodeName: node, GPUUUID: "GPU-0",
+				Profile: slicerv1alpha1.MIGProfile(profile)},
+			Status: slicerv1alpha1.SliceAllocationStatus{State: state, MIGDeviceUUID: dev},
+		}
+	}
+	ready := func(name, pod, dev string) slicerv1alpha1.SliceAllocation {
+		return alloc(name, pod, "1g.10gb", dev, slicerv1alpha1.AllocationReady)
+	}
+	pod := func(name string, age time.Duration) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(t0.Add(-age))},
+			Spec:       corev1.PodSpec{NodeName: node},
+		}
+	}
+	pods := func(ps ...*corev1.Pod) map[string]*corev1.Pod {
+		m := map[string]*corev1.Pod{}
+		for _, p := range ps {
+			m[p.Namespace+"/"+p.Name] = p
+		}
+		return m
+	}
+	known := func(names ...string) map[string]map[string][]string {
+		m := map[string]map[string][]string{}
+		for _, n := range names {
+			m["ns/"+n] = map[string][]string{}
+		}
+		return m
+	}
+	holding := func(m map[string]map[string][]string, name string, devs ...string) map[string]map[string][]string {
+		m["ns/"+name] = map[string][]string{res: devs}
+		return m
+	}
+	tests := []struct {
+		name    string
+		in      preferInput
+		want    []string
+		wantPod string
+	}{
+		{
+			name: "one candidate gets its own device",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a")}, Pods: pods(pod("pa", time.Minute)),
+				Kubelet: known("pa"), Available: []string{"MIG-a", "MIG-x"}, Size: 1},
+			want: []string{"MIG-a"}, wantPod: "ns/pa",
+		},
+		{
+			name: "two pods of one profile: the oldest first",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a"), ready("b", "pb", "MIG-b")},
+				Pods: pods(pod("pa", time.Minute), pod("pb", time.Hour)), Kubelet: known("pa", "pb"), Available: []string{"MIG-a", "MIG-b"}, Size: 1},
+			want: []string{"MIG-b"}, wantPod: "ns/pb",
+		},
+		{
+			name: "same age: by namespace/name",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a"), ready("b", "pb", "MIG-b")},
+				Pods: pods(pod("pb", time.Minute), pod("pa", time.Minute)), Kubelet: known("pa", "pb"), Available: []string{"MIG-a", "MIG-b"}, Size: 1},
+			want: []string{"MIG-a"}, wantPod: "ns/pa",
+		},
+		{
+			name: "a pod whose device is not available is no candidate",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a"), ready("b", "pb", "MIG-b")},
+				Pods: pods(pod("pa", time.Minute), pod("pb", time.Hour)), Kubelet: known("pa", "pb"), Available: []string{"MIG-a"}, Size: 1},
+			want: []string{"MIG-a"}, wantPod: "ns/pa",
+		},
+		{
+			name: "an admitted pod is skipped even if its own device is still available (it got another one)",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a"), ready("b", "pb", "MIG-b")},
+				Pods: pods(pod("pa", time.Minute), pod("pb", time.Hour)), Kubelet: holding(known("pa"), "pb", "MIG-z"),
+				Available: []string{"MIG-a", "MIG-b"}, Size: 1},
+			want: []string{"MIG-a"}, wantPod: "ns/pa",
+		},
+		{
+			name: "a pod the kubelet does not list yet is no candidate, and its device is not handed out",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a"), ready("b", "pb", "MIG-b")},
+				Pods: pods(pod("pa", time.Minute), pod("pb", time.Hour)), Kubelet: known("pa"), Available: []string{"MIG-a", "MIG-b"}, Size: 1},
+			want: []string{"MIG-a"}, wantPod: "ns/pa",
+		},
+		{
+			name: "no candidate: the kubelet chooses",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a")}, Pods: pods(pod("pa", time.Minute)),
+				Kubelet: holding(known(), "pa", "MIG-a"), Available: []string{"MIG-x"}, Size: 1},
+		},
+		{
+			name: "no kubelet list: the kubelet chooses",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a")}, Pods: pods(pod("pa", time.Minute)),
+				Available: []string{"MIG-a"}, Size: 1},
+		},
+		{
+			name: "pods missing, recreated with another UID, elsewhere, terminal or deleting are no candidates",
+			in: func() preferInput {
+				other := pod("pc", time.Hour)
+				other.UID = "someone-else"
+				elsewhere := pod("pd", time.Hour)
+				elsewhere.Spec.NodeName = "n2"
+				failedPod := pod("pe", time.Hour)
+				failedPod.Status.Phase = corev1.PodFailed
+				deleting := pod("pf", time.Hour)
+				deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+				return preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a"), ready("b", "pb", "MIG-b"), ready("c", "pc", "MIG-c"),
+					ready("d", "pd", "MIG-d"), ready("e", "pe", "MIG-e"), ready("f", "pf", "MIG-f")},
+					Pods: pods(pod("pa", time.Minute), other, elsewhere, failedPod, deleting), Kubelet: known("pa", "pb", "pc", "pd", "pe", "pf"),
+					Available: []string{"MIG-a", "MIG-b", "MIG-c", "MIG-d", "MIG-e", "MIG-f"}, Size: 1}
+			}(),
+			want: []string{"MIG-a"}, wantPod: "ns/pa",
+		},
+		{
+			name: "allocations not Ready, of another profile, node or deleting give no device",
+			in: func() preferInput {
+				gone := ready("d", "pa", "MIG-d")
+				gone.DeletionTimestamp = &metav1.Time{Time: t0}
+				gone.Finalizers = []string{"x"}
+				away := ready("e", "pa", "MIG-e")
+				away.Spec.NodeName = "n2"
+				return preferInput{Allocs: []slicerv1alpha1.SliceAllocation{
+					alloc("b", "pa", "1g.10gb", "MIG-b", slicerv1alpha1.AllocationCreating), alloc("c", "pa", "2g.20gb", "MIG-c", slicerv1alpha1.AllocationReady), gone, away},
+					Pods: pods(pod("pa", time.Minute)), Kubelet: known("pa"), Available: []string{"MIG-b", "MIG-c", "MIG-d", "MIG-e"}, Size: 1}
+			}(),
+		},
+		{
+			name: "mustInclude comes first and is never cut",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a")}, Pods: pods(pod("pa", time.Minute)),
+				Kubelet: known("pa"), Available: []string{"MIG-a", "MIG-m", "MIG-x"}, MustInclude: []string{"MIG-m"}, Size: 2},
+			want: []string{"MIG-m", "MIG-a"}, wantPod: "ns/pa",
+		},
+		{
+			name: "size 2: the pod's two devices, by allocation index",
+			in: func() preferInput {
+				a0, a1 := ready("a0", "pa", "MIG-a0"), ready("a1", "pa", "MIG-a1")
+				a0.Spec.Index, a1.Spec.Index = 1, 0
+				return preferInput{Allocs: []slicerv1alpha1.SliceAllocation{a0, a1, ready("b", "pb", "MIG-b")},
+					Pods: pods(pod("pa", time.Hour), pod("pb", time.Minute)), Kubelet: known("pa", "pb"),
+					Available: []string{"MIG-a0", "MIG-a1", "MIG-b"}, Size: 2}
+			}(),
+			want: []string{"MIG-a1", "MIG-a0"}, wantPod: "ns/pa",
+		},
+		{
+			name: "size larger than the pod's devices: filled first with devices no waiting pod was promised",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a"), ready("b", "pb", "MIG-b")},
+				Pods: pods(pod("pa", time.Hour), pod("pb", time.Minute)), Kubelet: known("pa", "pb"),
+				Available: []string{"MIG-b", "MIG-a", "MIG-x"}, Size: 2},
+			want: []string{"MIG-a", "MIG-x"}, wantPod: "ns/pa",
+		},
+		{
+			name: "then the next candidates' devices, exactly size",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a"), ready("b", "pb", "MIG-b"), ready("c", "pc", "MIG-c")},
+				Pods: pods(pod("pa", time.Hour), pod("pb", time.Minute), pod("pc", 2*time.Minute)), Kubelet: known("pa", "pb", "pc"),
+				Available: []string{"MIG-a", "MIG-b", "MIG-c"}, Size: 2},
+			want: []string{"MIG-a", "MIG-c"}, wantPod: "ns/pa",
+		},
+		{
+			name: "a pod with two containers: after the first got a device, the second gets the other",
+			in: func() preferInput {
+				a0, a1 := ready("a0", "pa", "MIG-a0"), ready("a1", "pa", "MIG-a1")
+				a1.Spec.Index = 1
+				return preferInput{Allocs: []slicerv1alpha1.SliceAllocation{a0, a1, ready("b", "pb", "MIG-b")},
+					Pods: pods(pod("pa", time.Hour), pod("pb", time.Minute)), Kubelet: holding(known("pb"), "pa", "MIG-a0"),
+					Available: []string{"MIG-a1", "MIG-b"}, Size: 1}
+			}(),
+			want: []string{"MIG-a1"}, wantPod: "ns/pa",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.Node, tc.in.Resource = node, res
+			got, gotPod := preferred(tc.in)
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("preferred (-want +got):\n%s", d)
+			}
+			if gotPod != tc.wantPod {
+				t.Errorf("pod %q, want %q", gotPod, tc.wantPod)
+			}
+		})
+	}
+}
