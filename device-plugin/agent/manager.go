@@ -16,7 +16,7 @@ import (
 func CacheOptions(node string) cache.Options {
 	byName := fields.OneTermEqualSelector("metadata.name", node)
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", node)},
+		&corev1.Pod{}:                     {Field: fields.OneTermEqualSelector("spec.nodeName", node)},
 		&slicerv1alpha1.SliceAllocation{}: {Label: labels.SelectorFromSet(labels.Set{slicerv1alpha1.LabelNode: node})},
 		&slicerv1alpha1.NodeAccelerator{}: {Field: byName},
 		&corev1.Node{}:                    {Field: byName},

@@ -1,0 +1,131 @@
+package agent_test
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/framework"
+)
+
+// kubeletPods is a settable agent.KubeletPods.
+type kubeletPods struct {
+	mu   sync.Mutex
+	pods map[string]map[string][]string
+}
+
+func (k *kubeletPods) set(p map[string]map[string][]string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.pods = p
+}
+
+func (k *kubeletPods) PodDevices(context.Context) (map[string]map[string][]string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.pods), nil
+}
+
+var _ = Describe("Which pod gets which slice", func() {
+	It("records the GPU when the kubelet gave a pod a slice on another GPU", func() {
+		n := newNode("n-xgpu", mig.H100_80GB, mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		n.start()
+		a := n.allocate(0, "1g.10gb", 0, 1)
+		b := n.allocate(1, "1g.10gb", 0, 1)
+		ua, ub := n.waitReady(a).Status.MIGDeviceUUID, n.waitReady(b).Status.MIGDeviceUUID
+		// The kubelet handed a's device (GPU 0) to b's pod and b's (GPU 1) to a's pod.
+		n.usage.Set(map[string]string{ua: "team-a/" + b.Spec.PodName, ub: "team-a/" + a.Spec.PodName})
+		Eventually(func(g Gomega) {
+			ga, gb := n.get(a), n.get(b)
+			g.Expect(ga.Status.MIGDeviceUUID).To(Equal(ub))
+			g.Expect(ga.Status.ActualGPUUUID).To(Equal(n.gpu(1)))
+			g.Expect(ga.Status.ActualPlacement).To(Equal(&slicerv1alpha1.Placement{Start: 0, Size: 1}))
+			g.Expect(gb.Status.MIGDeviceUUID).To(Equal(ua))
+			g.Expect(gb.Status.ActualGPUUUID).To(Equal(n.gpu(0)))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		n.invariants()
+		// b's pod goes away: the slice it really used (on GPU 0) is destroyed.
+		n.usage.Set(map[string]string{ub: "team-a/" + a.Spec.PodName})
+		n.release(b)
+		n.waitGone(b)
+		left := n.backend.Instances()
+		Expect(left).To(HaveLen(1))
+		Expect(left[0].MIGUUID).To(Equal(ub))
+		Expect(left[0].GPU).To(Equal(1))
+		n.invariants()
+	})
+
+	It("prefers the device allocated to the oldest pod the kubelet is admitting", func() {
+		n := newNode("n-prefer", mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		n.start()
+		res := mig.ResourceName("1g.10gb")
+		// Pods bound to the node; "z-old" is created a second before "a-young"
+		// (creation timestamps have second resolution), so age, not name, decides.
+		old := bindPod(n.name, "z-old")
+		Eventually(func() bool { return time.Since(old.CreationTimestamp.Time) > time.Second }).Should(BeTrue())
+		young := bindPod(n.name, "a-young")
+		elsewhere := bindPod("n-other", "b-elsewhere")
+		aOld := allocateFor(n, old, 0)
+		aYoung := allocateFor(n, young, 1)
+		aElse := allocateFor(n, elsewhere, 2)
+		dOld, dYoung := n.waitReady(aOld).Status.MIGDeviceUUID, n.waitReady(aYoung).Status.MIGDeviceUUID
+		dElse := n.waitReady(aElse).Status.MIGDeviceUUID
+
+		opts := agent.CacheOptions(n.name)
+		opts.Scheme = env.Scheme
+		c, err := cache.New(env.Config, opts)
+		Expect(err).NotTo(HaveOccurred())
+		cctx, cancel := context.WithCancel(ctx)
+		DeferCleanup(cancel)
+		go func() { _ = c.Start(cctx) }()
+		Expect(c.WaitForCacheSync(cctx)).To(BeTrue())
+		kp := &kubeletPods{}
+		ch := &agent.Chooser{Reader: c, Node: n.name, Kubelet: kp, Log: GinkgoLogr}
+		available := []string{dYoung, dElse, dOld}
+
+		// The kubelet admits z-old (both pods listed, neither holds a device).
+		kp.set(map[string]map[string][]string{"team-a/z-old": {}, "team-a/a-young": {}, "team-a/b-elsewhere": {}})
+		Eventually(func() []string { return ch.Preferred(ctx, res, available, nil, 1) }).Should(Equal([]string{dOld}))
+		// z-old holds its device now; the kubelet admits a-young.
+		kp.set(map[string]map[string][]string{"team-a/z-old": {res: {dOld}}, "team-a/a-young": {}, "team-a/b-elsewhere": {}})
+		Expect(ch.Preferred(ctx, res, []string{dYoung, dElse}, nil, 1)).To(Equal([]string{dYoung}))
+		// Only the pod bound elsewhere is left: no candidate, the kubelet chooses.
+		kp.set(map[string]map[string][]string{"team-a/z-old": {res: {dOld}}, "team-a/a-young": {res: {dYoung}}, "team-a/b-elsewhere": {}})
+		Expect(ch.Preferred(ctx, res, []string{dElse}, nil, 1)).To(BeEmpty())
+		// Another profile's resource has no candidate either.
+		Expect(ch.Preferred(ctx, mig.ResourceName("2g.20gb"), available, nil, 1)).To(BeEmpty())
+	})
+})
+
+// bindPod creates a pod already bound to node (as after the scheduler's bind).
+func bindPod(node, name string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}
+	Expect(k8s.Create(ctx, p)).To(Succeed())
+	DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, p))).To(Succeed()) })
+	return p
+}
+
+// allocateFor creates a Ready-to-be 1g.10gb allocation on n for pod at start.
+func allocateFor(n *node, p *corev1.Pod, start int32) *slicerv1alpha1.SliceAllocation {
+	a := framework.MakeSliceAllocation("team-a", p.Name+"-0").Node(n.name).GPU(n.gpu(0)).Profile("1g.10gb", start, 1).
+		Pod(p.Name, string(p.UID)).Obj()
+	a.Labels = map[string]string{slicerv1alpha1.LabelNode: n.name, slicerv1alpha1.LabelPodUID: a.Spec.PodUID}
+	Expect(k8s.Create(ctx, a)).To(Succeed())
+	return a
+}
