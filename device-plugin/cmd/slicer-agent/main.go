@@ -13,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -119,6 +120,11 @@ func run(ctx context.Context, f flags) error {
 		// Without the kubelet's pod list the chooser cannot tell which pod is
 		// being admitted: the kubelet then chooses alone.
 		preferrer = &agent.Chooser{Reader: mgr.GetClient(), Node: f.node, Kubelet: pr, Log: log.WithName("prefer")}
+		// The chooser reads the node's pods from the cache: watch them from the start, so the
+		// kubelet's first GetPreferredAllocation does not wait for a lazily started informer.
+		if _, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{}); err != nil {
+			return fmt.Errorf("pod informer: %w", err)
+		}
 	}
 	pm := plugin.NewManager(plugin.Options{Dir: f.pluginDir, Resources: resources, Registrations: metrics.Registrations,
 		Allocates: metrics.AllocateResults, OnAllocate: poke, Preferrer: preferrer}, log.WithName("device-plugin"))
