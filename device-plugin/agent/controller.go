@@ -156,7 +156,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			}
 		}
 	}
-	if err := parallel(needFinalizer, func(a *slicerv1alpha1.SliceAllocation) error { return r.ensureFinalizer(ctx, a) }); err != nil {
+	// The list comes from the cache: an allocation it still shows may already be gone
+	// (the scheduler's Unreserve, a deleted pod). Adding the finalizer is the check: one
+	// that is gone gets no slice, or the slice would be left to the orphan grace period.
+	var goneMu sync.Mutex
+	if err := parallel(needFinalizer, func(a *slicerv1alpha1.SliceAllocation) error {
+		gone, err := r.ensureFinalizer(ctx, a)
+		if gone {
+			goneMu.Lock()
+			delete(allocs, client.ObjectKeyFromObject(a))
+			goneMu.Unlock()
+		}
+		return err
+	}); err != nil {
 		return ctrl.Result{}, err
 	}
 	obs, err := observe(r.opts.Library, r.opts.Metrics)
@@ -536,16 +548,21 @@ func parallel[T any](items []T, fn func(T) error) error {
 	return errors.Join(errs...)
 }
 
-func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.SliceAllocation) error {
+// ensureFinalizer adds the agent's finalizer; gone reports an allocation that
+// no longer exists.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.SliceAllocation) (gone bool, err error) {
 	if controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) {
-		return nil
+		return false, nil
 	}
 	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(a, slicerv1alpha1.AllocationFinalizer)
-	if err := r.client.Patch(ctx, a, patch); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("add finalizer to %s/%s: %w", a.Namespace, a.Name, err)
+	if err := r.client.Patch(ctx, a, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("add finalizer to %s/%s: %w", a.Namespace, a.Name, err)
 	}
-	return nil
+	return false, nil
 }
 
 func (r *Reconciler) removeFinalizer(ctx context.Context, a *slicerv1alpha1.SliceAllocation) error {
