@@ -56,6 +56,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 
 	hostBefore = takeHostSnapshot()
 	DeferCleanup(func(ctx SpecContext) {
+		if os.Getenv("E2E_KEEP_CLUSTER") != "" {
+			fmt.Fprintln(os.Stderr, "e2e: E2E_KEEP_CLUSTER is set: the cluster stays up (KUBECONFIG="+kubeconfig+"); make demo-down stops it")
+			return
+		}
 		runScript(ctx, "hack/local-cluster", "down")
 		// demo-down's promise: no process, mount, cgroup, sysctl or path change left behind
 		Expect(takeHostSnapshot().diff(hostBefore)).To(BeEmpty(), "the host after `hack/local-cluster down` differs from before `up`")

@@ -159,7 +159,7 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 					return
 				case <-time.After(500 * time.Millisecond):
 				}
-				if err := apiOverlaps(ctx); err != nil && overlapErr.Load() == nil {
+				if err := specOverlaps(ctx); err != nil && overlapErr.Load() == nil {
 					overlapErr.Store(err)
 				}
 			}
@@ -209,13 +209,18 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 			g.Expect(allocationsIn(ctx, ns)).To(BeEmpty())
 			g.Expect(checkInvariants(ctx)).To(Succeed())
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
-		// and the node still works: a fresh pod gets a slice
+		// and the node still works after the restarts: a fresh burst gets its slices, and the
+		// API view, the device view and the kubelet's agree (I1–I4)
 		const after = "e2e-after-churn"
 		createNamespace(ctx, after)
 		DeferCleanup(deleteNamespace, after)
 		currentGroup = "burst of 8 (one apply)"
-		createPod(ctx, slicePod(after, "fresh", "1g.10gb"))
-		waitRunning(ctx, after, "fresh")
+		var names []string
+		for name, profile := range burst {
+			createPod(ctx, slicePod(after, name, profile))
+			names = append(names, name)
+		}
+		waitRunning(ctx, after, names...)
 		Eventually(checkInvariants).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 	}, SpecTimeout(15*time.Minute))
 

@@ -226,9 +226,12 @@ func checkInvariants(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// apiOverlaps checks I1 on the API view alone (cheap enough to sample during
-// churn): no two live allocations share a slot on a GPU.
-func apiOverlaps(ctx context.Context) error {
+// specOverlaps checks I1 on the scheduler's decisions (cheap enough to sample
+// during churn): no two live allocations were given overlapping slots on a
+// GPU. (Where a slice really is can differ for a moment when the kubelet hands
+// a pod another realized slice of its profile; checkInvariants judges that
+// once the node has settled.)
+func specOverlaps(ctx context.Context) error {
 	allocs, err := framework.ListAllocations(ctx, k8s, node)
 	if err != nil {
 		return err
@@ -239,20 +242,15 @@ func apiOverlaps(ctx context.Context) error {
 			if !live(a) || !live(b) || a.Spec.GPUUUID != b.Spec.GPUUUID {
 				continue
 			}
-			pa, pb := placementOf(a), placementOf(b)
+			pa, pb := a.Spec.Placement, b.Spec.Placement
 			if pa.Start < pb.Start+pb.Size && pb.Start < pa.Start+pa.Size {
-				errs = append(errs, fmt.Errorf("I1: %s/%s and %s/%s overlap on %s", a.Namespace, a.Name, b.Namespace, b.Name, a.Spec.GPUUUID))
+				errs = append(errs, fmt.Errorf("I1: %s/%s (%s %d+%d, %s) and %s/%s (%s %d+%d, %s) were given overlapping slots on %s",
+					a.Namespace, a.Name, a.Spec.Profile, pa.Start, pa.Size, a.Status.State,
+					b.Namespace, b.Name, b.Spec.Profile, pb.Start, pb.Size, b.Status.State, a.Spec.GPUUUID))
 			}
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func placementOf(a slicerv1alpha1.SliceAllocation) slicerv1alpha1.Placement {
-	if a.Status.ActualPlacement != nil {
-		return *a.Status.ActualPlacement
-	}
-	return a.Spec.Placement
 }
 
 func live(a slicerv1alpha1.SliceAllocation) bool {
