@@ -232,6 +232,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		for k, s := range p.Release {
 			if s == nil {
 				released[k] = true
+				log.Info("allocation released with no slice to destroy", "allocation", k, "device", allocs[k].Status.MIGDeviceUUID)
 				continue
 			}
 			jobs = append(jobs, &job{key: k.String(), kind: jobDestroy, slot: s.Slot, slice: *s})
@@ -261,7 +262,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 					"OrphanReclaimed", "destroyed %s (%s): no allocation held it for the grace period", j.slice.Slot, j.slice.MIGUUID)
 			case j.result.Err == nil:
 				p.Bound[k] = j.result.Slice
-				log.Info("slice created", "gpu", j.slot.GPU, "profile", j.slot.Profile, "start", j.slot.Start, "device", j.result.Slice.MIGUUID)
+				log.Info("slice created", "allocation", j.key, "gpu", j.slot.GPU, "profile", j.slot.Profile, "start", j.slot.Start, "device", j.result.Slice.MIGUUID)
 			default:
 				retry = true
 				log.Error(j.result.Err, "MIG operation failed", "job", j.key)

@@ -260,7 +260,16 @@ func plan(in planInput) Plan {
 		}
 		p.Release[w.Key] = &s
 	}
-	// 4. Everything else is an orphan.
+	// 4. Everything else is an orphan. A slice realized for a live allocation whose pod
+	// the kubelet gave another slice (that allocation is bound elsewhere) is spare: no
+	// one waits for it, so an unused one goes now rather than after the grace period.
+	spare := map[Slot]bool{}
+	for j := range wants {
+		w := &wants[j]
+		if s, ok := p.Bound[w.Key]; ok && !w.Deleting && s.Slot != w.Spec {
+			spare[w.Spec] = true
+		}
+	}
 	for i, s := range in.Slices {
 		if claimed[i] {
 			continue
@@ -270,7 +279,7 @@ func plan(in planInput) Plan {
 			o.User = ""
 		}
 		since, seen := in.OrphanSince[orphanKey(s)]
-		o.Destroy = seen && o.User == "" && in.Now.Sub(since) >= in.Grace
+		o.Destroy = o.User == "" && (spare[s.Slot] || seen && in.Now.Sub(since) >= in.Grace)
 		p.Orphans = append(p.Orphans, o)
 	}
 	return p

@@ -120,7 +120,25 @@ func TestPlan(t *testing.T) {
 			in: planInput{Slices: []Slice{s0, {Slot: slot("G1", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-G1"}}, Wants: []Want{
 				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Actual: &Slot{GPU: "G1", Profile: "1g.10gb", Start: 0, Size: 1}},
 			}, OrphanSince: map[string]time.Time{}, Now: now, Grace: time.Minute},
-			want: summary{Bound: []string{"a=MIG-G1"}, Orphans: []string{"MIG-0"}},
+			// a's own slice is spare: no one waits for it, it goes without the grace period
+			want: summary{Bound: []string{"a=MIG-G1"}, Orphans: []string{"MIG-0"}, Destroy: []string{"MIG-0"}},
+		},
+		{
+			// Seen in the e2e churn: b's pod ended, the kubelet handed b's device to a's
+			// pod; the slice realized for a is spare and goes now, b's goes with a.
+			name: "a slice made for an allocation whose pod got a released pod's device is destroyed at once",
+			in: planInput{Slices: []Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-a"}, Wants: []Want{
+				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Device: "MIG-0"},
+				{Key: key("b"), Pod: "pod-b", Spec: s1.Slot, Device: "MIG-1", Deleting: true},
+			}, OrphanSince: map[string]time.Time{}, Now: now, Grace: time.Hour},
+			want: summary{Bound: []string{"a=MIG-1"}, Release: []string{"b=-"}, Orphans: []string{"MIG-0"}, Destroy: []string{"MIG-0"}},
+		},
+		{
+			name: "a spare slice a pod still uses is kept",
+			in: planInput{Slices: []Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-a", "MIG-0": "pod-c"}, Wants: []Want{
+				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Device: "MIG-0"},
+			}, OrphanSince: map[string]time.Time{}, Now: now, Grace: time.Hour},
+			want: summary{Bound: []string{"a=MIG-1"}, Orphans: []string{"MIG-0"}},
 		},
 		{
 			name: "a deleting allocation never takes a slice a live one holds",

@@ -32,8 +32,8 @@ type KubeletPods interface {
 // resource than it has allocations for, and whose Ready allocation's device is
 // available. See preferred for the rule.
 type Chooser struct {
-	// Reader reads the node's SliceAllocations and Pods (the manager's cache;
-	// see CacheOptions).
+	// Reader reads the node's SliceAllocations and Pods; the agent passes a
+	// live (uncached) reader: the pod being admitted was bound a moment ago.
 	Reader  client.Reader
 	Node    string
 	Kubelet KubeletPods
