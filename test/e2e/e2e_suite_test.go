@@ -75,7 +75,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	clientset, err = kubernetes.NewForConfig(restConfig)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(latency.start(ctx, restConfig)).To(Succeed())
+	// The latency watch outlives this node's context: it runs until the suite ends.
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	DeferCleanup(stopWatch)
+	Expect(latency.start(watchCtx, restConfig)).To(Succeed())
 }, NodeTimeout(20*time.Minute))
 
 var _ = AfterSuite(func() {
