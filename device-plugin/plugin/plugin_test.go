@@ -148,29 +148,46 @@ func waitReg(t *testing.T, k *fakeKubelet) *pluginapi.RegisterRequest {
 	}
 }
 
-func TestDevicePluginWithFakeKubelet(t *testing.T) {
-	dir, err := os.MkdirTemp("", "dp") // short: unix socket paths are limited to 108 bytes
+// shortDir is a temporary directory with a short path: unix socket paths are
+// limited to 108 bytes, too few for t.TempDir().
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dp")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// runManager runs m until the test ends, then stops it (before the cleanups
+// registered earlier, such as the fake kubelet's) and checks its error. The
+// context it returns lives as long as the manager.
+func runManager(t *testing.T, m *plugin.Manager) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return ctx
+}
+
+func TestDevicePluginWithFakeKubelet(t *testing.T) {
+	dir := shortDir(t)
 	k := startKubelet(t, dir)
+	t.Cleanup(func() { k.stop() }) // k is replaced when the test restarts the kubelet
 	regs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "r"}, []string{"result"})
 	allocs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a"}, []string{"result"})
 	allocated := make(chan struct{}, 8)
 	res := mig.ResourceName("1g.10gb+me")
 	m := plugin.NewManager(plugin.Options{Dir: dir, Resources: []string{res}, Registrations: regs, Allocates: allocs,
 		CheckInterval: 50 * time.Millisecond, OnAllocate: func() { allocated <- struct{}{} }}, testr.New(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		k.stop()
-	}()
+	ctx := runManager(t, m)
 
 	r := waitReg(t, k)
 	if r.ResourceName != "slicer.dev/mig-1g.10gb.me" || r.Endpoint != "slicer.dev-mig-1g.10gb.me.sock" {
@@ -291,24 +308,12 @@ func TestGetPreferredAllocation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, err := os.MkdirTemp("", "dp")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = os.RemoveAll(dir) })
+			dir := shortDir(t)
 			k := startKubelet(t, dir)
+			t.Cleanup(k.stop)
 			m := plugin.NewManager(plugin.Options{Dir: dir, Resources: []string{res}, CheckInterval: 50 * time.Millisecond,
 				Preferrer: tc.preferrer}, testr.New(t))
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- m.Run(ctx) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Error(err)
-				}
-				k.stop()
-			}()
+			ctx := runManager(t, m)
 			r := waitReg(t, k)
 			if got := r.GetOptions().GetGetPreferredAllocationAvailable(); got != tc.wantOpt {
 				t.Errorf("registration offers GetPreferredAllocation = %v, want %v", got, tc.wantOpt)

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -286,7 +287,7 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 		Eventually(func(g Gomega) {
 			for what, l := range lists {
 				g.Expect(k8s.List(ctx, l, managed)).To(Succeed())
-				g.Expect(itemCount(l)).To(BeZero(), "%s left behind", what)
+				g.Expect(meta.LenList(l)).To(BeZero(), "%s left behind", what)
 			}
 			var pods corev1.PodList
 			g.Expect(k8s.List(ctx, &pods, client.MatchingLabels{"app.kubernetes.io/part-of": "slicer"})).To(Succeed())
@@ -311,24 +312,4 @@ func scale(ctx SpecContext, ns, name string, replicas int32) {
 
 func objectMeta(ns, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Namespace: ns, Name: name}
-}
-
-func itemCount(l client.ObjectList) int {
-	switch v := l.(type) {
-	case *admissionregistrationv1.MutatingWebhookConfigurationList:
-		return len(v.Items)
-	case *admissionregistrationv1.ValidatingAdmissionPolicyList:
-		return len(v.Items)
-	case *admissionregistrationv1.ValidatingAdmissionPolicyBindingList:
-		return len(v.Items)
-	case *rbacv1.ClusterRoleList:
-		return len(v.Items)
-	case *rbacv1.ClusterRoleBindingList:
-		return len(v.Items)
-	case *appsv1.DeploymentList:
-		return len(v.Items)
-	case *appsv1.DaemonSetList:
-		return len(v.Items)
-	}
-	panic(fmt.Sprintf("itemCount: %T", l))
 }

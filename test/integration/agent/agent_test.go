@@ -319,31 +319,47 @@ var _ = Describe("node agent", func() {
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 	})
 
-	It("records the slice the kubelet really gave a pod and destroys by actual use", func() {
-		n := newNode("n-swap", mig.H100_80GB)
-		DeferCleanup(n.cleanup)
-		n.start()
-		a := n.allocate(0, "1g.10gb", 0, 1)
-		b := n.allocate(0, "1g.10gb", 1, 1)
-		ua, ub := n.waitReady(a).Status.MIGDeviceUUID, n.waitReady(b).Status.MIGDeviceUUID
-		// The kubelet handed a's device to b's pod and b's device to a's pod.
-		n.usage.Set(map[string]string{ua: "team-a/" + b.Spec.PodName, ub: "team-a/" + a.Spec.PodName})
-		Eventually(func(g Gomega) {
-			ga, gb := n.get(a), n.get(b)
-			g.Expect(gb.Status.MIGDeviceUUID).To(Equal(ua))
-			g.Expect(gb.Status.ActualPlacement).To(Equal(&slicerv1alpha1.Placement{Start: 0, Size: 1}))
-			g.Expect(ga.Status.MIGDeviceUUID).To(Equal(ub))
-			g.Expect(ga.Status.ActualPlacement).To(Equal(&slicerv1alpha1.Placement{Start: 1, Size: 1}))
-		}).WithTimeout(30 * time.Second).Should(Succeed())
-		n.invariants()
-		// b's pod goes away: the slice it really used (a's spec slot) is destroyed.
-		n.usage.Set(map[string]string{ub: "team-a/" + a.Spec.PodName})
-		n.release(b)
-		n.waitGone(b)
-		left := n.backend.Instances()
-		Expect(left).To(HaveLen(1))
-		Expect(left[0].MIGUUID).To(Equal(ub))
-		Consistently(func() int { return len(n.backend.Instances()) }).WithTimeout(2 * time.Second).Should(Equal(1))
-		n.invariants()
-	})
+	// The kubelet may hand a pod another realized slice of its profile: on the same GPU or
+	// on another one. The agent records where each pod's slice really is and, when a pod
+	// goes, destroys the slice that pod really used.
+	DescribeTable("records the slice the kubelet really gave a pod and destroys by actual use",
+		func(node string, models []mig.Model, gpuA, startA, gpuB, startB int) {
+			n := newNode(node, models...)
+			DeferCleanup(n.cleanup)
+			n.start()
+			a := n.allocate(gpuA, "1g.10gb", int32(startA), 1)
+			b := n.allocate(gpuB, "1g.10gb", int32(startB), 1)
+			ua, ub := n.waitReady(a).Status.MIGDeviceUUID, n.waitReady(b).Status.MIGDeviceUUID
+			// The kubelet handed a's device to b's pod and b's device to a's pod.
+			n.usage.Set(map[string]string{ua: "team-a/" + b.Spec.PodName, ub: "team-a/" + a.Spec.PodName})
+			actualGPU := func(real, spec int) string {
+				if real == spec {
+					return ""
+				}
+				return n.gpu(real)
+			}
+			Eventually(func(g Gomega) {
+				ga, gb := n.get(a), n.get(b)
+				g.Expect(ga.Status.MIGDeviceUUID).To(Equal(ub))
+				g.Expect(ga.Status.ActualGPUUUID).To(Equal(actualGPU(gpuB, gpuA)))
+				g.Expect(ga.Status.ActualPlacement).To(Equal(&slicerv1alpha1.Placement{Start: int32(startB), Size: 1}))
+				g.Expect(gb.Status.MIGDeviceUUID).To(Equal(ua))
+				g.Expect(gb.Status.ActualGPUUUID).To(Equal(actualGPU(gpuA, gpuB)))
+				g.Expect(gb.Status.ActualPlacement).To(Equal(&slicerv1alpha1.Placement{Start: int32(startA), Size: 1}))
+			}).WithTimeout(30 * time.Second).Should(Succeed())
+			n.invariants()
+			// b's pod goes away: the slice it really used (a's spec slot) is destroyed.
+			n.usage.Set(map[string]string{ub: "team-a/" + a.Spec.PodName})
+			n.release(b)
+			n.waitGone(b)
+			left := n.backend.Instances()
+			Expect(left).To(HaveLen(1))
+			Expect(left[0].MIGUUID).To(Equal(ub))
+			Expect(left[0].GPU).To(Equal(gpuB))
+			Consistently(func() int { return len(n.backend.Instances()) }).WithTimeout(2 * time.Second).Should(Equal(1))
+			n.invariants()
+		},
+		Entry("on one GPU", "n-swap", []mig.Model{mig.H100_80GB}, 0, 0, 0, 1),
+		Entry("across GPUs", "n-xgpu", []mig.Model{mig.H100_80GB, mig.H100_80GB}, 0, 0, 1, 0),
+	)
 })

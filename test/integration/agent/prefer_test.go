@@ -38,35 +38,6 @@ func (k *kubeletPods) PodDevices(context.Context) (map[string]map[string][]strin
 }
 
 var _ = Describe("Which pod gets which slice", func() {
-	It("records the GPU when the kubelet gave a pod a slice on another GPU", func() {
-		n := newNode("n-xgpu", mig.H100_80GB, mig.H100_80GB)
-		DeferCleanup(n.cleanup)
-		n.start()
-		a := n.allocate(0, "1g.10gb", 0, 1)
-		b := n.allocate(1, "1g.10gb", 0, 1)
-		ua, ub := n.waitReady(a).Status.MIGDeviceUUID, n.waitReady(b).Status.MIGDeviceUUID
-		// The kubelet handed a's device (GPU 0) to b's pod and b's (GPU 1) to a's pod.
-		n.usage.Set(map[string]string{ua: "team-a/" + b.Spec.PodName, ub: "team-a/" + a.Spec.PodName})
-		Eventually(func(g Gomega) {
-			ga, gb := n.get(a), n.get(b)
-			g.Expect(ga.Status.MIGDeviceUUID).To(Equal(ub))
-			g.Expect(ga.Status.ActualGPUUUID).To(Equal(n.gpu(1)))
-			g.Expect(ga.Status.ActualPlacement).To(Equal(&slicerv1alpha1.Placement{Start: 0, Size: 1}))
-			g.Expect(gb.Status.MIGDeviceUUID).To(Equal(ua))
-			g.Expect(gb.Status.ActualGPUUUID).To(Equal(n.gpu(0)))
-		}).WithTimeout(30 * time.Second).Should(Succeed())
-		n.invariants()
-		// b's pod goes away: the slice it really used (on GPU 0) is destroyed.
-		n.usage.Set(map[string]string{ub: "team-a/" + a.Spec.PodName})
-		n.release(b)
-		n.waitGone(b)
-		left := n.backend.Instances()
-		Expect(left).To(HaveLen(1))
-		Expect(left[0].MIGUUID).To(Equal(ub))
-		Expect(left[0].GPU).To(Equal(1))
-		n.invariants()
-	})
-
 	It("prefers the device allocated to the oldest pod the kubelet is admitting", func() {
 		n := newNode("n-prefer", mig.H100_80GB)
 		DeferCleanup(n.cleanup)
