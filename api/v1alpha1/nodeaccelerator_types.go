@@ -213,7 +213,3 @@ type NodeAcceleratorList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []NodeAccelerator `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&NodeAccelerator{}, &NodeAcceleratorList{})
-}

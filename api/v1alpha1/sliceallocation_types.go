@@ -155,7 +155,3 @@ type SliceAllocationList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []SliceAllocation `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&SliceAllocation{}, &SliceAllocationList{})
-}

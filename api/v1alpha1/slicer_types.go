@@ -420,7 +420,3 @@ type SlicerList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Slicer `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Slicer{}, &SlicerList{})
-}

@@ -18,7 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -68,7 +68,7 @@ type Options struct {
 // reconciled at a time; MIG mutations run one goroutine per GPU.
 type Reconciler struct {
 	client   client.Client
-	recorder record.EventRecorder
+	recorder events.EventRecorder
 	opts     Options
 
 	mu          sync.Mutex
@@ -79,7 +79,7 @@ type Reconciler struct {
 }
 
 // New returns a reconciler.
-func New(c client.Client, recorder record.EventRecorder, opts Options) *Reconciler {
+func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconciler {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -580,7 +580,7 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, a *slicerv1alpha1.Slic
 
 func (r *Reconciler) event(obj client.Object, typ, reason, format string, args ...any) {
 	if r.recorder != nil && obj != nil {
-		r.recorder.Eventf(obj, typ, reason, format, args...)
+		r.recorder.Eventf(obj, nil, typ, reason, "Reconcile", format, args...)
 	}
 }
 

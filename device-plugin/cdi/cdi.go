@@ -109,7 +109,7 @@ func (w *Writer) Spec(s Slice) (*cdispec.Spec, error) {
 		Kind:    Kind,
 		Devices: []cdispec.Device{{Name: s.MIGUUID, ContainerEdits: edits}},
 	}
-	v, err := cdiapi.MinimumRequiredVersion(spec)
+	v, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
 		return nil, fmt.Errorf("CDI spec version: %w", err)
 	}

@@ -87,7 +87,7 @@ func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slice
 			return ctrl.Result{}, fmt.Errorf("record deletion timeout: %w", err)
 		}
 		if r.Recorder != nil {
-			r.Recorder.Event(s, corev1.EventTypeWarning, slicerv1alpha1.ReasonDeletionTimedOut, truncate(msg))
+			r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, slicerv1alpha1.ReasonDeletionTimedOut, "Cleanup", "%s", truncate(msg))
 		}
 		log.Info("cleanup timed out; removing the finalizer", "pending", pending)
 	}

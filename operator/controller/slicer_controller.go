@@ -23,7 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,7 +54,7 @@ const (
 type SlicerReconciler struct {
 	Client    client.Client
 	Discovery discovery.DiscoveryInterface
-	Recorder  record.EventRecorder
+	Recorder  events.EventRecorder
 	Metrics   *metrics.Metrics
 
 	// Namespace of the operator, scheduler and webhook; AgentNamespace of the agent.
@@ -443,7 +443,7 @@ func (r *SlicerReconciler) reconcileCert(ctx context.Context, s *slicerv1alpha1.
 		return nil, errors.New("webhook certificate could not be stored")
 	}
 	if out.Rotated && r.Recorder != nil {
-		r.Recorder.Eventf(s, corev1.EventTypeNormal, "WebhookCertificateIssued", "issued the webhook serving certificate, valid until %s", out.NotAfter.UTC().Format(time.RFC3339))
+		r.Recorder.Eventf(s, nil, corev1.EventTypeNormal, "WebhookCertificateIssued", "IssueCertificate", "issued the webhook serving certificate, valid until %s", out.NotAfter.UTC().Format(time.RFC3339))
 	}
 	res.requeueAfter(out.RenewAt.Sub(now))
 	return out.Data[certs.CAKey], nil
@@ -611,7 +611,7 @@ func (r *SlicerReconciler) updateStatus(ctx context.Context, s *slicerv1alpha1.S
 				(c.Type == slicerv1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) {
 				kind = corev1.EventTypeWarning
 			}
-			r.Recorder.Eventf(s, kind, c.Reason, "%s=%s: %s", c.Type, c.Status, c.Message)
+			r.Recorder.Eventf(s, nil, kind, c.Reason, "UpdateCondition", "%s=%s: %s", c.Type, c.Status, c.Message)
 		}
 	}
 	s.Status = st.next

@@ -149,7 +149,7 @@ func TestQueueingHints(t *testing.T) {
 
 // activations records the pods the plugin activates.
 type activations struct {
-	framework.Handle
+	fwk.Handle
 	mu   sync.Mutex
 	pods []string
 }

@@ -20,7 +20,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
+	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -62,7 +62,7 @@ type Options struct {
 
 // Plugin implements the SlicerMIG extension points.
 type Plugin struct {
-	handle  framework.Handle
+	handle  fwk.Handle
 	client  client.Client
 	pods    corelisters.PodLister
 	cache   *snapshot.Cache
@@ -79,18 +79,18 @@ type Plugin struct {
 }
 
 var (
-	_ framework.PreFilterPlugin   = &Plugin{}
-	_ framework.FilterPlugin      = &Plugin{}
-	_ framework.PostFilterPlugin  = &Plugin{}
-	_ framework.ScorePlugin       = &Plugin{}
-	_ framework.PreScorePlugin    = &Plugin{}
-	_ framework.ReservePlugin     = &Plugin{}
-	_ framework.PreBindPlugin     = &Plugin{}
-	_ framework.PostBindPlugin    = &Plugin{}
-	_ framework.EnqueueExtensions = &Plugin{}
+	_ fwk.PreFilterPlugin   = &Plugin{}
+	_ fwk.FilterPlugin      = &Plugin{}
+	_ fwk.PostFilterPlugin  = &Plugin{}
+	_ fwk.ScorePlugin       = &Plugin{}
+	_ fwk.PreScorePlugin    = &Plugin{}
+	_ fwk.ReservePlugin     = &Plugin{}
+	_ fwk.PreBindPlugin     = &Plugin{}
+	_ fwk.PostBindPlugin    = &Plugin{}
+	_ fwk.EnqueueExtensions = &Plugin{}
 )
 
-// Name implements framework.Plugin.
+// Name implements fwk.Plugin.
 func (p *Plugin) Name() string { return Name }
 
 // Cache is the plugin's snapshot cache (for tests and diagnostics).
@@ -108,13 +108,13 @@ func NewScheme() *runtime.Scheme {
 }
 
 // New is the plugin factory the binary registers with default options.
-func New(ctx context.Context, args runtime.Object, h framework.Handle) (framework.Plugin, error) {
+func New(ctx context.Context, args runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	return NewFactory(Options{})(ctx, args, h)
 }
 
 // NewFactory returns a plugin factory with injected options.
 func NewFactory(opts Options) frameworkruntime.PluginFactory {
-	return func(ctx context.Context, obj runtime.Object, h framework.Handle) (framework.Plugin, error) {
+	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		var args config.PluginArgs
 		if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
 			return nil, fmt.Errorf("decode %s args: %w", Name, err)

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
@@ -20,7 +19,7 @@ const maxHolders = 5
 // PostFilter explains, in words, why a MIG pod fits nowhere: the closest
 // node and GPU, what is free there and which pods hold the rest. It never
 // makes a pod schedulable (DefaultPreemption, after it, may).
-func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ framework.NodeToStatusReader) (*framework.PostFilterResult, *fwk.Status) {
+func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	s, err := readState(cs)
 	if err != nil || s.req == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)

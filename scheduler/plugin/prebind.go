@@ -21,11 +21,11 @@ import (
 const podCheckInterval = time.Second
 
 // PreBindPreFlight tells the framework whether PreBind has work for the pod.
-func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ string) *fwk.Status {
+func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
 	if _, err := cs.Read(stateKey); err != nil {
-		return fwk.NewStatus(fwk.Skip)
+		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	return nil
+	return nil, nil
 }
 
 // PreBind commits the reservation: it creates the pod's SliceAllocations

@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
@@ -18,7 +17,7 @@ import (
 // A pod without a request is skipped (Filter/Score/Reserve/PreBind are not
 // called for it). A pod that already holds allocations (the scheduler
 // restarted after PreBind) is pinned to their node and keeps them.
-func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	// Taken before any snapshot read: see reject.
 	gen := p.cache.FreedGeneration()
 	items, err := PodRequest(pod)
@@ -51,7 +50,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return nil, st
 	}
 	cs.Write(stateKey, s)
-	return &framework.PreFilterResult{NodeNames: sets.New(s.adoptedNode)}, nil
+	return &fwk.PreFilterResult{NodeNames: sets.New(s.adoptedNode)}, nil
 }
 
 // adopt fills s from the pod's existing allocations.
@@ -89,6 +88,6 @@ func adopt(s *podState, existing []*snapshot.Allocation) *fwk.Status {
 	return nil
 }
 
-// PreFilterExtensions implements framework.PreFilterPlugin: none, slices do
+// PreFilterExtensions implements fwk.PreFilterPlugin: none, slices do
 // not depend on the other pods of the NodeInfo.
-func (p *Plugin) PreFilterExtensions() framework.PreFilterExtensions { return nil }
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }

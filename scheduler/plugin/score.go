@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/slicer-operator/slicer/internal/mig"
 )
@@ -18,7 +17,7 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node
 		return 0, fwk.AsStatus(err)
 	}
 	if s.req == nil {
-		return framework.MaxNodeScore, nil
+		return fwk.MaxScore, nil
 	}
 	n := p.cache.Node(nodeInfo.Node().Name)
 	if n == nil {
@@ -28,8 +27,8 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node
 	return score, nil
 }
 
-// ScoreExtensions implements framework.ScorePlugin: scores are already in [0, 100].
-func (p *Plugin) ScoreExtensions() framework.ScoreExtensions { return nil }
+// ScoreExtensions implements fwk.ScorePlugin: scores are already in [0, 100].
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // PreScore skips Score for pods that ask for no slice.
 func (p *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {

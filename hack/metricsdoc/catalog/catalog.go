@@ -136,7 +136,7 @@ func collectorType(c prometheus.Collector) string {
 	return "untyped"
 }
 
-var descPattern = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), help: ("(?:[^"\\]|\\.)*"), constLabels: \{(.*)\}, variableLabels: \{(.*)\}\}$`)
+var descPattern = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), help: ("(?:[^"\\]|\\.)*")(?:, unit: "(?:[^"\\]|\\.)*")?, constLabels: \{(.*)\}, variableLabels: \{(.*)\}\}$`)
 
 // ParseDesc reads the name, help and variable labels from a
 // prometheus.Desc's String form (client_golang has no accessors).

@@ -108,7 +108,7 @@ func run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string, lea
 	r := &controller.SlicerReconciler{
 		Client:         mgr.GetClient(),
 		Discovery:      dc,
-		Recorder:       mgr.GetEventRecorderFor("slicer-operator"),
+		Recorder:       mgr.GetEventRecorder("slicer-operator"),
 		Metrics:        m,
 		Namespace:      namespace,
 		AgentNamespace: agentNamespace,

@@ -5,7 +5,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -36,7 +36,7 @@ var _ = Describe("An allocation that is gone by the time the agent acts", func()
 				return cl.Patch(ctx, obj, patch, opts...)
 			},
 		})
-		r := agent.New(c, record.NewFakeRecorder(100), agent.Options{NodeName: n.name, Library: n.backend, Emulated: true,
+		r := agent.New(c, events.NewFakeRecorder(100), agent.Options{NodeName: n.name, Library: n.backend, Emulated: true,
 			CDI: &cdi.Writer{Dir: n.cdiDir}, Usage: n.usage, Advertiser: n.adv, OrphanGrace: n.grace})
 		_, err = r.Reconcile(ctx, ctrl.Request{})
 		Expect(err).NotTo(HaveOccurred())

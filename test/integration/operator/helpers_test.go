@@ -196,7 +196,7 @@ func startOperator(o operatorOptions) *runningOperator {
 	m, err := metrics.New(prometheus.NewRegistry())
 	Expect(err).NotTo(HaveOccurred())
 	r := newReconciler(cfg, mgr.GetClient(), o.agentNamespace, m)
-	r.Recorder = mgr.GetEventRecorderFor("slicer-operator")
+	r.Recorder = mgr.GetEventRecorder("slicer-operator")
 	if o.slicerPatch != nil {
 		o.slicerPatch(r)
 	}
