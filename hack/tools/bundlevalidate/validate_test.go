@@ -16,10 +16,10 @@ import (
 	"github.com/operator-framework/api/pkg/validation/errors"
 )
 
-// kubeVersion is the newest Kubernetes in the bundle's range (OpenShift
-// 4.21 = Kubernetes 1.34, the release envtest runs): the deprecated-API
-// check looks for APIs removed up to it.
-const kubeVersion = "1.34"
+// kubeVersion is the newest Kubernetes in the bundle's range (1.37, the
+// minor the main module and envtest run): the deprecated-API check looks for
+// APIs removed up to it.
+const kubeVersion = "1.37"
 
 // acceptedWarnings are warnings kept on purpose, each with its reason.
 var acceptedWarnings = map[string]string{
@@ -52,7 +52,7 @@ func TestValidatorsCatchABrokenBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	broken := strings.Replace(string(raw), "slicer@slicer.dev", "not-an-email", 1)
-	broken = strings.Replace(broken, "minKubeVersion: 1.30.0", "minKubeVersion: not-a-version", 1)
+	broken = strings.Replace(broken, "minKubeVersion: 1.35.0", "minKubeVersion: not-a-version", 1)
 	if broken == string(raw) {
 		t.Fatal("the CSV has no maintainer email or minKubeVersion to break")
 	}

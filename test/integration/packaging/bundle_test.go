@@ -29,6 +29,7 @@ const csvFile = "slicer-operator.clusterserviceversion.yaml"
 var openShiftKube = map[string]string{
 	"v4.14": "1.27", "v4.15": "1.28", "v4.16": "1.29", "v4.17": "1.30",
 	"v4.18": "1.31", "v4.19": "1.32", "v4.20": "1.33", "v4.21": "1.34",
+	"v4.22": "1.35", "v5.0": "1.36",
 }
 
 func loadCSV() *unstructured.Unstructured {
