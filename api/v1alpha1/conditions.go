@@ -23,6 +23,10 @@ const (
 	ConditionAgentAvailable = "AgentAvailable"
 	// ConditionMonitoringReady is True once the enabled monitoring objects are applied.
 	ConditionMonitoringReady = "MonitoringReady"
+	// ConditionKubernetesVersionSupported is True when the apiserver's minor
+	// is one Slicer ships a scheduler build for; while False no scheduler
+	// runs and pods that ask for MIG slices are rejected at admission.
+	ConditionKubernetesVersionSupported = "KubernetesVersionSupported"
 )
 
 // Condition types of a NodeAccelerator, written by the node's agent.
@@ -59,4 +63,7 @@ const (
 	ReasonNVMLError          = "NVMLError"
 	ReasonGPUNotFound        = "GPUNotFound"
 	ReasonInUse              = "InUse"
+	// ReasonUnsupportedKubernetesVersion: the apiserver's minor is outside
+	// the supported window (internal/kubeversion).
+	ReasonUnsupportedKubernetesVersion = "UnsupportedKubernetesVersion"
 )

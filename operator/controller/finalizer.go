@@ -25,6 +25,9 @@ import (
 // operator's namespaces go by owner reference (garbage collection).
 func (r *SlicerReconciler) cleanupTargets(o render.Options) []client.Object {
 	objs := render.RBAC(o)
+	// Without a scheduler build RBAC leaves the scheduler's roles out; they
+	// and the webhook registration are in Removed then.
+	objs = append(objs, render.Removed(o)...)
 	objs = append(objs, render.AgentNamespace(o))
 	if rule, err := render.NodeFeatureRule(o); err == nil {
 		objs = append(objs, rule)

@@ -47,6 +47,7 @@ const (
 	DefaultDependencyRecheck = 30 * time.Second
 	DefaultDeletionTimeout   = 2 * time.Minute
 	DefaultCertValidity      = 365 * 24 * time.Hour
+	DefaultVersionRecheck    = 5 * time.Minute
 	maxRequeue               = 12 * time.Hour
 )
 
@@ -54,8 +55,11 @@ const (
 type SlicerReconciler struct {
 	Client    client.Client
 	Discovery discovery.DiscoveryInterface
-	Recorder  events.EventRecorder
-	Metrics   *metrics.Metrics
+	// ServerVersion reads the apiserver's version; Discovery when nil.
+	// Tests put a fixed version here to play other Kubernetes minors.
+	ServerVersion discovery.ServerVersionInterface
+	Recorder      events.EventRecorder
+	Metrics       *metrics.Metrics
 
 	// Namespace of the operator, scheduler and webhook; AgentNamespace of the agent.
 	Namespace      string
@@ -77,6 +81,10 @@ type SlicerReconciler struct {
 	Now func() time.Time
 	// DependencyRecheck is how often missing optional APIs are looked for again.
 	DependencyRecheck time.Duration
+	// VersionRecheck is how often the apiserver's version is read again
+	// when nothing else triggers a reconcile (an apiserver upgrade raises
+	// no event the operator watches).
+	VersionRecheck time.Duration
 	// DeletionTimeout bounds how long deletion waits for cluster-scoped objects.
 	DeletionTimeout time.Duration
 	// CertValidity of self-managed webhook certificates.
@@ -99,6 +107,7 @@ type SlicerReconciler struct {
 // +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch;update
+// +kubebuilder:rbac:groups="",resources=pods/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=bindings;pods/binding,verbs=create
 // +kubebuilder:rbac:groups="",resources=nodes;replicationcontrollers;persistentvolumeclaims;persistentvolumes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments;daemonsets,verbs=get;list;watch;create;update;patch;delete
@@ -113,7 +122,10 @@ type SlicerReconciler struct {
 // +kubebuilder:rbac:groups=cert-manager.io,resources=issuers;certificates,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses;csinodes;csidrivers;csistoragecapacities;volumeattachments,verbs=get;list;watch
-// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims;resourceslices;deviceclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices;deviceclasses;devicetaintrules,verbs=get;list;watch
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims,verbs=get;list;watch;update;patch;create;delete
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims/status,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims/binding,verbs=update;patch
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=security.openshift.io,resources=securitycontextconstraints,resourceNames=privileged,verbs=use
@@ -190,7 +202,12 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	r.recordPlatform(platform)
+	kube, err := r.observeVersion()
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	opts := r.options(s, platform)
+	opts.Kubernetes = kube
 	if !s.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, s, opts)
 	}
@@ -218,19 +235,27 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 
 	// RBAC first: every component's ServiceAccount needs it.
 	apply("rbac", render.RBAC(opts))
+	supported := r.reconcileVersion(opts, st, res)
 	r.reconcileNFD(ctx, opts, st, apply)
 	driverOK := r.reconcileDriver(ctx, opts, st, res, apply)
-	webhookOK := r.reconcileWebhook(ctx, s, &opts, st, res, apply)
+	webhookOK, admitted := r.reconcileWebhook(ctx, s, &opts, st, res, apply)
 	// Order: webhook and VAP before the scheduler before the agent, so no
 	// MIG pod reaches the default scheduler and no capacity is advertised
-	// before pods can be steered to Slicer's scheduler.
+	// before pods can be steered to Slicer's scheduler. Without a scheduler
+	// build, the rejecting policy goes in before the scheduler goes away.
 	schedulerOK := false
-	if webhookOK {
+	switch {
+	case !supported:
+		r.removeScheduler(ctx, opts, st, res, admitted)
+	case webhookOK:
 		schedulerOK = r.reconcileScheduler(ctx, opts, st, apply)
-	} else {
+	default:
 		st.set(slicerv1alpha1.ConditionSchedulerAvailable, metav1.ConditionFalse, slicerv1alpha1.ReasonRollingOut, "waiting for the webhook to be available")
 	}
 	switch {
+	case !supported:
+		st.set(slicerv1alpha1.ConditionAgentAvailable, metav1.ConditionFalse, slicerv1alpha1.ReasonUnsupportedKubernetesVersion,
+			"the agent is not rolled out or updated while no scheduler runs; an agent already running keeps serving the slices in use")
 	case !schedulerOK:
 		st.set(slicerv1alpha1.ConditionAgentAvailable, metav1.ConditionFalse, slicerv1alpha1.ReasonRollingOut, "waiting for the scheduler to be available")
 	case !driverOK:
@@ -355,8 +380,11 @@ func (r *SlicerReconciler) reconcileDriver(ctx context.Context, o render.Options
 
 // reconcileWebhook applies the certificate, the webhook workload and, once
 // the webhook serves, the admission configurations. It reports whether the
-// webhook is available.
-func (r *SlicerReconciler) reconcileWebhook(ctx context.Context, s *slicerv1alpha1.Slicer, o *render.Options, st *status, res *result, apply applyFunc) bool {
+// webhook is available, and whether the admission configurations were
+// applied. Without a scheduler build, the admission configuration is only
+// the policy that rejects MIG pods, which needs no webhook: it is applied
+// at once.
+func (r *SlicerReconciler) reconcileWebhook(ctx context.Context, s *slicerv1alpha1.Slicer, o *render.Options, st *status, res *result, apply applyFunc) (available, admitted bool) {
 	const cond = slicerv1alpha1.ConditionWebhookAvailable
 	_, fallback := resolveCertProvider(s.Spec.Webhook.CertificateProvider, o.Platform)
 	if o.Cert == render.CertSelfManaged {
@@ -364,7 +392,7 @@ func (r *SlicerReconciler) reconcileWebhook(ctx context.Context, s *slicerv1alph
 		if err != nil {
 			res.fail(err)
 			st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonApplyFailed, err.Error())
-			return false
+			return false, false
 		}
 		o.CABundle = bundle
 	}
@@ -372,26 +400,51 @@ func (r *SlicerReconciler) reconcileWebhook(ctx context.Context, s *slicerv1alph
 	if err != nil {
 		res.fail(err)
 		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonApplyFailed, err.Error())
-		return false
+		return false, false
 	}
 	if !apply("webhook", objs) {
 		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonApplyFailed, "webhook objects could not be applied")
-		return false
+		return false, false
+	}
+	supported := render.SchedulerSupported(*o)
+	if !supported {
+		if admitted = r.applyAdmission(*o, st, res, apply); !admitted {
+			return false, false
+		}
 	}
 	ok, msg, err := r.deploymentAvailable(ctx, o.Namespace, render.WebhookName)
 	if err != nil {
 		res.fail(err)
-		return false
+		return false, admitted
 	}
 	if !ok {
 		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonRollingOut, msg)
-		return false
+		return false, admitted
 	}
+	if supported {
+		if !r.applyAdmission(*o, st, res, apply) {
+			return false, false
+		}
+		msg = "webhook available and registered"
+	} else {
+		msg = "webhook available, not registered: " + render.UnsupportedMessage(*o)
+	}
+	if fallback != "" {
+		msg += "; " + fallback
+	}
+	st.set(cond, metav1.ConditionTrue, slicerv1alpha1.ReasonAsExpected, msg)
+	return true, true
+}
+
+// applyAdmission applies the admission configurations and reports whether
+// they were applied.
+func (r *SlicerReconciler) applyAdmission(o render.Options, st *status, res *result, apply applyFunc) bool {
+	const cond = slicerv1alpha1.ConditionWebhookAvailable
 	if r.Admission == nil {
 		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonApplyFailed, "the operator was built without the admission configuration renderer")
 		return false
 	}
-	adm, err := render.WebhookAdmission(*o, r.Admission)
+	adm, err := render.WebhookAdmission(o, r.Admission)
 	if err != nil {
 		res.fail(err)
 		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonApplyFailed, err.Error())
@@ -401,11 +454,6 @@ func (r *SlicerReconciler) reconcileWebhook(ctx context.Context, s *slicerv1alph
 		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonApplyFailed, "admission configurations could not be applied")
 		return false
 	}
-	msg = "webhook available and registered"
-	if fallback != "" {
-		msg += "; " + fallback
-	}
-	st.set(cond, metav1.ConditionTrue, slicerv1alpha1.ReasonAsExpected, msg)
 	return true
 }
 

@@ -14,6 +14,7 @@ import (
 
 // componentConditions must all be True for the installation to be Available.
 var componentConditions = []string{
+	slicerv1alpha1.ConditionKubernetesVersionSupported,
 	slicerv1alpha1.ConditionNodeFeatureRuleReady,
 	slicerv1alpha1.ConditionDriverReady,
 	slicerv1alpha1.ConditionWebhookAvailable,
@@ -65,9 +66,11 @@ func (st *status) reason(t string) string {
 // summarizeConditions derives Available, Progressing and Degraded from the
 // component conditions set in this reconcile and its error.
 func (st *status) summarizeConditions(err error) {
-	var missing, failed, rolling []string
+	var missing, failed, rolling, unsupported []string
 	for _, t := range append(append([]string{}, componentConditions...), slicerv1alpha1.ConditionMonitoringReady) {
 		switch st.reason(t) {
+		case slicerv1alpha1.ReasonUnsupportedKubernetesVersion:
+			unsupported = append(unsupported, t)
 		case slicerv1alpha1.ReasonDependencyMissing:
 			missing = append(missing, t)
 		case slicerv1alpha1.ReasonApplyFailed:
@@ -99,6 +102,8 @@ func (st *status) summarizeConditions(err error) {
 			msg += "; " + err.Error()
 		}
 		st.set(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonApplyFailed, msg)
+	case len(unsupported) > 0:
+		st.set(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonUnsupportedKubernetesVersion, "unsupported Kubernetes version: "+strings.Join(unsupported, ", ")+" cannot be provided")
 	case len(missing) > 0:
 		st.set(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonDependencyMissing, "missing dependencies for: "+strings.Join(missing, ", "))
 	default:

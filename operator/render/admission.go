@@ -11,7 +11,8 @@ import (
 
 // Admission is the AdmissionRenderer of the webhook issue: the
 // MutatingWebhookConfiguration, the ValidatingAdmissionPolicy and its
-// binding, from webhook/config.
+// binding, from webhook/config; with SchedulerUnavailable set, only the
+// policy that rejects MIG pods and its binding.
 func Admission(a AdmissionOptions) ([]client.Object, error) {
 	translateMode := webhookconfig.TranslateDisabled
 	if a.Translate {
@@ -34,9 +35,17 @@ func Admission(a AdmissionOptions) ([]client.Object, error) {
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("webhook configuration options: %w", err)
 	}
-	mwc := webhookconfig.RenderMutatingWebhookConfiguration(o)
-	vap, binding := webhookconfig.RenderValidatingAdmissionPolicy(o)
-	objs := []client.Object{mwc, vap, binding}
+	var objs []client.Object
+	if a.SchedulerUnavailable != "" {
+		// No webhook registration: nothing may be sent to a scheduler that
+		// does not run. The policy rejects MIG pods and says why.
+		vap, binding := webhookconfig.RenderSchedulerUnavailablePolicy(o, a.SchedulerUnavailable)
+		objs = []client.Object{vap, binding}
+	} else {
+		mwc := webhookconfig.RenderMutatingWebhookConfiguration(o)
+		vap, binding := webhookconfig.RenderValidatingAdmissionPolicy(o)
+		objs = []client.Object{mwc, vap, binding}
+	}
 	for _, obj := range objs {
 		if len(a.Annotations) > 0 {
 			ann := obj.GetAnnotations()

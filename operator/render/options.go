@@ -5,9 +5,12 @@
 package render
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/kubeversion"
 )
 
 // Names of the objects the operator manages. They are deterministic so a
@@ -47,10 +50,18 @@ const (
 
 // Images are the component images, from the operator's RELATED_IMAGE_* variables.
 type Images struct {
-	Scheduler string
-	Webhook   string
-	Agent     string
-	Driver    string
+	// Schedulers holds one scheduler build per supported Kubernetes minor
+	// (RELATED_IMAGE_SCHEDULER_K8S_1_<minor>); the apiserver's minor picks one.
+	Schedulers map[kubeversion.Minor]string
+	Webhook    string
+	Agent      string
+	Driver     string
+}
+
+// SchedulerImageEnv is the operator's environment variable holding the
+// scheduler build for minor m, e.g. RELATED_IMAGE_SCHEDULER_K8S_1_37.
+func SchedulerImageEnv(m kubeversion.Minor) string {
+	return fmt.Sprintf("RELATED_IMAGE_SCHEDULER_K8S_%d_%d", m.Major, m.Minor)
 }
 
 // Ports of the components. In HostNetwork mode they are host ports and must
@@ -111,6 +122,10 @@ type Options struct {
 	Images         Images
 	Ports          Ports
 	Platform       Platform
+	// Kubernetes is the version the apiserver reported (discovery /version).
+	// It picks the scheduler build, its configuration and its RBAC; outside
+	// kubeversion.Supported no scheduler is rendered at all.
+	Kubernetes kubeversion.Version
 	// Cert is the resolved certificate provider.
 	Cert CertProvider
 	// CABundle is the webhook CA (SelfManaged only; the other providers inject it).

@@ -4,6 +4,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/slicer-operator/slicer/internal/kubeversion"
 )
 
 // Rules of the components' roles. The operator holds every one of them
@@ -16,9 +18,11 @@ var (
 	}
 	readWatch = []string{"get", "list", "watch"}
 
-	// SchedulerRules follow kube-scheduler's system:kube-scheduler and
-	// system:volume-scheduler roles plus Slicer's API.
-	SchedulerRules = append([]rbacv1.PolicyRule{
+	// schedulerBaseRules are the rules every scheduler build gets: the part
+	// of kube-scheduler's system:kube-scheduler and system:volume-scheduler
+	// roles that is the same in 1.35 to 1.37, plus Slicer's API. The DRA
+	// rules differ per minor (schedulerMinors).
+	schedulerBaseRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"bindings", "pods/binding"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "delete"}},
@@ -27,11 +31,10 @@ var (
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets", "statefulsets"}, Verbs: readWatch},
 		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: readWatch},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses", "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments"}, Verbs: readWatch},
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims", "resourceslices", "deviceclasses"}, Verbs: readWatch},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: readWatch},
 		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators"}, Verbs: readWatch},
 		{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
-	}, metricsAuthRules...)
+	}
 
 	// SchedulerLeaseRules are namespaced to the operator namespace.
 	SchedulerLeaseRules = []rbacv1.PolicyRule{
@@ -60,20 +63,37 @@ var (
 	}}
 )
 
+// SchedulerRules are the scheduler's ClusterRole rules for the build of
+// minor m: the common rules, that minor's DRA rules, then the metrics
+// authentication rules. Nil for a minor without a build.
+func SchedulerRules(m kubeversion.Minor) []rbacv1.PolicyRule {
+	b, ok := schedulerMinors[m]
+	if !ok {
+		return nil
+	}
+	rules := append([]rbacv1.PolicyRule{}, schedulerBaseRules...)
+	rules = append(rules, b.draRules...)
+	return append(rules, metricsAuthRules...)
+}
+
 // RBAC renders one ClusterRole and ClusterRoleBinding per component
 // ServiceAccount, the scheduler's lease Role and, on OpenShift, the agent's
-// SCC Role.
+// SCC Role. The scheduler's objects follow the apiserver's minor and are
+// left out when it has no scheduler build (Removed lists them then).
 func RBAC(o Options) []client.Object {
-	objs := []client.Object{
-		clusterRole(SchedulerName, ComponentScheduler, SchedulerRules),
-		clusterRoleBinding(SchedulerName, ComponentScheduler, o.Namespace),
-		role(o.Namespace, SchedulerName, ComponentScheduler, SchedulerLeaseRules),
-		roleBinding(o.Namespace, SchedulerName, ComponentScheduler, o.Namespace),
+	var objs []client.Object
+	if SchedulerSupported(o) {
+		objs = append(objs,
+			clusterRole(SchedulerName, ComponentScheduler, SchedulerRules(o.Kubernetes.Minor)),
+			clusterRoleBinding(SchedulerName, ComponentScheduler, o.Namespace),
+			role(o.Namespace, SchedulerName, ComponentScheduler, SchedulerLeaseRules),
+			roleBinding(o.Namespace, SchedulerName, ComponentScheduler, o.Namespace))
+	}
+	objs = append(objs,
 		clusterRole(WebhookName, ComponentWebhook, WebhookRules),
 		clusterRoleBinding(WebhookName, ComponentWebhook, o.Namespace),
 		clusterRole(AgentName, ComponentAgent, AgentRules),
-		clusterRoleBinding(AgentName, ComponentAgent, o.AgentNamespace),
-	}
+		clusterRoleBinding(AgentName, ComponentAgent, o.AgentNamespace))
 	if o.Platform.OpenShift {
 		objs = append(objs,
 			role(o.AgentNamespace, AgentName, ComponentAgent, SCCRules),

@@ -18,6 +18,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	drivercontainer "github.com/slicer-operator/slicer/driver-container"
+	"github.com/slicer-operator/slicer/internal/kubeversion"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
 
@@ -32,8 +33,9 @@ func testOptions(mutate ...func(*slicerv1alpha1.Slicer)) Options {
 	}
 	return Options{
 		Slicer: s, Namespace: "slicer-system", AgentNamespace: "slicer-agent",
-		Images: Images{Scheduler: "reg/sched:v1", Webhook: "reg/webhook:v1", Agent: "reg/agent:v1", Driver: "reg/driver"},
+		Images: Images{Schedulers: testSchedulerImages(), Webhook: "reg/webhook:v1", Agent: "reg/agent:v1", Driver: "reg/driver"},
 		Ports:  DefaultPorts(), Cert: CertSelfManaged, CABundle: []byte("ca"),
+		Kubernetes: kubeversion.Version{Minor: kubeversion.Minor{Major: 1, Minor: 37}, GitVersion: "v1.37.2"},
 	}
 }
 

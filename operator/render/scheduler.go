@@ -19,8 +19,12 @@ import (
 const schedulerConfigKey = "config.yaml"
 
 // SchedulerConfig renders the KubeSchedulerConfiguration with the scheduler
-// issue's renderer.
+// issue's renderer, in the form the apiserver minor's scheduler build reads.
 func SchedulerConfig(o Options) ([]byte, error) {
+	build, _, err := schedulerBuild(o)
+	if err != nil {
+		return nil, err
+	}
 	s := o.Slicer.Spec.Scheduler
 	cfg, err := schedconfig.Render(schedconfig.Options{
 		SchedulerName:     schedulerName(o),
@@ -32,7 +36,7 @@ func SchedulerConfig(o Options) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("render scheduler configuration: %w", err)
 	}
-	return cfg, nil
+	return build.forMinor(cfg, o.Kubernetes.Minor)
 }
 
 func schedulerName(o Options) string {
@@ -50,8 +54,14 @@ func replicas(r int32) int32 {
 }
 
 // Scheduler renders the scheduler's ServiceAccount, ConfigMap, Deployment
-// and PodDisruptionBudget. Leader election keeps one replica active.
+// and PodDisruptionBudget, with the build of the apiserver's minor; an error
+// for a minor without one (SchedulerSupported). Leader election keeps one
+// replica active; a new build rolls like any other template change.
 func Scheduler(o Options) ([]client.Object, error) {
+	image, err := SchedulerImage(o)
+	if err != nil {
+		return nil, err
+	}
 	cfg, err := SchedulerConfig(o)
 	if err != nil {
 		return nil, err
@@ -70,7 +80,7 @@ func Scheduler(o Options) ([]client.Object, error) {
 		HostNetwork:        o.hostNetwork(),
 		Containers: []corev1.Container{{
 			Name:  "scheduler",
-			Image: o.Images.Scheduler,
+			Image: image,
 			Env:   o.apiServerEnv(),
 			Args: []string{
 				"--config=/etc/slicer-scheduler/" + schedulerConfigKey,

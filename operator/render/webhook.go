@@ -23,7 +23,9 @@ const (
 	CertManagerInjectAnnotation = "cert-manager.io/inject-ca-from"
 	// WebhookPath is the webhook handler's path.
 	WebhookPath = "/mutate-pod"
-	certDir     = "/tmp/k8s-webhook-server/serving-certs"
+	// admissionNamePrefix names the admission configurations (slicer-mig-pods).
+	admissionNamePrefix = "slicer"
+	certDir             = "/tmp/k8s-webhook-server/serving-certs"
 )
 
 // AdmissionOptions are what the webhook issue's renderer needs.
@@ -42,6 +44,10 @@ type AdmissionOptions struct {
 	ExtraExcludedNamespaces []string
 	// Annotations go on the rendered configurations (CA injection).
 	Annotations map[string]string
+	// SchedulerUnavailable, when set, says why no scheduler runs: no
+	// MutatingWebhookConfiguration is rendered and the policy rejects MIG
+	// pods with this explanation.
+	SchedulerUnavailable string
 }
 
 // AdmissionRenderer renders the MutatingWebhookConfiguration and the
@@ -156,13 +162,14 @@ func Webhook(o Options) ([]client.Object, error) {
 }
 
 // WebhookAdmission renders the admission configurations with the webhook
-// issue's renderer r.
+// issue's renderer r. Without a scheduler build for the apiserver's minor
+// it renders only the policy that rejects MIG pods, naming the version.
 func WebhookAdmission(o Options, r AdmissionRenderer) ([]client.Object, error) {
 	if r == nil {
 		return nil, fmt.Errorf("no admission renderer")
 	}
 	ao := AdmissionOptions{
-		NamePrefix:    "slicer",
+		NamePrefix:    admissionNamePrefix,
 		Namespace:     o.Namespace,
 		ServiceName:   WebhookName,
 		ServicePort:   443,
@@ -185,6 +192,9 @@ func WebhookAdmission(o Options, r AdmissionRenderer) ([]client.Object, error) {
 	}
 	if ao.FailurePolicy == "" {
 		ao.FailurePolicy = slicerv1alpha1.FailurePolicyIgnore
+	}
+	if !SchedulerSupported(o) {
+		ao.SchedulerUnavailable = UnsupportedMessage(o)
 	}
 	objs, err := r(ao)
 	if err != nil {

@@ -194,3 +194,34 @@ func TestRenderValidatingAdmissionPolicy(t *testing.T) {
 		t.Errorf("match conditions differ from the webhook's (-want +got):\n%s", diff)
 	}
 }
+
+// The policy used while no Slicer scheduler runs matches like the regular one, under
+// the same name (it replaces it in place), and has one rule that rejects every MIG pod
+// Slicer would have placed, saying why.
+func TestRenderSchedulerUnavailablePolicy(t *testing.T) {
+	o := Options{Namespace: "slicer-system", ServiceName: "w"}
+	regular, regularBinding := RenderValidatingAdmissionPolicy(o)
+	policy, binding := RenderSchedulerUnavailablePolicy(o, "the apiserver reports Kubernetes v1.38.0")
+	if policy.Name != regular.Name || binding.Name != regularBinding.Name || binding.Spec.PolicyName != policy.Name {
+		t.Errorf("names: policy %q, binding %q -> %q; want those of the regular policy %q", policy.Name, binding.Name, binding.Spec.PolicyName, regular.Name)
+	}
+	if diff := cmp.Diff(regular.Spec.MatchConstraints, policy.Spec.MatchConstraints); diff != "" {
+		t.Errorf("match constraints differ from the regular policy's (-regular +unavailable):\n%s", diff)
+	}
+	if diff := cmp.Diff(regular.Spec.MatchConditions, policy.Spec.MatchConditions); diff != "" {
+		t.Errorf("match conditions differ (-regular +unavailable):\n%s", diff)
+	}
+	if diff := cmp.Diff(regular.Spec.Variables, policy.Spec.Variables); diff != "" {
+		t.Errorf("variables differ (-regular +unavailable):\n%s", diff)
+	}
+	if len(policy.Spec.Validations) != 1 {
+		t.Fatalf("validations %+v, want one", policy.Spec.Validations)
+	}
+	v := policy.Spec.Validations[0]
+	if v.Expression != "!variables.slicerMIG && !(variables.nvidiaMIG && variables.translated)" {
+		t.Errorf("expression %q", v.Expression)
+	}
+	if !strings.Contains(v.Message, "v1.38.0") || strings.Contains(v.Message, "\n") {
+		t.Errorf("message %q must name the reason on one line", v.Message)
+	}
+}

@@ -26,6 +26,58 @@ import (
 // and Slicer's own pods never ask for MIG, so they are never matched.
 func RenderValidatingAdmissionPolicy(o Options) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	o = o.withDefaults()
+	noDomainKeys := func(field string) string {
+		return fmt.Sprintf("(!has(object.metadata.%[1]s) || !object.metadata.%[1]s.exists(k, k.startsWith('%[2]s')))", field, slicerv1alpha1.DomainPrefix)
+	}
+	return renderPolicy(o, []admissionregistrationv1.Validation{
+		{
+			Expression: "!(variables.nvidiaMIG && variables.translated)",
+			Message: fmt.Sprintf("the pod asks for nvidia.com/mig-* but Slicer's webhook did not rewrite it (is the webhook running?); "+
+				"Slicer serves MIG slices as slicer.dev/mig-<profile> placed by the %q scheduler: retry when the webhook is back, "+
+				"or write the pod that way, or label the namespace %s=%s to leave nvidia.com/mig-* to NVIDIA's device plugin",
+				o.SchedulerName, slicerv1alpha1.LabelTranslateNVIDIAResources, TranslateDisabled),
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		},
+		{
+			Expression: fmt.Sprintf("!variables.slicerMIG || (has(object.spec.schedulerName) && object.spec.schedulerName == '%s')", o.SchedulerName),
+			Message: fmt.Sprintf("the pod asks for slicer.dev/mig-* slices, which only the Slicer scheduler places, but spec.schedulerName is not %q "+
+				"(Slicer's webhook sets it; is the webhook running?): set spec.schedulerName: %s", o.SchedulerName, o.SchedulerName),
+			Reason: ptr.To(metav1.StatusReasonForbidden),
+		},
+		{
+			Expression: "!variables.slicerMIG || !has(object.spec.nodeName) || object.spec.nodeName == ''",
+			Message:    "the pod asks for slicer.dev/mig-* slices but pins spec.nodeName; only the Slicer scheduler may choose the node and the slice: remove spec.nodeName (use a nodeSelector or node affinity instead)",
+			Reason:     ptr.To(metav1.StatusReasonForbidden),
+		},
+		{
+			Expression: "!variables.slicerMIG || (" + noDomainKeys("labels") + " && " + noDomainKeys("annotations") + ")",
+			Message:    fmt.Sprintf("the pod asks for MIG slices and carries labels or annotations under %s, which are reserved for Slicer's own allocation data: remove them", slicerv1alpha1.DomainPrefix),
+			Reason:     ptr.To(metav1.StatusReasonForbidden),
+		},
+	})
+}
+
+// RenderSchedulerUnavailablePolicy renders the policy (and its binding), under the same
+// name as RenderValidatingAdmissionPolicy's, for when Slicer runs no scheduler (e.g. the
+// cluster's Kubernetes minor has no Slicer scheduler build). Then the operator registers
+// no MutatingWebhookConfiguration, nothing is sent to a scheduler that does not exist,
+// and every pod Slicer would have placed is rejected at creation with why, instead of
+// waiting Pending forever: slicer.dev/mig-* everywhere, nvidia.com/mig-* where the webhook
+// would have translated it (namespaces that leave it to NVIDIA's device plugin keep it).
+func RenderSchedulerUnavailablePolicy(o Options, why string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	o = o.withDefaults()
+	return renderPolicy(o, []admissionregistrationv1.Validation{{
+		Expression: "!variables.slicerMIG && !(variables.nvidiaMIG && variables.translated)",
+		Message: fmt.Sprintf("Slicer cannot place MIG slices in this cluster now: %s. Pods that ask for slicer.dev/mig-* "+
+			"(or nvidia.com/mig-*, which Slicer translates) are rejected until it does; label the namespace %s=%s to leave nvidia.com/mig-* to NVIDIA's device plugin",
+			why, slicerv1alpha1.LabelTranslateNVIDIAResources, TranslateDisabled),
+		Reason: ptr.To(metav1.StatusReasonForbidden),
+	}})
+}
+
+// renderPolicy renders the policy with the given validations and its binding: the
+// matching and the variables are the same whatever the policy enforces.
+func renderPolicy(o Options, validations []admissionregistrationv1.Validation) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	name := ObjectName(o)
 	labels := map[string]string{LabelPartOf: PartOf}
 	prefixes := []string{mig.ResourcePrefix}
@@ -34,9 +86,6 @@ func RenderValidatingAdmissionPolicy(o Options) (*admissionregistrationv1.Valida
 		prefixes = append(prefixes, mig.NVIDIAResourcePrefix)
 		translated = fmt.Sprintf(`!has(namespaceObject.metadata.labels) || !('%[1]s' in namespaceObject.metadata.labels) || namespaceObject.metadata.labels['%[1]s'] != '%[2]s'`,
 			slicerv1alpha1.LabelTranslateNVIDIAResources, TranslateDisabled)
-	}
-	noDomainKeys := func(field string) string {
-		return fmt.Sprintf("(!has(object.metadata.%[1]s) || !object.metadata.%[1]s.exists(k, k.startsWith('%[2]s')))", field, slicerv1alpha1.DomainPrefix)
 	}
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
@@ -63,32 +112,7 @@ func RenderValidatingAdmissionPolicy(o Options) (*admissionregistrationv1.Valida
 				{Name: "nvidiaMIG", Expression: celMentions(mig.NVIDIAResourcePrefix)},
 				{Name: "translated", Expression: translated},
 			},
-			Validations: []admissionregistrationv1.Validation{
-				{
-					Expression: "!(variables.nvidiaMIG && variables.translated)",
-					Message: fmt.Sprintf("the pod asks for nvidia.com/mig-* but Slicer's webhook did not rewrite it (is the webhook running?); "+
-						"Slicer serves MIG slices as slicer.dev/mig-<profile> placed by the %q scheduler: retry when the webhook is back, "+
-						"or write the pod that way, or label the namespace %s=%s to leave nvidia.com/mig-* to NVIDIA's device plugin",
-						o.SchedulerName, slicerv1alpha1.LabelTranslateNVIDIAResources, TranslateDisabled),
-					Reason: ptr.To(metav1.StatusReasonForbidden),
-				},
-				{
-					Expression: fmt.Sprintf("!variables.slicerMIG || (has(object.spec.schedulerName) && object.spec.schedulerName == '%s')", o.SchedulerName),
-					Message: fmt.Sprintf("the pod asks for slicer.dev/mig-* slices, which only the Slicer scheduler places, but spec.schedulerName is not %q "+
-						"(Slicer's webhook sets it; is the webhook running?): set spec.schedulerName: %s", o.SchedulerName, o.SchedulerName),
-					Reason: ptr.To(metav1.StatusReasonForbidden),
-				},
-				{
-					Expression: "!variables.slicerMIG || !has(object.spec.nodeName) || object.spec.nodeName == ''",
-					Message:    "the pod asks for slicer.dev/mig-* slices but pins spec.nodeName; only the Slicer scheduler may choose the node and the slice: remove spec.nodeName (use a nodeSelector or node affinity instead)",
-					Reason:     ptr.To(metav1.StatusReasonForbidden),
-				},
-				{
-					Expression: "!variables.slicerMIG || (" + noDomainKeys("labels") + " && " + noDomainKeys("annotations") + ")",
-					Message:    fmt.Sprintf("the pod asks for MIG slices and carries labels or annotations under %s, which are reserved for Slicer's own allocation data: remove them", slicerv1alpha1.DomainPrefix),
-					Reason:     ptr.To(metav1.StatusReasonForbidden),
-				},
-			},
+			Validations: validations,
 		},
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{

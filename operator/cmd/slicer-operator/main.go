@@ -18,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/slicer-operator/slicer/dashboards"
+	"github.com/slicer-operator/slicer/internal/kubeversion"
 	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/manager"
 	"github.com/slicer-operator/slicer/operator/metrics"
@@ -36,6 +37,17 @@ func env(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// schedulerImages has one scheduler build per supported Kubernetes minor:
+// RELATED_IMAGE_SCHEDULER_K8S_1_<minor>, by default
+// slicer-scheduler:<tag>-k8s-1.<minor>.
+func schedulerImages() map[kubeversion.Minor]string {
+	out := make(map[kubeversion.Minor]string, len(kubeversion.Supported))
+	for _, m := range kubeversion.Supported {
+		out[m] = env(render.SchedulerImageEnv(m), defaultRegistry+"slicer-scheduler:"+defaultTag+"-k8s-"+m.String())
+	}
+	return out
 }
 
 func main() {
@@ -113,10 +125,10 @@ func run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string, lea
 		Namespace:      namespace,
 		AgentNamespace: agentNamespace,
 		Images: render.Images{
-			Scheduler: env("RELATED_IMAGE_SCHEDULER", defaultRegistry+"slicer-scheduler:"+defaultTag),
-			Webhook:   env("RELATED_IMAGE_WEBHOOK", defaultRegistry+"slicer-webhook:"+defaultTag),
-			Agent:     env("RELATED_IMAGE_AGENT", defaultRegistry+"slicer-agent:"+defaultTag),
-			Driver:    env("RELATED_IMAGE_DRIVER", defaultRegistry+"nvidia-driver"),
+			Schedulers: schedulerImages(),
+			Webhook:    env("RELATED_IMAGE_WEBHOOK", defaultRegistry+"slicer-webhook:"+defaultTag),
+			Agent:      env("RELATED_IMAGE_AGENT", defaultRegistry+"slicer-agent:"+defaultTag),
+			Driver:     env("RELATED_IMAGE_DRIVER", defaultRegistry+"nvidia-driver"),
 		},
 		Ports:              render.DefaultPorts(),
 		HostNetworkAddress: hostAddr,
@@ -130,6 +142,7 @@ func run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string, lea
 		Dashboards:        dash,
 		DeletionTimeout:   controller.DefaultDeletionTimeout,
 		DependencyRecheck: controller.DefaultDependencyRecheck,
+		VersionRecheck:    controller.DefaultVersionRecheck,
 		CertValidity:      controller.DefaultCertValidity,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

@@ -33,6 +33,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/dashboards"
+	"github.com/slicer-operator/slicer/internal/kubeversion"
 	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/manager"
 	"github.com/slicer-operator/slicer/operator/metrics"
@@ -150,6 +151,18 @@ type runningOperator struct {
 	metrics *metrics.Metrics
 }
 
+// testSchedulerImages are the per-minor scheduler builds of the tests.
+func testSchedulerImages() map[kubeversion.Minor]string {
+	out := map[kubeversion.Minor]string{}
+	for _, m := range kubeversion.Supported {
+		out[m] = schedulerImage(m.Minor)
+	}
+	return out
+}
+
+// schedulerImage is the tests' scheduler build for Kubernetes 1.<minor>.
+func schedulerImage(minor int) string { return fmt.Sprintf("reg.test/scheduler:v1-k8s-1.%d", minor) }
+
 func newReconciler(cfg *rest.Config, c client.Client, agentNamespace string, m *metrics.Metrics) *controller.SlicerReconciler {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
@@ -159,7 +172,7 @@ func newReconciler(cfg *rest.Config, c client.Client, agentNamespace string, m *
 		Metrics:           m,
 		Namespace:         operatorNamespace,
 		AgentNamespace:    agentNamespace,
-		Images:            render.Images{Scheduler: "reg.test/scheduler:v1", Webhook: "reg.test/webhook:v1", Agent: "reg.test/agent:v1", Driver: "reg.test/driver"},
+		Images:            render.Images{Schedulers: testSchedulerImages(), Webhook: "reg.test/webhook:v1", Agent: "reg.test/agent:v1", Driver: "reg.test/driver"},
 		Ports:             render.DefaultPorts(),
 		Admission:         render.Admission,
 		PrometheusRule:    prometheusrules.PrometheusRule,

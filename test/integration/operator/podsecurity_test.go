@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/kubeversion"
 	"github.com/slicer-operator/slicer/operator/render"
 )
 
@@ -19,8 +20,9 @@ func renderOptions(ns string, mutate ...func(*slicerv1alpha1.Slicer)) render.Opt
 	s.Spec.Scheduler.Replicas, s.Spec.Webhook.Replicas = 2, 2
 	return render.Options{
 		Slicer: s, Namespace: ns, AgentNamespace: ns,
-		Images: render.Images{Scheduler: "reg.test/s:v1", Webhook: "reg.test/w:v1", Agent: "reg.test/a:v1", Driver: "reg.test/d"},
+		Images: render.Images{Schedulers: testSchedulerImages(), Webhook: "reg.test/w:v1", Agent: "reg.test/a:v1", Driver: "reg.test/d"},
 		Ports:  render.DefaultPorts(), Cert: render.CertSelfManaged,
+		Kubernetes: kubeversion.Version{Minor: kubeversion.Supported[len(kubeversion.Supported)-1], GitVersion: "v1.37.2"},
 	}
 }
 

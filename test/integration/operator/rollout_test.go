@@ -25,7 +25,7 @@ import (
 )
 
 var componentConditions = []string{
-	slicerv1alpha1.ConditionNodeFeatureRuleReady, slicerv1alpha1.ConditionDriverReady,
+	slicerv1alpha1.ConditionKubernetesVersionSupported, slicerv1alpha1.ConditionNodeFeatureRuleReady, slicerv1alpha1.ConditionDriverReady,
 	slicerv1alpha1.ConditionWebhookAvailable, slicerv1alpha1.ConditionSchedulerAvailable,
 	slicerv1alpha1.ConditionAgentAvailable, slicerv1alpha1.ConditionMonitoringReady,
 }
@@ -164,7 +164,7 @@ var _ = Describe("Slicer rollout", Ordered, func() {
 			_, err := framework.MarkWorkloadsAvailable(ctx, admin, operatorNamespace, ns)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: render.SchedulerName}, dep)).To(Succeed())
-			g.Expect(dep.Spec.Template.Spec.Containers[0].Image).To(Equal("reg.test/scheduler:v1"))
+			g.Expect(dep.Spec.Template.Spec.Containers[0].Image).To(Equal(schedulerImage(serverVersion.Minor.Minor)))
 			g.Expect(*dep.Spec.Replicas).To(Equal(int32(2)))
 			g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.AgentName}, ds)).To(Succeed())
 			g.Expect(ds.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--node-name=$(NODE_NAME)"))

@@ -15,11 +15,13 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/slicer-operator/slicer/internal/kubeversion"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -31,6 +33,8 @@ var (
 	admin client.Client
 	// asOperator is the operator ServiceAccount's rest config.
 	asOperator *rest.Config
+	// serverVersion is what envtest's kube-apiserver reports.
+	serverVersion kubeversion.Version
 	ctx        = context.Background()
 )
 
@@ -50,6 +54,12 @@ var _ = BeforeSuite(func() {
 	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
 	Expect(framework.InstallOperatorRBAC(ctx, admin, operatorNamespace)).To(Succeed())
 	asOperator = framework.ImpersonatedConfig(env.Config, operatorNamespace, framework.OperatorServiceAccount)
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	Expect(err).NotTo(HaveOccurred())
+	info, err := dc.ServerVersion()
+	Expect(err).NotTo(HaveOccurred())
+	serverVersion, err = kubeversion.Parse(info)
+	Expect(err).NotTo(HaveOccurred())
 })
 
 var _ = AfterSuite(func() {
