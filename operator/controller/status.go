@@ -103,7 +103,7 @@ func (st *status) summarizeConditions(err error) {
 		}
 		st.set(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonApplyFailed, msg)
 	case len(unsupported) > 0:
-		st.set(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonUnsupportedKubernetesVersion, "unsupported Kubernetes version: "+strings.Join(unsupported, ", ")+" cannot be provided")
+		st.set(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonUnsupportedKubernetesVersion, "the cluster's Kubernetes version is not supported; not provided: "+strings.Join(unsupported, ", "))
 	case len(missing) > 0:
 		st.set(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonDependencyMissing, "missing dependencies for: "+strings.Join(missing, ", "))
 	default:
