@@ -16,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/version"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/operator/controller"
@@ -176,6 +178,21 @@ var _ = Describe("Kubernetes minors", Ordered, func() {
 				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%T %s still there: %v", obj, obj.GetName(), err)
 			}
 		}).Should(Succeed())
+
+		By("writing nothing once settled (I6), with nothing left to remove")
+		w := &writeCounter{}
+		direct, err := client.NewWithWatch(asOperator, client.Options{Scheme: env.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		r := newReconciler(asOperator, interceptor.NewClient(direct, w.funcs()), ns, nil)
+		r.ServerVersion = played
+		req := ctrl.Request{NamespacedName: client.ObjectKey{Name: slicerv1alpha1.SlicerName}}
+		_, err = r.Reconcile(ctx, req)
+		Expect(err).NotTo(HaveOccurred())
+		first, _ := w.count()
+		_, err = r.Reconcile(ctx, req)
+		Expect(err).NotTo(HaveOccurred())
+		n, log := w.count()
+		Expect(n-first).To(Equal(0), "second reconcile on an unsupported minor wrote: %v", log[first:])
 
 		By("rejecting MIG pods at admission with the reason, admitting the others")
 		for i, res := range []string{"slicer.dev/mig-1g.10gb", "nvidia.com/mig-1g.10gb"} {

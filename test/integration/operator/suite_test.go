@@ -35,7 +35,7 @@ var (
 	asOperator *rest.Config
 	// serverVersion is what envtest's kube-apiserver reports.
 	serverVersion kubeversion.Version
-	ctx        = context.Background()
+	ctx           = context.Background()
 )
 
 func TestOperator(t *testing.T) {
