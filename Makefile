@@ -134,7 +134,7 @@ LOCAL_CLUSTER := hack/local-cluster
 .PHONY: local-cluster-deps local-cluster-bin local-cluster-up local-cluster-down local-cluster-smoke demo-down
 local-cluster-deps: ## Install the Debian packages the local node needs.
 	$(LOCAL_CLUSTER) deps
-local-cluster-bin: $(MKIMAGE) ## Build kubelet, kcm, kubectl, kube-scheduler, etcd, apiserver, containerd 1.7 (once).
+local-cluster-bin: $(MKIMAGE) ## Build kubelet, kcm, kubectl, kube-scheduler, etcd, apiserver, containerd 2 (once).
 	$(LOCAL_CLUSTER) build
 local-cluster-up: local-cluster-bin ## Loopback-only single node; KUBECONFIG=.local/kubeconfig.
 	$(LOCAL_CLUSTER) up --default-scheduler

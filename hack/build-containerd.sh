@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds containerd 1.7 (CRI with CDI), containerd-shim-runc-v2 and ctr from the
+# Builds containerd 2 (CRI with CDI), containerd-shim-runc-v2 and ctr from the
 # pinned module hack/containerd into bin/containerd, for hack/local-cluster.
 # A stamp keyed on hack/containerd/go.sum (and the Go version) makes a rebuild a no-op.
 set -euo pipefail
@@ -7,19 +7,19 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/bin/containerd
 mod=$root/hack/containerd
 mkdir -p "$out"
-ver=$(grep -oE "github.com/containerd/containerd v[0-9][^ ]*" "$mod/go.mod" | head -1 | cut -d" " -f2)
+ver=$(grep -oE "github.com/containerd/containerd/v2 v[0-9][^ ]*" "$mod/go.mod" | head -1 | cut -d" " -f2)
 key=$( (cat "$mod/go.sum" "$mod/go.mod"; go version) | sha256sum | cut -c1-16)
 stamp=$out/.stamp
 if [ -x "$out/containerd" ] && [ -x "$out/containerd-shim-runc-v2" ] && [ -x "$out/ctr" ] &&
   [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ]; then
   exit 0
 fi
-echo "building containerd $ver (first time only; about 1-2 minutes on 2 cores)"
+echo "building containerd $ver (first time only; a few minutes on 2 cores)"
 start=$(date +%s)
 (cd "$mod" && CGO_ENABLED=0 go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
-  -ldflags "-s -w -X github.com/containerd/containerd/version.Version=$ver" -o "$out/" \
-  github.com/containerd/containerd/cmd/containerd \
-  github.com/containerd/containerd/cmd/containerd-shim-runc-v2 \
-  github.com/containerd/containerd/cmd/ctr)
+  -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$ver" -o "$out/" \
+  github.com/containerd/containerd/v2/cmd/containerd \
+  github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+  github.com/containerd/containerd/v2/cmd/ctr)
 echo "$key" >"$stamp"
 echo "built containerd in $(( $(date +%s) - start ))s"

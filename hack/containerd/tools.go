@@ -4,7 +4,7 @@
 package tools
 
 import (
-	_ "github.com/containerd/containerd/cmd/containerd"
-	_ "github.com/containerd/containerd/cmd/containerd-shim-runc-v2"
-	_ "github.com/containerd/containerd/cmd/ctr"
+	_ "github.com/containerd/containerd/v2/cmd/containerd"
+	_ "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"
+	_ "github.com/containerd/containerd/v2/cmd/ctr"
 )

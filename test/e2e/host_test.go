@@ -23,7 +23,7 @@ type hostSnapshot struct {
 var (
 	// kept equal to SYSCTLS in hack/local-cluster
 	watchedSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
-	watchedPaths   = []string{"/var/lib/kubelet", "/var/lib/kubelet/pod-resources", "/var/lib/kubelet/device-plugins", "/var/log/containers", "/run/containerd", "/var/run/cdi", "/var/lib/slicer"}
+	watchedPaths   = []string{"/var/lib/kubelet", "/var/lib/kubelet/pod-resources", "/var/lib/kubelet/device-plugins", "/var/log/containers", "/run/containerd", "/var/run/cdi", "/var/lib/slicer", "/var/lib/cni", "/run/mount"}
 )
 
 func takeHostSnapshot() hostSnapshot {
