@@ -24,6 +24,24 @@ VERSION        ?= 0.1.0
 IMAGE_REGISTRY ?= quay.io/slicer-operator
 IMAGE_COMPONENTS := operator scheduler webhook agent
 
+# Supported Kubernetes minors (docs/design/k8s-minors.md): the main module builds for the
+# minor of its k8s.io/kubernetes (the newest); every older one has a nested module
+# scheduler/k8s-1.N that rebuilds the scheduler against that minor. The list comes from those
+# two places only.
+K8S_MAIN_MINOR := $(shell awk '$$1=="k8s.io/kubernetes"{split(substr($$2,2),v,"."); print v[1]"."v[2]; exit}' go.mod)
+K8S_OLDER_MINORS := $(patsubst scheduler/k8s-%/go.mod,%,$(wildcard scheduler/k8s-1.*/go.mod))
+K8S_MINORS := $(K8S_OLDER_MINORS) $(K8S_MAIN_MINOR)
+# Minors test-minors covers ("older": all but the main module's); make test runs the oldest
+# here and the main module's in test-go.
+TEST_MINORS ?= $(firstword $(K8S_MINORS))
+override TEST_MINORS := $(if $(filter older,$(TEST_MINORS)),$(K8S_OLDER_MINORS),$(TEST_MINORS))
+# Per minor: the module the scheduler is built in, its build tag, and its envtest binaries.
+minor_mod = $(if $(filter $(K8S_MAIN_MINOR),$(1)),.,scheduler/k8s-$(1))
+minor_tag = k8s_$(subst .,_,$(1))
+minor_k8s_bin = $(if $(filter $(K8S_MAIN_MINOR),$(1)),$(K8S_BIN),$(BIN)/k8s-$(1))
+$(foreach m,$(TEST_MINORS),$(if $(filter $(m),$(K8S_MINORS)),,$(error TEST_MINORS: $(m) is not a supported minor ($(K8S_MINORS)))))
+SLICER_MOD := github.com/slicer-operator/slicer
+
 # Packages with a main function, outside hack/ (hack/ holds nested modules).
 MAIN_PKGS = $(shell $(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v /hack/)
 TEST_FLAGS ?= -race -count=1
@@ -39,6 +57,12 @@ help: ## Show the targets.
 build: ## Build every binary into bin/.
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -o $(BIN)/ $(MAIN_PKGS)
+
+.PHONY: build-schedulers $(addprefix build-scheduler-,$(K8S_MINORS))
+build-schedulers: $(addprefix build-scheduler-,$(K8S_MINORS)) ## slicer-scheduler for every supported minor: bin/slicer-scheduler-k8s-1.N.
+$(addprefix build-scheduler-,$(K8S_MINORS)): build-scheduler-%:
+	@mkdir -p $(BIN)
+	cd $(call minor_mod,$*) && $(GO) build -trimpath -tags $(call minor_tag,$*) -o $(BIN)/slicer-scheduler-k8s-$* $(SLICER_MOD)/scheduler/cmd/slicer-scheduler
 
 ##@ Generate
 
@@ -71,8 +95,9 @@ verify-generated: $(CONTROLLER_GEN) ## Regenerate everything and fail if any gen
 	hack/verify-clean.sh
 
 .PHONY: vet
-vet: ## go mod tidy check and go vet every package.
+vet: ## go mod tidy check (main and per-minor modules) and go vet every package.
 	$(GO) mod tidy -diff
+	for d in $(wildcard scheduler/k8s-1.* hack/k8s-bin-1.*); do (cd $$d && $(GO) mod tidy -diff) || exit 1; done
 	$(GO) vet ./...
 
 .PHONY: lint
@@ -90,7 +115,7 @@ prometheus-bin: ## Debian's prometheus + promtool into bin/prometheus (once).
 	hack/install-prometheus.sh
 
 .PHONY: test
-test: test-go test-nested test-e2e ## Unit, integration and (as root) end-to-end tests.
+test: test-go test-minors test-nested test-e2e ## Unit, integration and (as root) end-to-end tests.
 
 GO_TEST_PKGS ?= $$($(GO) list ./... | grep -v /test/e2e)
 
@@ -112,6 +137,23 @@ test-nested: ## Nested modules: NFD's rule engine, BuildKit's Containerfile pars
 	cd images/parsetest && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/tools/bundlevalidate && $(GO) test $(TEST_FLAGS) ./...
 
+# Per minor in TEST_MINORS: the packages the scheduler is built from, unit-tested in that
+# minor's module, and the scheduler integration suite against a kube-apiserver and etcd of that
+# minor (built from hack/k8s-bin-1.N into bin/k8s-1.N, once).
+MINOR_UNIT_PKGS = $(addprefix $(SLICER_MOD)/,scheduler/... api/... internal/...)
+MINOR_IT_PKGS = $(SLICER_MOD)/test/integration/scheduler
+
+.PHONY: test-minors
+test-minors: $(addprefix test-minor-,$(TEST_MINORS)) ## The scheduler's tests per Kubernetes minor (TEST_MINORS="1.35 1.36").
+
+.PHONY: $(addprefix test-minor-,$(K8S_MINORS))
+$(addprefix test-minor-,$(K8S_MINORS)): test-minor-%: envtest-bin-%
+	cd $(call minor_mod,$*) && KUBEBUILDER_ASSETS=$(call minor_k8s_bin,$*) $(GO) test $(TEST_FLAGS) -tags $(call minor_tag,$*) -timeout $(GO_TEST_TIMEOUT) $(MINOR_UNIT_PKGS) $(MINOR_IT_PKGS)
+
+.PHONY: $(addprefix envtest-bin-,$(K8S_MINORS))
+$(addprefix envtest-bin-,$(K8S_MINORS)): envtest-bin-%: ## kube-apiserver and etcd of minor 1.N into bin/k8s-1.N (the main module's into bin/k8s), once.
+	K8S_MINOR=$(if $(filter $(K8S_MAIN_MINOR),$*),,$*) hack/build-k8s-bin.sh etcd kube-apiserver
+
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane).
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/)
@@ -119,12 +161,13 @@ test-unit: ## Unit tests only (no control plane).
 ##@ Images
 
 .PHONY: images
-images: ## Build the component images (images/*.Containerfile) with podman or docker.
+images: ## Build the component images (images/*.Containerfile; the scheduler's per Kubernetes minor) with podman or docker.
 	@[ -n "$(CONTAINER_ENGINE)" ] || { echo "make images: neither podman nor docker is installed (images-local assembles them without one)" >&2; exit 2; }
-	for c in $(IMAGE_COMPONENTS); do $(CONTAINER_ENGINE) build -f images/$$c.Containerfile --build-arg VERSION=$(VERSION) -t $(IMAGE_REGISTRY)/slicer-$$c:v$(VERSION) . || exit 1; done
+	for c in $(filter-out scheduler,$(IMAGE_COMPONENTS)); do $(CONTAINER_ENGINE) build -f images/$$c.Containerfile --build-arg VERSION=$(VERSION) -t $(IMAGE_REGISTRY)/slicer-$$c:v$(VERSION) . || exit 1; done
+	for m in $(K8S_MINORS); do $(CONTAINER_ENGINE) build -f images/scheduler.Containerfile --build-arg VERSION=$(VERSION) --build-arg K8S_MINOR=$$m -t $(IMAGE_REGISTRY)/slicer-scheduler:v$(VERSION)-k8s-$$m . || exit 1; done
 
 .PHONY: images-local
-images-local: build $(MKIMAGE) ## localhost/slicer-<component>:dev OCI archives in .local/images, without a container engine.
+images-local: build build-schedulers $(MKIMAGE) ## localhost/slicer-<component>:dev (scheduler: dev-k8s-1.N) OCI archives in .local/images, without a container engine.
 	images/local.sh
 
 ##@ Local node (root; loopback only; see docs/local-cluster.md)

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Builds control-plane binaries from the pinned module hack/k8s-bin into bin/k8s.
 # usage: hack/build-k8s-bin.sh COMPONENT...   (kube-apiserver etcd kube-controller-manager kubectl kubelet)
-# A stamp keyed on hack/k8s-bin/go.sum (and the Go version) makes a rebuild a no-op.
+# With K8S_MINOR=1.N set (an older supported minor) it builds from hack/k8s-bin-1.N into
+# bin/k8s-1.N instead; those modules pin only kube-apiserver and etcd (docs/design/k8s-minors.md).
+# A stamp keyed on the module's go.sum (and the Go version) makes a rebuild a no-op.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=$root/bin/k8s
-mod=$root/hack/k8s-bin
+suffix=${K8S_MINOR:+-$K8S_MINOR}
+out=$root/bin/k8s$suffix
+mod=$root/hack/k8s-bin$suffix
+[ -f "$mod/go.mod" ] || { echo "no module $mod for K8S_MINOR=${K8S_MINOR:-}" >&2; exit 1; }
 mkdir -p "$out"
 ver=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$mod/go.mod")
 minor=$(echo "$ver" | cut -d. -f2)
@@ -22,7 +26,7 @@ for c in "$@"; do
   echo "building $c $ver (first time only; a few minutes on 2 cores)"
   start=$(date +%s)
   case $c in
-    etcd) (cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" ./etcd) ;;
+    etcd) (cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3) ;;
     *) (cd "$mod" && go build -trimpath -ldflags "$ldflags" -o "$out/$c" "k8s.io/kubernetes/cmd/$c") ;;
   esac
   echo "$key" >"$stamp"

@@ -20,12 +20,14 @@ import (
 // podCheckInterval is how often PreBind's wait looks whether the pod is gone.
 const podCheckInterval = time.Second
 
-// PreBindPreFlight tells the framework whether PreBind has work for the pod.
-func (p *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+// preBindPreFlight is PreBindPreFlight's answer, whatever signature the
+// framework of the minor being built gives it (prebind_preflight*.go): Skip
+// when the pod asked for no slice, so the framework need not call PreBind.
+func preBindPreFlight(cs fwk.CycleState) *fwk.Status {
 	if _, err := cs.Read(stateKey); err != nil {
-		return nil, fwk.NewStatus(fwk.Skip)
+		return fwk.NewStatus(fwk.Skip)
 	}
-	return nil, nil
+	return nil
 }
 
 // PreBind commits the reservation: it creates the pod's SliceAllocations

@@ -17,7 +17,7 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node
 		return 0, fwk.AsStatus(err)
 	}
 	if s.req == nil {
-		return fwk.MaxScore, nil
+		return mig.MaxNodeScore, nil // fwk.MaxScore since 1.36 (fwk.MaxNodeScore before): the same 100
 	}
 	n := p.cache.Node(nodeInfo.Node().Name)
 	if n == nil {

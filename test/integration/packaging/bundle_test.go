@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -137,13 +138,19 @@ var _ = Describe("OLM bundle", func() {
 			}
 		}
 		Expect(images).To(Equal(want))
-		Expect(images).To(HaveKey("scheduler"))
+		// One scheduler image per supported minor, tagged with it.
+		Expect(images).NotTo(HaveKey("scheduler"))
+		for _, minor := range kubeMinors() {
+			Expect(images).To(HaveKeyWithValue(strings.ToLower(strings.TrimPrefix(schedulerImageEnv(minor), "RELATED_IMAGE_")),
+				MatchRegexp(`/slicer-scheduler:v\d+\.\d+\.\d+-k8s-%s$`, regexp.QuoteMeta(minor))), minor)
+		}
+		Expect(images).To(HaveLen(len(kubeMinors())+3), "the operator, a scheduler per minor, the webhook and the agent")
 		Expect(images).To(HaveKey("webhook"))
 		Expect(images).To(HaveKey("agent"))
 		Expect(csv.GetAnnotations()).To(HaveKeyWithValue("containerImage", c.Image))
 		for _, img := range images {
 			Expect(img).NotTo(HaveSuffix(":latest"))
-			Expect(img).To(MatchRegexp(`:v\d+\.\d+\.\d+$|@sha256:`))
+			Expect(img).To(MatchRegexp(`:v\d+\.\d+\.\d+(-k8s-1\.\d+)?$|@sha256:`))
 		}
 		Expect(c.Resources.Requests).To(HaveKey(corev1.ResourceCPU))
 		Expect(c.Resources.Requests).To(HaveKey(corev1.ResourceMemory))

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -85,4 +87,26 @@ func podOf(spec corev1.PodTemplateSpec, ns, name string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: spec.Labels, Annotations: spec.Annotations},
 		Spec:       *spec.Spec.DeepCopy(),
 	}
+}
+
+// kubeMinors are the Kubernetes minors a scheduler is built for, found where
+// the build finds them (Makefile, docs/design/k8s-minors.md): one nested
+// module scheduler/k8s-1.N per older minor, and the main module's
+// k8s.io/kubernetes minor.
+func kubeMinors() []string {
+	dirs, err := filepath.Glob(filepath.Join(framework.RepoRoot(), "scheduler", "k8s-1.*", "go.mod"))
+	Expect(err).NotTo(HaveOccurred())
+	var minors []string
+	for _, d := range dirs {
+		minors = append(minors, strings.TrimPrefix(filepath.Base(filepath.Dir(d)), "k8s-"))
+	}
+	m := regexp.MustCompile(`(?m)^\s*k8s\.io/kubernetes v1\.(\d+)\.\d+`).FindSubmatch(readFile("go.mod"))
+	Expect(m).NotTo(BeNil(), "go.mod requires no k8s.io/kubernetes")
+	minors = append(minors, "1."+string(m[1]))
+	return minors
+}
+
+// schedulerImageEnv is the operator's variable for the scheduler image of a minor ("1.35").
+func schedulerImageEnv(minor string) string {
+	return "RELATED_IMAGE_SCHEDULER_K8S_" + strings.ReplaceAll(minor, ".", "_")
 }

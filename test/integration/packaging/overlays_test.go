@@ -149,8 +149,13 @@ func checkEmulated(objs []*unstructured.Unstructured) {
 			}
 			Expect(env).To(HaveKeyWithValue("KUBERNETES_SERVICE_HOST", "127.0.0.1"))
 			Expect(env).To(HaveKeyWithValue("KUBERNETES_SERVICE_PORT", "16443"))
-			for _, comp := range []string{"SCHEDULER", "WEBHOOK", "AGENT"} {
+			for _, comp := range []string{"WEBHOOK", "AGENT"} {
 				Expect(env).To(HaveKeyWithValue("RELATED_IMAGE_"+comp, MatchRegexp(`^localhost/slicer-[a-z]+:dev$`)))
+			}
+			// images/local.sh names a scheduler image per minor so.
+			Expect(env).NotTo(HaveKey("RELATED_IMAGE_SCHEDULER"))
+			for _, minor := range kubeMinors() {
+				Expect(env).To(HaveKeyWithValue(schedulerImageEnv(minor), "localhost/slicer-scheduler:dev-k8s-"+minor))
 			}
 		}
 	}

@@ -10,12 +10,18 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/discovery"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slicer-operator/slicer/scheduler/config"
@@ -44,6 +50,14 @@ var _ = BeforeSuite(func() {
 	var err error
 	env, err = framework.Start(framework.Options{WithoutExternalCRDs: true})
 	Expect(err).NotTo(HaveOccurred())
+	// Each minor's scheduler build runs against an apiserver of its own minor
+	// (make test-minors, docs/design/k8s-minors.md); another one means the
+	// wrong KUBEBUILDER_ASSETS.
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	Expect(err).NotTo(HaveOccurred())
+	sv, err := dc.ServerVersion()
+	Expect(err).NotTo(HaveOccurred())
+	Expect(sv.Major+"."+strings.TrimSuffix(sv.Minor, "+")).To(Equal(builtKubeMinor()), "kube-apiserver %s", sv.GitVersion)
 	k8s = env.Client
 	proxy, err = framework.StartCountingProxy(env.Config)
 	Expect(err).NotTo(HaveOccurred())
@@ -64,6 +78,21 @@ var _ = AfterSuite(func() {
 	Expect(env.Stop()).To(Succeed())
 	Expect(os.RemoveAll(dir)).To(Succeed())
 })
+
+// builtKubeMinor is the minor ("1.35") of the k8s.io/kubernetes this test
+// binary, and so the scheduler in it, was built with: the version in the
+// module cache path of a kube-scheduler function's source (test binaries
+// carry no module list in their build info; under -trimpath the path names
+// a replaced module by its required version, so the check needs no -trimpath,
+// which the Makefile's test targets do not set).
+func builtKubeMinor() string {
+	GinkgoHelper()
+	pc := reflect.ValueOf(app.NewSchedulerCommand).Pointer()
+	file, _ := runtime.FuncForPC(pc).FileLine(pc)
+	m := regexp.MustCompile(`k8s\.io/kubernetes@v(\d+\.\d+)\.`).FindStringSubmatch(filepath.ToSlash(file))
+	Expect(m).NotTo(BeNil(), "no k8s.io/kubernetes version in %s", file)
+	return m[1]
+}
 
 // running is an in-process scheduler and its plugin.
 type running struct {
