@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/slicer-operator/slicer/internal/kubeversion"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -145,6 +146,15 @@ var _ = Describe("OLM bundle", func() {
 				MatchRegexp(`/slicer-scheduler:v\d+\.\d+\.\d+-k8s-%s$`, regexp.QuoteMeta(minor))), minor)
 		}
 		Expect(images).To(HaveLen(len(kubeMinors())+3), "the operator, a scheduler per minor, the webhook and the agent")
+		// The operator's supported window is exactly the minors a scheduler is built for,
+		// and the CSV's minKubeVersion is the oldest of them.
+		var supported []string
+		for _, m := range kubeversion.Supported {
+			supported = append(supported, m.String())
+		}
+		Expect(supported).To(Equal(kubeMinors()), "internal/kubeversion.Supported and the scheduler builds")
+		minKube, _, _ := unstructured.NestedString(csv.Object, "spec", "minKubeVersion")
+		Expect(minKube).To(HavePrefix(supported[0]+"."), "minKubeVersion is the oldest supported minor")
 		Expect(images).To(HaveKey("webhook"))
 		Expect(images).To(HaveKey("agent"))
 		Expect(csv.GetAnnotations()).To(HaveKeyWithValue("containerImage", c.Image))
