@@ -141,8 +141,12 @@ var _ = Describe("Kubernetes minors", Ordered, func() {
 			g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: render.SchedulerConfigMap}, cm)).To(Succeed())
 			g.Expect(cm.Data["config.yaml"]).To(ContainSubstring("podGroupPostFilter"))
 		}).Should(Succeed())
-		s := waitAvailable(ns)
-		Expect(condition(s, slicerv1alpha1.ConditionKubernetesVersionSupported).Message).To(ContainSubstring("v1.37.2"))
+		// The status write follows the apply in the same reconcile: wait for it rather than
+		// read the Available the 1.36 build left behind.
+		Eventually(func(g Gomega) {
+			g.Expect(condition(getSlicer(g), slicerv1alpha1.ConditionKubernetesVersionSupported).Message).To(ContainSubstring("v1.37.2"))
+		}).Should(Succeed())
+		waitAvailable(ns)
 	})
 
 	It("runs no scheduler on an unsupported minor, says so, and rejects MIG pods instead of routing them", func() {
