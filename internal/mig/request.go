@@ -46,20 +46,7 @@ func NewRequest(items ...RequestItem) (*Request, error) {
 	if len(names) > MaxRequestSlices {
 		return nil, fmt.Errorf("request asks for %d MIG slices, at most %d are supported", len(names), MaxRequestSlices)
 	}
-	sort.SliceStable(names, func(i, j int) bool {
-		ci, mi, ei, _ := splitProfileName(names[i])
-		cj, mj, ej, _ := splitProfileName(names[j])
-		if ci != cj {
-			return ci > cj
-		}
-		if mi != mj {
-			return mi > mj
-		}
-		if ei != ej {
-			return ei // the scarce +me first
-		}
-		return names[i] < names[j]
-	})
+	SortSlices(names)
 	r.n = len(names)
 	copy(r.names[:], names)
 	for m := Model(1); m <= numModels; m++ {
@@ -74,6 +61,27 @@ func NewRequest(items ...RequestItem) (*Request, error) {
 		}
 	}
 	return r, nil
+}
+
+// SortSlices orders profile names (NVIDIA spelling) the way Place places them: largest first
+// by compute slices, then memory, the scarce +me before its plain twin. It sorts in place and
+// returns names.
+func SortSlices(names []string) []string {
+	sort.SliceStable(names, func(i, j int) bool {
+		ci, mi, ei, _ := splitProfileName(names[i])
+		cj, mj, ej, _ := splitProfileName(names[j])
+		if ci != cj {
+			return ci > cj
+		}
+		if mi != mj {
+			return mi > mj
+		}
+		if ei != ej {
+			return ei // the scarce +me first
+		}
+		return names[i] < names[j]
+	})
+	return names
 }
 
 // MustRequest is NewRequest for tests and tools; it panics on error.
