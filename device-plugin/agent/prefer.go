@@ -14,6 +14,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/podrequest"
 )
 
 // KubeletPods reports every pod the kubelet lists (admitted, or being
@@ -119,31 +120,50 @@ type preferCandidate struct {
 	pod     string
 	created time.Time
 	devices []string
+	// need is the pod's distinct slices of the resource (podrequest.ForPod).
+	need int
+	// reuses is true when a mustInclude device is one of the pod's allocations': the
+	// kubelet reuses it from this pod's init container, so this is the pod it admits.
+	reuses bool
 }
 
-// preferred is the chooser's rule, pure. Candidates are pods that
+// preferred is the chooser's rule, pure. The kubelet calls GetPreferredAllocation once per
+// container that draws new devices: size is the container's devices of the resource and
+// mustInclude the ones it reuses from the pod's finished init containers
+// (internal/podrequest describes the kubelet's reuse rules). Candidates are pods that
 //   - have a live allocation of this node for the resource that is Ready with
 //     its MIG device in available,
 //   - exist with the allocation's UID, are bound to this node, not terminal
 //     nor deleting,
 //   - are listed by the kubelet (it knows the pod: admitted or being
-//     admitted) and hold fewer devices of the resource than they have live
-//     allocations for it (not yet, or not fully, admitted).
+//     admitted) and hold fewer distinct devices of the resource than
+//     podrequest.ForPod says they need (not yet, or not fully, admitted),
+//   - have a container that receives size devices of the profile, size-len(mustInclude)
+//     of them new (podrequest.ContainerNeed): the container being admitted.
 //
-// The oldest candidate (creationTimestamp, then namespace/name) is taken to be
-// the pod the kubelet admits, as the kubelet admits the oldest first. The
-// answer is mustInclude, then that pod's devices (by allocation index), then
-// available devices no waiting pod was promised, then the other candidates'
-// devices by age, then anything else available, cut at size. No candidate (or
-// no kubelet list) gives nil: the kubelet chooses. It also returns the
+// The pod whose allocation holds a mustInclude device is the one the kubelet admits;
+// otherwise the oldest candidate (creationTimestamp, then namespace/name) is, as the
+// kubelet admits the oldest first. The answer is mustInclude, then that pod's devices
+// (by allocation index), then available devices no waiting pod was promised, then the
+// other candidates' devices by age, then anything else available, cut at size. No
+// candidate (or no kubelet list) gives nil: the kubelet chooses. It also returns the
 // candidate pod ("" when none).
 func preferred(in preferInput) ([]string, string) {
 	if in.Kubelet == nil || in.Size <= 0 {
 		return nil, ""
 	}
+	profile, ok := mig.ProfileNameFromResource(in.Resource)
+	if !ok {
+		return nil, ""
+	}
+	fresh := in.Size - len(in.MustInclude) // devices new to the pod the container draws
 	avail := map[string]bool{}
 	for _, id := range in.Available {
 		avail[id] = true
+	}
+	must := map[string]bool{}
+	for _, id := range in.MustInclude {
+		must[id] = true
 	}
 	allocs := make([]*slicerv1alpha1.SliceAllocation, 0, len(in.Allocs))
 	for i := range in.Allocs {
@@ -157,13 +177,11 @@ func preferred(in preferInput) ([]string, string) {
 		}
 		return allocs[i].Namespace+"/"+allocs[i].Name < allocs[j].Namespace+"/"+allocs[j].Name
 	})
-	need := map[string]int{}
 	promised := map[string]bool{} // available devices some pod's allocation holds
 	byPod := map[string]*preferCandidate{}
 	var cands []*preferCandidate
 	for _, a := range allocs {
 		key := a.Namespace + "/" + a.Spec.PodName
-		need[key]++
 		dev := a.Status.MIGDeviceUUID
 		if a.Status.State != slicerv1alpha1.AllocationReady || dev == "" || !avail[dev] {
 			continue
@@ -179,16 +197,24 @@ func preferred(in preferInput) ([]string, string) {
 		}
 		c := byPod[key]
 		if c == nil {
-			c = &preferCandidate{pod: key, created: pod.CreationTimestamp.Time}
+			need, ok := admitting(pod, profile, in.Size, fresh)
+			if !ok {
+				continue
+			}
+			c = &preferCandidate{pod: key, created: pod.CreationTimestamp.Time, need: need}
 			byPod[key] = c
 			cands = append(cands, c)
 		}
-		c.devices = append(c.devices, dev)
+		if must[dev] {
+			c.reuses = true
+		} else {
+			c.devices = append(c.devices, dev)
+		}
 	}
 	// Pods that already hold all they asked for are admitted: not candidates.
 	live := cands[:0]
 	for _, c := range cands {
-		if len(in.Kubelet[c.pod][in.Resource]) < need[c.pod] {
+		if distinct(in.Kubelet[c.pod][in.Resource]) < c.need {
 			live = append(live, c)
 		}
 	}
@@ -197,6 +223,9 @@ func preferred(in preferInput) ([]string, string) {
 		return nil, ""
 	}
 	sort.Slice(cands, func(i, j int) bool {
+		if cands[i].reuses != cands[j].reuses {
+			return cands[i].reuses
+		}
 		if !cands[i].created.Equal(cands[j].created) {
 			return cands[i].created.Before(cands[j].created)
 		}
@@ -232,4 +261,30 @@ func preferred(in preferInput) ([]string, string) {
 	}
 	add(rest...)
 	return out, cands[0].pod
+}
+
+// admitting reports whether a pod can be the one whose container the kubelet admits with
+// size devices of profile, fresh of them new, and returns the pod's distinct slices of the
+// profile. A pod whose spec Slicer cannot read is no candidate.
+func admitting(pod *corev1.Pod, profile string, size, fresh int) (need int, ok bool) {
+	n, err := podrequest.ForPod(&pod.Spec)
+	if err != nil || fresh <= 0 {
+		return 0, false
+	}
+	for _, c := range n.Containers {
+		if u := c.Uses[profile]; u.Total == size && u.New == fresh {
+			return n.Count(profile), true
+		}
+	}
+	return 0, false
+}
+
+// distinct counts distinct device IDs (a device a sidecar or app container reuses from an
+// init container is listed once per container).
+func distinct(ids []string) int {
+	seen := map[string]bool{}
+	for _, id := range ids {
+		seen[id] = true
+	}
+	return len(seen)
 }

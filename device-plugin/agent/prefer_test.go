@@ -1,16 +1,35 @@
 package agent
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/podrequest"
 )
+
+// ctr is a container asking for n slices of the test's profile.
+type ctr struct {
+	kind podrequest.Kind
+	n    int
+}
+
+func app(n int) ctr     { return ctr{kind: podrequest.App, n: n} }
+func initC(n int) ctr   { return ctr{kind: podrequest.Init, n: n} }
+func sidecar(n int) ctr { return ctr{kind: podrequest.Sidecar, n: n} }
+
+func indexed(a slicerv1alpha1.SliceAllocation, i int32) slicerv1alpha1.SliceAllocation {
+	a.Spec.Index = i
+	return a
+}
 
 func TestPreferred(t *testing.T) {
 	const node, res = "n1", "slicer.dev/mig-1g.10gb"
@@ -26,11 +45,32 @@ func TestPreferred(t *testing.T) {
 	ready := func(name, pod, dev string) slicerv1alpha1.SliceAllocation {
 		return alloc(name, pod, "1g.10gb", dev, slicerv1alpha1.AllocationReady)
 	}
-	pod := func(name string, age time.Duration) *corev1.Pod {
-		return &corev1.Pod{
+	// pod is bound to node; its containers ask for 1g.10gb slices (default: one app
+	// container with one).
+	pod := func(name string, age time.Duration, cs ...ctr) *corev1.Pod {
+		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(t0.Add(-age))},
 			Spec:       corev1.PodSpec{NodeName: node},
 		}
+		if len(cs) == 0 {
+			cs = []ctr{app(1)}
+		}
+		for i, c := range cs {
+			k := corev1.Container{Name: fmt.Sprintf("c%d", i)}
+			if c.n > 0 {
+				k.Resources.Limits = corev1.ResourceList{res: *resource.NewQuantity(int64(c.n), resource.DecimalSI)}
+			}
+			switch c.kind {
+			case podrequest.App:
+				p.Spec.Containers = append(p.Spec.Containers, k)
+			case podrequest.Sidecar:
+				k.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+				fallthrough
+			default:
+				p.Spec.InitContainers = append(p.Spec.InitContainers, k)
+			}
+		}
+		return p
 	}
 	pods := func(ps ...*corev1.Pod) map[string]*corev1.Pod {
 		m := map[string]*corev1.Pod{}
@@ -136,7 +176,7 @@ func TestPreferred(t *testing.T) {
 		},
 		{
 			name: "mustInclude comes first and is never cut",
-			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a")}, Pods: pods(pod("pa", time.Minute)),
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a")}, Pods: pods(pod("pa", time.Minute, initC(1), app(2))),
 				Kubelet: known("pa"), Available: []string{"MIG-a", "MIG-m", "MIG-x"}, MustInclude: []string{"MIG-m"}, Size: 2},
 			want: []string{"MIG-m", "MIG-a"}, wantPod: "ns/pa",
 		},
@@ -146,7 +186,7 @@ func TestPreferred(t *testing.T) {
 				a0, a1 := ready("a0", "pa", "MIG-a0"), ready("a1", "pa", "MIG-a1")
 				a0.Spec.Index, a1.Spec.Index = 1, 0
 				return preferInput{Allocs: []slicerv1alpha1.SliceAllocation{a0, a1, ready("b", "pb", "MIG-b")},
-					Pods: pods(pod("pa", time.Hour), pod("pb", time.Minute)), Kubelet: known("pa", "pb"),
+					Pods: pods(pod("pa", time.Hour, app(2)), pod("pb", time.Minute)), Kubelet: known("pa", "pb"),
 					Available: []string{"MIG-a0", "MIG-a1", "MIG-b"}, Size: 2}
 			}(),
 			want: []string{"MIG-a1", "MIG-a0"}, wantPod: "ns/pa",
@@ -154,14 +194,14 @@ func TestPreferred(t *testing.T) {
 		{
 			name: "size larger than the pod's devices: filled first with devices no waiting pod was promised",
 			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a"), ready("b", "pb", "MIG-b")},
-				Pods: pods(pod("pa", time.Hour), pod("pb", time.Minute)), Kubelet: known("pa", "pb"),
+				Pods: pods(pod("pa", time.Hour, app(2)), pod("pb", time.Minute, app(2))), Kubelet: known("pa", "pb"),
 				Available: []string{"MIG-b", "MIG-a", "MIG-x"}, Size: 2},
 			want: []string{"MIG-a", "MIG-x"}, wantPod: "ns/pa",
 		},
 		{
 			name: "then the next candidates' devices, exactly size",
 			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a"), ready("b", "pb", "MIG-b"), ready("c", "pc", "MIG-c")},
-				Pods: pods(pod("pa", time.Hour), pod("pb", time.Minute), pod("pc", 2*time.Minute)), Kubelet: known("pa", "pb", "pc"),
+				Pods: pods(pod("pa", time.Hour, app(2)), pod("pb", time.Minute, app(2)), pod("pc", 2*time.Minute, app(2))), Kubelet: known("pa", "pb", "pc"),
 				Available: []string{"MIG-a", "MIG-b", "MIG-c"}, Size: 2},
 			want: []string{"MIG-a", "MIG-c"}, wantPod: "ns/pa",
 		},
@@ -171,10 +211,60 @@ func TestPreferred(t *testing.T) {
 				a0, a1 := ready("a0", "pa", "MIG-a0"), ready("a1", "pa", "MIG-a1")
 				a1.Spec.Index = 1
 				return preferInput{Allocs: []slicerv1alpha1.SliceAllocation{a0, a1, ready("b", "pb", "MIG-b")},
-					Pods: pods(pod("pa", time.Hour), pod("pb", time.Minute)), Kubelet: holding(known("pb"), "pa", "MIG-a0"),
+					Pods: pods(pod("pa", time.Hour, app(1), app(1)), pod("pb", time.Minute)), Kubelet: holding(known("pb"), "pa", "MIG-a0"),
 					Available: []string{"MIG-a1", "MIG-b"}, Size: 1}
 			}(),
 			want: []string{"MIG-a1"}, wantPod: "ns/pa",
+		},
+		// Init and sidecar containers: the kubelet calls once per container that draws new
+		// devices, with the devices it reuses from finished init containers in mustInclude.
+		{
+			name: "init container, then an app container reusing its device and drawing one more: the init container gets index 0",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a0", "pa", "MIG-a0"), indexed(ready("a1", "pa", "MIG-a1"), 1)},
+				Pods: pods(pod("pa", time.Minute, initC(1), app(2))), Kubelet: known("pa"), Available: []string{"MIG-a1", "MIG-a0", "MIG-x"}, Size: 1},
+			want: []string{"MIG-a0"}, wantPod: "ns/pa",
+		},
+		{
+			name: "init container, then the app container: the reused device and the pod's other one",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a0", "pa", "MIG-a0"), indexed(ready("a1", "pa", "MIG-a1"), 1)},
+				Pods: pods(pod("pa", time.Minute, initC(1), app(2))), Kubelet: known("pa"),
+				Available: []string{"MIG-a0", "MIG-a1", "MIG-x"}, MustInclude: []string{"MIG-a0"}, Size: 2},
+			want: []string{"MIG-a0", "MIG-a1"}, wantPod: "ns/pa",
+		},
+		{
+			name: "the pod whose init container held the reused device is the one admitted, even when an older pod waits",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a0", "pa", "MIG-a0"), indexed(ready("a1", "pa", "MIG-a1"), 1),
+				ready("b0", "pb", "MIG-b0"), indexed(ready("b1", "pb", "MIG-b1"), 1)},
+				Pods:    pods(pod("pa", time.Minute, initC(1), app(2)), pod("pb", time.Hour, initC(1), app(2))),
+				Kubelet: known("pa", "pb"), Available: []string{"MIG-a0", "MIG-a1", "MIG-b0", "MIG-b1"}, MustInclude: []string{"MIG-a0"}, Size: 2},
+			want: []string{"MIG-a0", "MIG-a1"}, wantPod: "ns/pa",
+		},
+		{
+			name: "sidecar keeps its device: the app container after it gets the pod's second one",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a0", "pa", "MIG-a0"), indexed(ready("a1", "pa", "MIG-a1"), 1)},
+				Pods: pods(pod("pa", time.Minute, sidecar(1), app(1))), Kubelet: holding(known(), "pa", "MIG-a0"),
+				Available: []string{"MIG-a1", "MIG-x"}, Size: 1},
+			want: []string{"MIG-a1"}, wantPod: "ns/pa",
+		},
+		{
+			name: "init and app containers sharing one device: admitted once the app container holds it",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a")},
+				Pods: pods(pod("pa", time.Minute, initC(1), app(1))), Kubelet: holding(known(), "pa", "MIG-a"),
+				Available: []string{"MIG-a", "MIG-x"}, Size: 1},
+		},
+		{
+			name: "a pod with no container of the call's shape is not the one admitted",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a0", "pa", "MIG-a0"), indexed(ready("a1", "pa", "MIG-a1"), 1),
+				ready("b", "pb", "MIG-b")},
+				Pods: pods(pod("pa", time.Hour, app(2)), pod("pb", time.Minute)), Kubelet: known("pa", "pb"),
+				Available: []string{"MIG-a0", "MIG-a1", "MIG-b"}, Size: 1},
+			want: []string{"MIG-b"}, wantPod: "ns/pb",
+		},
+		{
+			name: "a pod whose spec asks for none of the profile is no candidate",
+			in: preferInput{Allocs: []slicerv1alpha1.SliceAllocation{ready("a", "pa", "MIG-a")},
+				Pods: pods(pod("pa", time.Minute, app(0))), Kubelet: known("pa"),
+				Available: []string{"MIG-a"}, Size: 1},
 		},
 	}
 	for _, tc := range tests {
