@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,17 +26,22 @@ type KubeletPods interface {
 }
 
 // Chooser answers the kubelet's GetPreferredAllocation with the devices the
-// scheduler's SliceAllocations meant for the pod being admitted (RELIABILITY
-// N8). The kubelet does not say which pod it admits; it admits pods one at a
-// time, oldest first within a batch, and adds each to the list PodResources
-// reports just before admitting it. So the pod being admitted is taken to be
-// the oldest pod that the kubelet lists, that holds fewer devices of the
-// resource than it has allocations for, and whose Ready allocation's device is
-// available. See preferred for the rule.
+// scheduler's SliceAllocations meant for the pod being admitted. The kubelet does
+// not say which pod it admits; it admits pods one at a time, oldest first within a
+// batch, and adds each to the list PodResources reports just before admitting it. So
+// the pod being admitted is taken to be the pod that reuses a mustInclude device from
+// its init container, else the oldest pod that the kubelet lists, that holds fewer
+// devices of the resource than it needs, and whose Ready allocation's device is
+// available. See preferred for the rule. Answers come from the agent's cache; the API
+// server is read only on a miss (input).
 type Chooser struct {
-	// Reader reads the node's SliceAllocations and Pods; the agent passes a
-	// live (uncached) reader: the pod being admitted was bound a moment ago.
-	Reader  client.Reader
+	// Cache is the agent's informer cache (CacheOptions: the node's SliceAllocations and
+	// the pods bound to it). Every answer reads it; none lists from the API server.
+	Cache client.Reader
+	// Live reads the API server on a cache miss, by targeted GETs only: the kubelet asks
+	// while it admits a pod it has just seen bound, and the cache may not have that pod
+	// (or its allocations) yet.
+	Live    client.Reader
 	Node    string
 	Kubelet KubeletPods
 	// Timeout bounds one answer (default 2s): the kubelet waits for it.
@@ -63,30 +69,13 @@ func (c *Chooser) Preferred(ctx context.Context, resource string, available, mus
 	return ids
 }
 
+// input reads the node's allocations and their pods from the cache. A pod the kubelet lists
+// that may be the one it admits (it asks for the resource and holds fewer devices than it
+// needs) and that the cache does not have, or has without all its allocations, is read
+// with targeted GETs: the pod by name, its missing allocations by their names
+// (slicerv1alpha1.AllocationName).
 func (c *Chooser) input(ctx context.Context, resource string) (preferInput, error) {
 	in := preferInput{Node: c.Node, Resource: resource, Pods: map[string]*corev1.Pod{}}
-	var list slicerv1alpha1.SliceAllocationList
-	if err := c.Reader.List(ctx, &list, client.MatchingLabels{slicerv1alpha1.LabelNode: c.Node}); err != nil {
-		return in, fmt.Errorf("list allocations: %w", err)
-	}
-	in.Allocs = list.Items
-	for i := range list.Items {
-		a := &list.Items[i]
-		key := a.Namespace + "/" + a.Spec.PodName
-		if _, done := in.Pods[key]; done || !relevant(a, c.Node, resource) {
-			continue
-		}
-		var pod corev1.Pod
-		err := c.Reader.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: a.Spec.PodName}, &pod)
-		switch {
-		case apierrors.IsNotFound(err):
-			in.Pods[key] = nil
-		case err != nil:
-			return in, fmt.Errorf("get pod %s: %w", key, err)
-		default:
-			in.Pods[key] = &pod
-		}
-	}
 	if c.Kubelet == nil {
 		return in, fmt.Errorf("no kubelet PodResources source")
 	}
@@ -95,7 +84,95 @@ func (c *Chooser) input(ctx context.Context, resource string) (preferInput, erro
 		return in, fmt.Errorf("kubelet pod resources: %w", err)
 	}
 	in.Kubelet = kp
+	profile, ok := mig.ProfileNameFromResource(resource)
+	if !ok {
+		return in, fmt.Errorf("%s is not a MIG resource", resource)
+	}
+	var list slicerv1alpha1.SliceAllocationList
+	if err := c.Cache.List(ctx, &list, client.MatchingLabels{slicerv1alpha1.LabelNode: c.Node}); err != nil {
+		return in, fmt.Errorf("list cached allocations: %w", err)
+	}
+	in.Allocs = list.Items
+	cached := map[types.NamespacedName]bool{}
+	for i := range list.Items {
+		a := &list.Items[i]
+		cached[client.ObjectKeyFromObject(a)] = true
+		key := a.Namespace + "/" + a.Spec.PodName
+		if _, listed := kp[key]; !listed {
+			continue // the kubelet is not admitting it: no candidate, no reads
+		}
+		if _, done := in.Pods[key]; done || !relevant(a, c.Node, resource) {
+			continue
+		}
+		pod, err := c.pod(ctx, types.NamespacedName{Namespace: a.Namespace, Name: a.Spec.PodName}, a.Spec.PodUID)
+		if err != nil {
+			return in, err
+		}
+		in.Pods[key] = pod
+	}
+	keys := make([]string, 0, len(kp))
+	for key := range kp {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		ns, name, ok := strings.Cut(key, "/")
+		if !ok {
+			continue
+		}
+		pod, known := in.Pods[key]
+		if !known {
+			if pod, err = c.pod(ctx, types.NamespacedName{Namespace: ns, Name: name}, ""); err != nil {
+				return in, err
+			}
+		}
+		if pod == nil || pod.Spec.NodeName != c.Node {
+			continue
+		}
+		need, err := podrequest.ForPod(&pod.Spec)
+		if err != nil || distinct(kp[key][resource]) >= need.Count(profile) {
+			continue // not admitting this resource: no reads
+		}
+		in.Pods[key] = pod
+		for i := 0; i < need.Slices(); i++ {
+			nn := types.NamespacedName{Namespace: ns, Name: slicerv1alpha1.AllocationName(pod.Name, string(pod.UID), int32(i))}
+			if cached[nn] {
+				continue
+			}
+			var a slicerv1alpha1.SliceAllocation
+			err := c.Live.Get(ctx, nn, &a)
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return in, fmt.Errorf("get allocation %s: %w", nn, err)
+			case a.Spec.NodeName == c.Node && a.Spec.PodUID == string(pod.UID):
+				in.Allocs = append(in.Allocs, a)
+			}
+		}
+	}
 	return in, nil
+}
+
+// pod reads a pod from the cache, or with a GET when the cache does not have it (or has
+// another pod of that name than uid, when uid is set). Nil: the pod does not exist.
+func (c *Chooser) pod(ctx context.Context, key types.NamespacedName, uid string) (*corev1.Pod, error) {
+	var pod corev1.Pod
+	err := c.Cache.Get(ctx, key, &pod)
+	if err == nil && (uid == "" || string(pod.UID) == uid) {
+		return &pod, nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("get cached pod %s: %w", key, err)
+	}
+	pod = corev1.Pod{}
+	err = c.Live.Get(ctx, key, &pod)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s: %w", key, err)
+	}
+	return &pod, nil
 }
 
 // relevant reports whether a is a live allocation of this node for resource.

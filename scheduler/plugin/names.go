@@ -1,9 +1,6 @@
 package plugin
 
 import (
-	"strconv"
-	"strings"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -13,20 +10,10 @@ import (
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
-// AllocationName is the deterministic name of a pod's index-th slice:
-// <pod-name, truncated>-<first 8 chars of the pod UID>-<index>, at most 253
-// characters and a DNS-1123 subdomain (pod names already are one).
+// AllocationName is the deterministic name of a pod's index-th slice
+// (slicerv1alpha1.AllocationName).
 func AllocationName(podName string, uid string, index int32) string {
-	short := uid
-	if len(short) > 8 {
-		short = short[:8]
-	}
-	suffix := "-" + strings.ToLower(short) + "-" + strconv.Itoa(int(index))
-	if max := 253 - len(suffix); len(podName) > max {
-		podName = podName[:max]
-	}
-	podName = strings.TrimRight(podName, "-.")
-	return podName + suffix
+	return slicerv1alpha1.AllocationName(podName, uid, index)
 }
 
 // allocationFor is the SliceAllocation the scheduler commits for one slot.

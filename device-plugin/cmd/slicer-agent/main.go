@@ -13,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -118,10 +119,11 @@ func run(ctx context.Context, f flags) error {
 		usage = pr
 		// Without the kubelet's pod list the chooser cannot tell which pod is
 		// being admitted: the kubelet then chooses alone.
-		// The chooser reads live, not from the cache: the kubelet asks while it admits a pod
-		// it has just seen bound, and the agent's informers may not have that binding yet
-		// (seen in the e2e churn: no candidate, the kubelet chose, a slice was left spare).
-		preferrer = &agent.Chooser{Reader: mgr.GetAPIReader(), Node: f.node, Kubelet: pr, Log: log.WithName("prefer")}
+		preferrer = &agent.Chooser{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), Node: f.node, Kubelet: pr, Log: log.WithName("prefer")}
+		// The chooser reads the node's pods from the cache: start their informer with it.
+		if _, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{}); err != nil {
+			return fmt.Errorf("pod informer: %w", err)
+		}
 	}
 	pm := plugin.NewManager(plugin.Options{Dir: f.pluginDir, Resources: resources, Registrations: metrics.Registrations,
 		Allocates: metrics.AllocateResults, OnAllocate: poke, Preferrer: preferrer}, log.WithName("device-plugin"))

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/agent"
@@ -65,7 +67,8 @@ var _ = Describe("Which pod gets which slice", func() {
 		go func() { _ = c.Start(cctx) }()
 		Expect(c.WaitForCacheSync(cctx)).To(BeTrue())
 		kp := &kubeletPods{}
-		ch := &agent.Chooser{Reader: c, Node: n.name, Kubelet: kp, Log: GinkgoLogr}
+		live := &countingReader{Reader: k8s}
+		ch := &agent.Chooser{Cache: c, Live: live, Node: n.name, Kubelet: kp, Log: GinkgoLogr}
 		available := []string{dYoung, dElse, dOld}
 
 		// The kubelet admits z-old (both pods listed, neither holds a device).
@@ -74,6 +77,11 @@ var _ = Describe("Which pod gets which slice", func() {
 		// z-old holds its device now; the kubelet admits a-young.
 		kp.set(map[string]map[string][]string{"team-a/z-old": {res: {dOld}}, "team-a/a-young": {}, "team-a/b-elsewhere": {}})
 		Expect(ch.Preferred(ctx, res, []string{dYoung, dElse}, nil, 1)).To(Equal([]string{dYoung}))
+		// The cache had every pod bound to the node and every allocation: the API server
+		// was read only for the pod bound elsewhere (not in the node's cache), by name.
+		live.reset()
+		Expect(ch.Preferred(ctx, res, []string{dYoung, dElse}, nil, 1)).To(Equal([]string{dYoung}))
+		Expect(live.calls()).To(ConsistOf("get pod team-a/b-elsewhere"))
 		// Only the pod bound elsewhere is left: no candidate, the kubelet chooses.
 		kp.set(map[string]map[string][]string{"team-a/z-old": {res: {dOld}}, "team-a/a-young": {res: {dYoung}}, "team-a/b-elsewhere": {}})
 		Expect(ch.Preferred(ctx, res, []string{dElse}, nil, 1)).To(BeEmpty())
@@ -81,6 +89,65 @@ var _ = Describe("Which pod gets which slice", func() {
 		Expect(ch.Preferred(ctx, mig.ResourceName("2g.20gb"), available, nil, 1)).To(BeEmpty())
 	})
 })
+
+var _ = Describe("Which pod gets which slice, before the agent's cache has the pod", func() {
+	It("reads the pod and its allocations with GETs, never a LIST", func() {
+		n := newNode("n-prefer-miss", mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		n.start()
+		res := mig.ResourceName("1g.10gb")
+		p := bindPod(n.name, "fresh")
+		a := allocateFor(n, p, 0)
+		dev := n.waitReady(a).Status.MIGDeviceUUID
+		// An empty cache: the pod was bound, and its allocation committed, a moment ago.
+		empty := fake.NewClientBuilder().WithScheme(env.Scheme).Build()
+		live := &countingReader{Reader: k8s}
+		kp := &kubeletPods{}
+		kp.set(map[string]map[string][]string{"team-a/fresh": {}})
+		ch := &agent.Chooser{Cache: empty, Live: live, Node: n.name, Kubelet: kp, Log: GinkgoLogr}
+		Expect(ch.Preferred(ctx, res, []string{"MIG-other", dev}, nil, 1)).To(Equal([]string{dev}))
+		Expect(live.calls()).To(ConsistOf("get pod team-a/fresh", "get allocation team-a/"+a.Name))
+	})
+})
+
+// countingReader records the reads that reach the API server.
+type countingReader struct {
+	client.Reader
+	mu  sync.Mutex
+	log []string
+}
+
+func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	kind := "pod"
+	if _, ok := obj.(*slicerv1alpha1.SliceAllocation); ok {
+		kind = "allocation"
+	}
+	r.record("get " + kind + " " + key.String())
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	r.record(fmt.Sprintf("list %T", list))
+	return r.Reader.List(ctx, list, opts...)
+}
+
+func (r *countingReader) record(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, s)
+}
+
+func (r *countingReader) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = nil
+}
+
+func (r *countingReader) calls() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.log...)
+}
 
 // bindPod creates a pod asking for one 1g.10gb slice, already bound to node (as after the
 // scheduler's bind).
@@ -96,9 +163,10 @@ func bindPod(node, name string) *corev1.Pod {
 	return p
 }
 
-// allocateFor creates a Ready-to-be 1g.10gb allocation on n for pod at start.
+// allocateFor creates a Ready-to-be 1g.10gb allocation on n for pod at start, named as the
+// scheduler names it.
 func allocateFor(n *node, p *corev1.Pod, start int32) *slicerv1alpha1.SliceAllocation {
-	a := framework.MakeSliceAllocation("team-a", p.Name+"-0").Node(n.name).GPU(n.gpu(0)).Profile("1g.10gb", start, 1).
+	a := framework.MakeSliceAllocation("team-a", slicerv1alpha1.AllocationName(p.Name, string(p.UID), 0)).Node(n.name).GPU(n.gpu(0)).Profile("1g.10gb", start, 1).
 		Pod(p.Name, string(p.UID)).Obj()
 	a.Labels = map[string]string{slicerv1alpha1.LabelNode: n.name, slicerv1alpha1.LabelPodUID: a.Spec.PodUID}
 	Expect(k8s.Create(ctx, a)).To(Succeed())
