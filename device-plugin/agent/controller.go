@@ -603,7 +603,7 @@ func deviceFor(obs *Observation, s Slice) plugin.Device {
 	g := obs.gpu(s.GPU)
 	return plugin.Device{
 		ID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.MIGUUID),
-		Env: map[string]string{cdi.EnvVisibleDevice: s.MIGUUID}, Healthy: g != nil && g.Healthy,
+		Healthy: g != nil && g.Healthy,
 	}
 }
 

@@ -3,8 +3,9 @@
 // (temp file + rename), and removes specs of slices that no longer exist.
 //
 // Emulated mode: the device's containerEdits only set environment variables
-// (SLICER_MIG_DEVICE, SLICER_MIG_PROFILE, SLICER_MIG_PLACEMENT, SLICER_GPU_UUID
-// and NVIDIA_VISIBLE_DEVICES). Real mode adds what NVIDIA's own CDI specs give
+// (SLICER_MIG_DEVICE, SLICER_MIG_PROFILE, SLICER_MIG_PLACEMENT, SLICER_GPU_UUID).
+// NVIDIA_VISIBLE_DEVICES is not in a spec: it lists all of a container's devices,
+// which only the device plugin's Allocate sees (plugin.EnvVisibleDevices). Real mode adds what NVIDIA's own CDI specs give
 // a MIG device: /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, the
 // parent GPU's /dev/nvidia<minor>, and the two MIG capability nodes
 // /dev/nvidia-caps/nvidia-cap<N> whose minors the driver publishes in
@@ -40,11 +41,10 @@ const (
 
 // Environment variables a container gets with its slice.
 const (
-	EnvMIGDevice     = "SLICER_MIG_DEVICE"
-	EnvMIGProfile    = "SLICER_MIG_PROFILE"
-	EnvMIGPlacement  = "SLICER_MIG_PLACEMENT"
-	EnvGPUUUID       = "SLICER_GPU_UUID"
-	EnvVisibleDevice = "NVIDIA_VISIBLE_DEVICES"
+	EnvMIGDevice    = "SLICER_MIG_DEVICE"
+	EnvMIGProfile   = "SLICER_MIG_PROFILE"
+	EnvMIGPlacement = "SLICER_MIG_PLACEMENT"
+	EnvGPUUUID      = "SLICER_GPU_UUID"
 )
 
 // Slice is what a spec describes.
@@ -96,7 +96,6 @@ func (w *Writer) Spec(s Slice) (*cdispec.Spec, error) {
 		EnvMIGProfile + "=" + s.Profile,
 		EnvMIGPlacement + "=" + strconv.Itoa(s.PlacementStart) + ":" + strconv.Itoa(s.PlacementSize),
 		EnvGPUUUID + "=" + s.GPUUUID,
-		EnvVisibleDevice + "=" + s.MIGUUID,
 	}}
 	if w.Real {
 		nodes, err := w.deviceNodes(s)

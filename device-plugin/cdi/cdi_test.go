@@ -39,7 +39,7 @@ func TestWriteValidatesWithCDILibrary(t *testing.T) {
 	}
 	got := append([]string(nil), dev.ContainerEdits.Env...)
 	sort.Strings(got)
-	want := []string{"NVIDIA_VISIBLE_DEVICES=MIG-aaaa-bbbb", "SLICER_GPU_UUID=GPU-1234", "SLICER_MIG_DEVICE=MIG-aaaa-bbbb", "SLICER_MIG_PLACEMENT=6:1", "SLICER_MIG_PROFILE=1g.10gb.me"}
+	want := []string{"SLICER_GPU_UUID=GPU-1234", "SLICER_MIG_DEVICE=MIG-aaaa-bbbb", "SLICER_MIG_PLACEMENT=6:1", "SLICER_MIG_PROFILE=1g.10gb.me"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("env (-want +got):\n%s", d)
 	}

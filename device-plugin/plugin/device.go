@@ -11,7 +11,5 @@ type Device struct {
 	Resource string
 	// CDIName is the fully qualified CDI device name (slicer.dev/mig=MIG-…).
 	CDIName string
-	// Env is set in the container on Allocate.
-	Env     map[string]string
 	Healthy bool
 }

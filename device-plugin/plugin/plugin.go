@@ -345,12 +345,17 @@ func (s *server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_
 	}
 }
 
-// Allocate answers with the CDI device and NVIDIA_VISIBLE_DEVICES of each
-// requested slice; an unknown device ID is an error.
+// EnvVisibleDevices lists the MIG devices a container received, comma-separated. Allocate
+// is its only writer: it is the one place that sees all of a container's devices (the CDI
+// spec of one device cannot, and CDI edits of several devices would overwrite each other).
+const EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+
+// Allocate answers with the CDI device of each requested slice and EnvVisibleDevices; an
+// unknown device ID is an error.
 func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
 	for _, cr := range req.ContainerRequests {
-		car := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+		car := &pluginapi.ContainerAllocateResponse{}
 		var visible []string
 		for _, id := range cr.DevicesIds {
 			d, ok := s.m.lookup(s.resource, id)
@@ -360,13 +365,8 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 			}
 			car.CdiDevices = append(car.CdiDevices, &pluginapi.CDIDevice{Name: d.CDIName})
 			visible = append(visible, d.ID)
-			for k, v := range d.Env {
-				if k != "NVIDIA_VISIBLE_DEVICES" {
-					car.Envs[k] = v
-				}
-			}
 		}
-		car.Envs["NVIDIA_VISIBLE_DEVICES"] = strings.Join(visible, ",")
+		car.Envs = map[string]string{EnvVisibleDevices: strings.Join(visible, ",")}
 		resp.ContainerResponses = append(resp.ContainerResponses, car)
 	}
 	s.m.count(s.m.opts.Allocates, "success")

@@ -195,7 +195,7 @@ func TestDevicePluginWithFakeKubelet(t *testing.T) {
 	}
 	waitList(t, k, res, map[string]string{})
 
-	dev := plugin.Device{ID: "MIG-1", Resource: res, CDIName: "slicer.dev/mig=MIG-1", Env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-1"}, Healthy: true}
+	dev := plugin.Device{ID: "MIG-1", Resource: res, CDIName: "slicer.dev/mig=MIG-1", Healthy: true}
 	m.SetDevices([]plugin.Device{dev})
 	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Healthy})
 	dev.Healthy = false
@@ -215,6 +215,21 @@ func TestDevicePluginWithFakeKubelet(t *testing.T) {
 		t.Errorf("Allocate (-want +got):\n%s", d)
 	}
 	<-allocated
+	// Two slices in one container: both CDI devices, and one list of visible devices.
+	m.SetDevices([]plugin.Device{dev, {ID: "MIG-2", Resource: res, CDIName: "slicer.dev/mig=MIG-2", Healthy: true}})
+	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Healthy, "MIG-2": pluginapi.Healthy})
+	resp, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"MIG-2", "MIG-1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = &pluginapi.ContainerAllocateResponse{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-2,MIG-1"},
+		CdiDevices: []*pluginapi.CDIDevice{{Name: "slicer.dev/mig=MIG-2"}, {Name: "slicer.dev/mig=MIG-1"}}}
+	if d := cmp.Diff(want.String(), resp.ContainerResponses[0].String()); d != "" {
+		t.Errorf("Allocate of two devices (-want +got):\n%s", d)
+	}
+	<-allocated
+	m.SetDevices([]plugin.Device{dev})
+	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Healthy})
 	_, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"MIG-404"}}}})
 	if status.Code(err) != codes.NotFound {
 		t.Errorf("Allocate of an unknown device: %v, want NotFound", err)
