@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
@@ -277,12 +279,15 @@ func (w gpuWorker) destroy(s Slice) error {
 
 // job is one slice operation on a GPU.
 type job struct {
-	key    string
+	// key is the allocation the job is for; zero for an orphan's destroy.
+	key    types.NamespacedName
 	kind   int // jobDestroy, jobFinish, jobCreate
 	slot   Slot
 	slice  Slice
 	result opResult
 }
+
+func (j *job) forAllocation() bool { return j.key.Name != "" }
 
 const (
 	jobDestroy = iota

@@ -1,0 +1,70 @@
+package agent
+
+import (
+	"fmt"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// validate returns a Failed reason for an allocation the node cannot realize.
+func validate(obs *Observation, a *slicerv1alpha1.SliceAllocation) (reason, msg string) {
+	g := obs.gpu(a.Spec.GPUUUID)
+	if g == nil {
+		return slicerv1alpha1.ReasonGPUNotFound, fmt.Sprintf("GPU %s is not on node %s", a.Spec.GPUUUID, a.Spec.NodeName)
+	}
+	if !g.MIGSupported || g.MIGMode != nvml.MIGEnabled {
+		return slicerv1alpha1.ReasonMIGModeOff, fmt.Sprintf("GPU %s has MIG mode off; the agent never changes MIG mode", g.UUID)
+	}
+	if !g.Model.Valid() {
+		return slicerv1alpha1.ReasonInvalidPlacement, fmt.Sprintf("GPU %s (%s) is not a MIG model Slicer knows", g.UUID, g.ProductName)
+	}
+	p, err := g.Model.Profile(string(a.Spec.Profile))
+	if err != nil {
+		return slicerv1alpha1.ReasonInvalidPlacement, err.Error()
+	}
+	for _, pl := range p.Placements() {
+		if pl == (mig.Placement{Start: int(a.Spec.Placement.Start), Size: int(a.Spec.Placement.Size)}) {
+			return "", ""
+		}
+	}
+	return slicerv1alpha1.ReasonInvalidPlacement, fmt.Sprintf("%s has no placement {start %d, size %d} on %s", p.Name, a.Spec.Placement.Start, a.Spec.Placement.Size, g.Model)
+}
+
+func base(a *slicerv1alpha1.SliceAllocation) slicerv1alpha1.SliceAllocationStatus {
+	return slicerv1alpha1.SliceAllocationStatus{ObservedGeneration: a.Generation}
+}
+
+func failed(a *slicerv1alpha1.SliceAllocation, reason, msg string) slicerv1alpha1.SliceAllocationStatus {
+	s := base(a)
+	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationFailed, reason, truncate(msg, 1024)
+	return s
+}
+
+func pending(a *slicerv1alpha1.SliceAllocation, reason, msg string) slicerv1alpha1.SliceAllocationStatus {
+	s := base(a)
+	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationPending, reason, truncate(msg, 1024)
+	return s
+}
+
+func creating(a *slicerv1alpha1.SliceAllocation, reason, msg string) slicerv1alpha1.SliceAllocationStatus {
+	s := base(a)
+	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationCreating, reason, truncate(msg, 1024)
+	return s
+}
+
+func ready(a *slicerv1alpha1.SliceAllocation, sl Slice) slicerv1alpha1.SliceAllocationStatus {
+	s := base(a)
+	gi, ci := int32(sl.GI), int32(sl.CI)
+	s.State, s.MIGDeviceUUID, s.GPUInstanceID, s.ComputeInstanceID = slicerv1alpha1.AllocationReady, sl.MIGUUID, &gi, &ci
+	s.Message = "MIG device " + sl.MIGUUID + " is ready"
+	if sl.GPU != a.Spec.GPUUUID || sl.Start != int(a.Spec.Placement.Start) || sl.Size != int(a.Spec.Placement.Size) {
+		s.ActualPlacement = &slicerv1alpha1.Placement{Start: int32(sl.Start), Size: int32(sl.Size)}
+		if sl.GPU != a.Spec.GPUUUID {
+			s.ActualGPUUUID = sl.GPU
+		}
+		s.Message = fmt.Sprintf("the kubelet gave the pod MIG device %s on %s", sl.MIGUUID, sl.Slot)
+	}
+	return s
+}

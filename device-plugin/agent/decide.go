@@ -1,0 +1,240 @@
+package agent
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/nvml"
+)
+
+// world is what one reconcile observed (observe.go): everything decide and settle read.
+type world struct {
+	Node string
+	// Conflict: another MIG manager owns the node; the agent changes no geometry.
+	Conflict bool
+	Obs      *Observation
+	// Allocs are the node's allocations that exist (finalizer ensured), by key.
+	Allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation
+	// Usage maps a MIG UUID to the "namespace/name" of the pod the kubelet assigned it to
+	// (nil when unknown).
+	Usage       map[string]string
+	OrphanSince map[string]time.Time
+	Now         time.Time
+	Grace       time.Duration
+}
+
+// note is an Event to record: on the allocation Key, or on the node's NodeAccelerator
+// when Key is zero.
+type note struct {
+	Key                   types.NamespacedName
+	Type, Reason, Message string
+}
+
+func notef(k types.NamespacedName, typ, reason, format string, args ...any) note {
+	return note{Key: k, Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// decision is what the agent does before it touches the GPUs.
+type decision struct {
+	Plan Plan
+	// Statuses are the allocations' statuses unless the GPU work changes them: Failed for
+	// what the node can never realize, Pending while another manager owns the node.
+	Statuses map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus
+	// Creating is written before the jobs run, so users see the work in progress.
+	Creating map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus
+	// Jobs are the MIG operations to run (runJobs), in a stable order.
+	Jobs []*job
+	// Released allocations lose their finalizer: they hold no slice to destroy.
+	Released map[types.NamespacedName]bool
+}
+
+// decide validates the allocations, plans, and turns the plan into jobs. It is pure.
+func decide(w world) decision {
+	d := decision{
+		Statuses: map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus{},
+		Creating: map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus{},
+		Released: map[types.NamespacedName]bool{},
+	}
+	var wants []Want
+	for k, a := range w.Allocs {
+		wt := wantFromAllocation(a)
+		if !wt.Deleting {
+			if reason, msg := validate(w.Obs, a); reason != "" {
+				d.Statuses[k] = failed(a, reason, msg)
+				continue
+			}
+		}
+		wants = append(wants, wt)
+	}
+	d.Plan = plan(planInput{Slices: w.Obs.slices(), Wants: wants, Use: w.Usage, OrphanSince: w.OrphanSince, Now: w.Now, Grace: w.Grace})
+	p := d.Plan
+	for k, s := range p.Release {
+		if s == nil {
+			d.Released[k] = true
+		}
+	}
+	if w.Conflict {
+		const msg = "another MIG manager owns the node; the agent changes no MIG geometry"
+		for k := range p.Create {
+			d.Statuses[k] = pending(w.Allocs[k], slicerv1alpha1.ReasonForeignMIGManager, msg)
+		}
+		for k := range p.Finish {
+			d.Statuses[k] = pending(w.Allocs[k], slicerv1alpha1.ReasonForeignMIGManager, msg)
+		}
+		return d
+	}
+	for k, slot := range p.Create {
+		d.Jobs = append(d.Jobs, &job{key: k, kind: jobCreate, slot: slot})
+		d.Creating[k] = creating(w.Allocs[k], "", "creating the GPU instance and compute instance")
+	}
+	for k, s := range p.Finish {
+		d.Jobs = append(d.Jobs, &job{key: k, kind: jobFinish, slot: s.Slot, slice: s})
+		d.Creating[k] = creating(w.Allocs[k], "", "creating the compute instance of an existing GPU instance")
+	}
+	for k, s := range p.Release {
+		if s != nil {
+			d.Jobs = append(d.Jobs, &job{key: k, kind: jobDestroy, slot: s.Slot, slice: *s})
+		}
+	}
+	for _, o := range p.Orphans {
+		if o.Destroy {
+			d.Jobs = append(d.Jobs, &job{kind: jobDestroy, slot: o.Slot, slice: o.Slice})
+		}
+	}
+	sort.SliceStable(d.Jobs, func(i, j int) bool {
+		a, b := d.Jobs[i], d.Jobs[j]
+		if a.kind != b.kind {
+			return a.kind < b.kind
+		}
+		if a.key != b.key {
+			return a.key.String() < b.key.String()
+		}
+		return orphanKey(a.slice) < orphanKey(b.slice)
+	})
+	return d
+}
+
+// outcome is a reconcile's result after the GPU work, ready to be written.
+type outcome struct {
+	Statuses map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus
+	Released map[types.NamespacedName]bool
+	// Bound maps a live allocation to its complete slice (the plan's, plus those created).
+	Bound map[types.NamespacedName]Slice
+	Notes []note
+	// Retry: something waits (in use, faults, orphans in the way).
+	Retry bool
+	// Mutated: a job ran; the GPUs must be observed again.
+	Mutated bool
+	// Reclaimed counts destroyed slices by reason (pod_gone, no_allocation).
+	Reclaimed map[string]int
+	// Conflicts counts new double allocations refused.
+	Conflicts int
+	// Forget lists orphan keys destroyed (no longer tracked).
+	Forget []string
+}
+
+// settle reads the jobs' results and the rest of the plan into statuses, events and
+// counts. It is pure but for log lines.
+func settle(w world, d decision, log logr.Logger) outcome {
+	o := outcome{
+		Statuses:  map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus{},
+		Released:  map[types.NamespacedName]bool{},
+		Bound:     map[types.NamespacedName]Slice{},
+		Reclaimed: map[string]int{},
+	}
+	for k, s := range d.Statuses {
+		o.Statuses[k] = s
+	}
+	for k := range d.Released {
+		o.Released[k] = true
+	}
+	for k, s := range d.Plan.Bound {
+		o.Bound[k] = s
+	}
+	for _, j := range d.Jobs {
+		o.Mutated = true
+		k, isAlloc := j.key, j.forAllocation()
+		switch {
+		case j.result.Err == nil && j.kind == jobDestroy && isAlloc:
+			o.Released[k] = true
+			o.Reclaimed["pod_gone"]++
+			o.Notes = append(o.Notes, notef(k, corev1.EventTypeNormal, "SliceDestroyed", "destroyed %s (%s)", j.slice.Slot, j.slice.MIGUUID))
+		case j.result.Err == nil && j.kind == jobDestroy:
+			o.Forget = append(o.Forget, orphanKey(j.slice))
+			o.Reclaimed["no_allocation"]++
+			log.Info("orphan slice reclaimed", "gpu", j.slice.GPU, "profile", j.slice.Profile, "start", j.slice.Start)
+			o.Notes = append(o.Notes, notef(types.NamespacedName{}, corev1.EventTypeNormal, "OrphanReclaimed",
+				"destroyed %s (%s): no allocation held it for the grace period", j.slice.Slot, j.slice.MIGUUID))
+		case j.result.Err == nil:
+			o.Bound[k] = j.result.Slice
+			log.Info("slice created", "allocation", k, "gpu", j.slot.GPU, "profile", j.slot.Profile, "start", j.slot.Start, "device", j.result.Slice.MIGUUID)
+		default:
+			o.Retry = true
+			log.Error(j.result.Err, "MIG operation failed", "allocation", k, "slot", j.slot)
+			if !isAlloc {
+				continue
+			}
+			reason, msg := slicerv1alpha1.ReasonNVMLError, j.result.Err.Error()
+			if nvml.IsInUse(j.result.Err) {
+				reason = slicerv1alpha1.ReasonInUse
+			}
+			o.Notes = append(o.Notes, notef(k, corev1.EventTypeWarning, reason, "%s", msg))
+			a := w.Allocs[k]
+			switch {
+			case !a.DeletionTimestamp.IsZero():
+			case nvml.ReturnOf(j.result.Err) == nvml.ErrorInvalidArgument:
+				o.Statuses[k] = failed(a, slicerv1alpha1.ReasonInvalidPlacement, msg)
+			default:
+				o.Statuses[k] = creating(a, reason, msg)
+			}
+		}
+	}
+	for _, k := range sortedKeys(d.Plan.ReleaseWait) {
+		o.Retry = true
+		o.Notes = append(o.Notes, notef(k, corev1.EventTypeWarning, slicerv1alpha1.ReasonInUse, "not destroying: %s", d.Plan.ReleaseWait[k]))
+	}
+	for k, why := range d.Plan.Blocked {
+		o.Retry = true
+		o.Statuses[k] = pending(w.Allocs[k], why[0], why[1])
+	}
+	for _, k := range sortedKeys(d.Plan.Conflict) {
+		msg := d.Plan.Conflict[k]
+		o.Retry = true
+		if w.Allocs[k].Status.State != slicerv1alpha1.AllocationFailed {
+			o.Conflicts++
+			o.Notes = append(o.Notes, notef(k, corev1.EventTypeWarning, "PlacementConflict", "%s", msg))
+		}
+		o.Statuses[k] = failed(w.Allocs[k], "PlacementConflict", msg)
+	}
+	return o
+}
+
+// view is what the NodeAccelerator shows of the slices: allocated ones with their holder,
+// and those waiting to be destroyed.
+func (o outcome) view(w world, obs *Observation, release map[types.NamespacedName]*Slice) nodeView {
+	v := nodeView{Conflict: w.Conflict, Obs: obs, States: map[string]slicerv1alpha1.SliceState{}, Holders: map[string]types.NamespacedName{}}
+	for k, s := range o.Bound {
+		v.States[sliceKey(s)], v.Holders[sliceKey(s)] = slicerv1alpha1.SliceAllocated, k
+	}
+	for k, s := range release {
+		if s != nil && !o.Released[k] {
+			v.States[sliceKey(*s)], v.Holders[sliceKey(*s)] = slicerv1alpha1.SlicePendingDelete, k
+		}
+	}
+	return v
+}
+
+func sortedKeys[V any](m map[types.NamespacedName]V) []types.NamespacedName {
+	keys := make([]types.NamespacedName, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	return keys
+}

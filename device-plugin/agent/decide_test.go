@@ -1,0 +1,247 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+const testGPU = "GPU-0"
+
+func h100(slices ...Slice) *Observation {
+	return &Observation{GPUs: []*GPU{{UUID: testGPU, Model: mig.H100_80GB, MIGSupported: true, MIGMode: nvml.MIGEnabled, Healthy: true, Slices: slices}}}
+}
+
+// allocation is a live 1g.10gb-or-other allocation of pod p-<name> on testGPU.
+func allocation(name, profile string, start, size int32, mods ...func(*slicerv1alpha1.SliceAllocation)) *slicerv1alpha1.SliceAllocation {
+	a := &slicerv1alpha1.SliceAllocation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Finalizers: []string{slicerv1alpha1.AllocationFinalizer}},
+		Spec: slicerv1alpha1.SliceAllocationSpec{PodName: "p-" + name, PodUID: "uid-" + name, NodeName: "n1", GPUUUID: testGPU,
+			Profile: slicerv1alpha1.MIGProfile(profile), Placement: slicerv1alpha1.Placement{Start: start, Size: size}},
+	}
+	for _, m := range mods {
+		m(a)
+	}
+	return a
+}
+
+func deleting(a *slicerv1alpha1.SliceAllocation) {
+	a.DeletionTimestamp = &metav1.Time{Time: time.Unix(900, 0)}
+}
+
+func onGPU(gpu string) func(*slicerv1alpha1.SliceAllocation) {
+	return func(a *slicerv1alpha1.SliceAllocation) { a.Spec.GPUUUID = gpu }
+}
+
+func holding(dev string) func(*slicerv1alpha1.SliceAllocation) {
+	return func(a *slicerv1alpha1.SliceAllocation) { a.Status.MIGDeviceUUID = dev }
+}
+
+func inState(s slicerv1alpha1.AllocationState) func(*slicerv1alpha1.SliceAllocation) {
+	return func(a *slicerv1alpha1.SliceAllocation) { a.Status.State = s }
+}
+
+func allocMap(as ...*slicerv1alpha1.SliceAllocation) map[types.NamespacedName]*slicerv1alpha1.SliceAllocation {
+	m := map[types.NamespacedName]*slicerv1alpha1.SliceAllocation{}
+	for _, a := range as {
+		m[types.NamespacedName{Namespace: a.Namespace, Name: a.Name}] = a
+	}
+	return m
+}
+
+func jobString(j *job) string {
+	who := "orphan"
+	if j.forAllocation() {
+		who = j.key.Name
+	}
+	return fmt.Sprintf("%s %s %s", [...]string{"destroy", "finish", "create"}[j.kind], who, j.slot)
+}
+
+func statusStrings(m map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus) []string {
+	var out []string
+	for k, s := range m {
+		out = append(out, fmt.Sprintf("%s=%s/%s", k.Name, s.State, s.Reason))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func keyNames[V any](m map[types.NamespacedName]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestDecide(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s0 := Slice{Slot: slot(testGPU, "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-0"}
+	bare := Slice{Slot: slot(testGPU, "1g.10gb", 1, 1), GI: 2, CI: -1}
+	s4 := Slice{Slot: slot(testGPU, "1g.10gb", 4, 1), GI: 4, CI: 0, MIGUUID: "MIG-4"}
+	s5 := Slice{Slot: slot(testGPU, "1g.10gb", 5, 1), GI: 5, CI: 0, MIGUUID: "MIG-5"}
+	type decided struct{ Statuses, Creating, Jobs, Released []string }
+	tests := []struct {
+		name string
+		w    world
+		want decided
+	}{
+		{
+			name: "a new allocation is created at its slot",
+			w:    world{Obs: h100(), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1))},
+			want: decided{Creating: []string{"a"}, Jobs: []string{"create a GPU-0 1g.10gb@0"}},
+		},
+		{
+			name: "allocations the node can never realize fail and get no job",
+			w: world{Obs: h100(), Allocs: allocMap(allocation("gone", "1g.10gb", 0, 1, onGPU("GPU-9")),
+				allocation("odd", "2g.20gb", 1, 2), allocation("huge", "9g.99gb", 0, 8))},
+			want: decided{Statuses: []string{"gone=Failed/GPUNotFound", "huge=Failed/InvalidPlacement", "odd=Failed/InvalidPlacement"}},
+		},
+		{
+			name: "an existing slice is adopted and a bare GPU instance finished",
+			w:    world{Obs: h100(s0, bare), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1), allocation("b", "1g.10gb", 1, 1))},
+			want: decided{Creating: []string{"b"}, Jobs: []string{"finish b GPU-0 1g.10gb@1"}},
+		},
+		{
+			name: "a deleting allocation's slice is destroyed; one that holds none is released at once",
+			w: world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, deleting, holding("MIG-0")),
+				allocation("b", "1g.10gb", 2, 1, deleting))},
+			want: decided{Jobs: []string{"destroy a GPU-0 1g.10gb@0"}, Released: []string{"b"}},
+		},
+		{
+			name: "a slice the kubelet still assigns to a pod is not destroyed",
+			w: world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, deleting, holding("MIG-0"))),
+				Usage: map[string]string{"MIG-0": "ns/p-a"}},
+			want: decided{},
+		},
+		{
+			name: "an unused orphan past the grace period is destroyed; a younger one, or one in use, is kept",
+			w: world{Obs: h100(s0, s4, s5), Now: now, Grace: time.Minute, Usage: map[string]string{"MIG-5": "ns/someone"},
+				OrphanSince: map[string]time.Time{"MIG-0": now.Add(-time.Hour), "MIG-4": now.Add(-time.Second), "MIG-5": now.Add(-time.Hour)}},
+			want: decided{Jobs: []string{"destroy orphan GPU-0 1g.10gb@0"}},
+		},
+		{
+			name: "another MIG manager owns the node: nothing is created, allocations wait, releases without a slice still go",
+			w: world{Conflict: true, Obs: h100(bare), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1), allocation("b", "1g.10gb", 1, 1),
+				allocation("c", "1g.10gb", 2, 1, deleting))},
+			want: decided{Statuses: []string{"a=Pending/ForeignMIGManager", "b=Pending/ForeignMIGManager"}, Released: []string{"c"}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decide(tc.w)
+			got := decided{Statuses: statusStrings(d.Statuses), Creating: keyNames(d.Creating), Released: keyNames(d.Released)}
+			for _, j := range d.Jobs {
+				got.Jobs = append(got.Jobs, jobString(j))
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSettle(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s0 := Slice{Slot: slot(testGPU, "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-0"}
+	created := Slice{Slot: slot(testGPU, "1g.10gb", 2, 1), GI: 3, CI: 0, MIGUUID: "MIG-new"}
+	type settled struct {
+		Statuses, Released, Bound, Notes, Forget []string
+		Retry, Mutated                           bool
+		Reclaimed                                map[string]int
+		Conflicts                                int
+	}
+	tests := []struct {
+		name    string
+		w       world
+		results func(j *job) opResult
+		want    settled
+	}{
+		{
+			name:    "a created slice is bound",
+			w:       world{Obs: h100(), Allocs: allocMap(allocation("a", "1g.10gb", 2, 1))},
+			results: func(*job) opResult { return opResult{Slice: created} },
+			want:    settled{Bound: []string{"a=MIG-new"}, Mutated: true},
+		},
+		{
+			name: "a placement NVML refuses fails; a slice in the way waits as Creating, with a warning",
+			w:    world{Obs: h100(), Allocs: allocMap(allocation("a", "1g.10gb", 2, 1), allocation("b", "1g.10gb", 3, 1))},
+			results: func(j *job) opResult {
+				if j.key.Name == "a" {
+					return opResult{Err: nvml.NewError("create", nvml.ErrorInvalidArgument, "")}
+				}
+				return opResult{Err: nvml.NewError("create", nvml.ErrorInUse, "")}
+			},
+			want: settled{Statuses: []string{"a=Failed/InvalidPlacement", "b=Creating/InUse"}, Notes: []string{"a NVMLError", "b InUse"},
+				Retry: true, Mutated: true},
+		},
+		{
+			name: "destroyed: the deleting allocation is released, the orphan forgotten, each with its event and count",
+			w: world{Obs: h100(s0, created), Now: now, Grace: time.Minute, OrphanSince: map[string]time.Time{"MIG-new": now.Add(-time.Hour)},
+				Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, deleting, holding("MIG-0")))},
+			results: func(*job) opResult { return opResult{} },
+			want: settled{Released: []string{"a"}, Notes: []string{"- OrphanReclaimed", "a SliceDestroyed"}, Forget: []string{"MIG-new"},
+				Mutated: true, Reclaimed: map[string]int{"pod_gone": 1, "no_allocation": 1}},
+		},
+		{
+			name: "a failed destroy keeps the finalizer and retries",
+			w:    world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, deleting, holding("MIG-0")))},
+			results: func(*job) opResult {
+				return opResult{Err: errors.Join(errors.New("boom"), nvml.NewError("destroy", nvml.ErrorUnknown, ""))}
+			},
+			want: settled{Notes: []string{"a NVMLError"}, Retry: true, Mutated: true},
+		},
+		{
+			name: "a double allocation fails, with one event and one count; an allocation already Failed gets neither",
+			w: world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, holding("MIG-0")),
+				allocation("b", "2g.20gb", 0, 2), allocation("c", "3g.40gb", 0, 4, inState(slicerv1alpha1.AllocationFailed)))},
+			want: settled{Statuses: []string{"b=Failed/PlacementConflict", "c=Failed/PlacementConflict"}, Bound: []string{"a=MIG-0"},
+				Notes: []string{"b PlacementConflict"}, Retry: true, Conflicts: 1},
+		},
+		{
+			name: "a deleting allocation whose slice is in use waits, with a warning",
+			w: world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, deleting, holding("MIG-0"))),
+				Usage: map[string]string{"MIG-0": "ns/p-a"}},
+			want: settled{Notes: []string{"a InUse"}, Retry: true},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decide(tc.w)
+			for _, j := range d.Jobs {
+				j.result = tc.results(j)
+			}
+			o := settle(tc.w, d, logr.Discard())
+			got := settled{Statuses: statusStrings(o.Statuses), Released: keyNames(o.Released), Forget: o.Forget,
+				Retry: o.Retry, Mutated: o.Mutated, Reclaimed: o.Reclaimed, Conflicts: o.Conflicts}
+			for k, s := range o.Bound {
+				got.Bound = append(got.Bound, k.Name+"="+s.MIGUUID)
+			}
+			sort.Strings(got.Bound)
+			for _, n := range o.Notes {
+				who := "-"
+				if n.Key.Name != "" {
+					who = n.Key.Name
+				}
+				got.Notes = append(got.Notes, who+" "+n.Reason)
+			}
+			sort.Strings(got.Notes)
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("settle (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+)
+
+// ownershipConflict reports whether the node carries the label of NVIDIA's MIG manager.
+func (r *Reconciler) ownershipConflict(ctx context.Context) (bool, error) {
+	var node corev1.Node
+	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &node)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("get node: %w", err)
+	}
+	_, conflict := node.Labels[slicerv1alpha1.LabelNVIDIAMIGConfig]
+	return conflict, nil
+}
+
+// allocations lists the node's allocations from the cache and adds the agent's finalizer
+// to live ones that lack it. The cache may still show an allocation that is gone (the
+// scheduler's Unreserve, a deleted pod): adding the finalizer is the check, and one that
+// is gone is left out, so it gets no slice (which would be left to the orphan grace
+// period).
+func (r *Reconciler) allocations(ctx context.Context, now time.Time) (map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, error) {
+	var list slicerv1alpha1.SliceAllocationList
+	if err := r.client.List(ctx, &list, client.MatchingLabels{slicerv1alpha1.LabelNode: r.opts.NodeName}); err != nil {
+		return nil, fmt.Errorf("list allocations: %w", err)
+	}
+	allocs := map[types.NamespacedName]*slicerv1alpha1.SliceAllocation{}
+	var needFinalizer []*slicerv1alpha1.SliceAllocation
+	for i := range list.Items {
+		a := &list.Items[i]
+		if a.Spec.NodeName != r.opts.NodeName {
+			continue
+		}
+		k := client.ObjectKeyFromObject(a)
+		allocs[k] = a
+		if a.DeletionTimestamp != nil {
+			continue
+		}
+		if _, ok := r.firstSeen[k]; !ok {
+			r.firstSeen[k] = now
+		}
+		if !controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) {
+			needFinalizer = append(needFinalizer, a)
+		}
+	}
+	var goneMu sync.Mutex
+	err := parallel(needFinalizer, func(a *slicerv1alpha1.SliceAllocation) error {
+		gone, err := r.ensureFinalizer(ctx, a)
+		if gone {
+			goneMu.Lock()
+			delete(allocs, client.ObjectKeyFromObject(a))
+			goneMu.Unlock()
+		}
+		return err
+	})
+	return allocs, err
+}
+
+// usage asks the kubelet which device each pod got; nil when it cannot say (NVML's
+// in-use check remains).
+func (r *Reconciler) usage(ctx context.Context) map[string]string {
+	if r.opts.Usage == nil {
+		return nil
+	}
+	u, err := r.opts.Usage.DeviceUsage(ctx)
+	if err != nil {
+		r.log(ctx).Error(err, "kubelet pod resources unavailable; relying on NVML's in-use check")
+		return nil
+	}
+	return u
+}
+
+// trackOrphans records when each orphan was first seen and forgets those that are not
+// orphans any more.
+func (r *Reconciler) trackOrphans(p Plan, now time.Time) {
+	seen := map[string]bool{}
+	for _, o := range p.Orphans {
+		k := orphanKey(o.Slice)
+		seen[k] = true
+		if _, ok := r.orphanSince[k]; !ok {
+			r.orphanSince[k] = now
+		}
+	}
+	for k := range r.orphanSince {
+		if !seen[k] {
+			delete(r.orphanSince, k)
+		}
+	}
+}

@@ -1,0 +1,239 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/plugin"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// writeStatuses patches changed statuses, a few at a time. With now set, an allocation
+// that turns Ready gets its event and realize-duration sample.
+func (r *Reconciler) writeStatuses(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, st map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus, now time.Time) error {
+	type change struct {
+		a *slicerv1alpha1.SliceAllocation
+		s slicerv1alpha1.SliceAllocationStatus
+	}
+	var changes []change
+	for k, s := range st {
+		a := allocs[k]
+		if a == nil || equality.Semantic.DeepEqual(a.Status, s) {
+			continue
+		}
+		if !now.IsZero() && s.State == slicerv1alpha1.AllocationReady && a.Status.State != slicerv1alpha1.AllocationReady {
+			if first, ok := r.firstSeen[k]; ok {
+				r.opts.Metrics.RealizeDuration.Observe(r.opts.Now().Sub(first).Seconds())
+			}
+			r.event(a, corev1.EventTypeNormal, "SliceReady", "MIG device %s ready", s.MIGDeviceUUID)
+		}
+		changes = append(changes, change{a: a, s: s})
+	}
+	return parallel(changes, func(c change) error {
+		patch := client.MergeFromWithOptions(c.a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		c.a.Status = c.s
+		if err := r.client.Status().Patch(ctx, c.a, patch); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("status of %s/%s: %w", c.a.Namespace, c.a.Name, err)
+		}
+		return nil
+	})
+}
+
+// parallel runs fn on every item, 16 at a time, and joins the errors.
+func parallel[T any](items []T, fn func(T) error) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		sem  = make(chan struct{}, 16)
+	)
+	for _, it := range items {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(it); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ensureFinalizer adds the agent's finalizer; gone reports an allocation that
+// no longer exists.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.SliceAllocation) (gone bool, err error) {
+	if controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) {
+		return false, nil
+	}
+	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(a, slicerv1alpha1.AllocationFinalizer)
+	if err := r.client.Patch(ctx, a, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("add finalizer to %s/%s: %w", a.Namespace, a.Name, err)
+	}
+	return false, nil
+}
+
+// removeFinalizers lets released allocations go.
+func (r *Reconciler) removeFinalizers(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, released map[types.NamespacedName]bool) error {
+	var done []*slicerv1alpha1.SliceAllocation
+	for k := range released {
+		done = append(done, allocs[k])
+		delete(r.firstSeen, k)
+	}
+	return parallel(done, func(a *slicerv1alpha1.SliceAllocation) error {
+		if !controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) {
+			return nil
+		}
+		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(a, slicerv1alpha1.AllocationFinalizer)
+		if err := r.client.Patch(ctx, a, patch); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("remove finalizer from %s/%s: %w", a.Namespace, a.Name, err)
+		}
+		return nil
+	})
+}
+
+func (r *Reconciler) event(obj client.Object, typ, reason, format string, args ...any) {
+	if r.recorder != nil && obj != nil {
+		r.recorder.Eventf(obj, nil, typ, reason, "Reconcile", format, args...)
+	}
+}
+
+// record emits notes: on their allocation, or on the node's NodeAccelerator.
+func (r *Reconciler) record(allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, notes []note) {
+	for _, n := range notes {
+		var obj client.Object = &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: r.opts.NodeName}}
+		if n.Key.Name != "" {
+			if a := allocs[n.Key]; a != nil {
+				obj = a
+			} else {
+				continue
+			}
+		}
+		r.event(obj, n.Type, n.Reason, "%s", n.Message)
+	}
+}
+
+// writeDevices writes the CDI spec of every complete bound slice, marks its allocation
+// Ready (or Creating on a CDI error), removes stale specs and advertises the devices to the
+// kubelet. It returns whether something must be retried.
+func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation, o outcome, inUse map[string]string) bool {
+	retry := false
+	var devices []plugin.Device
+	keep := map[string]bool{}
+	for k, s := range o.Bound {
+		if _, bad := o.Statuses[k]; bad || !s.Complete() {
+			continue
+		}
+		keep[s.MIGUUID] = true
+		if err := r.writeCDI(obs, s); err != nil {
+			retry = true
+			o.Statuses[k] = creating(w.Allocs[k], "CDIError", err.Error())
+			continue
+		}
+		devices = append(devices, deviceFor(obs, s))
+		o.Statuses[k] = ready(w.Allocs[k], s)
+	}
+	for uuid := range inUse {
+		keep[uuid] = true
+	}
+	if removed, err := r.opts.CDI.RemoveStale(keep); err != nil {
+		r.opts.Metrics.CDIWrites.WithLabelValues("error").Inc()
+		r.log(ctx).Error(err, "removing stale CDI specs")
+		retry = true
+	} else if len(removed) > 0 {
+		r.opts.Metrics.CDIWrites.WithLabelValues("removed").Add(float64(len(removed)))
+	}
+	if r.opts.Advertiser != nil {
+		r.opts.Advertiser.SetDevices(devices)
+	}
+	return retry
+}
+
+func (r *Reconciler) writeCDI(obs *Observation, s Slice) error {
+	g := obs.gpu(s.GPU)
+	_, err := r.opts.CDI.Write(cdi.Slice{MIGUUID: s.MIGUUID, GPUUUID: s.GPU, GPUMinor: g.Index, Profile: s.Profile,
+		PlacementStart: s.Start, PlacementSize: s.Size, GPUInstance: s.GI, ComputeInst: s.CI})
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	r.opts.Metrics.CDIWrites.WithLabelValues(result).Inc()
+	if err != nil {
+		return fmt.Errorf("CDI spec for %s: %w", s.MIGUUID, err)
+	}
+	return nil
+}
+
+func deviceFor(obs *Observation, s Slice) plugin.Device {
+	g := obs.gpu(s.GPU)
+	return plugin.Device{
+		ID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.MIGUUID),
+		Healthy: g != nil && g.Healthy,
+	}
+}
+
+// publish creates the node's NodeAccelerator if needed and writes its status
+// when it changed.
+func (r *Reconciler) publish(ctx context.Context, v nodeView) error {
+	var na slicerv1alpha1.NodeAccelerator
+	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &na)
+	if apierrors.IsNotFound(err) {
+		na = slicerv1alpha1.NodeAccelerator{
+			ObjectMeta: metav1.ObjectMeta{Name: r.opts.NodeName},
+			Spec:       slicerv1alpha1.NodeAcceleratorSpec{NodeName: r.opts.NodeName},
+		}
+		if err := r.client.Create(ctx, &na); err != nil {
+			return fmt.Errorf("create NodeAccelerator: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("get NodeAccelerator: %w", err)
+	}
+	st := renderStatus(na.Status, na.Generation, v)
+	if equality.Semantic.DeepEqual(na.Status, st) {
+		return nil
+	}
+	wasConflict := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
+	wasDriverDown := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionDriverNotReady)
+	patch := client.MergeFromWithOptions(na.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	na.Status = st
+	if err := r.client.Status().Patch(ctx, &na, patch); err != nil {
+		return fmt.Errorf("NodeAccelerator status: %w", err)
+	}
+	if v.Conflict && !wasConflict {
+		r.event(&na, corev1.EventTypeWarning, slicerv1alpha1.ReasonForeignMIGManager, "node carries %s: the agent refuses to change MIG geometry", slicerv1alpha1.LabelNVIDIAMIGConfig)
+	}
+	if v.DriverErr != nil && !wasDriverDown {
+		r.event(&na, corev1.EventTypeWarning, slicerv1alpha1.ReasonNVMLUnavailable, "%s", v.DriverErr.Error())
+	}
+	return nil
+}
+
+func hasTrue(conds []metav1.Condition, t string) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
