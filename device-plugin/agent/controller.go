@@ -18,10 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
@@ -53,6 +55,10 @@ type Options struct {
 	Advertiser Advertiser
 	// OrphanGrace is how long a slice no allocation holds is kept.
 	OrphanGrace time.Duration
+	// Live reads from the API server: the evidence that an allocation's pod is gone (see
+	// podsGone). Nil: the agent does not release allocations whose pod is gone (they wait
+	// for the garbage collector, which acts only on those with an owner reference).
+	Live client.Reader
 	// Resync is the periodic recovery interval.
 	Resync  time.Duration
 	Metrics *Metrics
@@ -103,6 +109,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan event.Gen
 	if trigger != nil {
 		b = b.WatchesRawSource(source.Channel(trigger, toNode))
 	}
+	if r.opts.Live != nil {
+		// A deleted pod may leave an allocation behind (podsGone); other pod changes do not
+		// concern the agent.
+		deletes := predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return true }, GenericFunc: func(event.GenericEvent) bool { return false },
+		}
+		b = b.Watches(&corev1.Pod{}, toNode, builder.WithPredicates(deletes))
+	}
 	if err := b.Complete(r); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
 	}
@@ -146,11 +161,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 		return ctrl.Result{}, fmt.Errorf("observe GPUs: %w", err)
 	}
-	w := world{Node: r.opts.NodeName, Conflict: conflict, Obs: obs, Allocs: allocs, Usage: r.usage(ctx),
+	gone, err := r.podsGone(ctx, allocs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	w := world{Node: r.opts.NodeName, Conflict: conflict, Obs: obs, Allocs: allocs, Usage: r.usage(ctx), PodGone: gone,
 		OrphanSince: r.orphanSince, Now: now, Grace: r.opts.OrphanGrace}
 
 	d := decide(w)
 	r.trackOrphans(d.Plan, now)
+	if err := r.collect(ctx, allocs, d.Collect); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.record(allocs, d.Notes)
 	for _, k := range sortedKeys(d.Released) {
 		log.Info("allocation released with no slice to destroy", "allocation", k, "device", allocs[k].Status.MIGDeviceUUID)
 	}

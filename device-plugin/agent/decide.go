@@ -23,7 +23,9 @@ type world struct {
 	Allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation
 	// Usage maps a MIG UUID to the "namespace/name" of the pod the kubelet assigned it to
 	// (nil when unknown).
-	Usage       map[string]string
+	Usage map[string]string
+	// PodGone maps a live allocation whose pod does not exist (podsGone) to why.
+	PodGone     map[types.NamespacedName]string
 	OrphanSince map[string]time.Time
 	Now         time.Time
 	Grace       time.Duration
@@ -52,6 +54,11 @@ type decision struct {
 	Jobs []*job
 	// Released allocations lose their finalizer: they hold no slice to destroy.
 	Released map[types.NamespacedName]bool
+	// Collect lists live allocations whose pod is gone, to delete: they get no slice, and
+	// once deleting, the slice they hold is destroyed and their finalizer removed.
+	Collect []types.NamespacedName
+	// Notes are events to record before the GPU work.
+	Notes []note
 }
 
 // decide validates the allocations, plans, and turns the plan into jobs. It is pure.
@@ -62,8 +69,14 @@ func decide(w world) decision {
 		Released: map[types.NamespacedName]bool{},
 	}
 	var wants []Want
-	for k, a := range w.Allocs {
+	for _, k := range sortedKeys(w.Allocs) {
+		a := w.Allocs[k]
 		wt := wantFromAllocation(a)
+		if why, gone := w.PodGone[k]; gone && !wt.Deleting {
+			d.Collect = append(d.Collect, k)
+			d.Notes = append(d.Notes, notef(k, corev1.EventTypeNormal, "PodGone", "releasing the allocation: %s", why))
+			continue
+		}
 		if !wt.Deleting {
 			if reason, msg := validate(w.Obs, a); reason != "" {
 				d.Statuses[k] = failed(a, reason, msg)

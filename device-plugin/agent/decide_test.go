@@ -93,7 +93,7 @@ func TestDecide(t *testing.T) {
 	bare := Slice{Slot: slot(testGPU, "1g.10gb", 1, 1), GI: 2, CI: -1}
 	s4 := Slice{Slot: slot(testGPU, "1g.10gb", 4, 1), GI: 4, CI: 0, MIGUUID: "MIG-4"}
 	s5 := Slice{Slot: slot(testGPU, "1g.10gb", 5, 1), GI: 5, CI: 0, MIGUUID: "MIG-5"}
-	type decided struct{ Statuses, Creating, Jobs, Released []string }
+	type decided struct{ Statuses, Creating, Jobs, Released, Collect, Notes []string }
 	tests := []struct {
 		name string
 		w    world
@@ -139,11 +139,24 @@ func TestDecide(t *testing.T) {
 				allocation("c", "1g.10gb", 2, 1, deleting))},
 			want: decided{Statuses: []string{"a=Pending/ForeignMIGManager", "b=Pending/ForeignMIGManager"}, Released: []string{"c"}},
 		},
+		{
+			name: "an allocation whose pod is gone is collected and gets no slice; a deleting one is released as usual",
+			w: world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 2, 1), allocation("b", "1g.10gb", 0, 1, holding("MIG-0")),
+				allocation("c", "1g.10gb", 3, 1, deleting)),
+				PodGone: map[types.NamespacedName]string{key("a"): "pod ns/p-a does not exist", key("b"): "pod ns/p-b is another pod", key("c"): "gone too"}},
+			want: decided{Collect: []string{"a", "b"}, Notes: []string{"a PodGone", "b PodGone"}, Released: []string{"c"}},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := decide(tc.w)
 			got := decided{Statuses: statusStrings(d.Statuses), Creating: keyNames(d.Creating), Released: keyNames(d.Released)}
+			for _, k := range d.Collect {
+				got.Collect = append(got.Collect, k.Name)
+			}
+			for _, n := range d.Notes {
+				got.Notes = append(got.Notes, n.Key.Name+" "+n.Reason)
+			}
 			for _, j := range d.Jobs {
 				got.Jobs = append(got.Jobs, jobString(j))
 			}

@@ -34,6 +34,7 @@ type Metrics struct {
 	NVMLErrors      *prometheus.CounterVec
 	OrphansReclaim  *prometheus.CounterVec
 	Conflicts       prometheus.Counter
+	PodGone         prometheus.Counter
 	Registrations   *prometheus.CounterVec
 	AllocateResults *prometheus.CounterVec
 	CDIWrites       *prometheus.CounterVec
@@ -69,6 +70,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason"}),
 		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slicer_agent_allocation_conflicts_total", Help: "Allocations refused because their slot overlaps a slice another allocation holds (must stay 0).",
+		}),
+		PodGone: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slicer_agent_allocations_pod_gone_total", Help: "Allocations the agent released because their pod does not exist (no pod of that name, or one with another UID), as read from the API server.",
 		}),
 		Registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slicer_agent_device_plugin_registrations_total", Help: "Device plugin registrations with the kubelet by result.",
@@ -110,7 +114,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Collectors lists every collector (for registration and docs generation).
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Instances, m.SliceInfo, m.Operations, m.OpDuration, m.NVMLErrors, m.OrphansReclaim,
-		m.Conflicts, m.Registrations, m.AllocateResults, m.CDIWrites, m.FreeCompute, m.FreeMemory,
+		m.Conflicts, m.PodGone, m.Registrations, m.AllocateResults, m.CDIWrites, m.FreeCompute, m.FreeMemory,
 		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration}
 }
 

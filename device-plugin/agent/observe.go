@@ -102,3 +102,42 @@ func (r *Reconciler) trackOrphans(p Plan, now time.Time) {
 		}
 	}
 }
+
+// podsGone returns the live allocations whose pod does not exist, with why: no pod of the
+// allocation's pod name, or one with another UID (the pod was deleted and another created
+// with its name). The cache (the pods bound to the node) clears the allocations whose pod
+// it has; for the rest the evidence is a GET from the API server, never the cache alone:
+// the scheduler commits an allocation just before it binds the pod, so the cache may not
+// have that pod yet.
+func (r *Reconciler) podsGone(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation) (map[types.NamespacedName]string, error) {
+	if r.opts.Live == nil {
+		return nil, nil
+	}
+	gone := map[types.NamespacedName]string{}
+	for _, k := range sortedKeys(allocs) {
+		a := allocs[k]
+		if a.DeletionTimestamp != nil {
+			continue
+		}
+		key := types.NamespacedName{Namespace: a.Namespace, Name: a.Spec.PodName}
+		var pod corev1.Pod
+		err := r.client.Get(ctx, key, &pod)
+		if err == nil && string(pod.UID) == a.Spec.PodUID {
+			continue
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("get cached pod %s: %w", key, err)
+		}
+		pod = corev1.Pod{}
+		err = r.opts.Live.Get(ctx, key, &pod)
+		switch {
+		case apierrors.IsNotFound(err):
+			gone[k] = fmt.Sprintf("pod %s (UID %s) does not exist", key, a.Spec.PodUID)
+		case err != nil:
+			return nil, fmt.Errorf("get pod %s: %w", key, err)
+		case string(pod.UID) != a.Spec.PodUID:
+			gone[k] = fmt.Sprintf("pod %s is another pod (UID %s) than the allocation's (UID %s)", key, pod.UID, a.Spec.PodUID)
+		}
+	}
+	return gone, nil
+}

@@ -93,6 +93,27 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.Slic
 	return false, nil
 }
 
+// collect deletes allocations whose pod is gone (decision.Collect); the agent's finalizer
+// keeps each until its slice is destroyed. The delete is conditional on the allocation's
+// UID, so an allocation recreated under the same name is not touched.
+func (r *Reconciler) collect(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, keys []types.NamespacedName) error {
+	var doomed []*slicerv1alpha1.SliceAllocation
+	for _, k := range keys {
+		doomed = append(doomed, allocs[k])
+	}
+	return parallel(doomed, func(a *slicerv1alpha1.SliceAllocation) error {
+		err := r.client.Delete(ctx, a, client.Preconditions{UID: &a.UID})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete %s/%s, whose pod is gone: %w", a.Namespace, a.Name, err)
+		}
+		if err == nil {
+			r.opts.Metrics.PodGone.Inc()
+			r.log(ctx).Info("allocation released: its pod is gone", "allocation", client.ObjectKeyFromObject(a), "pod", a.Spec.PodName, "podUID", a.Spec.PodUID)
+		}
+		return nil
+	})
+}
+
 // removeFinalizers lets released allocations go.
 func (r *Reconciler) removeFinalizers(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, released map[types.NamespacedName]bool) error {
 	var done []*slicerv1alpha1.SliceAllocation

@@ -48,7 +48,7 @@ var (
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
 		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
 		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators/status"}, Verbs: []string{"get", "update", "patch"}},
-		{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations"}, Verbs: []string{"get", "list", "watch", "update", "patch"}}, // finalizer on the allocations it realizes
+		{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations"}, Verbs: []string{"get", "list", "watch", "update", "patch", "delete"}}, // finalizer on the allocations it realizes; delete those whose pod is gone
 		{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations/status"}, Verbs: []string{"get", "update", "patch"}},
 	}, metricsAuthRules...)
 

@@ -83,6 +83,9 @@ type AgentOptions struct {
 	Advertiser  agent.Advertiser
 	Metrics     *agent.Metrics
 	Trigger     chan event.GenericEvent
+	// PodGone lets the agent release allocations whose pod does not exist (agent.Options.Live);
+	// tests whose allocations name no real pod leave it off.
+	PodGone bool
 }
 
 // RunningAgent is an agent manager started against the test apiserver.
@@ -102,9 +105,14 @@ func (e *Env) StartAgent(opts AgentOptions, log logr.Logger) (*RunningAgent, err
 	if err != nil {
 		return nil, fmt.Errorf("agent manager: %w", err)
 	}
+	var live client.Reader
+	if opts.PodGone {
+		live = mgr.GetAPIReader()
+	}
 	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder("slicer-agent"), agent.Options{
 		NodeName: opts.Node, Library: opts.Library, Emulated: true, CDI: &cdi.Writer{Dir: opts.CDIDir},
 		Usage: opts.Usage, Advertiser: opts.Advertiser, OrphanGrace: opts.OrphanGrace, Resync: 2 * time.Second, Metrics: opts.Metrics,
+		Live: live,
 	})
 	var trigger <-chan event.GenericEvent
 	if opts.Trigger != nil {

@@ -129,7 +129,7 @@ func run(ctx context.Context, f flags) error {
 		Allocates: metrics.AllocateResults, OnAllocate: poke, Preferrer: preferrer}, log.WithName("device-plugin"))
 	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder("slicer-agent"), agent.Options{
 		NodeName: f.node, Library: lib, Emulated: f.emulate != "", CDI: &cdi.Writer{Dir: f.cdiDir, Real: f.emulate == ""},
-		Usage: usage, Advertiser: pm, OrphanGrace: f.grace, Resync: f.resync, Metrics: metrics,
+		Usage: usage, Advertiser: pm, OrphanGrace: f.grace, Resync: f.resync, Metrics: metrics, Live: mgr.GetAPIReader(),
 	})
 	if err := r.SetupWithManager(mgr, trigger); err != nil {
 		return err

@@ -78,7 +78,9 @@ var _ = Describe("node agent", func() {
 		n := newNode("n-invalid", mig.A100_40GB)
 		DeferCleanup(n.cleanup)
 		n.start()
-		wrongGPU := framework.MakeSliceAllocation("team-a", "n-invalid-gpu").Node(n.name).GPU("GPU-ffffffff-0000-4000-8000-000000000000").Obj()
+		p := n.pod("n-invalid-gpu")
+		wrongGPU := framework.MakeSliceAllocation("team-a", "n-invalid-gpu").Node(n.name).GPU("GPU-ffffffff-0000-4000-8000-000000000000").
+			Pod(p.Name, string(p.UID)).Obj()
 		wrongGPU.Labels = map[string]string{slicerv1alpha1.LabelNode: n.name}
 		Expect(k8s.Create(ctx, wrongGPU)).To(Succeed())
 		wrongProfile := n.allocate(0, "1g.10gb", 0, 1) // an H100 profile on an A100-40GB

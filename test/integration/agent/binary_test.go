@@ -53,7 +53,9 @@ var _ = Describe("slicer-agent binary", func() {
 			return cmd
 		}
 		cmd := start()
-		a := framework.MakeSliceAllocation("team-a", "bin-a").Node(nodeName).GPU(emulated.GPUUUID(nodeName, 1)).Profile("3g.40gb", 0, 4).Obj()
+		p := (&node{name: nodeName}).pod("bin-a")
+		a := framework.MakeSliceAllocation("team-a", "bin-a").Node(nodeName).GPU(emulated.GPUUUID(nodeName, 1)).Profile("3g.40gb", 0, 4).
+			Pod(p.Name, string(p.UID)).Obj()
 		a.Labels = map[string]string{slicerv1alpha1.LabelNode: nodeName}
 		Expect(k8s.Create(ctx, a)).To(Succeed())
 		n := &node{name: nodeName}

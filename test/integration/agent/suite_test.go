@@ -88,7 +88,7 @@ func (n *node) newBackend() {
 func (n *node) start() {
 	n.metrics = agent.NewMetrics(prometheus.NewRegistry())
 	a, err := env.StartAgent(framework.AgentOptions{Node: n.name, Library: n.backend, CDIDir: n.cdiDir, OrphanGrace: n.grace,
-		Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics}, zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+		Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics, PodGone: true}, zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	Expect(err).NotTo(HaveOccurred())
 	n.agent = a
 }
@@ -102,14 +102,26 @@ func (n *node) stop() {
 
 func (n *node) gpu(i int) string { return emulated.GPUUUID(n.name, i) }
 
+// allocate creates a pod bound to the node and its allocation (as the scheduler would).
 func (n *node) allocate(gpu int, profile string, start, size int32) *slicerv1alpha1.SliceAllocation {
 	n.seq++
 	name := fmt.Sprintf("%s-a%d", n.name, n.seq)
+	p := n.pod(name)
 	a := framework.MakeSliceAllocation("team-a", name).Node(n.name).GPU(n.gpu(gpu)).Profile(profile, start, size).
-		Pod(name, fmt.Sprintf("00000000-0000-4000-8000-%012d", n.seq)).Obj()
+		Pod(name, string(p.UID)).Obj()
 	a.Labels = map[string]string{slicerv1alpha1.LabelNode: n.name, slicerv1alpha1.LabelPodUID: a.Spec.PodUID}
 	Expect(k8s.Create(ctx, a)).To(Succeed())
 	return a
+}
+
+// pod creates a pod bound to the node.
+func (n *node) pod(name string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
+		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}
+	Expect(k8s.Create(ctx, p)).To(Succeed())
+	return p
 }
 
 func (n *node) get(a *slicerv1alpha1.SliceAllocation) *slicerv1alpha1.SliceAllocation {
