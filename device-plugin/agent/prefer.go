@@ -71,9 +71,9 @@ func (c *Chooser) Preferred(ctx context.Context, resource string, available, mus
 
 // input reads the node's allocations and their pods from the cache. A pod the kubelet lists
 // that may be the one it admits (it asks for the resource and holds fewer devices than it
-// needs) and that the cache does not have, or has without all its allocations, is read
-// with targeted GETs: the pod by name, its missing allocations by their names
-// (slicerv1alpha1.AllocationName).
+// needs) and that the cache does not have, or has without all its allocations Ready, is
+// read with targeted GETs: the pod by name, its missing or not yet Ready allocations by
+// their names (slicerv1alpha1.AllocationName).
 func (c *Chooser) input(ctx context.Context, resource string) (preferInput, error) {
 	in := preferInput{Node: c.Node, Resource: resource, Pods: map[string]*corev1.Pod{}}
 	if c.Kubelet == nil {
@@ -93,10 +93,10 @@ func (c *Chooser) input(ctx context.Context, resource string) (preferInput, erro
 		return in, fmt.Errorf("list cached allocations: %w", err)
 	}
 	in.Allocs = list.Items
-	cached := map[types.NamespacedName]bool{}
+	cached := map[types.NamespacedName]int{} // index in in.Allocs
 	for i := range list.Items {
 		a := &list.Items[i]
-		cached[client.ObjectKeyFromObject(a)] = true
+		cached[client.ObjectKeyFromObject(a)] = i
 		key := a.Namespace + "/" + a.Spec.PodName
 		if _, listed := kp[key]; !listed {
 			continue // the kubelet is not admitting it: no candidate, no reads
@@ -136,16 +136,21 @@ func (c *Chooser) input(ctx context.Context, resource string) (preferInput, erro
 		in.Pods[key] = pod
 		for i := 0; i < need.Slices(); i++ {
 			nn := types.NamespacedName{Namespace: ns, Name: slicerv1alpha1.AllocationName(pod.Name, string(pod.UID), int32(i))}
-			if cached[nn] {
+			at, have := cached[nn]
+			if have && in.Allocs[at].Status.State == slicerv1alpha1.AllocationReady {
 				continue
 			}
+			// Missing, or not Ready yet in the cache (its status may be newer in the API).
 			var a slicerv1alpha1.SliceAllocation
 			err := c.Live.Get(ctx, nn, &a)
 			switch {
 			case apierrors.IsNotFound(err):
 			case err != nil:
 				return in, fmt.Errorf("get allocation %s: %w", nn, err)
-			case a.Spec.NodeName == c.Node && a.Spec.PodUID == string(pod.UID):
+			case a.Spec.NodeName != c.Node || a.Spec.PodUID != string(pod.UID):
+			case have:
+				in.Allocs[at] = a
+			default:
 				in.Allocs = append(in.Allocs, a)
 			}
 		}

@@ -107,6 +107,17 @@ var _ = Describe("Which pod gets which slice, before the agent's cache has the p
 		ch := &agent.Chooser{Cache: empty, Live: live, Node: n.name, Kubelet: kp, Log: GinkgoLogr}
 		Expect(ch.Preferred(ctx, res, []string{"MIG-other", dev}, nil, 1)).To(Equal([]string{dev}))
 		Expect(live.calls()).To(ConsistOf("get pod team-a/fresh", "get allocation team-a/"+a.Name))
+
+		// A cache that has the pod, and the allocation before it turned Ready: the allocation
+		// is read again, the pod is not.
+		stale := n.get(a)
+		stale.Status = slicerv1alpha1.SliceAllocationStatus{State: slicerv1alpha1.AllocationCreating}
+		var cachedPod corev1.Pod
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), &cachedPod)).To(Succeed())
+		ch.Cache = fake.NewClientBuilder().WithScheme(env.Scheme).WithObjects(stale, &cachedPod).Build()
+		live.reset()
+		Expect(ch.Preferred(ctx, res, []string{"MIG-other", dev}, nil, 1)).To(Equal([]string{dev}))
+		Expect(live.calls()).To(ConsistOf("get allocation team-a/" + a.Name))
 	})
 })
 
