@@ -54,6 +54,13 @@ func (w *podWrapper) Init(name string, r res) *podWrapper {
 	return w
 }
 
+// Sidecar adds an init container with restartPolicy Always.
+func (w *podWrapper) Sidecar(name string, r res) *podWrapper {
+	always := corev1.ContainerRestartPolicyAlways
+	w.Spec.InitContainers = append(w.Spec.InitContainers, corev1.Container{Name: name, Image: "busybox", Resources: r.requirements(), RestartPolicy: &always})
+	return w
+}
+
 func (w *podWrapper) Ephemeral(name string, r res) *podWrapper {
 	w.Spec.EphemeralContainers = append(w.Spec.EphemeralContainers, corev1.EphemeralContainer{
 		EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: name, Image: "busybox", Resources: r.requirements()},

@@ -46,19 +46,19 @@ func TestPodRequest(t *testing.T) {
 		wantErr string
 	}{
 		{name: "no request", app: []corev1.Container{container("a", map[string]string{"cpu": "1", "nvidia.com/gpu": "1"}, nil)}},
-		{name: "limits, summed over containers and init containers",
+		{name: "limits, summed over containers; the init container's slice is reused",
 			init: []corev1.Container{container("i", map[string]string{"slicer.dev/mig-1g.10gb": "1"}, nil)},
 			app: []corev1.Container{
 				container("a", map[string]string{"slicer.dev/mig-1g.10gb": "2", "slicer.dev/mig-3g.40gb": "1"}, nil),
 				container("b", map[string]string{"slicer.dev/mig-1g.10gb.me": "1"}, nil),
 			},
-			want: []mig.RequestItem{{Profile: "1g.10gb", Count: 3}, {Profile: "1g.10gb+me", Count: 1}, {Profile: "3g.40gb", Count: 1}}},
+			want: []mig.RequestItem{{Profile: "1g.10gb", Count: 2}, {Profile: "1g.10gb+me", Count: 1}, {Profile: "3g.40gb", Count: 1}}},
 		{name: "requests when no limit", app: []corev1.Container{container("a", nil, map[string]string{"slicer.dev/mig-7g.80gb": "1"})},
 			want: []mig.RequestItem{{Profile: "7g.80gb", Count: 1}}},
 		{name: "limit wins over request", app: []corev1.Container{container("a", map[string]string{"slicer.dev/mig-2g.20gb": "1"}, map[string]string{"slicer.dev/mig-2g.20gb": "1"})},
 			want: []mig.RequestItem{{Profile: "2g.20gb", Count: 1}}},
-		{name: "unknown profile", app: []corev1.Container{container("a", map[string]string{"slicer.dev/mig-5g.50gb": "1"}, nil)}, wantErr: "not a known MIG profile"},
-		{name: "fractional", app: []corev1.Container{container("a", map[string]string{"slicer.dev/mig-1g.10gb": "500m"}, nil)}, wantErr: "whole number"},
+		{name: "unknown profile", app: []corev1.Container{container("a", map[string]string{"slicer.dev/mig-5g.50gb": "1"}, nil)}, wantErr: "not a MIG profile of any supported GPU"},
+		{name: "fractional", app: []corev1.Container{container("a", map[string]string{"slicer.dev/mig-1g.10gb": "500m"}, nil)}, wantErr: "must be a positive integer"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
