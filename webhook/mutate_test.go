@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/slicer-operator/slicer/internal/podrequest"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 const (
@@ -49,7 +50,7 @@ func TestMutate(t *testing.T) {
 		settings Settings
 		want     []jsonpatch.JsonPatchOperation
 	}{
-		{name: "no resources", pod: makePod().Container("app", res{}).Obj(), settings: translate},
+		{name: "no resources", pod: makePod().Container("app", builder.None).Obj(), settings: translate},
 		{name: "cpu only", pod: makePod().Container("app", both("cpu", "1")).Obj(), settings: translate},
 		{name: "whole GPUs are not touched", pod: makePod().Container("app", both("nvidia.com/gpu", "1")).Obj(), settings: translate},
 		{
@@ -80,7 +81,7 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "slicer.dev in requests only, limits holds cpu", settings: translate,
-			pod:  makePod().Container("app", res{limits: kvs([]string{"cpu", "1"}), requests: kvs([]string{sl3g, "1"})}).Obj(),
+			pod:  makePod().Container("app", limits("cpu", "1").AndRequests(sl3g, "1")).Obj(),
 			want: []jsonpatch.JsonPatchOperation{add(lim+esc(sl3g), "1"), setScheduler},
 		},
 		{
@@ -117,7 +118,7 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "second app container", settings: translate,
-			pod: makePod().Container("a", res{}).Container("b", limits(sl1g, "1")).Obj(),
+			pod: makePod().Container("a", builder.None).Container("b", limits(sl1g, "1")).Obj(),
 			want: []jsonpatch.JsonPatchOperation{
 				add("/spec/containers/1/resources/requests", map[string]string{sl1g: "1"}),
 				setScheduler,
@@ -241,7 +242,7 @@ func TestMutateRejects(t *testing.T) {
 		},
 		{
 			name: "requests differ from limits", settings: translate,
-			pod:  makePod().Container("app", res{limits: kvs([]string{nv1g, "2"}), requests: kvs([]string{nv1g, "1"})}).Obj(),
+			pod:  makePod().Container("app", limits(nv1g, "2").AndRequests(nv1g, "1")).Obj(),
 			want: []string{`container "app": requests (1) and limits (2) of slicer.dev/mig-1g.10gb differ`},
 		},
 		{
@@ -276,7 +277,7 @@ func TestMutateRejects(t *testing.T) {
 		},
 		{
 			name: "ephemeral container", settings: translate,
-			pod:  makePod().Container("app", res{}).Ephemeral("debug", limits(sl1g, "1")).Obj(),
+			pod:  makePod().Container("app", builder.None).Ephemeral("debug", limits(sl1g, "1")).Obj(),
 			want: []string{`ephemeral container "debug" cannot hold a MIG slice`},
 		},
 		{
@@ -343,7 +344,7 @@ func TestMutateAdmitsReusedInitSlices(t *testing.T) {
 func TestMutateAgreesWithScheduler(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 2))
 	profiles := []string{sl1g, sl3g}
-	random := func() res {
+	random := func() builder.Res {
 		var kv []string
 		for _, r := range profiles {
 			if rng.IntN(2) == 0 {
