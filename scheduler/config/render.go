@@ -118,12 +118,16 @@ func Build(o Options) (*schedconfigv1.KubeSchedulerConfiguration, error) {
 		}
 		one := []schedconfigv1.Plugin{{Name: PluginName}}
 		profile.Plugins = &schedconfigv1.Plugins{
-			PreFilter: schedconfigv1.PluginSet{Enabled: one},
-			Filter:    schedconfigv1.PluginSet{Enabled: one},
-			// Ours first: it only explains; DefaultPreemption may still preempt.
+			// Enabled in MultiPoint too, so that each extension point below re-configures it
+			// rather than adds it: the framework runs re-configured plugins first, in the order
+			// given, then the other default plugins (docs/design/pending-reason.md).
+			MultiPoint: schedconfigv1.PluginSet{Enabled: one},
+			PreFilter:  schedconfigv1.PluginSet{Enabled: one},
+			Filter:     schedconfigv1.PluginSet{Enabled: one},
+			// Ours first: it only explains, and its explanation leads the Pending message;
+			// DefaultPreemption may still preempt.
 			PostFilter: schedconfigv1.PluginSet{
-				Enabled:  []schedconfigv1.Plugin{{Name: PluginName}, {Name: "DefaultPreemption"}},
-				Disabled: []schedconfigv1.Plugin{{Name: "DefaultPreemption"}},
+				Enabled: []schedconfigv1.Plugin{{Name: PluginName}, {Name: "DefaultPreemption"}},
 			},
 			PreScore: schedconfigv1.PluginSet{Enabled: one},
 			Score:    schedconfigv1.PluginSet{Enabled: []schedconfigv1.Plugin{{Name: PluginName, Weight: ptr.To(weight)}}},

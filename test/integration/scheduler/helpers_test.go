@@ -104,6 +104,21 @@ func (s *scenario) bound() int {
 	return n
 }
 
+// expectSlicerReasonLeads checks a Pending message keeps the default scheduler's framing
+// ("0/N nodes are available: <per-node reasons>. <PostFilter reasons>") and that Slicer's
+// explanation is the first PostFilter reason, ahead of preemption's and other plugins' text.
+func expectSlicerReasonLeads(msg string) {
+	GinkgoWriter.Printf("Pending message: %s\n", msg)
+	Expect(msg).To(MatchRegexp(`^0/\d+ nodes are available: `))
+	ours := strings.Index(msg, "no GPU has a free slot for")
+	Expect(ours).To(BeNumerically(">", 0), msg)
+	for _, other := range []string{"preemption:", "no new claims to deallocate"} {
+		if i := strings.Index(msg, other); i >= 0 {
+			Expect(i).To(BeNumerically(">", ours), "%q comes before Slicer's reason in %q", other, msg)
+		}
+	}
+}
+
 // unschedulable returns the PodScheduled=False message of a pod, or "".
 func unschedulable(p *corev1.Pod) string {
 	for _, c := range p.Status.Conditions {
