@@ -95,6 +95,18 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 	})
 
+	It("gives a pod with init, sidecar and app containers exactly the slices the kubelet hands them out (init slices reused)", func(ctx SpecContext) {
+		const ns = "e2e-containers"
+		createNamespace(ctx, ns)
+		currentGroup = "init, sidecar and app containers"
+		runContainerCases(ctx, ns)
+		deleteNamespace(ctx, ns)
+		Eventually(func(g Gomega) {
+			g.Expect(allocationsIn(ctx, ns)).To(BeEmpty())
+			g.Expect(checkInvariants(ctx)).To(Succeed())
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+	})
+
 	It("keeps pods that do not fit Pending with a reason a user can act on", func(ctx SpecContext) {
 		const ns = "e2e-capacity"
 		createNamespace(ctx, ns)

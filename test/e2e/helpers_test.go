@@ -107,11 +107,16 @@ func waitRunning(ctx context.Context, ns string, names ...string) {
 	}
 }
 
-// containerSaw returns the fields the pod's container printed (visible, device, profile, ...).
-func containerSaw(ctx context.Context, ns, name string) (map[string]string, error) {
-	raw, err := clientset.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+// containerSaw returns the fields a container of the pod printed (visible, device, profile,
+// ...): the named container, or the pod's only one.
+func containerSaw(ctx context.Context, ns, name string, container ...string) (map[string]string, error) {
+	opts := &corev1.PodLogOptions{}
+	if len(container) > 0 {
+		opts.Container = container[0]
+	}
+	raw, err := clientset.CoreV1().Pods(ns).GetLogs(name, opts).DoRaw(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("logs of %s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("logs of %s/%s %v: %w", ns, name, container, err)
 	}
 	line := strings.SplitN(strings.TrimSpace(string(raw)), "\n", 2)[0]
 	if !strings.HasPrefix(line, "visible=") {
