@@ -15,7 +15,7 @@ import (
 )
 
 // DefaultSchedulerName is the Slicer scheduler's name unless configured otherwise.
-const DefaultSchedulerName = "slicer-scheduler"
+const DefaultSchedulerName = slicerv1alpha1.SchedulerName
 
 // Settings is what a mutation depends on besides the pod.
 type Settings struct {

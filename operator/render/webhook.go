@@ -22,7 +22,7 @@ const (
 	// CertManagerInjectAnnotation asks cert-manager's cainjector to inject caBundle.
 	CertManagerInjectAnnotation = "cert-manager.io/inject-ca-from"
 	// WebhookPath is the webhook handler's path.
-	WebhookPath = "/mutate-pod"
+	WebhookPath = slicerv1alpha1.WebhookPath
 	// admissionNamePrefix names the admission configurations (slicer-mig-pods).
 	admissionNamePrefix = "slicer"
 	certDir             = "/tmp/k8s-webhook-server/serving-certs"

@@ -24,6 +24,8 @@ import (
 	"github.com/slicer-operator/slicer/operator/metrics"
 	"github.com/slicer-operator/slicer/operator/render"
 	"github.com/slicer-operator/slicer/prometheusrules"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
 // Default images, overridden by RELATED_IMAGE_* (set by the bundle).
@@ -120,7 +122,7 @@ func run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string, lea
 	r := &controller.SlicerReconciler{
 		Client:         mgr.GetClient(),
 		Discovery:      dc,
-		Recorder:       mgr.GetEventRecorder("slicer-operator"),
+		Recorder:       mgr.GetEventRecorder(slicerv1alpha1.OperatorName),
 		Metrics:        m,
 		Namespace:      namespace,
 		AgentNamespace: agentNamespace,
