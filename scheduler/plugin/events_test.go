@@ -235,7 +235,7 @@ func TestRejectedPodRetriedWhenSnapshotCatchesUp(t *testing.T) {
 		p.handle = h
 		p.cache.OnFreed(func() { p.activateRejected(logr.Discard()) })
 		other := &snapshot.Reservation{PodUID: "uid-other", Namespace: "ns", PodName: "other", NodeName: "n1",
-			Slots: []snapshot.Slot{{GPUUUID: "GPU-n10", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}}}
+			Slots: []snapshot.Slot{{Slot: mig.Slot{GPU: "GPU-n10", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}}}}
 		if err := p.cache.Reserve(other); err != nil {
 			t.Fatal(err)
 		}

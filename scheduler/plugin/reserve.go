@@ -38,8 +38,8 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %s: %v", nodeName, err))
 		}
 		for _, a := range as {
-			r.Slots = append(r.Slots, snapshot.Slot{GPUUUID: n.GPUs[a.GPU].UUID, Profile: a.Profile.Name,
-				Placement: a.Placement, Index: s.missing[a.Slice]})
+			r.Slots = append(r.Slots, snapshot.Slot{Slot: mig.Slot{GPU: n.GPUs[a.GPU].UUID, Profile: a.Profile.Name,
+				Placement: a.Placement}, Index: s.missing[a.Slice]})
 		}
 	}
 	if err := p.cache.Reserve(r); err != nil {
