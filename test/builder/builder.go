@@ -134,6 +134,15 @@ func (b *PodBuilder) Scheduler(name string) *PodBuilder { b.pod.Spec.SchedulerNa
 // Node sets spec.nodeName.
 func (b *PodBuilder) Node(name string) *PodBuilder { b.pod.Spec.NodeName = name; return b }
 
+// NodeSelector adds a nodeSelector term.
+func (b *PodBuilder) NodeSelector(k, v string) *PodBuilder {
+	if b.pod.Spec.NodeSelector == nil {
+		b.pod.Spec.NodeSelector = map[string]string{}
+	}
+	b.pod.Spec.NodeSelector[k] = v
+	return b
+}
+
 // RestartNever sets restartPolicy Never and a 1 s grace period, for pods that run once.
 func (b *PodBuilder) RestartNever() *PodBuilder {
 	b.pod.Spec.RestartPolicy = corev1.RestartPolicyNever

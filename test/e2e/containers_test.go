@@ -40,13 +40,13 @@ var containerCases = []containerCase{
 	}},
 	{name: "sidecar-app", slices: 2, pod: func(ns, name string) *corev1.Pod {
 		return builder.Pod(ns, name).RestartNever().
-			Sidecar("sidecar", nvidia("1g.10gb")).Shell(printDevice + waitForTerm).
+			Sidecar("sidecar", nvidia("1g.10gb")).Shell(printDevice+waitForTerm).
 			Container("app", nvidia("1g.10gb")).Shell(printDevice + waitForTerm).Obj()
 	}},
 	{name: "init-sidecar-app", slices: 2, pod: func(ns, name string) *corev1.Pod {
 		return builder.Pod(ns, name).RestartNever().
 			Init("init", nvidia("2g.20gb")).Shell(printDevice).
-			Sidecar("sidecar", nvidia("2g.20gb")).Shell(printDevice + waitForTerm).
+			Sidecar("sidecar", nvidia("2g.20gb")).Shell(printDevice+waitForTerm).
 			Container("app", nvidia("2g.20gb")).Shell(printDevice + waitForTerm).Obj()
 	}},
 	{name: "init-of-another-profile", slices: 2, pod: func(ns, name string) *corev1.Pod {
