@@ -72,6 +72,8 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 		Eventually(checkInvariants).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 	})
 
+	It("listens only on loopback: every TCP listener of every Slicer process (local overlay)", expectSlicerListenersOnLoopback)
+
 	It("destroys a slice, its CDI spec and its allocation when the pod is deleted (I2)", func(ctx SpecContext) {
 		const ns = "e2e-slices"
 		allocs := allocationsIn(ctx, ns)
