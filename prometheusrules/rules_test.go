@@ -82,7 +82,7 @@ func testFiles(t *testing.T) []string {
 var alertName = regexp.MustCompile(`^Slicer[A-Z][A-Za-z0-9]+$`)
 
 // checkAlert returns the convention violations of one alerting rule
-// (RELIABILITY.md c.2): CamelCase name with the Slicer prefix, a severity,
+// (docs/design/invariants.md, alert conventions): CamelCase name with the Slicer prefix, a severity,
 // summary, description, a runbook_url pointing at docs/runbooks/<alert>.md
 // that exists under repoRoot, and a namespace label unless the expression
 // keeps the namespace of the object it is about.

@@ -11,6 +11,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
 // Handler paths. The rendered MutatingWebhookConfiguration sends namespaces
@@ -19,11 +21,11 @@ import (
 // cluster-wide) to PathMutatePodNoTranslate, so the apiserver, not a cache in
 // the webhook, decides the scope, exactly as the ValidatingAdmissionPolicy does.
 const (
-	PathMutatePod            = "/mutate-pod"
+	PathMutatePod            = slicerv1alpha1.WebhookPath
 	PathMutatePodNoTranslate = PathMutatePod + NoTranslateSuffix
 	// NoTranslateSuffix turns the path (or URL) of the translating handler into
 	// that of the non-translating one.
-	NoTranslateSuffix = "-no-translate"
+	NoTranslateSuffix = slicerv1alpha1.WebhookNoTranslateSuffix
 )
 
 // Handler answers pod admission requests with Mutate's patch or rejection.

@@ -11,10 +11,11 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/podrequest"
 )
 
 // DefaultSchedulerName is the Slicer scheduler's name unless configured otherwise.
-const DefaultSchedulerName = "slicer-scheduler"
+const DefaultSchedulerName = slicerv1alpha1.SchedulerName
 
 // Settings is what a mutation depends on besides the pod.
 type Settings struct {
@@ -49,10 +50,12 @@ func Mutate(pod *corev1.Pod, s Settings) ([]jsonpatch.JsonPatchOperation, error)
 	var (
 		ops        []jsonpatch.JsonPatchOperation
 		reasons    []string
-		slicerMIG  bool  // the pod asks for a Slicer slice (after translation)
-		nativeMIG  bool  // the pod asks for nvidia.com/mig-* left to NVIDIA's plugin
-		appSlices  int64 // slices of the app containers, which run together
-		mentionMIG bool  // any MIG resource, valid or not
+		slicerMIG  bool // the pod asks for a Slicer slice (after translation)
+		nativeMIG  bool // the pod asks for nvidia.com/mig-* left to NVIDIA's plugin
+		mentionMIG bool // any MIG resource, valid or not
+		// translated holds each container's Slicer resources as the patch leaves them, for
+		// podrequest.ForPod: the pod-level rule is the scheduler's, word for word.
+		translated corev1.PodSpec
 	)
 	lists := []containerList{
 		{field: "initContainers", containers: pod.Spec.InitContainers},
@@ -68,8 +71,15 @@ func Mutate(pod *corev1.Pod, s Settings) ([]jsonpatch.JsonPatchOperation, error)
 			if plan.slices > 0 {
 				slicerMIG = true
 			}
+			after := corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+			after.Resources.Limits = corev1.ResourceList{}
+			for t, n := range plan.want {
+				after.Resources.Limits[corev1.ResourceName(t)] = *resource.NewQuantity(n, resource.DecimalSI)
+			}
 			if l.field == "containers" {
-				appSlices += plan.slices
+				translated.Containers = append(translated.Containers, after)
+			} else {
+				translated.InitContainers = append(translated.InitContainers, after)
 			}
 			base := fmt.Sprintf("/spec/%s/%d/resources", l.field, i)
 			ops = append(ops, plan.ops(base)...)
@@ -87,8 +97,10 @@ func Mutate(pod *corev1.Pod, s Settings) ([]jsonpatch.JsonPatchOperation, error)
 	if slicerMIG && nativeMIG {
 		reasons = append(reasons, "the pod asks for both nvidia.com/mig-* (served by NVIDIA's device plugin in this namespace) and slicer.dev/mig-* (served by Slicer); one pod cannot use both, pick one")
 	}
-	if appSlices > mig.MaxRequestSlices {
-		reasons = append(reasons, fmt.Sprintf("the pod's containers ask for %d MIG slices; at most %d fit one pod", appSlices, mig.MaxRequestSlices))
+	if len(reasons) == 0 {
+		if _, err := podrequest.ForPod(&translated); err != nil {
+			reasons = append(reasons, err.Error())
+		}
 	}
 	if mentionMIG {
 		reasons = append(reasons, podReasons(pod, s)...)
@@ -207,18 +219,13 @@ func planContainer(name string, res corev1.ResourceRequirements, s Settings) con
 			p.reasons = append(p.reasons, fmt.Sprintf("container %q: requests (%s) and limits (%s) of %s differ; a MIG slice is not shared, so set them equal (or set only limits)", name, e.request.String(), e.limit.String(), t))
 			continue
 		}
-		if q.Cmp(*resource.NewQuantity(mig.MaxRequestSlices, resource.DecimalSI)) > 0 {
-			p.reasons = append(p.reasons, fmt.Sprintf("container %q: %s is %s, but at most %d MIG slices fit one pod", name, t, q.String(), mig.MaxRequestSlices))
+		n, err := podrequest.Count(name, corev1.ResourceName(t), *q)
+		if err != nil {
+			p.reasons = append(p.reasons, err.Error())
 			continue
 		}
-		milli := q.MilliValue() // bounded by the check above
-		if milli <= 0 || milli%1000 != 0 || q.Cmp(*resource.NewQuantity(milli/1000, resource.DecimalSI)) != 0 {
-			p.reasons = append(p.reasons, fmt.Sprintf("container %q: %s is %s, but the number of MIG slices must be a positive integer", name, t, q.String()))
-			continue
-		}
-		n := milli / 1000
-		p.want[t] = n
-		p.slices += n
+		p.want[t] = int64(n)
+		p.slices += int64(n)
 	}
 	return p
 }

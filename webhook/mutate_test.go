@@ -3,6 +3,8 @@ package webhook
 import (
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -10,6 +12,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/slicer-operator/slicer/internal/podrequest"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 const (
@@ -45,7 +50,7 @@ func TestMutate(t *testing.T) {
 		settings Settings
 		want     []jsonpatch.JsonPatchOperation
 	}{
-		{name: "no resources", pod: makePod().Container("app", res{}).Obj(), settings: translate},
+		{name: "no resources", pod: makePod().Container("app", builder.None).Obj(), settings: translate},
 		{name: "cpu only", pod: makePod().Container("app", both("cpu", "1")).Obj(), settings: translate},
 		{name: "whole GPUs are not touched", pod: makePod().Container("app", both("nvidia.com/gpu", "1")).Obj(), settings: translate},
 		{
@@ -76,7 +81,7 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "slicer.dev in requests only, limits holds cpu", settings: translate,
-			pod:  makePod().Container("app", res{limits: kvs([]string{"cpu", "1"}), requests: kvs([]string{sl3g, "1"})}).Obj(),
+			pod:  makePod().Container("app", limits("cpu", "1").AndRequests(sl3g, "1")).Obj(),
 			want: []jsonpatch.JsonPatchOperation{add(lim+esc(sl3g), "1"), setScheduler},
 		},
 		{
@@ -113,7 +118,7 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name: "second app container", settings: translate,
-			pod: makePod().Container("a", res{}).Container("b", limits(sl1g, "1")).Obj(),
+			pod: makePod().Container("a", builder.None).Container("b", limits(sl1g, "1")).Obj(),
 			want: []jsonpatch.JsonPatchOperation{
 				add("/spec/containers/1/resources/requests", map[string]string{sl1g: "1"}),
 				setScheduler,
@@ -228,11 +233,16 @@ func TestMutateRejects(t *testing.T) {
 		{
 			name: "too many across containers", settings: translate,
 			pod:  makePod().Container("a", limits(sl1g, "9")).Container("b", limits(nv3g, "8")).Obj(),
-			want: []string{"the pod's containers ask for 17 MIG slices; at most 16"},
+			want: []string{"the pod needs 17 MIG slices at once (8 × 3g.40gb, 9 × 1g.10gb); at most 16 fit one pod"},
+		},
+		{
+			name: "a sidecar keeps its slices while the app runs", settings: translate,
+			pod:  makePod().Sidecar("proxy", limits(nv1g, "9")).Container("app", limits(nv1g, "8")).Obj(),
+			want: []string{"the pod needs 17 MIG slices at once (17 × 1g.10gb); at most 16 fit one pod"},
 		},
 		{
 			name: "requests differ from limits", settings: translate,
-			pod:  makePod().Container("app", res{limits: kvs([]string{nv1g, "2"}), requests: kvs([]string{nv1g, "1"})}).Obj(),
+			pod:  makePod().Container("app", limits(nv1g, "2").AndRequests(nv1g, "1")).Obj(),
 			want: []string{`container "app": requests (1) and limits (2) of slicer.dev/mig-1g.10gb differ`},
 		},
 		{
@@ -267,7 +277,7 @@ func TestMutateRejects(t *testing.T) {
 		},
 		{
 			name: "ephemeral container", settings: translate,
-			pod:  makePod().Container("app", res{}).Ephemeral("debug", limits(sl1g, "1")).Obj(),
+			pod:  makePod().Container("app", builder.None).Ephemeral("debug", limits(sl1g, "1")).Obj(),
 			want: []string{`ephemeral container "debug" cannot hold a MIG slice`},
 		},
 		{
@@ -317,4 +327,60 @@ func applyPatch(t *testing.T, pod *corev1.Pod, ops []jsonpatch.JsonPatchOperatio
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestMutateAdmitsReusedInitSlices: the kubelet hands an init container's slices on to the app
+// containers, so init 10 + app 10 of one profile is 10 slices, which the scheduler places.
+func TestMutateAdmitsReusedInitSlices(t *testing.T) {
+	pod := makePod().Init("fetch", limits(nv1g, "10")).Container("app", limits(nv1g, "10")).Obj()
+	if _, err := Mutate(pod, translate); err != nil {
+		t.Fatalf("Mutate rejected a pod that needs 10 slices: %v", err)
+	}
+}
+
+// TestMutateAgreesWithScheduler: on random pods with init, sidecar and app containers, the
+// webhook rejects exactly the pods whose request the scheduler refuses (podrequest.ForPod, which
+// the scheduler's PreFilter calls), with the same message.
+func TestMutateAgreesWithScheduler(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 2))
+	profiles := []string{sl1g, sl3g}
+	random := func() builder.Res {
+		var kv []string
+		for _, r := range profiles {
+			if rng.IntN(2) == 0 {
+				kv = append(kv, r, strconv.Itoa(1+rng.IntN(8)))
+			}
+		}
+		return both(kv...)
+	}
+	rejected := 0
+	for i := 0; i < 2000; i++ {
+		w := makePod()
+		for j := rng.IntN(3); j > 0; j-- {
+			if rng.IntN(2) == 0 {
+				w.Sidecar("sidecar"+strconv.Itoa(j), random())
+			} else {
+				w.Init("init"+strconv.Itoa(j), random())
+			}
+		}
+		for j := 1 + rng.IntN(2); j > 0; j-- {
+			w.Container("app"+strconv.Itoa(j), random())
+		}
+		pod := w.Obj()
+		_, schedErr := podrequest.ForPod(&pod.Spec)
+		_, err := Mutate(pod, translate)
+		switch {
+		case schedErr == nil && err != nil:
+			t.Fatalf("webhook rejects a pod the scheduler places: %v\n%+v", err, pod.Spec)
+		case schedErr != nil && err == nil:
+			t.Fatalf("webhook admits a pod the scheduler refuses (%v)\n%+v", schedErr, pod.Spec)
+		case schedErr != nil && err.Error() != schedErr.Error():
+			t.Fatalf("messages differ:\nwebhook:   %v\nscheduler: %v", err, schedErr)
+		case schedErr != nil:
+			rejected++
+		}
+	}
+	if rejected == 0 {
+		t.Fatal("no random pod was over the limit; the test checks nothing")
+	}
 }

@@ -303,11 +303,27 @@ type MonitoringSpec struct {
 }
 
 // NetworkSpec says how the control plane reaches Slicer's components.
+// +kubebuilder:validation:XValidation:rule="!has(self.listenAddress) || (has(self.endpointMode) && self.endpointMode == 'HostNetwork')",message="listenAddress applies only to endpointMode HostNetwork (on the pod network each component listens in its own pod)",fieldPath=".listenAddress"
 type NetworkSpec struct {
 	// endpointMode for the webhook, scheduler and agent metrics.
 	// +optional
 	// +kubebuilder:default=PodNetwork
 	EndpointMode EndpointMode `json:"endpointMode,omitempty"`
+
+	// listenAddress is the node address on which host-network components
+	// serve what Prometheus scrapes: the webhook's and the agent's metrics
+	// and the scheduler's secure port (metrics and health). Only with
+	// endpointMode HostNetwork. Empty means each pod's node address
+	// (status.hostIP), the address the metrics Services point at;
+	// 127.0.0.1 keeps every listener off the network (a single-node cluster
+	// whose Prometheus runs on the node). The wildcard addresses are refused:
+	// no component listens on every interface of a node. Health probes
+	// listen on 127.0.0.1 in HostNetwork mode whatever this says, and the
+	// webhook serves on the operator's --host-network-address.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && !ip(self).isUnspecified()",message="must be an IP address, not 0.0.0.0 or ::"
+	ListenAddress string `json:"listenAddress,omitempty"`
 }
 
 // SlicerSpec is the desired Slicer installation.

@@ -26,7 +26,8 @@ type KubeletPods interface {
 }
 
 // Chooser answers the kubelet's GetPreferredAllocation with the devices the
-// scheduler's SliceAllocations meant for the pod being admitted. The kubelet does
+// scheduler's SliceAllocations meant for the pod being admitted (docs/design/invariants.md,
+// N8). The kubelet does
 // not say which pod it admits; it admits pods one at a time, oldest first within a
 // batch, and adds each to the list PodResources reports just before admitting it. So
 // the pod being admitted is taken to be the pod that reuses a mustInclude device from

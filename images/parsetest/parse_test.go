@@ -1,6 +1,6 @@
 // Package parsetest parses images/*.Containerfile with BuildKit's own
 // Dockerfile parser and checks the certification rules that can be checked
-// without building (RELIABILITY.md b.1): a UBI base, the required labels,
+// without building (docs/design/invariants.md, image conventions): a UBI base, the required labels,
 // /licenses, a numeric non-root USER (the agent documents why it is root),
 // at most 40 layers, a VERSION build argument, and a builder stage that
 // copies every directory the binary's packages live in. It is a separate

@@ -156,7 +156,7 @@ func demand(m Model, items []RequestItem) (*modelTable, [maxProfiles]int, int, e
 }
 
 // LowerBound is a lower bound on the number of GPUs of model m that can hold the items. It is
-// at least DESIGN.md §5's bound: whole-GPU profiles each take a GPU, and for the rest the best
+// at least the bound of docs/design/geometry.md: whole-GPU profiles each take a GPU, and for the rest the best
 // of the weighted bounds (compute, memory, media engines, and the legal starts each profile
 // blocks of each other profile), each weight family capped by the most a legal GPU state holds.
 func LowerBound(m Model, items []RequestItem) (int, error) {

@@ -59,7 +59,7 @@ func randomItems(rng *rand.Rand, m Model, n int) []RequestItem {
 	return items
 }
 
-// designBound is DESIGN.md §5's formula, for 8-slice models.
+// designBound is docs/design/geometry.md's formula, for 8-slice models.
 func designBound(m Model, items []RequestItem) int {
 	var n7, n4, n3, n2, nme, c, mem int
 	for _, it := range items {

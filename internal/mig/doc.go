@@ -40,7 +40,7 @@
 // keeps 4g/7g starts free. FirstFit and DASLike are baselines implementing the same Policy
 // interface; SelectNode is the simulator's stand-in for kube-scheduler's host selection.
 //
-// Bounds: LowerBound(m, items) (at least DESIGN.md §5's formula), Optimum(m, items) (exact,
+// Bounds: LowerBound(m, items) (at least docs/design/geometry.md's formula), Optimum(m, items) (exact,
 // up to MaxExactRequests slices), PackStatic(policy, m, items) and StaticOrder(m, items) (the
 // order PackStatic feeds a static batch to the policy in).
 package mig

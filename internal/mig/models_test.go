@@ -16,7 +16,7 @@ type profileRow struct {
 	Media         bool
 }
 
-// eightSlice is DESIGN.md §5's table for one memory naming.
+// eightSlice is the placement table of docs/design/geometry.md for one memory naming.
 func eightSlice(n1, n1d, n2, n3, n7 string) []profileRow {
 	all := []int{0, 1, 2, 3, 4, 5, 6}
 	return []profileRow{

@@ -198,8 +198,8 @@ func Count(container string, res corev1.ResourceName, q resource.Quantity) (int,
 		return 0, fmt.Errorf("container %q: %s is %s, but at most %d MIG slices fit one pod",
 			container, res, q.String(), mig.MaxRequestSlices)
 	}
-	milli := q.MilliValue() // bounded by the check above
-	if milli <= 0 || milli%1000 != 0 {
+	milli := q.MilliValue() // bounded by the check above; rounds up, hence the last test
+	if milli <= 0 || milli%1000 != 0 || q.Cmp(*resource.NewQuantity(milli/1000, resource.DecimalSI)) != 0 {
 		return 0, fmt.Errorf("container %q: %s is %s, but the number of MIG slices must be a positive integer",
 			container, res, q.String())
 	}

@@ -92,6 +92,8 @@ func TestForPod(t *testing.T) {
 			wantErr: `container "app": slicer.dev/mig-1g.10gb is 17, but at most 16 MIG slices fit one pod`},
 		{name: "zero", apps: []corev1.Container{ctr("app", r1g, 0)},
 			wantErr: `container "app": slicer.dev/mig-1g.10gb is 0, but the number of MIG slices must be a positive integer`},
+		{name: "just under one", apps: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{r1g: resource.MustParse("999999999n")}}}},
+			wantErr: `container "app": slicer.dev/mig-1g.10gb is 999999999n, but the number of MIG slices must be a positive integer`},
 		{name: "unknown profile", apps: []corev1.Container{ctr("app", "slicer.dev/mig-5g.1tb", 1)},
 			wantErr: `container "app" asks for slicer.dev/mig-5g.1tb, which is not a MIG profile`},
 		{name: "other resources are ignored", apps: []corev1.Container{ctr("app", "nvidia.com/gpu", 1, "cpu", 2)}},

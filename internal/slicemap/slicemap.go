@@ -17,6 +17,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/podrequest"
 )
 
 // Input is what the map is built from: the objects as listed from the apiserver.
@@ -389,8 +390,8 @@ func pendingPods(pods []corev1.Pod, opts Options) []PendingPod {
 		if opts.Node != "" && p.Spec.NodeName != opts.Node && p.Status.NominatedNodeName != opts.Node {
 			continue
 		}
-		reqs := migRequests(&p.Spec)
-		if len(reqs) == 0 {
+		reqs, ok := migRequests(&p.Spec)
+		if !ok {
 			continue
 		}
 		pp := PendingPod{
@@ -416,69 +417,21 @@ func pendingPods(pods []corev1.Pod, opts Options) []PendingPod {
 	return out
 }
 
-// migRequests sums the slicer.dev/mig-* resources of a pod the way the scheduler counts
-// resources (k8s.io/component-helpers resource.PodRequests): the containers plus the sidecars
-// (restartable init containers), or the largest need of an init container while it runs when
-// that is more. Limits count where no request is set (extended resources need request == limit).
-func migRequests(spec *corev1.PodSpec) []ResourceRequest {
-	total := map[corev1.ResourceName]int64{}
-	for i := range spec.Containers {
-		for r, n := range containerMIG(&spec.Containers[i]) {
-			total[r] += n
-		}
+// migRequests lists the slices a pod needs (podrequest.ForPod, the rule every component uses).
+// A pod whose request is invalid is still listed, with no slices: the scheduler's message on
+// its PodScheduled condition says what is wrong.
+func migRequests(spec *corev1.PodSpec) ([]ResourceRequest, bool) {
+	if !podrequest.Mentions(spec) {
+		return nil, false
 	}
-	sidecars := map[corev1.ResourceName]int64{}
-	initPeak := map[corev1.ResourceName]int64{}
-	for i := range spec.InitContainers {
-		c := &spec.InitContainers[i]
-		req := containerMIG(c)
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			for r, n := range req {
-				sidecars[r] += n
-			}
-			for r, n := range sidecars {
-				initPeak[r] = max(initPeak[r], n)
-			}
-			continue
-		}
-		for r := range sidecars {
-			if _, ok := req[r]; !ok {
-				req[r] = 0
-			}
-		}
-		for r, n := range req {
-			initPeak[r] = max(initPeak[r], n+sidecars[r])
-		}
+	need, err := podrequest.ForPod(spec)
+	if err != nil {
+		return []ResourceRequest{}, true
 	}
-	for r, n := range sidecars {
-		total[r] += n
-	}
-	for r, n := range initPeak {
-		total[r] = max(total[r], n)
-	}
-	out := make([]ResourceRequest, 0, len(total))
-	for r, n := range total {
-		if n == 0 {
-			continue
-		}
-		prof, _ := mig.ProfileNameFromResource(string(r))
-		out = append(out, ResourceRequest{Resource: string(r), Profile: prof, Count: n})
+	out := make([]ResourceRequest, 0, len(need.Items))
+	for _, it := range need.Items {
+		out = append(out, ResourceRequest{Resource: mig.ResourceName(it.Profile), Profile: it.Profile, Count: int64(it.Count)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
-	return out
-}
-
-func containerMIG(c *corev1.Container) map[corev1.ResourceName]int64 {
-	out := map[corev1.ResourceName]int64{}
-	for r, q := range c.Resources.Limits {
-		if strings.HasPrefix(string(r), mig.ResourcePrefix) {
-			out[r] = q.Value()
-		}
-	}
-	for r, q := range c.Resources.Requests {
-		if strings.HasPrefix(string(r), mig.ResourcePrefix) {
-			out[r] = q.Value()
-		}
-	}
-	return out
+	return out, true
 }

@@ -310,6 +310,10 @@ func TestMIGRequests(t *testing.T) {
 			spec: corev1.PodSpec{InitContainers: []corev1.Container{c("i", r1, 4, false)}, Containers: []corev1.Container{c("a", r1, 1, false)}},
 			want: []ResourceRequest{{Resource: r1, Profile: "1g.10gb", Count: 4}},
 		},
+		"the app container reuses the init container's slice": {
+			spec: corev1.PodSpec{InitContainers: []corev1.Container{c("i", r1, 1, false)}, Containers: []corev1.Container{c("a", r1, 1, false)}},
+			want: []ResourceRequest{{Resource: r1, Profile: "1g.10gb", Count: 1}},
+		},
 		"a sidecar adds to the containers": {
 			spec: corev1.PodSpec{InitContainers: []corev1.Container{c("s", r1, 1, true)}, Containers: []corev1.Container{c("a", r1, 2, false)}},
 			want: []ResourceRequest{{Resource: r1, Profile: "1g.10gb", Count: 3}},
@@ -328,12 +332,15 @@ func TestMIGRequests(t *testing.T) {
 			},
 			want: []ResourceRequest{{Resource: r1, Profile: "1g.10gb", Count: 2}, {Resource: r3, Profile: "3g.40gb", Count: 1}},
 		},
-		"no MIG resources":        {spec: corev1.PodSpec{Containers: []corev1.Container{c("a", "cpu", 1, false)}}, want: []ResourceRequest{}},
-		"unknown profile is kept": {spec: corev1.PodSpec{Containers: []corev1.Container{c("a", "slicer.dev/mig-9g.1gb", 1, false)}}, want: []ResourceRequest{{Resource: "slicer.dev/mig-9g.1gb", Count: 1}}},
+		"no MIG resources": {spec: corev1.PodSpec{Containers: []corev1.Container{c("a", "cpu", 1, false)}}},
+		"an invalid request is listed without slices": {
+			spec: corev1.PodSpec{Containers: []corev1.Container{c("a", "slicer.dev/mig-9g.1gb", 1, false)}}, want: []ResourceRequest{},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, migRequests(&tc.spec)); diff != "" {
+			got, _ := migRequests(&tc.spec)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("requests (-want +got):\n%s", diff)
 			}
 		})

@@ -20,7 +20,7 @@ import (
 
 const (
 	// FieldManager is the one server-side-apply field manager of the operator.
-	FieldManager = "slicer-operator"
+	FieldManager = slicerv1alpha1.OperatorName
 	// AppliedHashAnnotation holds a hash of what the operator last applied,
 	// so a change in the desired object is seen even when it removes fields.
 	AppliedHashAnnotation = "slicer.dev/applied-hash"

@@ -2,7 +2,6 @@ package render
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -86,9 +85,8 @@ func Agent(o Options) ([]client.Object, error) {
 		"--device-plugin-dir=" + DevicePluginDir,
 		"--pod-resources-socket=" + PodResourcesDir + "/kubelet.sock",
 		"--orphan-grace-period=" + (time.Duration(a.OrphanGracePeriodSeconds) * time.Second).String(),
-		"--metrics-bind-address=:" + strconv.Itoa(int(p.AgentMetrics)),
-		"--health-probe-bind-address=:" + strconv.Itoa(int(p.AgentHealth)),
 	}
+	args = append(args, listenArgs(o, p.AgentMetrics, p.AgentHealth)...)
 	mounts := []corev1.VolumeMount{
 		{Name: "device-plugins", MountPath: DevicePluginDir},
 		{Name: "pod-resources", MountPath: PodResourcesDir, ReadOnly: true},
@@ -131,17 +129,13 @@ func Agent(o Options) ([]client.Object, error) {
 			Args:  args,
 			Env: append([]corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"},
-			}}}, o.apiServerEnv()...),
+			}}}, append(o.apiServerEnv(), hostIPEnvVars(o)...)...),
 			Ports: []corev1.ContainerPort{
 				{Name: "metrics", ContainerPort: p.AgentMetrics, Protocol: corev1.ProtocolTCP},
 				{Name: "health", ContainerPort: p.AgentHealth, Protocol: corev1.ProtocolTCP},
 			},
-			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
-				HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("health")},
-			}},
-			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
-				HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("health")},
-			}},
+			LivenessProbe:   httpProbe("/healthz", "health", healthHost(o), ""),
+			ReadinessProbe:  httpProbe("/readyz", "health", healthHost(o), ""),
 			Resources:       resources("50m", "64Mi"),
 			SecurityContext: sc,
 			VolumeMounts:    mounts,

@@ -52,7 +52,7 @@ func metricsService(namespace, name, component, portName string, port int32) *co
 }
 
 // ServiceMonitors renders one ServiceMonitor per metrics Service; the
-// scrape attaches the node name (RELIABILITY.md c.1).
+// scrape attaches the node name (docs/design/invariants.md, metric conventions).
 func ServiceMonitors(o Options) []client.Object {
 	if o.Slicer.Spec.Monitoring.ServiceMonitors == slicerv1alpha1.FeatureDisabled {
 		return nil

@@ -16,11 +16,11 @@ import (
 // Names of the objects the operator manages. They are deterministic so a
 // restarted operator finds (and never duplicates) what it created before.
 const (
-	SchedulerName      = "slicer-scheduler"
-	WebhookName        = "slicer-webhook"
-	AgentName          = "slicer-agent"
+	SchedulerName      = slicerv1alpha1.SchedulerName
+	WebhookName        = slicerv1alpha1.WebhookName
+	AgentName          = slicerv1alpha1.AgentName
 	DriverName         = "slicer-driver"
-	OperatorName       = "slicer-operator"
+	OperatorName       = slicerv1alpha1.OperatorName
 	ModuleName         = "slicer-nvidia"
 	NodeFeatureRuleKey = "slicer-mig-capable"
 	// WebhookCertSecret holds the webhook's serving certificate.
@@ -32,7 +32,7 @@ const (
 	// ManagedByLabel marks every object the operator manages.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	// ManagedByValue is ManagedByLabel's value.
-	ManagedByValue = "slicer-operator"
+	ManagedByValue = slicerv1alpha1.OperatorName
 	// NameLabel is the app.kubernetes.io/name label of each component.
 	NameLabel = "app.kubernetes.io/name"
 	// PartOfLabel groups every object of the installation.

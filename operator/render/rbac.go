@@ -99,7 +99,7 @@ func RBAC(o Options) []client.Object {
 			role(o.AgentNamespace, AgentName, ComponentAgent, SCCRules),
 			roleBinding(o.AgentNamespace, AgentName, ComponentAgent, o.AgentNamespace))
 	}
-	return objs
+	return append(objs, AllocationGuard(o)...)
 }
 
 func clusterRole(name, component string, rules []rbacv1.PolicyRule) *rbacv1.ClusterRole {

@@ -72,6 +72,18 @@ func Scheduler(o Options) ([]client.Object, error) {
 		Data:       map[string]string{schedulerConfigKey: string(cfg)},
 	}
 	port := o.Ports.SchedulerSecure
+	args := []string{
+		"--config=/etc/slicer-scheduler/" + schedulerConfigKey,
+		"--secure-port=" + strconv.Itoa(int(port)),
+		"--v=2",
+	}
+	live := httpProbe("/livez", "https", schedulerProbeHost(o), corev1.URISchemeHTTPS)
+	live.InitialDelaySeconds = 15
+	if h := scrapeHost(o); h != "" {
+		// kube-scheduler's secure serving, which serves /metrics (with
+		// delegated authentication and authorization) and the health checks.
+		args = append(args, "--bind-address="+h)
+	}
 	pod := corev1.PodSpec{
 		ServiceAccountName: SchedulerName,
 		SecurityContext:    restrictedPod(),
@@ -79,22 +91,13 @@ func Scheduler(o Options) ([]client.Object, error) {
 		Affinity:           preferSpread(ComponentScheduler),
 		HostNetwork:        o.hostNetwork(),
 		Containers: []corev1.Container{{
-			Name:  "scheduler",
-			Image: image,
-			Env:   o.apiServerEnv(),
-			Args: []string{
-				"--config=/etc/slicer-scheduler/" + schedulerConfigKey,
-				"--secure-port=" + strconv.Itoa(int(port)),
-				"--v=2",
-			},
-			Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
-			LivenessProbe: &corev1.Probe{
-				ProbeHandler:        corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS}},
-				InitialDelaySeconds: 15,
-			},
-			ReadinessProbe: &corev1.Probe{
-				ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS}},
-			},
+			Name:            "scheduler",
+			Image:           image,
+			Env:             append(o.apiServerEnv(), hostIPEnvVars(o)...),
+			Args:            args,
+			Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+			LivenessProbe:   live,
+			ReadinessProbe:  httpProbe("/readyz", "https", schedulerProbeHost(o), corev1.URISchemeHTTPS),
 			Resources:       resources("100m", "128Mi"),
 			SecurityContext: restrictedContainer(),
 			VolumeMounts:    []corev1.VolumeMount{{Name: "config", MountPath: "/etc/slicer-scheduler", ReadOnly: true}},

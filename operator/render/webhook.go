@@ -22,7 +22,7 @@ const (
 	// CertManagerInjectAnnotation asks cert-manager's cainjector to inject caBundle.
 	CertManagerInjectAnnotation = "cert-manager.io/inject-ca-from"
 	// WebhookPath is the webhook handler's path.
-	WebhookPath = "/mutate-pod"
+	WebhookPath = slicerv1alpha1.WebhookPath
 	// admissionNamePrefix names the admission configurations (slicer-mig-pods).
 	admissionNamePrefix = "slicer"
 	certDir             = "/tmp/k8s-webhook-server/serving-certs"
@@ -101,9 +101,8 @@ func Webhook(o Options) ([]client.Object, error) {
 		"--port=" + strconv.Itoa(int(p.WebhookServing)),
 		"--scheduler-name=" + schedulerName(o),
 		"--translate-nvidia-resources=" + translateFlag(o),
-		"--metrics-bind-address=:" + strconv.Itoa(int(p.WebhookMetrics)),
-		"--health-probe-bind-address=:" + strconv.Itoa(int(p.WebhookHealth)),
 	}
+	args = append(args, listenArgs(o, p.WebhookMetrics, p.WebhookHealth)...)
 	if o.hostNetwork() {
 		args = append(args, "--bind-address="+o.HostNetworkAddress)
 	}
@@ -116,18 +115,14 @@ func Webhook(o Options) ([]client.Object, error) {
 			Name:  "webhook",
 			Image: o.Images.Webhook,
 			Args:  args,
-			Env:   o.apiServerEnv(),
+			Env:   append(o.apiServerEnv(), hostIPEnvVars(o)...),
 			Ports: []corev1.ContainerPort{
 				{Name: "webhook", ContainerPort: p.WebhookServing, Protocol: corev1.ProtocolTCP},
 				{Name: "metrics", ContainerPort: p.WebhookMetrics, Protocol: corev1.ProtocolTCP},
 				{Name: "health", ContainerPort: p.WebhookHealth, Protocol: corev1.ProtocolTCP},
 			},
-			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
-				HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("health")},
-			}},
-			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
-				HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("health")},
-			}},
+			LivenessProbe:   httpProbe("/healthz", "health", healthHost(o), ""),
+			ReadinessProbe:  httpProbe("/readyz", "health", healthHost(o), ""),
 			Resources:       resources("50m", "64Mi"),
 			SecurityContext: restrictedContainer(),
 			VolumeMounts:    []corev1.VolumeMount{{Name: "cert", MountPath: certDir, ReadOnly: true}},

@@ -15,13 +15,15 @@ import (
 	schedconfigv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
 const (
 	// PluginName is the name the SlicerMIG plugin is registered under.
-	PluginName = "SlicerMIG"
+	PluginName = slicerv1alpha1.SchedulerPluginName
 	// DefaultSchedulerName is the schedulerName of Slicer's profile.
-	DefaultSchedulerName = "slicer-scheduler"
+	DefaultSchedulerName = slicerv1alpha1.SchedulerName
 	// ResourceGroup is the extended-resource group the plugin decides.
 	ResourceGroup = "slicer.dev"
 	// DefaultScoreWeight is the plugin's Score weight.
@@ -29,7 +31,7 @@ const (
 	// DefaultSliceReadyTimeout bounds PreBind's wait for the agent.
 	DefaultSliceReadyTimeout = 2 * time.Minute
 	// DefaultLeaseName is the leader-election Lease of the scheduler.
-	DefaultLeaseName = "slicer-scheduler"
+	DefaultLeaseName = slicerv1alpha1.SchedulerName
 )
 
 // PluginArgs are the SlicerMIG plugin's arguments (pluginConfig[].args).
@@ -118,12 +120,16 @@ func Build(o Options) (*schedconfigv1.KubeSchedulerConfiguration, error) {
 		}
 		one := []schedconfigv1.Plugin{{Name: PluginName}}
 		profile.Plugins = &schedconfigv1.Plugins{
-			PreFilter: schedconfigv1.PluginSet{Enabled: one},
-			Filter:    schedconfigv1.PluginSet{Enabled: one},
-			// Ours first: it only explains; DefaultPreemption may still preempt.
+			// Enabled in MultiPoint too, so that each extension point below re-configures it
+			// rather than adds it: the framework runs re-configured plugins first, in the order
+			// given, then the other default plugins (docs/design/pending-reason.md).
+			MultiPoint: schedconfigv1.PluginSet{Enabled: one},
+			PreFilter:  schedconfigv1.PluginSet{Enabled: one},
+			Filter:     schedconfigv1.PluginSet{Enabled: one},
+			// Ours first: it only explains, and its explanation leads the Pending message;
+			// DefaultPreemption may still preempt.
 			PostFilter: schedconfigv1.PluginSet{
-				Enabled:  []schedconfigv1.Plugin{{Name: PluginName}, {Name: "DefaultPreemption"}},
-				Disabled: []schedconfigv1.Plugin{{Name: "DefaultPreemption"}},
+				Enabled: []schedconfigv1.Plugin{{Name: PluginName}, {Name: "DefaultPreemption"}},
 			},
 			PreScore: schedconfigv1.PluginSet{Enabled: one},
 			Score:    schedconfigv1.PluginSet{Enabled: []schedconfigv1.Plugin{{Name: PluginName, Weight: ptr.To(weight)}}},

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,10 +108,13 @@ func TestRenderIsValidKubeSchedulerConfiguration(t *testing.T) {
 			want := map[string][]string{
 				"preFilter": {PluginName}, "filter": {PluginName}, "preScore": {PluginName}, "score": {PluginName},
 				"reserve": {PluginName}, "preBind": {PluginName}, "postBind": {PluginName},
-				"postFilter": {PluginName, "DefaultPreemption"},
+				"postFilter": {PluginName, "DefaultPreemption"}, "multiPoint": {"DefaultPreemption", PluginName},
 			}
 			got := map[string][]string{
-				"preFilter": names(p.Plugins.PreFilter.Enabled), "filter": names(p.Plugins.Filter.Enabled),
+				// Both PostFilter plugins are in MultiPoint too, so the framework runs them first
+				// and in this order, ahead of the other defaults (DynamicResources).
+				"multiPoint": slices.DeleteFunc(names(p.Plugins.MultiPoint.Enabled), func(n string) bool { return n != PluginName && n != "DefaultPreemption" }),
+				"preFilter":  names(p.Plugins.PreFilter.Enabled), "filter": names(p.Plugins.Filter.Enabled),
 				"preScore": names(p.Plugins.PreScore.Enabled),
 				"score":    names(p.Plugins.Score.Enabled), "reserve": names(p.Plugins.Reserve.Enabled),
 				"preBind": names(p.Plugins.PreBind.Enabled), "postBind": names(p.Plugins.PostBind.Enabled),

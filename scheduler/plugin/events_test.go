@@ -62,8 +62,8 @@ func withCondition(t string, status metav1.ConditionStatus) func(*slicerv1alpha1
 }
 
 func TestQueueingHints(t *testing.T) {
-	migP := migPod("p", map[string]string{"slicer.dev/mig-3g.40gb": "1"})
-	plain := migPod("plain", map[string]string{"cpu": "1"})
+	migP := migPod("p", "slicer.dev/mig-3g.40gb", "1")
+	plain := migPod("plain", "cpu", "1")
 	alloc := allocation("a", "uid-other", "n1", "GPU-n10", "3g.40gb", 4, 4)
 	full := accelWith()
 	node := func(labels map[string]string) *corev1.Node {
@@ -207,7 +207,7 @@ func rejectCycle(t *testing.T, p *Plugin, pod *corev1.Pod, between func()) {
 // may retry a pod on an allocation's delete before the snapshot has seen it.
 // The snapshot's own catch-up must then retry the pod, whenever it lands.
 func TestRejectedPodRetriedWhenSnapshotCatchesUp(t *testing.T) {
-	pod := migPod("waiting", map[string]string{"slicer.dev/mig-7g.80gb": "1"})
+	pod := migPod("waiting", "slicer.dev/mig-7g.80gb", "1")
 	want := []string{"ns/waiting"}
 	deleteHeld := func(p *Plugin) func() { return func() { p.cache.DeleteAllocation("ns", "held") } }
 	nothing := func() {}
@@ -235,7 +235,7 @@ func TestRejectedPodRetriedWhenSnapshotCatchesUp(t *testing.T) {
 		p.handle = h
 		p.cache.OnFreed(func() { p.activateRejected(logr.Discard()) })
 		other := &snapshot.Reservation{PodUID: "uid-other", Namespace: "ns", PodName: "other", NodeName: "n1",
-			Slots: []snapshot.Slot{{GPUUUID: "GPU-n10", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}}}
+			Slots: []snapshot.Slot{{Slot: mig.Slot{GPU: "GPU-n10", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}}}}
 		if err := p.cache.Reserve(other); err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
@@ -35,9 +35,9 @@ func allocationFor(pod *corev1.Pod, node string, s snapshot.Slot) *slicerv1alpha
 			PodName:   pod.Name,
 			PodUID:    string(pod.UID),
 			NodeName:  node,
-			GPUUUID:   s.GPUUUID,
-			Profile:   slicerv1alpha1.MIGProfile(mig.LegalProfileName(s.Profile)),
-			Placement: slicerv1alpha1.Placement{Start: int32(s.Placement.Start), Size: int32(s.Placement.Size)},
+			GPUUUID:   s.GPU,
+			Profile:   migapi.APIProfile(s.Profile),
+			Placement: migapi.APIPlacement(s.Placement),
 			Index:     s.Index,
 		},
 	}

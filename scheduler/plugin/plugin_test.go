@@ -8,7 +8,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -18,52 +17,35 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
-func container(name string, limits, requests map[string]string) corev1.Container {
-	c := corev1.Container{Name: name}
-	for k, v := range limits {
-		if c.Resources.Limits == nil {
-			c.Resources.Limits = corev1.ResourceList{}
-		}
-		c.Resources.Limits[corev1.ResourceName(k)] = resource.MustParse(v)
-	}
-	for k, v := range requests {
-		if c.Resources.Requests == nil {
-			c.Resources.Requests = corev1.ResourceList{}
-		}
-		c.Resources.Requests[corev1.ResourceName(k)] = resource.MustParse(v)
-	}
-	return c
-}
-
+// TestPodRequest: the plugin asks podrequest.ForPod (its own tables cover the kubelet's rules);
+// here, that the plugin passes the pod through and keeps ForPod's messages.
 func TestPodRequest(t *testing.T) {
+	pod := func() *builder.PodBuilder { return builder.Pod("ns", "p") }
 	cases := []struct {
 		name    string
-		init    []corev1.Container
-		app     []corev1.Container
+		pod     *corev1.Pod
 		want    []mig.RequestItem
 		wantErr string
 	}{
-		{name: "no request", app: []corev1.Container{container("a", map[string]string{"cpu": "1", "nvidia.com/gpu": "1"}, nil)}},
-		{name: "limits, summed over containers and init containers",
-			init: []corev1.Container{container("i", map[string]string{"slicer.dev/mig-1g.10gb": "1"}, nil)},
-			app: []corev1.Container{
-				container("a", map[string]string{"slicer.dev/mig-1g.10gb": "2", "slicer.dev/mig-3g.40gb": "1"}, nil),
-				container("b", map[string]string{"slicer.dev/mig-1g.10gb.me": "1"}, nil),
-			},
-			want: []mig.RequestItem{{Profile: "1g.10gb", Count: 3}, {Profile: "1g.10gb+me", Count: 1}, {Profile: "3g.40gb", Count: 1}}},
-		{name: "requests when no limit", app: []corev1.Container{container("a", nil, map[string]string{"slicer.dev/mig-7g.80gb": "1"})},
+		{name: "no request", pod: pod().Container("a", builder.Limits("cpu", "1", "nvidia.com/gpu", "1")).Obj()},
+		{name: "limits, summed over containers; the init container's slice is reused",
+			pod: pod().Init("i", builder.Limits("slicer.dev/mig-1g.10gb", "1")).
+				Container("a", builder.Limits("slicer.dev/mig-1g.10gb", "2", "slicer.dev/mig-3g.40gb", "1")).
+				Container("b", builder.Limits("slicer.dev/mig-1g.10gb.me", "1")).Obj(),
+			want: []mig.RequestItem{{Profile: "1g.10gb", Count: 2}, {Profile: "1g.10gb+me", Count: 1}, {Profile: "3g.40gb", Count: 1}}},
+		{name: "requests when no limit", pod: pod().Container("a", builder.Requests("slicer.dev/mig-7g.80gb", "1")).Obj(),
 			want: []mig.RequestItem{{Profile: "7g.80gb", Count: 1}}},
-		{name: "limit wins over request", app: []corev1.Container{container("a", map[string]string{"slicer.dev/mig-2g.20gb": "1"}, map[string]string{"slicer.dev/mig-2g.20gb": "1"})},
+		{name: "limit wins over request", pod: pod().Container("a", builder.Both("slicer.dev/mig-2g.20gb", "1")).Obj(),
 			want: []mig.RequestItem{{Profile: "2g.20gb", Count: 1}}},
-		{name: "unknown profile", app: []corev1.Container{container("a", map[string]string{"slicer.dev/mig-5g.50gb": "1"}, nil)}, wantErr: "not a known MIG profile"},
-		{name: "fractional", app: []corev1.Container{container("a", map[string]string{"slicer.dev/mig-1g.10gb": "500m"}, nil)}, wantErr: "whole number"},
+		{name: "unknown profile", pod: pod().Container("a", builder.Limits("slicer.dev/mig-5g.50gb", "1")).Obj(), wantErr: "not a MIG profile of any supported GPU"},
+		{name: "fractional", pod: pod().Container("a", builder.Limits("slicer.dev/mig-1g.10gb", "500m")).Obj(), wantErr: "must be a positive integer"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: tc.init, Containers: tc.app}}
-			got, err := PodRequest(pod)
+			got, err := PodRequest(tc.pod)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)
@@ -76,7 +58,7 @@ func TestPodRequest(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
-			if hasMIGRequest(pod) != (tc.want != nil) {
+			if hasMIGRequest(tc.pod) != (tc.want != nil) {
 				t.Errorf("hasMIGRequest disagrees with PodRequest")
 			}
 		})
@@ -127,9 +109,9 @@ func accel(node string, gpus int) *slicerv1alpha1.NodeAccelerator {
 	return na
 }
 
-func migPod(name string, res map[string]string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-0000" + name)},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{container("c", res, nil)}}}
+// migPod is a pod with one container whose limits are the name, value pairs.
+func migPod(name string, limits ...string) *corev1.Pod {
+	return builder.Pod("ns", name).UID("uid-0000"+name).Container("c", builder.Limits(limits...)).Obj()
 }
 
 func nodeInfo(name string, labels map[string]string) fwk.NodeInfo {
@@ -141,7 +123,7 @@ func nodeInfo(name string, labels map[string]string) fwk.NodeInfo {
 func TestFilterScoreReserve(t *testing.T) {
 	ctx := context.Background()
 	p := testPlugin(t, accel("n1", 1), accel("n2", 2))
-	pod := migPod("a", map[string]string{"slicer.dev/mig-4g.40gb": "1"})
+	pod := migPod("a", "slicer.dev/mig-4g.40gb", "1")
 
 	cs := framework.NewCycleState()
 	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
@@ -168,7 +150,7 @@ func TestFilterScoreReserve(t *testing.T) {
 		t.Fatalf("Reserve: %v", st)
 	}
 	// n1 now has 3 compute slices free; a second 4g does not fit there.
-	pod2 := migPod("b", map[string]string{"slicer.dev/mig-4g.40gb": "1"})
+	pod2 := migPod("b", "slicer.dev/mig-4g.40gb", "1")
 	cs2 := framework.NewCycleState()
 	if _, st := p.PreFilter(ctx, cs2, pod2, nil); !st.IsSuccess() {
 		t.Fatal(st)
@@ -183,7 +165,7 @@ func TestFilterScoreReserve(t *testing.T) {
 	}
 	// A 3g fits n1 (start 4) and scores higher there than on the empty n2:
 	// best fit packs used GPUs.
-	pod3 := migPod("c", map[string]string{"slicer.dev/mig-3g.40gb": "1"})
+	pod3 := migPod("c", "slicer.dev/mig-3g.40gb", "1")
 	cs3 := framework.NewCycleState()
 	p.PreFilter(ctx, cs3, pod3, nil)
 	s1, _ := p.Score(ctx, cs3, pod3, nodeInfo("n1", nil))
@@ -198,7 +180,7 @@ func TestFilterScoreReserve(t *testing.T) {
 		t.Errorf("Filter n1 after Unreserve: %v", st)
 	}
 	// A pod without a MIG request is skipped at PreFilter.
-	if _, st := p.PreFilter(ctx, framework.NewCycleState(), migPod("d", map[string]string{"cpu": "1"}), nil); st.Code() != fwk.Skip {
+	if _, st := p.PreFilter(ctx, framework.NewCycleState(), migPod("d", "cpu", "1"), nil); st.Code() != fwk.Skip {
 		t.Errorf("PreFilter of a plain pod: %v, want Skip", st)
 	}
 }
@@ -206,7 +188,7 @@ func TestFilterScoreReserve(t *testing.T) {
 func TestFilterDoesNotAllocate(t *testing.T) {
 	ctx := context.Background()
 	p := testPlugin(t, accel("n1", 8))
-	pod := migPod("a", map[string]string{"slicer.dev/mig-3g.40gb": "1"})
+	pod := migPod("a", "slicer.dev/mig-3g.40gb", "1")
 	cs := framework.NewCycleState()
 	p.PreFilter(ctx, cs, pod, nil)
 	ni := nodeInfo("n1", nil)
@@ -226,7 +208,7 @@ func BenchmarkFilterScore(b *testing.B) {
 	m, _ := NewMetrics(nil)
 	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m)}
 	p.cache.SetNodeAccelerator(accel("n1", 8))
-	pod := migPod("a", map[string]string{"slicer.dev/mig-3g.40gb": "1"})
+	pod := migPod("a", "slicer.dev/mig-3g.40gb", "1")
 	cs := framework.NewCycleState()
 	p.PreFilter(ctx, cs, pod, nil)
 	ni := nodeInfo("n1", nil)
@@ -245,7 +227,7 @@ func TestPostFilterNamesOnlyGPUsOfferingTheProfile(t *testing.T) {
 	a100 := accel("n2", 1)
 	a100.Status.GPUs[0].Model = "A100-40GB"
 	p := testPlugin(t, accel("n1", 1), a100)
-	full := migPod("full", map[string]string{"slicer.dev/mig-7g.80gb": "1"})
+	full := migPod("full", "slicer.dev/mig-7g.80gb", "1")
 	cs := framework.NewCycleState()
 	if _, st := p.PreFilter(ctx, cs, full, nil); !st.IsSuccess() {
 		t.Fatal(st)
@@ -259,7 +241,7 @@ func TestPostFilterNamesOnlyGPUsOfferingTheProfile(t *testing.T) {
 		{"slicer.dev/mig-3g.40gb", "closest: node n1 gpu 0 (0 of 7"},
 		{"slicer.dev/mig-1g.12gb", "no usable MIG GPU offers 1 × 1g.12gb (models that do: "},
 	} {
-		pod := migPod("p", map[string]string{tc.res: "1"})
+		pod := migPod("p", tc.res, "1")
 		cs := framework.NewCycleState()
 		if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
 			t.Fatalf("PreFilter %s: %v", tc.res, st)

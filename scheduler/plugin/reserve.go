@@ -38,8 +38,8 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %s: %v", nodeName, err))
 		}
 		for _, a := range as {
-			r.Slots = append(r.Slots, snapshot.Slot{GPUUUID: n.GPUs[a.GPU].UUID, Profile: a.Profile.Name,
-				Placement: a.Placement, Index: s.missing[a.Slice]})
+			r.Slots = append(r.Slots, snapshot.Slot{Slot: mig.Slot{GPU: n.GPUs[a.GPU].UUID, Profile: a.Profile.Name,
+				Placement: a.Placement}, Index: s.missing[a.Slice]})
 		}
 	}
 	if err := p.cache.Reserve(r); err != nil {
@@ -57,8 +57,8 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 
 // Unreserve drops the pod's reservation (idempotent). When PreBind had
 // already committed allocations and the pod is not bound, they are deleted:
-// a failed bind is evidence that the pod does not hold them (DESIGN.md §4
-// rule 3). The agent's finalizer keeps each one, and its placement taken in
+// a failed bind is evidence that the pod does not hold them (docs/design/invariants.md,
+// rule R3). The agent's finalizer keeps each one, and its placement taken in
 // the snapshot, until the slice is destroyed.
 func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) {
 	log := klog.FromContext(ctx)

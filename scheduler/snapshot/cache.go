@@ -17,6 +17,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 // GPU is one GPU of a node as the scheduler sees it.
@@ -40,12 +41,11 @@ type Node struct {
 	Reason string
 }
 
-// Slot is one slice placed on a GPU.
+// Slot is one slice of a pod placed on a GPU: where (mig.Slot, shared with the agent) and
+// which of the pod's slices it is.
 type Slot struct {
-	GPUUUID   string
-	Profile   string // NVIDIA spelling
-	Placement mig.Placement
-	Index     int32 // the slice's index among the pod's slices
+	mig.Slot
+	Index int32 // the slice's index among the pod's slices
 }
 
 // Allocation is what the cache keeps of a SliceAllocation.
@@ -196,15 +196,14 @@ func (c *Cache) DeleteNodeAccelerator(name string) {
 
 // AllocationFromObject converts a SliceAllocation.
 func AllocationFromObject(a *slicerv1alpha1.SliceAllocation) *Allocation {
-	prof, err := mig.ParseProfileName(string(a.Spec.Profile))
-	if err != nil {
-		prof = string(a.Spec.Profile)
+	slot, err := migapi.SlotOf(&a.Spec)
+	if err != nil { // the CRD's enum keeps this from happening; keep the name as written
+		slot = mig.Slot{GPU: a.Spec.GPUUUID, Profile: string(a.Spec.Profile), Placement: migapi.Placement(a.Spec.Placement)}
 	}
 	return &Allocation{
 		Namespace: a.Namespace, Name: a.Name,
 		PodName: a.Spec.PodName, PodUID: types.UID(a.Spec.PodUID), NodeName: a.Spec.NodeName,
-		Slot: Slot{GPUUUID: a.Spec.GPUUUID, Profile: prof, Index: a.Spec.Index,
-			Placement: mig.Placement{Start: int(a.Spec.Placement.Start), Size: int(a.Spec.Placement.Size)}},
+		Slot:  Slot{Slot: slot, Index: a.Spec.Index},
 		State: a.Status.State, Reason: a.Status.Reason, Message: a.Status.Message,
 		Deleting: a.DeletionTimestamp != nil,
 		Spec:     a.Spec,
@@ -339,19 +338,19 @@ func (c *Cache) Reserve(r *Reservation) error {
 		if own[s] {
 			continue
 		}
-		st, ok := states[s.GPUUUID]
-		if !ok || !usable[s.GPUUUID] {
-			return fmt.Errorf("GPU %s of node %s is not usable", s.GPUUUID, r.NodeName)
+		st, ok := states[s.GPU]
+		if !ok || !usable[s.GPU] {
+			return fmt.Errorf("GPU %s of node %s is not usable", s.GPU, r.NodeName)
 		}
 		p, err := st.Model().Profile(s.Profile)
 		if err != nil {
-			return fmt.Errorf("GPU %s: %w", s.GPUUUID, err)
+			return fmt.Errorf("GPU %s: %w", s.GPU, err)
 		}
 		next, err := st.Take(p, s.Placement)
 		if err != nil {
-			return fmt.Errorf("GPU %s of node %s: %w", s.GPUUUID, r.NodeName, err)
+			return fmt.Errorf("GPU %s of node %s: %w", s.GPU, r.NodeName, err)
 		}
-		states[s.GPUUUID] = next
+		states[s.GPU] = next
 	}
 	c.reservations[r.PodUID] = r
 	c.rebuild(r.NodeName)
@@ -444,12 +443,12 @@ func (c *Cache) Holders(node string) map[string][]string {
 		sets[gpu][holder] = true
 	}
 	for _, a := range c.nodeAllocs[node] {
-		add(a.Slot.GPUUUID, a.Namespace+"/"+a.PodName)
+		add(a.Slot.GPU, a.Namespace+"/"+a.PodName)
 	}
 	for _, r := range c.reservations {
 		if r.NodeName == node {
 			for _, s := range r.Slots {
-				add(s.GPUUUID, r.Namespace+"/"+r.PodName)
+				add(s.GPU, r.Namespace+"/"+r.PodName)
 			}
 		}
 	}
@@ -484,14 +483,14 @@ func (c *Cache) rebuild(name string) {
 	// Claims by the scheduler's side (committed allocations, reservations), per GPU.
 	claims := map[string][]holder{}
 	for _, a := range c.nodeAllocs[name] {
-		claims[a.Slot.GPUUUID] = append(claims[a.Slot.GPUUUID], holder{slot: a.Slot, pod: a.PodUID})
+		claims[a.Slot.GPU] = append(claims[a.Slot.GPU], holder{slot: a.Slot, pod: a.PodUID})
 	}
 	for _, r := range c.reservations {
 		if r.NodeName != name {
 			continue
 		}
 		for _, s := range r.Slots {
-			claims[s.GPUUUID] = append(claims[s.GPUUUID], holder{slot: s, pod: r.PodUID})
+			claims[s.GPU] = append(claims[s.GPU], holder{slot: s, pod: r.PodUID})
 		}
 	}
 	anyUsable := false
@@ -535,11 +534,11 @@ func (c *Cache) rebuild(name string) {
 // GPU is made unusable and the conflict counted once. A layout the agent
 // reports that does not add up (S7) also makes the GPU unusable, with a reason.
 func (c *Cache) gpuState(node string, g slicerv1alpha1.GPUStatus, model mig.Model, claims []holder) (mig.GPUState, error) {
-	seen := map[Slot]types.UID{}
+	seen := map[mig.Slot]types.UID{}
 	var inst []mig.Instance
 	conflict := false
 	for _, h := range claims {
-		key := Slot{GPUUUID: h.slot.GPUUUID, Profile: h.slot.Profile, Placement: h.slot.Placement}
+		key := h.slot.Slot
 		if prev, ok := seen[key]; ok {
 			if prev != h.pod {
 				conflict = true
@@ -564,12 +563,12 @@ func (c *Cache) gpuState(node string, g slicerv1alpha1.GPUStatus, model mig.Mode
 	delete(c.conflicted, g.UUID)
 	state := claimed
 	for _, s := range g.Slices {
-		prof, err := mig.ParseProfileName(string(s.Profile))
+		prof, err := migapi.Profile(s.Profile)
 		if err != nil {
 			c.log.Error(err, "agent reports an unknown profile", "node", node, "gpu", g.UUID)
 			return mig.GPUState{}, fmt.Errorf("agent reports unknown profile %q", s.Profile)
 		}
-		key := Slot{GPUUUID: g.UUID, Profile: prof, Placement: mig.Placement{Start: int(s.Placement.Start), Size: int(s.Placement.Size)}}
+		key := mig.Slot{GPU: g.UUID, Profile: prof, Placement: migapi.Placement(s.Placement)}
 		if _, ok := seen[key]; ok {
 			continue // the realized slice of a claim
 		}

@@ -33,7 +33,7 @@ func accel(node string, gpus int, mut ...func(*slicerv1alpha1.NodeAccelerator)) 
 
 func alloc(name, pod, node, gpu, profile string, start, size int) *Allocation {
 	return &Allocation{Namespace: "ns", Name: name, PodName: pod, PodUID: types.UID(pod + "-uid"), NodeName: node,
-		Slot: Slot{GPUUUID: gpu, Profile: profile, Placement: mig.Placement{Start: start, Size: size}}}
+		Slot: Slot{Slot: mig.Slot{GPU: gpu, Profile: profile, Placement: mig.Placement{Start: start, Size: size}}}}
 }
 
 // free lists free compute slices per GPU, or -1 for an unusable GPU.
@@ -82,7 +82,7 @@ func TestSnapshotUnion(t *testing.T) {
 			wantFree: []int{0}},
 		{name: "reservation is taken",
 			na:       accel("n1", 1),
-			reserve:  &Reservation{PodUID: "r", NodeName: "n1", Slots: []Slot{{GPUUUID: "GPU-n1-a", Profile: "2g.20gb", Placement: mig.Placement{Start: 2, Size: 2}}}},
+			reserve:  &Reservation{PodUID: "r", NodeName: "n1", Slots: []Slot{{Slot: mig.Slot{GPU: "GPU-n1-a", Profile: "2g.20gb", Placement: mig.Placement{Start: 2, Size: 2}}}}},
 			wantFree: []int{5}},
 		{name: "unhealthy and unknown-model GPUs are not usable",
 			na: accel("n1", 3, func(na *slicerv1alpha1.NodeAccelerator) {
@@ -138,7 +138,7 @@ func TestReserveUnreserve(t *testing.T) {
 	ev := &countEvents{}
 	c := New(logr.Discard(), ev)
 	c.SetNodeAccelerator(accel("n1", 1))
-	full := &Reservation{PodUID: "a", NodeName: "n1", Slots: []Slot{{GPUUUID: "GPU-n1-a", Profile: "4g.40gb", Placement: mig.Placement{Start: 0, Size: 4}}}}
+	full := &Reservation{PodUID: "a", NodeName: "n1", Slots: []Slot{{Slot: mig.Slot{GPU: "GPU-n1-a", Profile: "4g.40gb", Placement: mig.Placement{Start: 0, Size: 4}}}}}
 	if err := c.Reserve(full); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestReserveUnreserve(t *testing.T) {
 	}
 	// A second pod on an overlapping slot is refused: the snapshot it was
 	// chosen on is stale.
-	clash := &Reservation{PodUID: "b", NodeName: "n1", Slots: []Slot{{GPUUUID: "GPU-n1-a", Profile: "1g.10gb", Placement: mig.Placement{Start: 3, Size: 1}}}}
+	clash := &Reservation{PodUID: "b", NodeName: "n1", Slots: []Slot{{Slot: mig.Slot{GPU: "GPU-n1-a", Profile: "1g.10gb", Placement: mig.Placement{Start: 3, Size: 1}}}}}
 	if err := c.Reserve(clash); err == nil {
 		t.Fatal("overlapping reservation accepted")
 	}

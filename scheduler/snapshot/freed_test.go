@@ -50,7 +50,7 @@ func TestFreedGeneration(t *testing.T) {
 		{"unknown allocation deleted", func() { c.DeleteAllocation("ns", "nope") }, false},
 		{"reservation held", func() {
 			if err := c.Reserve(&Reservation{PodUID: "q-uid", Namespace: "ns", PodName: "q", NodeName: "n1",
-				Slots: []Slot{{GPUUUID: gpu, Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}}}); err != nil {
+				Slots: []Slot{{Slot: mig.Slot{GPU: gpu, Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}}}}); err != nil {
 				t.Fatal(err)
 			}
 		}, false},

@@ -72,6 +72,8 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 		Eventually(checkInvariants).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 	})
 
+	It("listens only on loopback: every TCP listener of every Slicer process (local overlay)", expectSlicerListenersOnLoopback)
+
 	It("destroys a slice, its CDI spec and its allocation when the pod is deleted (I2)", func(ctx SpecContext) {
 		const ns = "e2e-slices"
 		allocs := allocationsIn(ctx, ns)
@@ -91,6 +93,18 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 			for _, d := range v.cdi {
 				g.Expect(devices).NotTo(HaveKey(d), "CDI spec for %s still exists", d)
 			}
+			g.Expect(checkInvariants(ctx)).To(Succeed())
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+	})
+
+	It("gives a pod with init, sidecar and app containers exactly the slices the kubelet hands them out (init slices reused)", func(ctx SpecContext) {
+		const ns = "e2e-containers"
+		createNamespace(ctx, ns)
+		currentGroup = "init, sidecar and app containers"
+		runContainerCases(ctx, ns)
+		deleteNamespace(ctx, ns)
+		Eventually(func(g Gomega) {
+			g.Expect(allocationsIn(ctx, ns)).To(BeEmpty())
 			g.Expect(checkInvariants(ctx)).To(Succeed())
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 	})

@@ -17,12 +17,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,6 +28,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -47,26 +46,12 @@ const (
 // slicePod is a pod that asks for one MIG slice the way users do
 // (nvidia.com/mig-<profile>), prints what its container received, and waits.
 func slicePod(ns, name, profile string) *corev1.Pod {
-	p := plainPod(ns, name)
-	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(mig.NVIDIAResourcePrefix + profile): resource.MustParse("1")}
-	return p
+	return builder.Pod(ns, name).RestartNever().
+		Container("main", builder.Limits(mig.NVIDIAResourcePrefix+profile, "1")).Shell(printDevice + waitForTerm).Obj()
 }
 
 func plainPod(ns, name string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			Containers: []corev1.Container{{
-				Name:            "main",
-				Image:           "localhost/busybox:local",
-				ImagePullPolicy: corev1.PullNever,
-				Command: []string{"/bin/sh", "-c", "echo \"visible=$NVIDIA_VISIBLE_DEVICES device=$SLICER_MIG_DEVICE profile=$SLICER_MIG_PROFILE placement=$SLICER_MIG_PLACEMENT gpu=$SLICER_GPU_UUID\"; " +
-					"trap 'exit 0' TERM; sleep 86400 & wait"},
-			}},
-		},
-	}
+	return builder.Pod(ns, name).RestartNever().Container("main", builder.None).Shell(printDevice + waitForTerm).Obj()
 }
 
 func createNamespace(ctx context.Context, name string) {
@@ -107,11 +92,16 @@ func waitRunning(ctx context.Context, ns string, names ...string) {
 	}
 }
 
-// containerSaw returns the fields the pod's container printed (visible, device, profile, ...).
-func containerSaw(ctx context.Context, ns, name string) (map[string]string, error) {
-	raw, err := clientset.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+// containerSaw returns the fields a container of the pod printed (visible, device, profile,
+// ...): the named container, or the pod's only one.
+func containerSaw(ctx context.Context, ns, name string, container ...string) (map[string]string, error) {
+	opts := &corev1.PodLogOptions{}
+	if len(container) > 0 {
+		opts.Container = container[0]
+	}
+	raw, err := clientset.CoreV1().Pods(ns).GetLogs(name, opts).DoRaw(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("logs of %s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("logs of %s/%s %v: %w", ns, name, container, err)
 	}
 	line := strings.SplitN(strings.TrimSpace(string(raw)), "\n", 2)[0]
 	if !strings.HasPrefix(line, "visible=") {

@@ -109,7 +109,7 @@ func (e *Env) StartAgent(opts AgentOptions, log logr.Logger) (*RunningAgent, err
 	if opts.PodGone {
 		live = mgr.GetAPIReader()
 	}
-	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder("slicer-agent"), agent.Options{
+	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder(slicerv1alpha1.AgentName), agent.Options{
 		NodeName: opts.Node, Library: opts.Library, Emulated: true, CDI: &cdi.Writer{Dir: opts.CDIDir},
 		Usage: opts.Usage, Advertiser: opts.Advertiser, OrphanGrace: opts.OrphanGrace, Resync: 2 * time.Second, Metrics: opts.Metrics,
 		Live: live,

@@ -18,10 +18,12 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
 // OperatorServiceAccount is the operator's ServiceAccount in tests.
-const OperatorServiceAccount = "slicer-operator"
+const OperatorServiceAccount = slicerv1alpha1.OperatorName
 
 // InstallOperatorRBAC creates the operator's ServiceAccount in namespace and
 // binds it to the roles generated from the operator's kubebuilder markers

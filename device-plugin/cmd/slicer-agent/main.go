@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/agent"
@@ -35,11 +34,13 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/plugin"
 	"github.com/slicer-operator/slicer/device-plugin/podresources"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/serving"
 )
 
 type flags struct {
-	node, emulate, stateFile, cdiDir, pluginDir, podResources, metricsAddr, probeAddr, nvmlLib string
-	grace, resync, emulateLatency                                                              time.Duration
+	node, emulate, stateFile, cdiDir, pluginDir, podResources, nvmlLib string
+	grace, resync, emulateLatency                                      time.Duration
+	listen                                                             serving.Flags
 }
 
 func main() {
@@ -53,8 +54,7 @@ func main() {
 	flag.StringVar(&f.podResources, "pod-resources-socket", podresources.DefaultSocket, "kubelet PodResources socket (empty: do not ask the kubelet)")
 	flag.DurationVar(&f.grace, "orphan-grace-period", 5*time.Minute, "how long a MIG instance no allocation holds is kept before it is destroyed (if unused)")
 	flag.DurationVar(&f.resync, "resync-period", time.Minute, "periodic recovery interval")
-	flag.StringVar(&f.metricsAddr, "metrics-bind-address", "127.0.0.1:8080", "metrics address (\"0\" disables; set \":8080\" in the DaemonSet)")
-	flag.StringVar(&f.probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "health probe address (\"0\" disables)")
+	f.listen.Bind(flag.CommandLine, "127.0.0.1:8080", "127.0.0.1:8081")
 	flag.StringVar(&f.nvmlLib, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the loader's search path)")
 	zopts := zap.Options{}
 	zopts.BindFlags(flag.CommandLine)
@@ -93,8 +93,8 @@ func run(ctx context.Context, f flags) error {
 	metrics := agent.NewMetrics(ctrlmetrics.Registry)
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme(),
-		Metrics:                metricsserver.Options{BindAddress: f.metricsAddr},
-		HealthProbeBindAddress: f.probeAddr,
+		Metrics:                f.listen.MetricsOptions(),
+		HealthProbeBindAddress: f.listen.ProbeAddr,
 		Cache:                  agent.CacheOptions(f.node),
 	})
 	if err != nil {
@@ -143,7 +143,8 @@ func run(ctx context.Context, f flags) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("readyz: %w", err)
 	}
-	log.Info("starting", "node", f.node, "cdiDir", f.cdiDir, "devicePluginDir", f.pluginDir)
+	log.Info("starting", "node", f.node, "cdiDir", f.cdiDir, "devicePluginDir", f.pluginDir,
+		"metrics", f.listen.MetricsAddr, "secureMetrics", f.listen.SecureMetrics, "health", f.listen.ProbeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}

@@ -4,7 +4,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
@@ -14,16 +13,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/slicer-operator/slicer/dashboards"
 	"github.com/slicer-operator/slicer/internal/kubeversion"
+	"github.com/slicer-operator/slicer/internal/serving"
 	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/manager"
 	"github.com/slicer-operator/slicer/operator/metrics"
 	"github.com/slicer-operator/slicer/operator/render"
 	"github.com/slicer-operator/slicer/prometheusrules"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
 // Default images, overridden by RELATED_IMAGE_* (set by the bundle).
@@ -52,15 +52,14 @@ func schedulerImages() map[kubeversion.Minor]string {
 
 func main() {
 	var (
-		namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string
-		leaderElect, secureMetrics                                  bool
+		namespace, agentNamespace, hostAddr string
+		leaderElect                         bool
+		listen                              serving.Flags
 	)
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the operator, scheduler and webhook (default $POD_NAMESPACE).")
 	flag.StringVar(&agentNamespace, "agent-namespace", "", "Namespace of the agent, labelled for the privileged Pod Security level (default <namespace>-agent).")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (0 disables it).")
-	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with Kubernetes authentication and authorization.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
-	flag.StringVar(&hostAddr, "host-network-address", "127.0.0.1", "Address the apiserver uses to reach a host-network webhook (spec.network.endpointMode HostNetwork).")
+	listen.Bind(flag.CommandLine, ":8443", ":8081")
+	flag.StringVar(&hostAddr, "host-network-address", "127.0.0.1", "Address a host-network webhook serves on and the apiserver dials (spec.network.endpointMode HostNetwork).")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so only one replica reconciles.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -74,32 +73,23 @@ func main() {
 	if agentNamespace == "" {
 		agentNamespace = namespace + "-agent"
 	}
-	if err := run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr, leaderElect, secureMetrics); err != nil {
+	if err := run(namespace, agentNamespace, hostAddr, leaderElect, listen); err != nil {
 		log.Error(err, "operator failed")
 		os.Exit(1)
 	}
 }
 
-func run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string, leaderElect, secureMetrics bool) error {
+func run(namespace, agentNamespace, hostAddr string, leaderElect bool, listen serving.Flags) error {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
-	}
-	metricsOpts := metricsserver.Options{
-		BindAddress:   metricsAddr,
-		SecureServing: secureMetrics,
-		// No HTTP/2 (CVE-2023-44487, CVE-2023-39325).
-		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
-	}
-	if secureMetrics {
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options(manager.Config{
 		Namespace:        namespace,
 		AgentNamespace:   agentNamespace,
 		LeaderElection:   leaderElect,
-		Metrics:          metricsOpts,
-		HealthProbeAddr:  probeAddr,
+		Metrics:          listen.MetricsOptions(),
+		HealthProbeAddr:  listen.ProbeAddr,
 		LeaderElectionID: "slicer-operator.slicer.dev",
 	}))
 	if err != nil {
@@ -120,7 +110,7 @@ func run(namespace, agentNamespace, metricsAddr, probeAddr, hostAddr string, lea
 	r := &controller.SlicerReconciler{
 		Client:         mgr.GetClient(),
 		Discovery:      dc,
-		Recorder:       mgr.GetEventRecorder("slicer-operator"),
+		Recorder:       mgr.GetEventRecorder(slicerv1alpha1.OperatorName),
 		Metrics:        m,
 		Namespace:      namespace,
 		AgentNamespace: agentNamespace,

@@ -141,6 +141,28 @@ var _ = Describe("Slicer validation", func() {
 		Entry("host network endpoints", func(s *slicerv1alpha1.Slicer) { s.Spec.Network.EndpointMode = slicerv1alpha1.EndpointModeHostNetwork }, nil),
 		Entry("endpoint mode unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.Network.EndpointMode = "Tunnel" },
 			rejected("spec.network.endpointMode", "Unsupported value")),
+		Entry("host network on loopback", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Network.EndpointMode = slicerv1alpha1.EndpointModeHostNetwork
+			s.Spec.Network.ListenAddress = "127.0.0.1"
+		}, nil),
+		Entry("host network on an IPv6 node address", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Network.EndpointMode = slicerv1alpha1.EndpointModeHostNetwork
+			s.Spec.Network.ListenAddress = "fd00::10"
+		}, nil),
+		Entry("listen address on the pod network", func(s *slicerv1alpha1.Slicer) { s.Spec.Network.ListenAddress = "127.0.0.1" },
+			rejected("spec.network.listenAddress", "applies only to endpointMode HostNetwork")),
+		Entry("listen address every IPv4 interface", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Network.EndpointMode = slicerv1alpha1.EndpointModeHostNetwork
+			s.Spec.Network.ListenAddress = "0.0.0.0"
+		}, rejected("spec.network.listenAddress", "not 0.0.0.0 or ::")),
+		Entry("listen address every IPv6 interface", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Network.EndpointMode = slicerv1alpha1.EndpointModeHostNetwork
+			s.Spec.Network.ListenAddress = "::"
+		}, rejected("spec.network.listenAddress", "not 0.0.0.0 or ::")),
+		Entry("listen address a host name", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Network.EndpointMode = slicerv1alpha1.EndpointModeHostNetwork
+			s.Spec.Network.ListenAddress = "node-1.example"
+		}, rejected("spec.network.listenAddress", "must be an IP address")),
 	)
 
 	It("defaults every section of an empty spec", func() {

@@ -6,18 +6,18 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/google/go-cmp/cmp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/cmd/slicer/cli"
 	"github.com/slicer-operator/slicer/internal/slicemap"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -30,17 +30,7 @@ func runCLI(args ...string) (int, string, string) {
 
 // migPod is a pod asking for n of a Slicer MIG resource.
 func migPod(ns, name, res string, n int64) *corev1.Pod {
-	q := *resource.NewQuantity(n, resource.DecimalSI)
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "main", Image: "registry.example/cuda:12",
-			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceName(res): q},
-				Limits:   corev1.ResourceList{corev1.ResourceName(res): q},
-			},
-		}}},
-	}
+	return builder.Pod(ns, name).Container("main", builder.Both(res, strconv.FormatInt(n, 10))).Obj()
 }
 
 func setPodStatus(p *corev1.Pod, mutate func(*corev1.PodStatus)) {

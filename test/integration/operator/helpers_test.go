@@ -290,6 +290,8 @@ var (
 			ref{gvk(&admissionregistrationv1.MutatingWebhookConfiguration{}), "", admName},
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicy{}), "", admName},
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), "", admName},
+			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicy{}), "", render.AllocationGuardName},
+			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), "", render.AllocationGuardName},
 			ref{nfrGVK, "", render.NodeFeatureRuleKey},
 			ref{moduleGVK, operatorNamespace, render.ModuleName},
 		)

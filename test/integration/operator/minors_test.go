@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/version"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,6 +22,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/render"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 // playedVersion stands in for the apiserver's /version, so one envtest
@@ -87,13 +87,7 @@ func contains(list []string, s string) bool {
 }
 
 func migPod(ns, name, res string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "app", Image: "reg.test/app:v1",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(res): resource.MustParse("1")}},
-		}}},
-	}
+	return builder.Pod(ns, name).Container("app", builder.Limits(res, "1")).Obj()
 }
 
 var _ = Describe("Kubernetes minors", Ordered, func() {

@@ -3,7 +3,7 @@
 // operator's CRDs, as the operator's own ServiceAccount (impersonation) bound
 // to the RBAC generated from its kubebuilder markers: a missing marker fails
 // these tests with Forbidden (O11). Scenarios covered are cited by ID from
-// RELIABILITY.md.
+// docs/design/invariants.md.
 package operator_test
 
 import (

@@ -131,7 +131,9 @@ func checkEmulated(objs []*unstructured.Unstructured) {
 		case "Slicer":
 			spec := u.Object["spec"].(map[string]any)
 			Expect(spec).To(HaveKeyWithValue("driver", HaveKeyWithValue("mode", "Emulated")))
-			Expect(spec).To(HaveKeyWithValue("network", HaveKeyWithValue("endpointMode", "HostNetwork")))
+			Expect(spec).To(HaveKeyWithValue("network", SatisfyAll(
+				HaveKeyWithValue("endpointMode", "HostNetwork"),
+				HaveKeyWithValue("listenAddress", "127.0.0.1"))))
 			gpus, _, _ := unstructured.NestedSlice(u.Object, "spec", "agent", "emulatedGPUs")
 			Expect(gpus).To(Equal([]any{
 				map[string]any{"model": "H100-80GB", "count": float64(2)},
@@ -143,6 +145,10 @@ func checkEmulated(objs []*unstructured.Unstructured) {
 			c := d.Spec.Template.Spec.Containers[0]
 			Expect(c.Image).To(Equal("localhost/slicer-operator:dev"))
 			Expect(c.ImagePullPolicy).To(Equal(corev1.PullNever))
+			// the operator's own listeners on loopback too
+			for _, flag := range []string{"--metrics-bind-address=", "--health-probe-bind-address=", "--host-network-address="} {
+				Expect(c.Args).To(ContainElement(MatchRegexp(`^`+flag+`127\.0\.0\.1(:[0-9]+)?$`)), "operator argument %s", flag)
+			}
 			env := map[string]string{}
 			for _, e := range c.Env {
 				env[e.Name] = e.Value

@@ -3,12 +3,12 @@ package scheduler_test
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -16,6 +16,7 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -59,19 +60,12 @@ func (s *scenario) cleanup() {
 
 // pod is a pod of the pool asking for slices (profile → count) in its limits.
 func (s *scenario) pod(name string, slices map[string]int64) *corev1.Pod {
-	limits := corev1.ResourceList{}
+	var kv []string
 	for p, n := range slices {
-		limits[corev1.ResourceName(mig.ResourceName(p))] = *resource.NewQuantity(n, resource.DecimalSI)
+		kv = append(kv, mig.ResourceName(p), strconv.FormatInt(n, 10))
 	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name},
-		Spec: corev1.PodSpec{
-			SchedulerName: config.DefaultSchedulerName,
-			NodeSelector:  map[string]string{poolLabel: s.pool},
-			Containers: []corev1.Container{{Name: "c", Image: "registry.example/cuda:1",
-				Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}},
-		},
-	}
+	return builder.Pod(s.ns, name).Scheduler(config.DefaultSchedulerName).NodeSelector(poolLabel, s.pool).
+		Container("c", builder.Both(kv...)).Obj()
 }
 
 func (s *scenario) create(p *corev1.Pod) *corev1.Pod {
@@ -102,6 +96,21 @@ func (s *scenario) bound() int {
 		}
 	}
 	return n
+}
+
+// expectSlicerReasonLeads checks a Pending message keeps the default scheduler's framing
+// ("0/N nodes are available: <per-node reasons>. <PostFilter reasons>") and that Slicer's
+// explanation is the first PostFilter reason, ahead of preemption's and other plugins' text.
+func expectSlicerReasonLeads(msg string) {
+	GinkgoWriter.Printf("Pending message: %s\n", msg)
+	Expect(msg).To(MatchRegexp(`^0/\d+ nodes are available: `))
+	ours := strings.Index(msg, "no GPU has a free slot for")
+	Expect(ours).To(BeNumerically(">", 0), msg)
+	for _, other := range []string{"preemption:", "no new claims to deallocate"} {
+		if i := strings.Index(msg, other); i >= 0 {
+			Expect(i).To(BeNumerically(">", ours), "%q comes before Slicer's reason in %q", other, msg)
+		}
+	}
 }
 
 // unschedulable returns the PodScheduled=False message of a pod, or "".

@@ -75,6 +75,7 @@ var _ = Describe("Scheduling MIG pods", func() {
 			if p.Spec.NodeName == "" {
 				Expect(unschedulable(&p)).To(ContainSubstring("no GPU has a free slot for 1 × 3g.40gb; closest: node"))
 				Expect(unschedulable(&p)).To(ContainSubstring("blocked by pods " + s.ns + "/burst-"))
+				expectSlicerReasonLeads(unschedulable(&p))
 			}
 		}
 		checkInvariants()

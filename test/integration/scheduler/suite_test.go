@@ -2,7 +2,7 @@
 // SlicerMIG plugin, the binary's wiring) in-process against a real
 // kube-apiserver. Nodes and NodeAccelerators are API objects; a fake agent
 // (test/framework) marks allocations Ready. Every scenario ends by checking
-// invariants I1, I3 and I8 (RELIABILITY.md).
+// invariants I1, I3 and I8 (docs/design/invariants.md).
 package scheduler_test
 
 import (

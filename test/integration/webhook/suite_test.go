@@ -1,7 +1,7 @@
 // Package webhook_test runs Slicer's pod webhook behind a real kube-apiserver:
 // the rendered MutatingWebhookConfiguration and ValidatingAdmissionPolicy are
 // installed, the webhook is served on 127.0.0.1, and pods are created through
-// the apiserver, with the webhook up, then stopped (RELIABILITY.md W1–W11).
+// the apiserver, with the webhook up, then stopped (docs/design/invariants.md, W1–W11).
 package webhook_test
 
 import (

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 	"github.com/slicer-operator/slicer/webhook"
 )
@@ -41,43 +42,43 @@ func expectSlicerPod(p *corev1.Pod, list []corev1.Container, i int, want map[str
 var _ = Describe("pod admission", Ordered, func() {
 	Context("with the webhook running", func() {
 		It("translates nvidia.com/mig-* and sets the scheduler (W8)", func() {
-			p, err := create(ctx, makePod(userNS).Container("app", nv1g, "1", "cpu", "1").Obj())
+			p, err := create(ctx, makePod(userNS).Container("app", builder.Limits(nv1g, "1", "cpu", "1")).Obj())
 			Expect(err).NotTo(HaveOccurred())
 			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1", "cpu": "1"})
 		})
 
 		It("replaces default-scheduler and fills limits from requests", func() {
-			p, err := create(ctx, makePod(userNS).Scheduler(corev1.DefaultSchedulerName).Requests("app", sl3g, "2").Obj())
+			p, err := create(ctx, makePod(userNS).Scheduler(corev1.DefaultSchedulerName).Container("app", builder.Requests(sl3g, "2")).Obj())
 			Expect(err).NotTo(HaveOccurred())
 			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl3g: "2"})
 		})
 
 		It("handles init-container-only requests like app containers (W9)", func() {
-			p, err := create(ctx, makePod(userNS).Init("warmup", "nvidia.com/mig-1g.10gb.me", "1").Container("app", "cpu", "1").Obj())
+			p, err := create(ctx, makePod(userNS).Init("warmup", builder.Limits("nvidia.com/mig-1g.10gb.me", "1")).Container("app", builder.Limits("cpu", "1")).Obj())
 			Expect(err).NotTo(HaveOccurred())
 			expectSlicerPod(p, p.Spec.InitContainers, 0, map[string]string{"slicer.dev/mig-1g.10gb.me": "1"})
 		})
 
 		It("leaves whole GPUs and pods without MIG alone (I9)", func() {
-			p, err := create(ctx, makePod(userNS).Container("app", "nvidia.com/gpu", "1").Obj())
+			p, err := create(ctx, makePod(userNS).Container("app", builder.Limits("nvidia.com/gpu", "1")).Obj())
 			Expect(err).NotTo(HaveOccurred())
 			Expect(p.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
 			Expect(p.Spec.Containers[0].Resources.Limits).To(HaveKey(corev1.ResourceName("nvidia.com/gpu")))
 		})
 
 		It("leaves nvidia.com/mig-* to NVIDIA in a namespace that opts out, but still serves slicer.dev", func() {
-			p, err := create(ctx, makePod(nativeNS).Container("app", nv1g, "1").Obj())
+			p, err := create(ctx, makePod(nativeNS).Container("app", builder.Limits(nv1g, "1")).Obj())
 			Expect(err).NotTo(HaveOccurred())
 			Expect(p.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
 			Expect(p.Spec.Containers[0].Resources.Limits).To(HaveKey(corev1.ResourceName(nv1g)))
 
-			p, err = create(ctx, makePod(nativeNS).Container("app", sl1g, "1").Obj())
+			p, err = create(ctx, makePod(nativeNS).Container("app", builder.Limits(sl1g, "1")).Obj())
 			Expect(err).NotTo(HaveOccurred())
 			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1"})
 		})
 
 		It("stays correct when a later mutator adds a MIG request: reinvocation (W4)", func() {
-			p, err := create(ctx, makePod(userNS).Label(dummyLabel, "on").Container("app", nv1g, "1").Container("sidecar").Obj())
+			p, err := create(ctx, makePod(userNS).Label(dummyLabel, "on").Container("app", builder.Limits(nv1g, "1")).Container("sidecar", builder.None).Obj())
 			Expect(err).NotTo(HaveOccurred())
 			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1"})
 			expectSlicerPod(p, p.Spec.Containers, 1, map[string]string{sl1g: "1"})
@@ -85,7 +86,7 @@ var _ = Describe("pod admission", Ordered, func() {
 
 		It("has no side effects on dry run (W5)", func() {
 			before := metricValue("slicer_webhook_mutations_total", "result", webhook.ResultMutated)
-			p := makePod(userNS).Container("app", nv1g, "1").Obj()
+			p := makePod(userNS).Container("app", builder.Limits(nv1g, "1")).Obj()
 			Expect(k8s.Create(ctx, p, client.DryRunAll)).To(Succeed())
 			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1"})
 			Expect(metricValue("slicer_webhook_mutations_total", "result", webhook.ResultMutated)).To(Equal(before+1), "the webhook was called")
@@ -101,20 +102,20 @@ var _ = Describe("pod admission", Ordered, func() {
 				Expect(err.Error()).To(ContainSubstring(`admission webhook "translate.pods.slicer.dev" denied the request`))
 				Expect(err.Error()).To(ContainSubstring(want))
 			},
-			Entry("unknown profile", makePod(userNS).Container("app", "nvidia.com/mig-3g.41gb", "1").Obj(),
+			Entry("unknown profile", makePod(userNS).Container("app", builder.Limits("nvidia.com/mig-3g.41gb", "1")).Obj(),
 				"3g.41gb is not a MIG profile of any supported GPU; known: 1g.5gb"),
-			Entry("fractional count", makePod(userNS).Container("app", sl1g, "500m").Obj(),
+			Entry("fractional count", makePod(userNS).Container("app", builder.Limits(sl1g, "500m")).Obj(),
 				"must be a positive integer"),
-			Entry("pinned node", makePod(userNS).Node("gpu-node-1").Container("app", nv1g, "1").Obj(),
+			Entry("pinned node", makePod(userNS).Node("gpu-node-1").Container("app", builder.Limits(nv1g, "1")).Obj(),
 				`spec.nodeName is set to "gpu-node-1"`),
-			Entry("forged allocation annotation (W7)", makePod(userNS).Annotation("slicer.dev/gpu-uuid", "GPU-0").Container("app", nv1g, "1").Obj(),
+			Entry("forged allocation annotation (W7)", makePod(userNS).Annotation("slicer.dev/gpu-uuid", "GPU-0").Container("app", builder.Limits(nv1g, "1")).Obj(),
 				`metadata.annotations["slicer.dev/gpu-uuid"]: keys under slicer.dev/ are reserved`),
-			Entry("foreign scheduler (W8)", makePod(userNS).Scheduler("volcano").Container("app", sl1g, "1").Obj(),
+			Entry("foreign scheduler (W8)", makePod(userNS).Scheduler("volcano").Container("app", builder.Limits(sl1g, "1")).Obj(),
 				`spec.schedulerName is "volcano"`),
 		)
 
 		It("rejects requests different from limits", func() {
-			p := makePod(userNS).Container("app", nv1g, "2").Obj()
+			p := makePod(userNS).Container("app", builder.Limits(nv1g, "2")).Obj()
 			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{nv1g: resource.MustParse("1")}
 			_, err := create(ctx, p)
 			Expect(err).To(MatchError(ContainSubstring("requests (1) and limits (2) of slicer.dev/mig-1g.10gb differ")))
@@ -123,7 +124,7 @@ var _ = Describe("pod admission", Ordered, func() {
 		It("never touches mirror pods (W11)", func() {
 			node := framework.MakeNode("static-node", nil)
 			Expect(framework.CreateNode(ctx, k8s, node)).To(Succeed())
-			p, err := create(ctx, makePod(userNS).Node(node.Name).Annotation(corev1.MirrorPodAnnotationKey, "hash").Container("app", nv1g, "1").Obj())
+			p, err := create(ctx, makePod(userNS).Node(node.Name).Annotation(corev1.MirrorPodAnnotationKey, "hash").Container("app", builder.Limits(nv1g, "1")).Obj())
 			Expect(err).NotTo(HaveOccurred())
 			Expect(p.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
 			Expect(p.Spec.Containers[0].Resources.Limits).To(HaveKey(corev1.ResourceName(nv1g)))
@@ -131,7 +132,7 @@ var _ = Describe("pod admission", Ordered, func() {
 
 		It("times out a slow webhook at timeoutSeconds and applies the failure policy (W2)", func() {
 			start := time.Now()
-			_, err := create(ctx, makePod(userNS).Label(slowLabel, "on").Container("app", nv1g, "1").Obj())
+			_, err := create(ctx, makePod(userNS).Label(slowLabel, "on").Container("app", builder.Limits(nv1g, "1")).Obj())
 			elapsed := time.Since(start)
 			GinkgoWriter.Printf("failurePolicy Fail: answered in %v: %v\n", elapsed, err)
 			Expect(err).To(HaveOccurred())
@@ -145,7 +146,7 @@ var _ = Describe("pod admission", Ordered, func() {
 			Expect(k8s.Update(ctx, cfg)).To(Succeed())
 			Eventually(func(g Gomega) {
 				start = time.Now()
-				p, err := create(ctx, makePod(userNS).Label(slowLabel, "on").Container("app", nv1g, "1").Obj())
+				p, err := create(ctx, makePod(userNS).Label(slowLabel, "on").Container("app", builder.Limits(nv1g, "1")).Obj())
 				elapsed = time.Since(start)
 				g.Expect(err).NotTo(HaveOccurred())
 				// Slicer's own (fast) webhook still mutated it.
@@ -190,17 +191,17 @@ var _ = Describe("pod admission", Ordered, func() {
 				Expect(err).NotTo(HaveOccurred())
 				Expect(got.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
 			},
-			Entry("a pod without MIG", makePod(userNS).Container("app", "cpu", "1").Obj()),
-			Entry("a whole-GPU pod", makePod(userNS).Container("app", "nvidia.com/gpu", "1").Obj()),
-			Entry("a MIG pod in kube-system", makePod("kube-system").Container("app", nv1g, "1").Obj()),
-			Entry("a MIG pod in Slicer's namespace", makePod(slicerNS).Container("app", nv1g, "1").Obj()),
-			Entry("Slicer's own agent pod (W3)", makePod(userNS).Label(slicerv1alpha1.LabelComponent, "agent").Container("agent", "cpu", "100m").Obj()),
-			Entry("Slicer's own webhook pod in its namespace (W3)", makePod(slicerNS).Label(slicerv1alpha1.LabelComponent, "webhook").Container("webhook").Obj()),
-			Entry("nvidia.com/mig-* where NVIDIA serves it", makePod(nativeNS).Container("app", nv1g, "1").Obj()),
+			Entry("a pod without MIG", makePod(userNS).Container("app", builder.Limits("cpu", "1")).Obj()),
+			Entry("a whole-GPU pod", makePod(userNS).Container("app", builder.Limits("nvidia.com/gpu", "1")).Obj()),
+			Entry("a MIG pod in kube-system", makePod("kube-system").Container("app", builder.Limits(nv1g, "1")).Obj()),
+			Entry("a MIG pod in Slicer's namespace", makePod(slicerNS).Container("app", builder.Limits(nv1g, "1")).Obj()),
+			Entry("Slicer's own agent pod (W3)", makePod(userNS).Label(slicerv1alpha1.LabelComponent, "agent").Container("agent", builder.Limits("cpu", "100m")).Obj()),
+			Entry("Slicer's own webhook pod in its namespace (W3)", makePod(slicerNS).Label(slicerv1alpha1.LabelComponent, "webhook").Container("webhook", builder.None).Obj()),
+			Entry("nvidia.com/mig-* where NVIDIA serves it", makePod(nativeNS).Container("app", builder.Limits(nv1g, "1")).Obj()),
 		)
 
 		It("admits a MIG pod already written the way Slicer schedules it", func() {
-			p, err := create(ctx, makePod(userNS).Scheduler(scheduler).Container("app", sl1g, "1").Obj())
+			p, err := create(ctx, makePod(userNS).Scheduler(scheduler).Container("app", builder.Limits(sl1g, "1")).Obj())
 			Expect(err).NotTo(HaveOccurred())
 			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1"})
 		})
@@ -214,17 +215,17 @@ var _ = Describe("pod admission", Ordered, func() {
 				Expect(err.Error()).To(ContainSubstring("ValidatingAdmissionPolicy 'slicer-mig-pods'"))
 				Expect(err.Error()).To(ContainSubstring(want))
 			},
-			Entry("nvidia.com/mig-*", makePod(userNS).Container("app", nv1g, "1").Obj(),
+			Entry("nvidia.com/mig-*", makePod(userNS).Container("app", builder.Limits(nv1g, "1")).Obj(),
 				"Slicer's webhook did not rewrite it (is the webhook running?)"),
-			Entry("nvidia.com/mig-* in an init container", makePod(userNS).Init("i", nv1g, "1").Container("app").Obj(),
+			Entry("nvidia.com/mig-* in an init container", makePod(userNS).Init("i", builder.Limits(nv1g, "1")).Container("app", builder.None).Obj(),
 				"Slicer's webhook did not rewrite it"),
-			Entry("slicer.dev/mig-* with the default scheduler", makePod(userNS).Container("app", sl1g, "1").Obj(),
+			Entry("slicer.dev/mig-* with the default scheduler", makePod(userNS).Container("app", builder.Limits(sl1g, "1")).Obj(),
 				`spec.schedulerName is not "slicer-scheduler"`),
-			Entry("slicer.dev/mig-* in a namespace that opts out of translation", makePod(nativeNS).Container("app", sl1g, "1").Obj(),
+			Entry("slicer.dev/mig-* in a namespace that opts out of translation", makePod(nativeNS).Container("app", builder.Limits(sl1g, "1")).Obj(),
 				`spec.schedulerName is not "slicer-scheduler"`),
-			Entry("slicer.dev/mig-* with a pinned node", makePod(userNS).Scheduler(scheduler).Node("n1").Container("app", sl1g, "1").Obj(),
+			Entry("slicer.dev/mig-* with a pinned node", makePod(userNS).Scheduler(scheduler).Node("n1").Container("app", builder.Limits(sl1g, "1")).Obj(),
 				"pins spec.nodeName"),
-			Entry("a forged Slicer label, even the component label (W7)", makePod(userNS).Scheduler(scheduler).Label(slicerv1alpha1.LabelComponent, "agent").Container("app", sl1g, "1").Obj(),
+			Entry("a forged Slicer label, even the component label (W7)", makePod(userNS).Scheduler(scheduler).Label(slicerv1alpha1.LabelComponent, "agent").Container("app", builder.Limits(sl1g, "1")).Obj(),
 				"reserved for Slicer's own allocation data"),
 		)
 	})
@@ -288,7 +289,7 @@ func expectServing(ca *framework.CA, cert *framework.ServingCert) {
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
 	}).WithTimeout(time.Minute).Should(Equal(cert.Serial.String()))
 	Eventually(func(g Gomega) {
-		p, err := create(ctx, makePod(userNS).Container("app", nv1g, "1").Obj())
+		p, err := create(ctx, makePod(userNS).Container("app", builder.Limits(nv1g, "1")).Obj())
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(p.Spec.SchedulerName).To(Equal(scheduler))
 	}).WithTimeout(time.Minute).Should(Succeed())

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/slicer-operator/slicer/internal/serving"
 	"github.com/slicer-operator/slicer/webhook"
 )
 
@@ -27,20 +27,18 @@ func main() {
 
 func run() error {
 	var (
-		so          webhook.ServerOptions
-		translate   string
-		metricsAddr string
-		probeAddr   string
+		so        webhook.ServerOptions
+		translate string
+		listen    serving.Flags
 	)
 	flag.StringVar(&so.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory of the serving certificate and key (reloaded on change).")
 	flag.StringVar(&so.CertName, "cert-name", "tls.crt", "Serving certificate file name in --cert-dir.")
 	flag.StringVar(&so.KeyName, "key-name", "tls.key", "Serving key file name in --cert-dir.")
 	flag.IntVar(&so.Port, "port", 9443, "Port the webhook serves on.")
-	flag.StringVar(&so.Host, "bind-address", "", "Host the webhook serves on (empty: every interface).")
+	flag.StringVar(&so.Host, "bind-address", "", "Address the webhook serves on (empty: every interface; the operator sets the node address the apiserver dials in HostNetwork mode).")
 	flag.StringVar(&so.Settings.SchedulerName, "scheduler-name", webhook.DefaultSchedulerName, "Name of the Slicer scheduler, set as spec.schedulerName of MIG pods.")
 	flag.StringVar(&translate, "translate-nvidia-resources", "enabled", "enabled: rewrite nvidia.com/mig-* to slicer.dev/mig-* on "+webhook.PathMutatePod+"; disabled: leave nvidia.com/mig-* to NVIDIA's device plugin everywhere.")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	listen.Bind(flag.CommandLine, "127.0.0.1:8080", "127.0.0.1:8081")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -72,8 +70,8 @@ func run() error {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress: probeAddr,
+		Metrics:                listen.MetricsOptions(),
+		HealthProbeBindAddress: listen.ProbeAddr,
 		WebhookServer:          srv,
 	})
 	if err != nil {
@@ -89,7 +87,7 @@ func run() error {
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return fmt.Errorf("readyz: %w", err)
 	}
-	log.Info("starting", "port", so.Port, "certDir", so.CertDir, "schedulerName", so.Settings.SchedulerName, "translateNVIDIA", so.Settings.TranslateNVIDIA)
+	log.Info("starting", "host", so.Host, "port", so.Port, "metrics", listen.MetricsAddr, "secureMetrics", listen.SecureMetrics, "health", listen.ProbeAddr, "certDir", so.CertDir, "schedulerName", so.Settings.SchedulerName, "translateNVIDIA", so.Settings.TranslateNVIDIA)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}

@@ -1,0 +1,58 @@
+// Package serving holds the listener flags every Slicer binary built on
+// controller-runtime shares (operator, webhook, agent): where metrics and
+// health probes listen, and metrics over HTTPS with Kubernetes
+// authentication and authorization. The operator renders the components'
+// arguments with the flag names defined here.
+package serving
+
+import (
+	"crypto/tls"
+	"flag"
+
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Flag names, shared by the binaries and operator/render.
+const (
+	FlagMetricsBindAddress = "metrics-bind-address"
+	FlagMetricsSecure      = "metrics-secure"
+	FlagHealthBindAddress  = "health-probe-bind-address"
+)
+
+// Flags are where a binary listens for metrics and health probes.
+type Flags struct {
+	// MetricsAddr is host:port of /metrics; "0" turns metrics off.
+	MetricsAddr string
+	// SecureMetrics serves /metrics over HTTPS, answering only callers
+	// whose bearer token the apiserver authenticates (TokenReview) and
+	// authorizes for GET on the non-resource URL /metrics (SubjectAccessReview).
+	SecureMetrics bool
+	// ProbeAddr is host:port of /healthz and /readyz (plain HTTP: the
+	// kubelet probes them); "0" turns them off.
+	ProbeAddr string
+}
+
+// Bind registers the flags on fs with the binary's default addresses.
+// Metrics are secure unless --metrics-secure=false.
+func (f *Flags) Bind(fs *flag.FlagSet, metricsDefault, probeDefault string) {
+	fs.StringVar(&f.MetricsAddr, FlagMetricsBindAddress, metricsDefault, `host:port of the metrics endpoint ("0" disables it; ":port" listens on every interface).`)
+	fs.BoolVar(&f.SecureMetrics, FlagMetricsSecure, true, "Serve metrics over HTTPS, only to callers the apiserver authenticates and authorizes for GET /metrics.")
+	fs.StringVar(&f.ProbeAddr, FlagHealthBindAddress, probeDefault, `host:port of the /healthz and /readyz endpoints (plain HTTP; "0" disables them).`)
+}
+
+// MetricsOptions are the controller-runtime metrics server options for f.
+// Secure metrics use a self-signed certificate (scrapers skip verification
+// and authenticate with their ServiceAccount token) and refuse HTTP/2
+// (CVE-2023-44487, CVE-2023-39325).
+func (f Flags) MetricsOptions() metricsserver.Options {
+	o := metricsserver.Options{BindAddress: f.MetricsAddr, SecureServing: f.SecureMetrics}
+	if f.SecureMetrics {
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+		o.TLSOpts = []func(*tls.Config){func(c *tls.Config) {
+			c.NextProtos = []string{"http/1.1"}
+			c.MinVersion = tls.VersionTLS12
+		}}
+	}
+	return o
+}
