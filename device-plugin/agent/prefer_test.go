@@ -2,18 +2,17 @@ package agent
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/podrequest"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 // ctr is a container asking for n slices of the test's profile.
@@ -48,28 +47,21 @@ func TestPreferred(t *testing.T) {
 	// pod is bound to node; its containers ask for 1g.10gb slices (default: one app
 	// container with one).
 	pod := func(name string, age time.Duration, cs ...ctr) *corev1.Pod {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(t0.Add(-age))},
-			Spec:       corev1.PodSpec{NodeName: node},
-		}
+		b := builder.Pod("ns", name).UID("uid-" + name).Node(node)
 		if len(cs) == 0 {
 			cs = []ctr{app(1)}
 		}
 		for i, c := range cs {
-			k := corev1.Container{Name: fmt.Sprintf("c%d", i)}
+			r := builder.None
 			if c.n > 0 {
-				k.Resources.Limits = corev1.ResourceList{res: *resource.NewQuantity(int64(c.n), resource.DecimalSI)}
+				r = builder.Limits(res, strconv.Itoa(c.n))
 			}
-			switch c.kind {
-			case podrequest.App:
-				p.Spec.Containers = append(p.Spec.Containers, k)
-			case podrequest.Sidecar:
-				k.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
-				fallthrough
-			default:
-				p.Spec.InitContainers = append(p.Spec.InitContainers, k)
-			}
+			add := map[podrequest.Kind]func(string, builder.Res) *builder.PodBuilder{
+				podrequest.App: b.Container, podrequest.Init: b.Init, podrequest.Sidecar: b.Sidecar}[c.kind]
+			add(fmt.Sprintf("c%d", i), r)
 		}
+		p := b.Obj()
+		p.CreationTimestamp = metav1.NewTime(t0.Add(-age))
 		return p
 	}
 	pods := func(ps ...*corev1.Pod) map[string]*corev1.Pod {

@@ -10,8 +10,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -19,6 +17,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -163,12 +162,7 @@ func (r *countingReader) calls() []string {
 // bindPod creates a pod asking for one 1g.10gb slice, already bound to node (as after the
 // scheduler's bind).
 func bindPod(node, name string) *corev1.Pod {
-	one := corev1.ResourceList{corev1.ResourceName(mig.ResourceName("1g.10gb")): resource.MustParse("1")}
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox",
-			Resources: corev1.ResourceRequirements{Limits: one}}}},
-	}
+	p := builder.Pod("team-a", name).Node(node).Container("c", builder.Limits(mig.ResourceName("1g.10gb"), "1")).Obj()
 	Expect(k8s.Create(ctx, p)).To(Succeed())
 	DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, p))).To(Succeed()) })
 	return p

@@ -28,6 +28,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -116,10 +117,7 @@ func (n *node) allocate(gpu int, profile string, start, size int32) *slicerv1alp
 
 // pod creates a pod bound to the node.
 func (n *node) pod(name string) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
-		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
-	}
+	p := builder.Pod("team-a", name).Node(n.name).Container("c", builder.None).Obj()
 	Expect(k8s.Create(ctx, p)).To(Succeed())
 	return p
 }
