@@ -6,6 +6,8 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
+	"k8s.io/utils/ptr"
 )
 
 // validate returns a Failed reason for an allocation the node cannot realize.
@@ -59,8 +61,8 @@ func ready(a *slicerv1alpha1.SliceAllocation, sl Slice) slicerv1alpha1.SliceAllo
 	gi, ci := int32(sl.GI), int32(sl.CI)
 	s.State, s.MIGDeviceUUID, s.GPUInstanceID, s.ComputeInstanceID = slicerv1alpha1.AllocationReady, sl.MIGUUID, &gi, &ci
 	s.Message = "MIG device " + sl.MIGUUID + " is ready"
-	if sl.GPU != a.Spec.GPUUUID || sl.Start != int(a.Spec.Placement.Start) || sl.Size != int(a.Spec.Placement.Size) {
-		s.ActualPlacement = &slicerv1alpha1.Placement{Start: int32(sl.Start), Size: int32(sl.Size)}
+	if sl.GPU != a.Spec.GPUUUID || sl.Placement != migapi.Placement(a.Spec.Placement) {
+		s.ActualPlacement = ptr.To(migapi.APIPlacement(sl.Placement))
 		if sl.GPU != a.Spec.GPUUUID {
 			s.ActualGPUUUID = sl.GPU
 		}

@@ -181,12 +181,12 @@ func settle(w world, d decision, log logr.Logger) outcome {
 		case j.result.Err == nil && j.kind == jobDestroy:
 			o.Forget = append(o.Forget, orphanKey(j.slice))
 			o.Reclaimed["no_allocation"]++
-			log.Info("orphan slice reclaimed", "gpu", j.slice.GPU, "profile", j.slice.Profile, "start", j.slice.Start)
+			log.Info("orphan slice reclaimed", "gpu", j.slice.GPU, "profile", j.slice.Profile, "start", j.slice.Placement.Start)
 			o.Notes = append(o.Notes, notef(types.NamespacedName{}, corev1.EventTypeNormal, "OrphanReclaimed",
 				"destroyed %s (%s): no allocation held it for the grace period", j.slice.Slot, j.slice.MIGUUID))
 		case j.result.Err == nil:
 			o.Bound[k] = j.result.Slice
-			log.Info("slice created", "allocation", k, "gpu", j.slot.GPU, "profile", j.slot.Profile, "start", j.slot.Start, "device", j.result.Slice.MIGUUID)
+			log.Info("slice created", "allocation", k, "gpu", j.slot.GPU, "profile", j.slot.Profile, "start", j.slot.Placement.Start, "device", j.result.Slice.MIGUUID)
 		default:
 			o.Retry = true
 			log.Error(j.result.Err, "MIG operation failed", "allocation", k, "slot", j.slot)

@@ -149,7 +149,7 @@ func observeGPU(lib nvml.Library, i int) (*GPU, error) {
 		if !ok {
 			continue
 		}
-		s := Slice{Slot: Slot{GPU: g.UUID, Profile: p.LegalName(), Start: gi.Placement.Start, Size: gi.Placement.Size}, GI: gi.ID, CI: -1}
+		s := Slice{Slot: Slot{GPU: g.UUID, Profile: p.Name, Placement: mig.Placement{Start: gi.Placement.Start, Size: gi.Placement.Size}}, GI: gi.ID, CI: -1}
 		if len(gi.CIs) > 0 {
 			s.CI, s.MIGUUID = gi.CIs[0].ID, gi.CIs[0].MIGUUID
 		}
@@ -193,7 +193,7 @@ func (w gpuWorker) create(slot Slot) (Slice, error) {
 	var gi nvml.GPUInstance
 	err = w.timed(opCreateGI, func() error {
 		var e error
-		gi, e = w.g.dev.CreateGPUInstanceWithPlacement(info, nvml.Placement{Start: slot.Start, Size: slot.Size})
+		gi, e = w.g.dev.CreateGPUInstanceWithPlacement(info, nvml.Placement{Start: slot.Placement.Start, Size: slot.Placement.Size})
 		return e
 	})
 	if err != nil {

@@ -171,7 +171,7 @@ func (r *Reconciler) recordMetrics(obs *Observation, v nodeView, allocs map[type
 			if st, ok := v.States[sliceKey(s)]; ok {
 				state = st
 			}
-			m.Instances.WithLabelValues(gl, s.Profile, stateLabel[state]).Inc()
+			m.Instances.WithLabelValues(gl, mig.LegalProfileName(s.Profile), stateLabel[state]).Inc()
 			ns, pod := "", ""
 			if h, ok := v.Holders[sliceKey(s)]; ok {
 				ns = h.Namespace
@@ -179,8 +179,8 @@ func (r *Reconciler) recordMetrics(obs *Observation, v nodeView, allocs map[type
 					pod = a.Spec.PodName
 				}
 			}
-			m.SliceInfo.WithLabelValues(gl, s.Profile, fmt.Sprintf("%d:%d", s.Start, s.Size), stateLabel[state], ns, pod).Set(1)
-			insts = append(insts, mig.Instance{Profile: s.Profile, Placement: mig.Placement{Start: s.Start, Size: s.Size}})
+			m.SliceInfo.WithLabelValues(gl, mig.LegalProfileName(s.Profile), fmt.Sprintf("%d:%d", s.Placement.Start, s.Placement.Size), stateLabel[state], ns, pod).Set(1)
+			insts = append(insts, mig.Instance{Profile: s.Profile, Placement: s.Placement})
 		}
 		st, err := mig.NewGPUState(g.Model, insts)
 		if err != nil {

@@ -8,21 +8,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 // Slot is a (GPU, profile, placement) triple: where a slice is or should be.
-type Slot struct {
-	GPU     string
-	Profile string // Kubernetes spelling (".me")
-	Start   int
-	Size    int
-}
-
-func (s Slot) String() string { return fmt.Sprintf("%s %s@%d", s.GPU, s.Profile, s.Start) }
-
-func (s Slot) overlaps(o Slot) bool {
-	return s.GPU == o.GPU && s.Start < o.Start+o.Size && o.Start < s.Start+s.Size
-}
+// It is the type the scheduler's snapshot uses too; the profile is internal/mig's name.
+type Slot = mig.Slot
 
 // Slice is a MIG instance observed on the node.
 type Slice struct {
@@ -201,7 +193,7 @@ func plan(in planInput) Plan {
 	for _, k := range createKeys {
 		slot := p.Create[k]
 		for i, s := range in.Slices {
-			if !s.overlaps(slot) {
+			if !s.Overlaps(slot) {
 				continue
 			}
 			delete(p.Create, k)
@@ -216,7 +208,7 @@ func plan(in planInput) Plan {
 			continue
 		}
 		for _, o := range planned {
-			if o.overlaps(slot) {
+			if o.Overlaps(slot) {
 				delete(p.Create, k)
 				p.Conflict[k] = fmt.Sprintf("slot %s overlaps slot %s of another allocation", slot, o)
 				break
@@ -287,7 +279,10 @@ func plan(in planInput) Plan {
 
 // wantFromAllocation turns an allocation into a Want.
 func wantFromAllocation(a *slicerv1alpha1.SliceAllocation) Want {
-	spec := Slot{GPU: a.Spec.GPUUUID, Profile: string(a.Spec.Profile), Start: int(a.Spec.Placement.Start), Size: int(a.Spec.Placement.Size)}
+	spec, err := migapi.SlotOf(&a.Spec)
+	if err != nil { // the CRD's enum keeps this from happening; keep the name as written
+		spec = Slot{GPU: a.Spec.GPUUUID, Profile: string(a.Spec.Profile), Placement: migapi.Placement(a.Spec.Placement)}
+	}
 	w := Want{
 		Key: types.NamespacedName{Namespace: a.Namespace, Name: a.Name}, Pod: a.Namespace + "/" + a.Spec.PodName, Spec: spec,
 		Device: a.Status.MIGDeviceUUID, Deleting: a.DeletionTimestamp != nil,
@@ -297,7 +292,7 @@ func wantFromAllocation(a *slicerv1alpha1.SliceAllocation) Want {
 		act.GPU = g
 	}
 	if ap := a.Status.ActualPlacement; ap != nil {
-		act.Start, act.Size = int(ap.Start), int(ap.Size)
+		act.Placement = migapi.Placement(*ap)
 	}
 	if act != spec {
 		w.Actual = &act

@@ -9,12 +9,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
 )
 
 func key(n string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: n} }
 
 func slot(gpu, prof string, start, size int) Slot {
-	return Slot{GPU: gpu, Profile: prof, Start: start, Size: size}
+	return Slot{GPU: gpu, Profile: prof, Placement: mig.Placement{Start: start, Size: size}}
 }
 
 func TestPlan(t *testing.T) {
@@ -118,7 +119,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "a recorded cross-GPU actual slot is kept once the kubelet no longer reports it",
 			in: planInput{Slices: []Slice{s0, {Slot: slot("G1", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-G1"}}, Wants: []Want{
-				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Actual: &Slot{GPU: "G1", Profile: "1g.10gb", Start: 0, Size: 1}},
+				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Actual: &Slot{GPU: "G1", Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}},
 			}, OrphanSince: map[string]time.Time{}, Now: now, Grace: time.Minute},
 			// a's own slice is spare: no one waits for it, it goes without the grace period
 			want: summary{Bound: []string{"a=MIG-G1"}, Orphans: []string{"MIG-0"}, Destroy: []string{"MIG-0"}},
@@ -181,11 +182,11 @@ func TestWantFromAllocationActual(t *testing.T) {
 		{name: "no actual", want: nil},
 		{name: "actual equals spec", status: slicerv1alpha1.SliceAllocationStatus{ActualPlacement: &slicerv1alpha1.Placement{Start: 1, Size: 1}}, want: nil},
 		{name: "other placement, same GPU", status: slicerv1alpha1.SliceAllocationStatus{ActualPlacement: &slicerv1alpha1.Placement{Start: 2, Size: 1}},
-			want: &Slot{GPU: "GPU-1", Profile: "1g.10gb", Start: 2, Size: 1}},
+			want: &Slot{GPU: "GPU-1", Profile: "1g.10gb", Placement: mig.Placement{Start: 2, Size: 1}}},
 		{name: "same placement on another GPU", status: slicerv1alpha1.SliceAllocationStatus{ActualGPUUUID: "GPU-0", ActualPlacement: &slicerv1alpha1.Placement{Start: 1, Size: 1}},
-			want: &Slot{GPU: "GPU-0", Profile: "1g.10gb", Start: 1, Size: 1}},
+			want: &Slot{GPU: "GPU-0", Profile: "1g.10gb", Placement: mig.Placement{Start: 1, Size: 1}}},
 		{name: "another GPU and placement", status: slicerv1alpha1.SliceAllocationStatus{ActualGPUUUID: "GPU-0", ActualPlacement: &slicerv1alpha1.Placement{Start: 6, Size: 1}},
-			want: &Slot{GPU: "GPU-0", Profile: "1g.10gb", Start: 6, Size: 1}},
+			want: &Slot{GPU: "GPU-0", Profile: "1g.10gb", Placement: mig.Placement{Start: 6, Size: 1}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 // nodeView is what the NodeAccelerator status is rendered from.
@@ -59,7 +60,7 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 			}
 			for _, s := range g.Slices {
 				ms := slicerv1alpha1.MIGSlice{
-					Profile: slicerv1alpha1.MIGProfile(s.Profile), Placement: slicerv1alpha1.Placement{Start: int32(s.Start), Size: int32(s.Size)},
+					Profile: migapi.APIProfile(s.Profile), Placement: migapi.APIPlacement(s.Placement),
 					GPUInstanceID: int32(s.GI), MIGDeviceUUID: s.MIGUUID, State: slicerv1alpha1.SliceOrphaned,
 				}
 				if s.CI >= 0 {

@@ -193,8 +193,8 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 
 func (r *Reconciler) writeCDI(obs *Observation, s Slice) error {
 	g := obs.gpu(s.GPU)
-	_, err := r.opts.CDI.Write(cdi.Slice{MIGUUID: s.MIGUUID, GPUUUID: s.GPU, GPUMinor: g.Index, Profile: s.Profile,
-		PlacementStart: s.Start, PlacementSize: s.Size, GPUInstance: s.GI, ComputeInst: s.CI})
+	_, err := r.opts.CDI.Write(cdi.Slice{MIGUUID: s.MIGUUID, GPUUUID: s.GPU, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
+		PlacementStart: s.Placement.Start, PlacementSize: s.Placement.Size, GPUInstance: s.GI, ComputeInst: s.CI})
 	result := "success"
 	if err != nil {
 		result = "error"
