@@ -101,7 +101,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan event.Gen
 	toNode := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []ctrl.Request {
 		return []ctrl.Request{{NamespacedName: types.NamespacedName{Name: r.opts.NodeName}}}
 	})
-	b := ctrl.NewControllerManagedBy(mgr).Named("slicer-agent").
+	b := ctrl.NewControllerManagedBy(mgr).Named(slicerv1alpha1.AgentName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Watches(&slicerv1alpha1.SliceAllocation{}, toNode).
 		Watches(&slicerv1alpha1.NodeAccelerator{}, toNode).

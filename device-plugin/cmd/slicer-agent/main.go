@@ -67,7 +67,7 @@ func main() {
 }
 
 func run(ctx context.Context, f flags) error {
-	log := ctrl.Log.WithName("slicer-agent")
+	log := ctrl.Log.WithName(slicerv1alpha1.AgentName)
 	if f.node == "" {
 		return errors.New("--node-name (or NODE_NAME) is required")
 	}
@@ -127,7 +127,7 @@ func run(ctx context.Context, f flags) error {
 	}
 	pm := plugin.NewManager(plugin.Options{Dir: f.pluginDir, Resources: resources, Registrations: metrics.Registrations,
 		Allocates: metrics.AllocateResults, OnAllocate: poke, Preferrer: preferrer}, log.WithName("device-plugin"))
-	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder("slicer-agent"), agent.Options{
+	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder(slicerv1alpha1.AgentName), agent.Options{
 		NodeName: f.node, Library: lib, Emulated: f.emulate != "", CDI: &cdi.Writer{Dir: f.cdiDir, Real: f.emulate == ""},
 		Usage: usage, Advertiser: pm, OrphanGrace: f.grace, Resync: f.resync, Metrics: metrics, Live: mgr.GetAPIReader(),
 	})

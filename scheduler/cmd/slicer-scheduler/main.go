@@ -14,6 +14,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/slicer-operator/slicer/scheduler/plugin"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
 func main() {
@@ -21,7 +23,7 @@ func main() {
 	// kube-scheduler serves the legacy registry on /metrics; ours join it.
 	factory := plugin.NewFactory(plugin.Options{Registerer: legacyregistry.Registerer()})
 	cmd := app.NewSchedulerCommand(app.WithPlugin(plugin.Name, factory))
-	cmd.Use = "slicer-scheduler"
+	cmd.Use = slicerv1alpha1.SchedulerName
 	if code := cli.Run(cmd); code != 0 {
 		fmt.Fprintln(os.Stderr, "slicer-scheduler exited with code", code)
 		os.Exit(code)

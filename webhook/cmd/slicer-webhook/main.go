@@ -16,6 +16,8 @@ import (
 
 	"github.com/slicer-operator/slicer/internal/serving"
 	"github.com/slicer-operator/slicer/webhook"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
 func main() {
@@ -55,7 +57,7 @@ func run() error {
 		return errors.New("--scheduler-name must not be empty")
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	log := ctrl.Log.WithName("slicer-webhook")
+	log := ctrl.Log.WithName(slicerv1alpha1.WebhookName)
 
 	m, err := webhook.NewMetrics(ctrlmetrics.Registry)
 	if err != nil {
