@@ -53,6 +53,7 @@ var _ = Describe("Optional dependencies absent, then installed (O3)", Ordered, f
 		// monitoring left at its defaults without the Prometheus operator.
 		Expect(admin.Create(ctx, newSlicer(func(s *slicerv1alpha1.Slicer) {
 			s.Spec.Driver.Mode = slicerv1alpha1.DriverModeEmulated
+			s.Spec.Agent.EmulatedGPUs = []slicerv1alpha1.EmulatedGPUs{{Model: "H100-80GB", Count: 2}}
 			s.Spec.NodeSelection.NodeFeatureRule = slicerv1alpha1.FeatureDisabled
 		}))).To(Succeed())
 
