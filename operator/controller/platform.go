@@ -67,7 +67,8 @@ func resolveCertProvider(want slicerv1alpha1.CertificateProvider, p render.Platf
 
 // Which optional APIs the spec uses. NFD and KMM are required where used
 // (without them no node is selected, no driver is loaded); the Prometheus
-// operator and cert-manager are not (see conditionsFor in status.go).
+// operator and cert-manager are not (requiredConditions and
+// optionalConditions in status.go).
 
 func wantsNFD(s *slicerv1alpha1.Slicer) bool {
 	return s.Spec.NodeSelection.NodeFeatureRule != slicerv1alpha1.FeatureDisabled
