@@ -3,14 +3,25 @@ package v1alpha1
 // Condition types of a Slicer: one per component, plus the standard summary
 // conditions. Each carries the observedGeneration of the spec it describes.
 const (
-	// ConditionAvailable is True when every enabled component is available.
+	// ConditionAvailable is True when pods can get MIG slices: the
+	// Kubernetes minor is supported, the node labelling the spec asks for
+	// is in place (NodeFeatureRuleReady), the driver where the Slicer loads
+	// one, the webhook, scheduler and agent are available. Its reason is
+	// that of the most telling blocker (UnsupportedKubernetesVersion,
+	// DependencyMissing, ApplyFailed, RollingOut). Optional conditions
+	// (MonitoringReady) do not affect it.
 	ConditionAvailable = "Available"
 	// ConditionProgressing is True while a component is being rolled out.
 	ConditionProgressing = "Progressing"
-	// ConditionDegraded is True when a component failed or cannot be applied.
+	// ConditionDegraded is True when a component failed or cannot be
+	// applied, the Kubernetes minor is unsupported, or a dependency the
+	// spec requires is missing; a missing optional one only is not.
 	ConditionDegraded = "Degraded"
 
-	// ConditionNodeFeatureRuleReady is True once the NFD NodeFeatureRule is applied.
+	// ConditionNodeFeatureRuleReady is True once the NFD NodeFeatureRule is
+	// applied, or (reason Disabled) when spec.nodeSelection.nodeFeatureRule
+	// opts out of NFD; False with DependencyMissing when NFD is needed and
+	// not installed.
 	ConditionNodeFeatureRuleReady = "NodeFeatureRuleReady"
 	// ConditionDriverReady is True once the driver is loaded on the GPU nodes
 	// (KMM mode), or always in Preinstalled and Emulated modes.
@@ -21,7 +32,10 @@ const (
 	ConditionWebhookAvailable = "WebhookAvailable"
 	// ConditionAgentAvailable is True when the agent runs on every selected node.
 	ConditionAgentAvailable = "AgentAvailable"
-	// ConditionMonitoringReady is True once the enabled monitoring objects are applied.
+	// ConditionMonitoringReady is True once the enabled monitoring objects
+	// are applied; False with DependencyMissing while the Prometheus
+	// operator's CRDs are absent. Optional: it never makes Slicer
+	// unavailable.
 	ConditionMonitoringReady = "MonitoringReady"
 	// ConditionKubernetesVersionSupported is True when the apiserver's minor
 	// is one Slicer ships a scheduler build for; while False no scheduler

@@ -176,8 +176,19 @@ type NodeFeatureExpression struct {
 	Values []string `json:"values,omitempty"`
 }
 
-// NodeSelectionSpec narrows the nodes Slicer manages.
+// NodeSelectionSpec says how the nodes Slicer manages are found.
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeFeatureRule) || self.nodeFeatureRule == 'Enabled' || !has(self.extraMatchExpressions) || size(self.extraMatchExpressions) == 0",message="extraMatchExpressions apply only when nodeFeatureRule is Enabled"
 type NodeSelectionSpec struct {
+	// nodeFeatureRule: Enabled applies the NodeFeatureRule that labels
+	// MIG-capable nodes slicer.dev/mig-capable=true; it needs Node Feature
+	// Discovery (nfd.k8s-sigs.io), and Slicer is not Available while NFD is
+	// missing. Disabled applies no rule (and removes one applied before) and
+	// does not need NFD: label the GPU nodes slicer.dev/mig-capable=true
+	// another way.
+	// +optional
+	// +kubebuilder:default=Enabled
+	NodeFeatureRule FeatureState `json:"nodeFeatureRule,omitempty"`
+
 	// extraMatchExpressions are added to the NodeFeatureRule's match terms.
 	// +optional
 	// +listType=atomic

@@ -23,10 +23,28 @@ import (
 // The reconcile steps of each component, in the order Reconcile runs them: NFD rule, driver
 // (KMM Module), webhook and its admission configuration, scheduler, agent, monitoring.
 
-func (r *SlicerReconciler) reconcileNFD(_ context.Context, o render.Options, st *status, apply applyFunc) {
+// reconcileNFD applies the NodeFeatureRule, or removes it when the spec
+// opts out of NFD (spec.nodeSelection.nodeFeatureRule: Disabled).
+func (r *SlicerReconciler) reconcileNFD(ctx context.Context, o render.Options, st *status, res *result, apply applyFunc) {
 	const cond = slicerv1alpha1.ConditionNodeFeatureRuleReady
+	if !wantsNFD(o.Slicer) {
+		if o.Platform.NFD {
+			rule, err := render.NodeFeatureRule(o)
+			if err == nil {
+				err = r.removeAll(ctx, []client.Object{rule})
+			}
+			if err != nil {
+				res.fail(err)
+				st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonApplyFailed, "spec.nodeSelection.nodeFeatureRule is Disabled but the NodeFeatureRule could not be removed: "+err.Error())
+				return
+			}
+		}
+		st.set(cond, metav1.ConditionTrue, slicerv1alpha1.ReasonDisabled, "spec.nodeSelection.nodeFeatureRule is Disabled: no NodeFeatureRule, NFD not needed; the agent runs on nodes labelled "+slicerv1alpha1.LabelMIGCapable+"=true by other means")
+		return
+	}
 	if !o.Platform.NFD {
-		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonDependencyMissing, "Node Feature Discovery is not installed ("+nfdGroupVersion+" not served); no node gets "+slicerv1alpha1.LabelMIGCapable)
+		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonDependencyMissing, "Node Feature Discovery is not installed ("+nfdGroupVersion+" not served), so no node gets "+slicerv1alpha1.LabelMIGCapable+
+			": install NFD (its NodeFeatureRule CRD and nfd-master), or set spec.nodeSelection.nodeFeatureRule to Disabled and label the GPU nodes "+slicerv1alpha1.LabelMIGCapable+"=true another way")
 		return
 	}
 	rule, err := render.NodeFeatureRule(o)
@@ -270,8 +288,7 @@ func (r *SlicerReconciler) reconcileMonitoring(o render.Options, st *status, res
 	var objs []client.Object
 	objs = append(objs, render.MetricsServices(o)...)
 	objs = append(objs, render.Dashboards(o)...)
-	m := o.Slicer.Spec.Monitoring
-	wantsCRDs := m.ServiceMonitors != slicerv1alpha1.FeatureDisabled || m.PrometheusRule != slicerv1alpha1.FeatureDisabled
+	wantsCRDs := wantsPrometheusOperator(o.Slicer)
 	if o.Platform.Monitoring {
 		objs = append(objs, render.ServiceMonitors(o)...)
 		rule, err := render.PrometheusRule(o)
@@ -296,7 +313,8 @@ func (r *SlicerReconciler) reconcileMonitoring(o render.Options, st *status, res
 		return
 	}
 	if wantsCRDs && !o.Platform.Monitoring {
-		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonDependencyMissing, "the Prometheus operator is not installed ("+monitoringGroupVersion+" not served); metrics Services and dashboards applied, ServiceMonitors and PrometheusRule wait for it")
+		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonDependencyMissing, "the Prometheus operator is not installed ("+monitoringGroupVersion+" not served): metrics Services and dashboards are applied, ServiceMonitors and the PrometheusRule wait for it. "+
+			"Install the Prometheus operator (CRDs servicemonitors.monitoring.coreos.com and prometheusrules.monitoring.coreos.com), or set spec.monitoring.serviceMonitors and spec.monitoring.prometheusRule to Disabled")
 		res.requeueAfter(orDefault(r.DependencyRecheck, DefaultDependencyRecheck))
 		return
 	}

@@ -64,3 +64,21 @@ func resolveCertProvider(want slicerv1alpha1.CertificateProvider, p render.Platf
 		return render.CertSelfManaged, ""
 	}
 }
+
+// Which optional APIs the spec uses. NFD and KMM are required where used
+// (without them no node is selected, no driver is loaded); the Prometheus
+// operator and cert-manager are not (requiredConditions and
+// optionalConditions in status.go).
+
+func wantsNFD(s *slicerv1alpha1.Slicer) bool {
+	return s.Spec.NodeSelection.NodeFeatureRule != slicerv1alpha1.FeatureDisabled
+}
+
+func wantsKMM(s *slicerv1alpha1.Slicer) bool {
+	return s.Spec.Driver.Mode == slicerv1alpha1.DriverModeKMM
+}
+
+func wantsPrometheusOperator(s *slicerv1alpha1.Slicer) bool {
+	m := s.Spec.Monitoring
+	return m.ServiceMonitors != slicerv1alpha1.FeatureDisabled || m.PrometheusRule != slicerv1alpha1.FeatureDisabled
+}

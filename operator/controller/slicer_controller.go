@@ -196,7 +196,7 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.recordPlatform(platform)
+	r.recordPlatform(s, platform)
 	kube, err := r.observeVersion()
 	if err != nil {
 		return ctrl.Result{}, err
@@ -231,7 +231,7 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	// RBAC first: every component's ServiceAccount needs it.
 	apply("rbac", render.RBAC(opts))
 	supported := r.reconcileVersion(opts, st, res)
-	r.reconcileNFD(ctx, opts, st, apply)
+	r.reconcileNFD(ctx, opts, st, res, apply)
 	driverOK := r.reconcileDriver(ctx, opts, st, res, apply)
 	webhookOK, admitted := r.reconcileWebhook(ctx, s, &opts, st, res, apply)
 	// Order: webhook and VAP before the scheduler before the agent, so no
@@ -263,7 +263,7 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.summarize(ctx, st); err != nil {
 		res.fail(err)
 	}
-	if !platform.NFD || (opts.Slicer.Spec.Driver.Mode == slicerv1alpha1.DriverModeKMM && !platform.KMM) {
+	if (wantsNFD(s) && !platform.NFD) || (wantsKMM(s) && !platform.KMM) {
 		res.requeueAfter(orDefault(r.DependencyRecheck, DefaultDependencyRecheck))
 	}
 	st.summarizeConditions(res.err())
@@ -294,11 +294,21 @@ func (r *SlicerReconciler) options(s *slicerv1alpha1.Slicer, p render.Platform) 
 	}
 }
 
-func (r *SlicerReconciler) recordPlatform(p render.Platform) {
-	r.Metrics.SetDependency(metrics.DependencyNFD, p.NFD)
-	r.Metrics.SetDependency(metrics.DependencyKMM, p.KMM)
-	r.Metrics.SetDependency(metrics.DependencyPrometheusOperator, p.Monitoring)
-	r.Metrics.SetDependency(metrics.DependencyCertManager, p.CertManager)
+// recordPlatform sets slicer_operator_dependency_ready for each optional
+// API the spec uses, and drops the series of those it does not use, so
+// that an API nobody asked for raises no alert.
+func (r *SlicerReconciler) recordPlatform(s *slicerv1alpha1.Slicer, p render.Platform) {
+	record := func(dependency string, used, served bool) {
+		if used {
+			r.Metrics.SetDependency(dependency, served)
+		} else {
+			r.Metrics.ForgetDependency(dependency)
+		}
+	}
+	record(metrics.DependencyNFD, wantsNFD(s), p.NFD)
+	record(metrics.DependencyKMM, wantsKMM(s), p.KMM)
+	record(metrics.DependencyPrometheusOperator, wantsPrometheusOperator(s), p.Monitoring)
+	record(metrics.DependencyCertManager, s.Spec.Webhook.CertificateProvider == slicerv1alpha1.CertificateProviderCertManager, p.CertManager)
 }
 
 type applyFunc func(component string, objs []client.Object) bool

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,14 +13,25 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
-// componentConditions must all be True for the installation to be Available.
-var componentConditions = []string{
+// requiredConditions must all be True for the installation to be
+// Available, that is for pods to get MIG slices: a supported Kubernetes
+// minor, the node labelling the spec asks for (NFD unless opted out), the
+// driver where the Slicer loads one, admission (webhook and policy), the
+// scheduler and the agent.
+var requiredConditions = []string{
 	slicerv1alpha1.ConditionKubernetesVersionSupported,
 	slicerv1alpha1.ConditionNodeFeatureRuleReady,
 	slicerv1alpha1.ConditionDriverReady,
 	slicerv1alpha1.ConditionWebhookAvailable,
 	slicerv1alpha1.ConditionSchedulerAvailable,
 	slicerv1alpha1.ConditionAgentAvailable,
+}
+
+// optionalConditions report what pods do not need to get slices: a False
+// one (e.g. the Prometheus operator missing) leaves Available True and,
+// unless something failed, Degraded False.
+var optionalConditions = []string{
+	slicerv1alpha1.ConditionMonitoringReady,
 }
 
 // status is the status being computed in one reconcile. It starts from a
@@ -56,44 +68,88 @@ func (st *status) message(t string) string {
 	return ""
 }
 
-func (st *status) reason(t string) string {
-	if c := meta.FindStatusCondition(st.next.Conditions, t); c != nil {
-		return c.Reason
-	}
-	return ""
-}
-
 // summarizeConditions derives Available, Progressing and Degraded from the
 // component conditions set in this reconcile and its error.
 func (st *status) summarizeConditions(err error) {
-	var missing, failed, rolling, unsupported []string
-	for _, t := range append(append([]string{}, componentConditions...), slicerv1alpha1.ConditionMonitoringReady) {
-		switch st.reason(t) {
+	for _, c := range summarize(st.next.Conditions, err) {
+		st.set(c.Type, c.Status, c.Reason, c.Message)
+	}
+}
+
+// summarize computes the summary conditions (Type, Status, Reason and
+// Message only) from the component conditions and the reconcile's error.
+//
+//   - Available is True when every required condition is True. Otherwise
+//     its reason is that of the most telling blocker
+//     (UnsupportedKubernetesVersion, then DependencyMissing, ApplyFailed,
+//     RollingOut) and its message names each blocker with its message.
+//   - Progressing is True while a component rolls out.
+//   - Degraded is True when something failed, the Kubernetes minor is not
+//     supported, or a required dependency is missing; a missing optional
+//     one is only named in its message.
+func summarize(conds []metav1.Condition, err error) []metav1.Condition {
+	reasonOf := func(t string) string {
+		if c := meta.FindStatusCondition(conds, t); c != nil {
+			return c.Reason
+		}
+		return ""
+	}
+	var blockers []string
+	blockerReason := ""
+	rank := map[string]int{slicerv1alpha1.ReasonUnsupportedKubernetesVersion: 3, slicerv1alpha1.ReasonDependencyMissing: 2, slicerv1alpha1.ReasonApplyFailed: 1}
+	for _, t := range requiredConditions {
+		c := meta.FindStatusCondition(conds, t)
+		if c != nil && c.Status == metav1.ConditionTrue {
+			continue
+		}
+		msg := "not reported yet"
+		if c != nil {
+			msg = c.Message
+		}
+		blockers = append(blockers, t+": "+msg)
+		if r := reasonOf(t); blockerReason == "" || rank[r] > rank[blockerReason] {
+			blockerReason = r
+		}
+	}
+	if rank[blockerReason] == 0 {
+		blockerReason = slicerv1alpha1.ReasonRollingOut
+	}
+
+	var missing, optionalMissing, failed, rolling, unsupported []string
+	for _, t := range append(append([]string{}, requiredConditions...), optionalConditions...) {
+		switch reasonOf(t) {
 		case slicerv1alpha1.ReasonUnsupportedKubernetesVersion:
 			unsupported = append(unsupported, t)
 		case slicerv1alpha1.ReasonDependencyMissing:
-			missing = append(missing, t)
+			if slices.Contains(optionalConditions, t) {
+				optionalMissing = append(optionalMissing, t)
+			} else {
+				missing = append(missing, t)
+			}
 		case slicerv1alpha1.ReasonApplyFailed:
 			failed = append(failed, t)
 		case slicerv1alpha1.ReasonRollingOut, slicerv1alpha1.ReasonDriverLoading:
 			rolling = append(rolling, t)
 		}
 	}
-	notReady := []string{}
-	for _, t := range componentConditions {
-		if !st.isTrue(t) {
-			notReady = append(notReady, t)
-		}
+
+	cond := func(t string, s metav1.ConditionStatus, reason, msg string) metav1.Condition {
+		return metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg}
 	}
-	if len(notReady) == 0 {
-		st.set(slicerv1alpha1.ConditionAvailable, metav1.ConditionTrue, slicerv1alpha1.ReasonAsExpected, "every component is available")
+	var out []metav1.Condition
+	if len(blockers) == 0 {
+		msg := "pods can get MIG slices: admission, scheduler and agent are available"
+		if len(optionalMissing) > 0 {
+			msg += "; optional dependency missing for " + strings.Join(optionalMissing, ", ") + " (see its condition)"
+		}
+		out = append(out, cond(slicerv1alpha1.ConditionAvailable, metav1.ConditionTrue, slicerv1alpha1.ReasonAsExpected, msg))
 	} else {
-		st.set(slicerv1alpha1.ConditionAvailable, metav1.ConditionFalse, slicerv1alpha1.ReasonRollingOut, "not ready: "+strings.Join(notReady, ", "))
+		out = append(out, cond(slicerv1alpha1.ConditionAvailable, metav1.ConditionFalse, blockerReason, "pods cannot get MIG slices yet; "+strings.Join(blockers, "; ")))
 	}
 	if len(rolling) > 0 {
-		st.set(slicerv1alpha1.ConditionProgressing, metav1.ConditionTrue, slicerv1alpha1.ReasonRollingOut, "rolling out: "+strings.Join(rolling, ", "))
+		out = append(out, cond(slicerv1alpha1.ConditionProgressing, metav1.ConditionTrue, slicerv1alpha1.ReasonRollingOut, "rolling out: "+strings.Join(rolling, ", ")))
 	} else {
-		st.set(slicerv1alpha1.ConditionProgressing, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "nothing is rolling out")
+		out = append(out, cond(slicerv1alpha1.ConditionProgressing, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "nothing is rolling out"))
 	}
 	switch {
 	case len(failed) > 0 || err != nil:
@@ -101,14 +157,17 @@ func (st *status) summarizeConditions(err error) {
 		if err != nil {
 			msg += "; " + err.Error()
 		}
-		st.set(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonApplyFailed, msg)
+		out = append(out, cond(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonApplyFailed, msg))
 	case len(unsupported) > 0:
-		st.set(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonUnsupportedKubernetesVersion, "the cluster's Kubernetes version is not supported; not provided: "+strings.Join(unsupported, ", "))
+		out = append(out, cond(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonUnsupportedKubernetesVersion, "the cluster's Kubernetes version is not supported; not provided: "+strings.Join(unsupported, ", ")))
 	case len(missing) > 0:
-		st.set(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonDependencyMissing, "missing dependencies for: "+strings.Join(missing, ", "))
+		out = append(out, cond(slicerv1alpha1.ConditionDegraded, metav1.ConditionTrue, slicerv1alpha1.ReasonDependencyMissing, "required dependency missing for: "+strings.Join(missing, ", ")))
+	case len(optionalMissing) > 0:
+		out = append(out, cond(slicerv1alpha1.ConditionDegraded, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "no failures; optional dependency missing for: "+strings.Join(optionalMissing, ", ")))
 	default:
-		st.set(slicerv1alpha1.ConditionDegraded, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "no failures")
+		out = append(out, cond(slicerv1alpha1.ConditionDegraded, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "no failures"))
 	}
+	return out
 }
 
 func truncate(s string) string {

@@ -17,8 +17,9 @@ const (
 
 // Metrics are the operator's metrics.
 type Metrics struct {
-	// DependencyReady is 1 when a dependency is installed (for the driver:
-	// loaded), 0 otherwise.
+	// DependencyReady is 1 when a dependency the Slicer's spec uses is
+	// installed (for the driver: loaded), 0 otherwise; no series for one
+	// the spec does not use.
 	DependencyReady *prometheus.GaugeVec
 }
 
@@ -27,7 +28,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		DependencyReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "slicer_operator_dependency_ready",
-			Help: "1 when the dependency (nfd, kmm, prometheus_operator, cert_manager, driver) is installed or ready, 0 otherwise.",
+			Help: "1 when the dependency (nfd, kmm, prometheus_operator, cert_manager, driver) is installed or ready, 0 otherwise; no series for a dependency the Slicer's spec does not use.",
 		}, []string{"dependency"}),
 	}
 	for _, c := range m.Collectors() {
@@ -53,4 +54,12 @@ func (m *Metrics) SetDependency(dependency string, ready bool) {
 		v = 1
 	}
 	m.DependencyReady.WithLabelValues(dependency).Set(v)
+}
+
+// ForgetDependency drops the series of a dependency the spec does not use.
+func (m *Metrics) ForgetDependency(dependency string) {
+	if m == nil {
+		return
+	}
+	m.DependencyReady.DeleteLabelValues(dependency)
 }

@@ -75,6 +75,13 @@ var _ = Describe("Slicer validation", func() {
 		Entry("malformed NFD feature", func(s *slicerv1alpha1.Slicer) {
 			s.Spec.NodeSelection.ExtraMatchExpressions = []slicerv1alpha1.NodeFeatureExpression{{Feature: "Kernel Module", Key: "x", Operator: "Exists"}}
 		}, rejected("spec.nodeSelection.extraMatchExpressions[0].feature", "should match")),
+		Entry("NodeFeatureRule disabled", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.NodeSelection.NodeFeatureRule = slicerv1alpha1.FeatureDisabled
+		}, nil),
+		Entry("extra NFD expression without the NodeFeatureRule", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.NodeSelection.NodeFeatureRule = slicerv1alpha1.FeatureDisabled
+			s.Spec.NodeSelection.ExtraMatchExpressions = []slicerv1alpha1.NodeFeatureExpression{{Feature: "kernel.loadedmodule", Key: "nvidia", Operator: "Exists"}}
+		}, rejected("spec.nodeSelection", "extraMatchExpressions apply only when nodeFeatureRule is Enabled")),
 		// scheduler
 		Entry("scheduler name", func(s *slicerv1alpha1.Slicer) { s.Spec.Scheduler.Name = "gpu-scheduler" }, nil),
 		Entry("scheduler name default-scheduler", func(s *slicerv1alpha1.Slicer) { s.Spec.Scheduler.Name = "default-scheduler" },
@@ -170,6 +177,7 @@ var _ = Describe("Slicer validation", func() {
 		Expect(k8s.Create(ctx, s, client.DryRunAll)).To(Succeed())
 		Expect(s.Spec.Driver.Mode).To(Equal(slicerv1alpha1.DriverModeKMM))
 		Expect(s.Spec.Driver.InTreeModulesToRemove).To(Equal([]string{"nouveau"}))
+		Expect(s.Spec.NodeSelection.NodeFeatureRule).To(Equal(slicerv1alpha1.FeatureEnabled))
 		Expect(s.Spec.Scheduler.Name).To(Equal("slicer-scheduler"))
 		Expect(s.Spec.Scheduler.Replicas).To(Equal(int32(2)))
 		Expect(s.Spec.Scheduler.SliceReadyTimeoutSeconds).To(Equal(int32(60)))

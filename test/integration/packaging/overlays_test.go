@@ -131,6 +131,7 @@ func checkEmulated(objs []*unstructured.Unstructured) {
 		case "Slicer":
 			spec := u.Object["spec"].(map[string]any)
 			Expect(spec).To(HaveKeyWithValue("driver", HaveKeyWithValue("mode", "Emulated")))
+			Expect(spec).To(HaveKeyWithValue("nodeSelection", HaveKeyWithValue("nodeFeatureRule", "Disabled")))
 			Expect(spec).To(HaveKeyWithValue("network", SatisfyAll(
 				HaveKeyWithValue("endpointMode", "HostNetwork"),
 				HaveKeyWithValue("listenAddress", "127.0.0.1"))))
