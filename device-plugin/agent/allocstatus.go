@@ -3,11 +3,12 @@ package agent
 import (
 	"fmt"
 
+	"k8s.io/utils/ptr"
+
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
-	"k8s.io/utils/ptr"
 )
 
 // validate returns a Failed reason for an allocation the node cannot realize.
