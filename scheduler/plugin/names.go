@@ -10,18 +10,12 @@ import (
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
-// AllocationName is the deterministic name of a pod's index-th slice
-// (slicerv1alpha1.AllocationName).
-func AllocationName(podName string, uid string, index int32) string {
-	return slicerv1alpha1.AllocationName(podName, uid, index)
-}
-
 // allocationFor is the SliceAllocation the scheduler commits for one slot.
 func allocationFor(pod *corev1.Pod, node string, s snapshot.Slot) *slicerv1alpha1.SliceAllocation {
 	return &slicerv1alpha1.SliceAllocation{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: pod.Namespace,
-			Name:      AllocationName(pod.Name, string(pod.UID), s.Index),
+			Name:      slicerv1alpha1.AllocationName(pod.Name, string(pod.UID), s.Index),
 			Labels: map[string]string{
 				slicerv1alpha1.LabelNode:   node,
 				slicerv1alpha1.LabelPodUID: string(pod.UID),

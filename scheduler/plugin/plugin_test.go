@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -62,28 +61,6 @@ func TestPodRequest(t *testing.T) {
 				t.Errorf("hasMIGRequest disagrees with PodRequest")
 			}
 		})
-	}
-}
-
-func TestAllocationName(t *testing.T) {
-	long := strings.Repeat("a", 250) + ".b"
-	cases := map[string]struct {
-		pod, uid string
-		index    int32
-		want     string
-	}{
-		"short":              {"train", "5F0C6D4E-0000-4000", 2, "train-5f0c6d4e-2"},
-		"truncated, trimmed": {strings.Repeat("x", 242) + "-.y", "abcdef0123", 0, strings.Repeat("x", 242) + "-abcdef01-0"},
-		"long":               {long, "abcdef0123", 15, ""},
-	}
-	for name, tc := range cases {
-		got := AllocationName(tc.pod, tc.uid, tc.index)
-		if tc.want != "" && got != tc.want {
-			t.Errorf("%s: %q, want %q", name, got, tc.want)
-		}
-		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
-			t.Errorf("%s: %q is not a DNS-1123 subdomain: %v", name, got, errs)
-		}
 	}
 }
 

@@ -102,7 +102,7 @@ func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *corev1.Po
 	p.metrics.Unreserve.WithLabelValues(reason).Inc()
 	for _, s := range r.Slots {
 		a := &slicerv1alpha1.SliceAllocation{}
-		a.Namespace, a.Name = pod.Namespace, AllocationName(pod.Name, string(pod.UID), s.Index)
+		a.Namespace, a.Name = pod.Namespace, slicerv1alpha1.AllocationName(pod.Name, string(pod.UID), s.Index)
 		if err := p.client.Delete(ctx, a); err != nil && !apierrors.IsNotFound(err) {
 			log.Error(err, "cannot delete the allocation of an unbound pod", "allocation", klog.KObj(a))
 			continue

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	. "github.com/onsi/gomega"
@@ -114,7 +113,6 @@ func checkContainerCase(ctx context.Context, ns string, tc containerCase) error 
 			kubelet = append(kubelet, id)
 		}
 	}
-	sort.Strings(kubelet)
 	if !sets.New(kubelet...).Equal(running) {
 		return fmt.Errorf("pod %s: PodResources lists %v, its running containers see %v", tc.name, kubelet, sets.List(running))
 	}
