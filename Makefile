@@ -19,6 +19,7 @@ GOLANGCI_LINT  := $(TOOLS)/golangci-lint
 DASHBOARD_LINTER := $(TOOLS)/dashboard-linter
 KUSTOMIZE      := $(TOOLS)/kustomize
 MKIMAGE        := $(TOOLS)/mkimage
+RELAY          := $(TOOLS)/relay
 CONTAINER_ENGINE ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 VERSION        ?= 0.1.0
 IMAGE_REGISTRY ?= quay.io/slicer-operator
@@ -131,11 +132,12 @@ test-e2e: ## End-to-end suite on the local single-node cluster (root; see test/e
 	$(GO) test -v -count=1 -timeout 40m ./test/e2e/ -ginkgo.v
 
 .PHONY: test-nested
-test-nested: ## Nested modules: NFD's rule engine, BuildKit's Containerfile parser, the OLM bundle validators.
+test-nested: ## Nested modules: NFD's rule engine, BuildKit's Containerfile parser, the OLM bundle validators, the relay.
 	cd nfd-rules/evaltest && $(GO) test $(TEST_FLAGS) ./...
 	cd driver-container/parsetest && $(GO) test $(TEST_FLAGS) ./...
 	cd images/parsetest && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/tools/bundlevalidate && $(GO) test $(TEST_FLAGS) ./...
+	cd hack/tools/relay && $(GO) test $(TEST_FLAGS) ./...
 
 # Per minor in TEST_MINORS: the packages the scheduler is built from, unit-tested in that
 # minor's module, and the scheduler integration suite against a kube-apiserver and etcd of that
@@ -211,6 +213,13 @@ $(KUSTOMIZE): hack/tools/kustomize/go.mod hack/tools/kustomize/go.sum
 $(MKIMAGE): hack/tools/mkimage/go.mod hack/tools/mkimage/go.sum
 	@mkdir -p $(TOOLS)
 	cd hack/tools/mkimage && $(GO) build -o $@ .
+
+$(RELAY): hack/tools/relay/go.mod hack/tools/relay/main.go
+	@mkdir -p $(TOOLS)
+	cd hack/tools/relay && $(GO) build -o $@ .
+
+.PHONY: relay
+relay: $(RELAY) ## bin/tools/relay, the loopback/unix-socket relay of hack/netns-run.
 
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod hack/tools/golangci-lint/go.sum
 	@mkdir -p $(TOOLS)
