@@ -106,6 +106,19 @@ kubectl apply --server-side -f "$kmmdir/config/crd/bases/" -f "$ROOT/hack/kmm/op
 sed -e "s|WORKER_IMAGE|$WORKER_IMAGE|" -e "s|DRIVER_IMAGE|$DRIVER_IMAGE|" "$ROOT/hack/kmm/noop-only-policy.yaml" |
   kubectl apply --server-side -f - >/dev/null
 kubectl wait --for condition=established --timeout=60s crd --all >/dev/null
+# The guard must refuse a worker Pod with any other image before KMM runs.
+guard_refuses() {
+  ! kubectl -n default create --dry-run=server -f - >"$OUT/guard.txt" 2>&1 <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: kmm-worker-guard-check, labels: {kmm.node.kubernetes.io/worker-action: Load}}
+spec: {containers: [{name: worker, image: localhost/busybox:local}]}
+EOF
+  grep -q "no-op worker and driver images" "$OUT/guard.txt"
+}
+T0=$(now)
+wait_for "the policy refuses a KMM worker Pod with another image" 30 guard_refuses
+sed 's/^/  /' "$OUT/guard.txt"
 kubectl create namespace $KMM_NS >/dev/null
 
 step "Slicer installed as make demo does (driver mode Emulated)"
