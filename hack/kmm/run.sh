@@ -171,10 +171,10 @@ agent_gone() { [ -z "$(agent_pods)" ]; }
 node_labels() { kubectl get node $NODE -o go-template='{{range $k, $v := .metadata.labels}}{{$k}}{{"\n"}}{{end}}'; }
 has_label() { node_labels | grep -qxF "$READY_LABEL"; }
 no_label() { ! node_labels | grep -qxF "$READY_LABEL"; }
-worker_succeeded() { grep -q '"phase": "Succeeded"' "$OUT/worker-pods.json"; }
+worker_succeeded() { grep -Eq '"phase": ?"Succeeded"' "$OUT/worker-pods.json"; }
 nmc_loaded() { [ -n "$(kubectl get nodemodulesconfig $NODE -o jsonpath="{.status.modules[?(@.name==\"$MODULE\")].config.containerImage}")" ]; }
 driver_ready() { [ "$(kubectl get slicer default -o jsonpath='{.status.conditions[?(@.type=="DriverReady")].status}')" = True ]; }
-unload_done() { grep -q '"kmm.node.kubernetes.io/worker-action": "Unload"' "$OUT/worker-pods.json" && no_label; }
+unload_done() { grep -Eq '"kmm.node.kubernetes.io/worker-action": ?"Unload"' "$OUT/worker-pods.json" && no_label; }
 
 step "Slicer switched to driver mode KMM (driver image $DRIVER_REPO:\${KERNEL_FULL_VERSION})"
 OLD_AGENT_UID=$(agent_pods | cut -d' ' -f2)
