@@ -194,28 +194,7 @@ kubectl -n $NS get module $MODULE -o jsonpath='  Module status: {.status.moduleL
 kubectl get pods -A -l app.kubernetes.io/name=slicer-agent -o wide --no-headers | sed 's/^/  agent: /'
 
 step "the worker Pod KMM created, as admitted"
-python3 - "$OUT/worker-pods.json" <<'EOF'
-import json, sys
-dec, text, i, seen = json.JSONDecoder(), open(sys.argv[1]).read(), 0, {}
-while i < len(text):
-    while i < len(text) and text[i].isspace(): i += 1
-    if i >= len(text): break
-    ev, i = dec.raw_decode(text, i)
-    p = ev["object"]
-    key = (p["metadata"]["name"], p["metadata"]["uid"])
-    if key not in seen:
-        seen[key] = 1
-        s = p["spec"]
-        print(f"  {p['metadata']['name']} action={p['metadata']['labels'].get('kmm.node.kubernetes.io/worker-action')}")
-        for c in s.get("initContainers", []) + s["containers"]:
-            print(f"    {c['name']}: image={c['image']} command={c.get('command')} args={c.get('args')} securityContext={c.get('securityContext')}")
-        print("    hostPaths: " + ", ".join(v["hostPath"]["path"] for v in s["volumes"] if "hostPath" in v))
-    for st in p.get("status", {}).get("initContainerStatuses", []) + p.get("status", {}).get("containerStatuses", []):
-        t = st.get("state", {}).get("terminated")
-        if t and seen.get(key + (st["name"],)) is None:
-            seen[key + (st["name"],)] = 1
-            print(f"    {st['name']} terminated: exitCode={t['exitCode']} reason={t.get('reason')}")
-EOF
+python3 "$ROOT/hack/kmm/worker-pods.py" "$OUT/worker-pods.json"
 
 step "the same Pod in a namespace that enforces Pod Security 'restricted' (config/manager/manager.yaml's slicer-system)"
 kubectl create namespace kmm-psa-check >/dev/null
@@ -229,12 +208,13 @@ print(json.dumps({"apiVersion": "v1", "kind": "Pod",
   "metadata": {"name": meta["name"], "namespace": "kmm-psa-check", "labels": meta["labels"]},
   "spec": {k: v for k, v in p["spec"].items() if k not in ("nodeName", "serviceAccountName", "serviceAccount")}}))
 EOF
-kubectl create --dry-run=server -f "$OUT/psa-pod.json" 2>&1 | sed 's/^/  /' | cut -c1-400 || true
+kubectl create --dry-run=server -f "$OUT/psa-pod.json" 2>&1 | sed 's/^/  /' | cut -c1-1200 || true
 
 step "Slicer deleted: KMM unloads (no-op) and removes its label"
 T0=$(now)
 kubectl delete slicer default --wait=false >/dev/null
 wait_for "unload worker Pod ran and $READY_LABEL removed" 120 unload_done
 wait_for "agent Pod gone" 60 agent_gone
+python3 "$ROOT/hack/kmm/worker-pods.py" "$OUT/worker-pods.json" | sed -n '/action=Unload/,$p'
 echo
 echo "[kmm] OK; KMM manager log: $OUT/kmm-manager.log, worker Pods: $OUT/worker-pods.json"
