@@ -8,6 +8,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 mod=$root/hack/kmm
 out=$root/bin/kmm
 mkdir -p "$out"
+# The manager must be the KMM whose API Slicer renders (the main go.mod's pin).
+want=$(grep -oE "github.com/rh-ecosystem-edge/kernel-module-management v[^ ]+" "$root/go.mod" | head -1 | cut -d" " -f2)
+have=$(grep -oE "github.com/rh-ecosystem-edge/kernel-module-management v[^ ]+" "$mod/go.mod" | head -1 | cut -d" " -f2)
+[ "$want" = "$have" ] || { echo "hack/kmm pins KMM $have but go.mod pins $want: update hack/kmm/go.mod" >&2; exit 1; }
 key=$( (cat "$mod/go.mod" "$mod/go.sum" "$mod"/noop/*.go; go version) | sha256sum | cut -c1-16)
 stamp=$out/.stamp
 if [ -x "$out/manager" ] && [ -x "$out/noop" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ]; then
