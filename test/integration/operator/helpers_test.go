@@ -281,7 +281,9 @@ var (
 	smGVK       = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"}
 	ruleGVK     = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "PrometheusRule"}
 	admName     = "slicer-mig-pods"
-	clusterRefs = func() []ref {
+	// clusterRefs are what the finalizer deletes explicitly: the cluster-scoped
+	// objects and the Module (in the agent namespace).
+	clusterRefs = func(agentNamespace string) []ref {
 		var out []ref
 		for _, n := range []string{render.SchedulerName, render.WebhookName, render.AgentName} {
 			out = append(out, ref{gvk(&rbacv1.ClusterRole{}), "", n}, ref{gvk(&rbacv1.ClusterRoleBinding{}), "", n})
@@ -293,7 +295,7 @@ var (
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicy{}), "", render.AllocationGuardName},
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), "", render.AllocationGuardName},
 			ref{nfrGVK, "", render.NodeFeatureRuleKey},
-			ref{moduleGVK, operatorNamespace, render.ModuleName},
+			ref{moduleGVK, agentNamespace, render.ModuleName},
 		)
 	}
 )
@@ -302,10 +304,10 @@ var (
 func fullInstall(agentNamespace string) []ref {
 	ns := operatorNamespace
 	dep, ds, sa, svc, cm := gvk(&appsv1.Deployment{}), gvk(&appsv1.DaemonSet{}), gvk(&corev1.ServiceAccount{}), gvk(&corev1.Service{}), gvk(&corev1.ConfigMap{})
-	refs := append(clusterRefs(),
+	refs := append(clusterRefs(agentNamespace),
 		ref{gvk(&rbacv1.Role{}), ns, render.SchedulerName},
 		ref{gvk(&rbacv1.RoleBinding{}), ns, render.SchedulerName},
-		ref{sa, ns, render.DriverName},
+		ref{sa, agentNamespace, render.DriverName},
 		ref{gvk(&corev1.Secret{}), ns, render.WebhookCertSecret},
 		ref{sa, ns, render.WebhookName}, ref{svc, ns, render.WebhookName}, ref{dep, ns, render.WebhookName},
 		ref{gvk(&policyv1.PodDisruptionBudget{}), ns, render.WebhookName},

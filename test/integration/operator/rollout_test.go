@@ -187,7 +187,7 @@ var _ = Describe("Slicer rollout", Ordered, func() {
 			err := admin.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "Slicer still there: %v", err)
 		}, time.Minute).Should(Succeed())
-		for _, r := range clusterRefs() {
+		for _, r := range clusterRefs(ns) {
 			_, err := getRef(r)
 			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s left behind: %v", r, err)
 		}
