@@ -29,10 +29,11 @@ func BaseModule() (*kmmv1beta1.Module, error) {
 // Driver renders the objects of driver mode KMM: the Module, its
 // ServiceAccount (on OpenShift with its SCC Role) and, for in-cluster builds,
 // the ConfigMap holding driver-container/Containerfile. Other modes render
-// nothing. They live in the agent's namespace: KMM runs its privileged
-// load/unload pods in the Module's namespace, and only the agent's is
-// labelled for the privileged Pod Security level (the operator's is
-// restricted, which would refuse them).
+// nothing. They live in the agent's namespace, rendered here too since the
+// driver is applied before the agent: KMM runs its privileged load/unload
+// pods in the Module's namespace, and only the agent's is labelled for the
+// privileged Pod Security level (the operator's is restricted, which would
+// refuse them).
 func Driver(o Options) ([]client.Object, error) {
 	if o.driverMode() != slicerv1alpha1.DriverModeKMM {
 		return nil, nil
@@ -42,7 +43,7 @@ func Driver(o Options) ([]client.Object, error) {
 		return nil, err
 	}
 	ns := o.AgentNamespace
-	objs := []client.Object{serviceAccount(ns, DriverName, "driver")}
+	objs := []client.Object{AgentNamespace(o), serviceAccount(ns, DriverName, "driver")}
 	if o.Platform.OpenShift {
 		objs = append(objs,
 			role(ns, DriverName, "driver", SCCRules),

@@ -143,6 +143,12 @@ func TestDriver(t *testing.T) {
 	// KMM's load and unload pods are privileged and run in the Module's
 	// namespace: every driver object is in the agent's (privileged) one.
 	for _, obj := range objs {
+		if ns, ok := obj.(*corev1.Namespace); ok {
+			if ns.Name != "slicer-agent" {
+				t.Errorf("Driver renders Namespace %s, want only the agent's", ns.Name)
+			}
+			continue
+		}
 		if obj.GetNamespace() != "slicer-agent" {
 			t.Errorf("%T %s is in namespace %q, want the agent's", obj, obj.GetName(), obj.GetNamespace())
 		}
