@@ -21,7 +21,7 @@ KUSTOMIZE      := $(TOOLS)/kustomize
 MKIMAGE        := $(TOOLS)/mkimage
 RELAY          := $(TOOLS)/relay
 CONTAINER_ENGINE ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
-VERSION        ?= 0.1.0
+VERSION        ?= 0.2.0
 IMAGE_REGISTRY ?= quay.io/slicer-operator
 IMAGE_COMPONENTS := operator scheduler webhook agent
 
