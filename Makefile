@@ -98,7 +98,7 @@ verify-generated: $(CONTROLLER_GEN) ## Regenerate everything and fail if any gen
 .PHONY: vet
 vet: ## go mod tidy check (main and per-minor modules) and go vet every package.
 	$(GO) mod tidy -diff
-	for d in $(wildcard scheduler/k8s-1.* hack/k8s-bin-1.*); do (cd $$d && $(GO) mod tidy -diff) || exit 1; done
+	for d in $(wildcard scheduler/k8s-1.* hack/k8s-bin-1.*) hack/olm; do (cd $$d && $(GO) mod tidy -diff) || exit 1; done
 	$(GO) vet ./...
 
 .PHONY: lint
@@ -118,18 +118,29 @@ prometheus-bin: ## Debian's prometheus + promtool into bin/prometheus (once).
 .PHONY: test
 test: test-go test-minors test-nested test-e2e ## Unit, integration and (as root) end-to-end tests.
 
-GO_TEST_PKGS ?= $$($(GO) list ./... | grep -v /test/e2e)
+GO_TEST_PKGS ?= $$($(GO) list ./... | grep -v -e /test/e2e -e /test/olm)
 
 .PHONY: test-go
-test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## The main module's tests but test/e2e (GO_TEST_PKGS).
+test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## The main module's tests but test/e2e and test/olm (GO_TEST_PKGS).
 	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PKGS)
 
-# The e2e suite runs the stack as pods on the local node (root only; as any other user it
-# skips itself and says why). It needs the node's binaries, Slicer's and the images.
+# The e2e suites run the stack as pods on the local node (root only; as any other user they
+# skip themselves and say why): test/e2e installs Slicer with kustomize, then test/olm installs,
+# upgrades and uninstalls it with OLM. One node per machine: they run one after the other.
+# They need the node's binaries, Slicer's, OLM's and the released version's.
 .PHONY: test-e2e
-test-e2e: ## End-to-end suite on the local single-node cluster (root; see test/e2e).
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build; fi
+test-e2e: ## End-to-end suites on the local single-node cluster (root; see test/e2e, test/olm).
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build olm-bin released-bin relay; fi
 	$(GO) test -v -count=1 -timeout 40m ./test/e2e/ -ginkgo.v
+	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
+
+.PHONY: olm-bin
+olm-bin: ## OLM v0 (olm, catalog) and our catalog-server, render-catalog from hack/olm into bin/olm (once).
+	hack/build-olm.sh
+
+.PHONY: released-bin
+released-bin: ## The released versions' binaries from their own source into bin/released/VERSION (once).
+	for v in $(patsubst hack/bundle/released/%/commit,%,$(wildcard hack/bundle/released/*/commit)); do hack/build-released.sh $$v; done
 
 .PHONY: test-nested
 test-nested: ## Nested modules: NFD's rule engine, BuildKit's Containerfile parser, the OLM bundle validators, the relay.
