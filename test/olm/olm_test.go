@@ -333,12 +333,12 @@ func leftovers(ctx context.Context, g Gomega) []string {
 	}
 	cluster := map[string]client.ObjectList{
 		"clusterrole": newList("rbac.authorization.k8s.io", "v1", "ClusterRole"), "clusterrolebinding": newList("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
-		"mutatingwebhookconfiguration":   newList("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration"),
-		"validatingwebhookconfiguration": newList("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration"),
-		"validatingadmissionpolicy":      newList("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy"),
+		"mutatingwebhookconfiguration":     newList("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration"),
+		"validatingwebhookconfiguration":   newList("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration"),
+		"validatingadmissionpolicy":        newList("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy"),
 		"validatingadmissionpolicybinding": newList("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding"),
-		"csv":                            newList(csvGVK.Group, csvGVK.Version, csvGVK.Kind),
-		"slicer":                         newList("slicer.dev", "v1alpha1", "Slicer"),
+		"csv":                              newList(csvGVK.Group, csvGVK.Version, csvGVK.Kind),
+		"slicer":                           newList("slicer.dev", "v1alpha1", "Slicer"),
 	}
 	for kind, l := range cluster {
 		g.Expect(k8s.List(ctx, l)).To(Succeed())
