@@ -8,10 +8,12 @@ module github.com/slicer-operator/slicer/hack/olm
 go 1.26.6
 
 require (
+	github.com/google/go-containerregistry v0.21.6
 	github.com/operator-framework/operator-lifecycle-manager v0.46.0
 	github.com/operator-framework/operator-registry v1.74.0
 	github.com/sirupsen/logrus v1.9.4
 	google.golang.org/grpc v1.83.0
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -87,7 +89,6 @@ require (
 	github.com/google/cel-go v0.29.2 // indirect
 	github.com/google/gnostic-models v0.7.1 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/google/go-containerregistry v0.21.6 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/mux v1.8.1 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
@@ -201,5 +202,4 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.0 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
