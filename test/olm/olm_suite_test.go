@@ -118,7 +118,14 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 // stopped (TERM; hack/netns-run ends everything in their namespaces) before the node goes down.
 func startOLM(ctx context.Context) {
 	dir := strings.TrimSpace(output(ctx, filepath.Join(repoRoot, "hack", "olm"), "go", "list", "-m", "-f", "{{.Dir}}", "github.com/operator-framework/api"))
-	kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(dir, "crds"))
+	crds, err := filepath.Glob(filepath.Join(dir, "crds", "*.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(crds).NotTo(BeEmpty(), "OLM's CRDs in %s/crds", dir)
+	args := []string{"apply", "--server-side"}
+	for _, c := range crds {
+		args = append(args, "-f", c)
+	}
+	kubectl(ctx, args...)
 	kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 	kubectl(ctx, "create", "namespace", "olm")
 	startCatalogServer(catalogs["released"])

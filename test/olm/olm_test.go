@@ -77,7 +77,7 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 	It("installs the released bundle through a Subscription in slicer-system", func(ctx SpecContext) {
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})).To(Succeed())
 		// spec {}: all namespaces, the install mode the CSV supports
-		create(ctx, obj(operatorGroupGVK, namespace, "slicer", map[string]any{}))
+		create(ctx, obj(operatorGroupGVK, namespace, "all-namespaces", map[string]any{}))
 		create(ctx, obj(catalogSourceGVK, "olm", "slicer-catalog", map[string]any{
 			"sourceType": "grpc", "address": catalogAddr, "displayName": "Slicer (test catalog)", "publisher": "test",
 		}))
@@ -308,9 +308,9 @@ func daemonSetPodUIDs(ctx context.Context) []types.UID {
 
 // leftovers lists what is left of Slicer after the uninstall: its agent namespace, any
 // Deployment, DaemonSet, Service, ServiceAccount (but default), Role, RoleBinding, Secret or
-// ConfigMap (but the API server's) in slicer-system, any ClusterRole, ClusterRoleBinding,
-// MutatingWebhookConfiguration, ValidatingAdmissionPolicy or binding whose name has "slicer",
-// any Slicer custom resource, and any CSV (OLM copies CSVs into every namespace).
+// ConfigMap (but the API server's) or Lease in slicer-system, any ClusterRole,
+// ClusterRoleBinding, webhook configuration, ValidatingAdmissionPolicy or binding whose name has
+// "slicer", any Slicer or NodeAccelerator, and any CSV (OLM copies CSVs into every namespace).
 func leftovers(ctx context.Context, g Gomega) []string {
 	var out []string
 	if err := k8s.Get(ctx, client.ObjectKey{Name: agentNamespace}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
@@ -320,7 +320,7 @@ func leftovers(ctx context.Context, g Gomega) []string {
 		"deployment": &appsv1.DeploymentList{}, "daemonset": &appsv1.DaemonSetList{}, "service": &corev1.ServiceList{},
 		"serviceaccount": &corev1.ServiceAccountList{}, "role": newList("rbac.authorization.k8s.io", "v1", "Role"),
 		"rolebinding": newList("rbac.authorization.k8s.io", "v1", "RoleBinding"), "secret": &corev1.SecretList{},
-		"configmap": &corev1.ConfigMapList{},
+		"configmap": &corev1.ConfigMapList{}, "lease": newList("coordination.k8s.io", "v1", "Lease"),
 	}
 	for kind, l := range namespaced {
 		g.Expect(k8s.List(ctx, l, client.InNamespace(namespace))).To(Succeed())
@@ -343,7 +343,7 @@ func leftovers(ctx context.Context, g Gomega) []string {
 	for kind, l := range cluster {
 		g.Expect(k8s.List(ctx, l)).To(Succeed())
 		for _, o := range items(l) {
-			if kind == "csv" || kind == "slicer" || strings.Contains(o, "slicer") {
+			if kind == "csv" || kind == "slicer" || kind == "nodeaccelerator" || strings.Contains(o, "slicer") {
 				out = append(out, kind+" "+o)
 			}
 		}
