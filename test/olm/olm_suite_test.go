@@ -128,6 +128,7 @@ func startOLM(ctx context.Context) {
 	kubectl(ctx, args...)
 	kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 	kubectl(ctx, "create", "namespace", "olm")
+	startServiceRelay(ctx)
 	startCatalogServer(catalogs["released"])
 	runDir := filepath.Join(work, "run")
 	for _, name := range []string{"olm", "catalog"} {
@@ -138,6 +139,18 @@ func startOLM(ctx context.Context) {
 		}
 		background(name, filepath.Join(repoRoot, "hack", "netns-run"), args...)
 	}
+}
+
+// startServiceRelay makes the kubernetes Service reachable from host-network pods, the job
+// kube-proxy does on a real cluster and nothing does on the local node: its ClusterIP (in the
+// node's loopback Service range, 127.0.100.0/24) port 443 is relayed to the apiserver on
+// 127.0.0.1:16443 (whose certificate names the ClusterIP). Slicer v0.1.0 needs it: its operator
+// does not hand its apiserver address to the host-network components it renders (1940f02 added
+// that later), so they dial the Service.
+func startServiceRelay(ctx context.Context) {
+	ip := strings.TrimSpace(kubectl(ctx, "get", "service", "kubernetes", "-n", "default", "-o", "jsonpath={.spec.clusterIP}"))
+	background("service-relay", filepath.Join(repoRoot, "bin", "tools", "relay"),
+		"-listen", "tcp:"+ip+":443", "-to", "tcp:127.0.0.1:"+apiPort)
 }
 
 // startCatalogServer (re)starts catalog-server on catalogAddr serving dir. It reads its catalog
