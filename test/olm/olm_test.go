@@ -116,7 +116,12 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 		}}
 		Expect(k8s.Create(ctx, slicer)).To(Succeed())
 		waitComponents(ctx, slicerv1alpha1.ConditionWebhookAvailable, slicerv1alpha1.ConditionSchedulerAvailable, slicerv1alpha1.ConditionAgentAvailable)
+		By("the operands where kustomize puts them: webhook and scheduler in slicer-system, the agent in slicer-system-agent")
 		Expect(deploymentImage(ctx, namespace, "slicer-webhook")).To(Equal(image("webhook", releasedVersion)))
+		Expect(deploymentImage(ctx, namespace, "slicer-scheduler")).To(Equal(image("scheduler", releasedVersion)))
+		var agent appsv1.DaemonSet
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "slicer-agent"}, &agent)).To(Succeed())
+		Expect(agent.Spec.Template.Spec.Containers[0].Image).To(Equal(image("agent", releasedVersion)))
 
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: workloads}})).To(Succeed())
 		Eventually(func() error {
