@@ -179,12 +179,16 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 				var d appsv1.Deployment
 				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "slicer-" + c}, &d)).To(Succeed())
 				g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(HavePrefix(image(c, current)))
+				g.Expect(d.Status.ObservedGeneration).To(Equal(d.Generation))
+				g.Expect(d.Status.Replicas).To(Equal(*d.Spec.Replicas), "old pods of %s still there", d.Name)
 				g.Expect(d.Status.UpdatedReplicas).To(Equal(*d.Spec.Replicas))
 				g.Expect(d.Status.AvailableReplicas).To(Equal(*d.Spec.Replicas))
 			}
 			var ds appsv1.DaemonSet
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "slicer-agent"}, &ds)).To(Succeed())
 			g.Expect(ds.Spec.Template.Spec.Containers[0].Image).To(Equal(image("agent", current)))
+			g.Expect(ds.Status.ObservedGeneration).To(Equal(ds.Generation))
+			g.Expect(ds.Status.DesiredNumberScheduled).To(BeNumerically(">", 0))
 			g.Expect(ds.Status.UpdatedNumberScheduled).To(Equal(ds.Status.DesiredNumberScheduled))
 			g.Expect(ds.Status.NumberAvailable).To(Equal(ds.Status.DesiredNumberScheduled))
 		}).WithContext(ctx).WithTimeout(wait).Should(Succeed())
