@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -53,7 +55,7 @@ var (
 )
 
 // The MIG pods that run through the upgrade, and what must not change under them.
-var slicePods = map[string]string{"train-7g": "7g.80gb", "infer-3g": "3g.20gb", "infer-1g": "1g.10gb"}
+var slicePods = map[string]string{"train-7g": "7g.80gb", "infer-3g": "3g.20gb"}
 
 type podState struct {
 	UID      types.UID
@@ -73,6 +75,12 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 		allocations map[string]allocationState
 		instances   []string
 	)
+
+	AfterEach(func(ctx SpecContext) {
+		if CurrentSpecReport().Failed() {
+			diagnose(ctx)
+		}
+	})
 
 	It("installs the released bundle through a Subscription in slicer-system", func(ctx SpecContext) {
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})).To(Succeed())
@@ -227,6 +235,26 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 		}
 	})
 })
+
+// diagnose prints what explains most failures: pods, OLM's objects, Slicer's status, the
+// workload's events and allocations, the operands' logs.
+func diagnose(ctx context.Context) {
+	k := filepath.Join(repoRoot, "bin", "k8s", "kubectl")
+	for _, args := range [][]string{
+		{"get", "pods", "-A", "-o", "wide"},
+		{"get", "csv,installplan,subscription", "-n", namespace},
+		{"get", "slicer", "default", "-o", "yaml"},
+		{"get", "sliceallocations", "-A", "-o", "yaml"},
+		{"get", "events", "-n", workloads},
+		{"describe", "pods", "-n", workloads},
+		{"logs", "-n", namespace, "deploy/slicer-scheduler", "--tail=40"},
+		{"logs", "-n", agentNamespace, "ds/slicer-agent", "--tail=40"},
+		{"logs", "-n", namespace, "deploy/slicer-operator", "--tail=40"},
+	} {
+		out, err := exec.CommandContext(ctx, k, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+		GinkgoWriter.Printf("--- kubectl %s (%v)\n%s\n", strings.Join(args, " "), err, out)
+	}
+}
 
 // waitInstalled waits for the Subscription's InstallPlan for version to be Complete and its CSV
 // Succeeded.
