@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,6 +132,14 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "slicer-agent"}, &agent)).To(Succeed())
 		Expect(agent.Spec.Template.Spec.Containers[0].Image).To(Equal(image("agent", releasedVersion)))
 
+		// v0.1.0's bug: the agent ClusterRole its operator renders (operator/render/rbac.go at
+		// the release's commit) grants get/list/watch on sliceallocations, but its agent patches
+		// them (a finalizer, device-plugin/agent/controller.go): forbidden, no slice ever gets
+		// Ready, MIG pods stay Pending. The workaround a v0.1.0 user needs, removed after the
+		// upgrade (the current release renders the verbs itself).
+		Expect(k8s.Create(ctx, v010Workaround())).To(Succeed())
+		Expect(k8s.Create(ctx, v010WorkaroundBinding())).To(Succeed())
+
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: workloads}})).To(Succeed())
 		Eventually(func() error {
 			return k8s.Get(ctx, client.ObjectKey{Namespace: workloads, Name: "default"}, &corev1.ServiceAccount{})
@@ -175,6 +184,8 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 		Expect(field(ctx, Default, subscriptionGVK, namespace, pkgName, "status", "installedCSV")).To(Equal(csvName(current)))
 		GinkgoWriter.Printf("upgrade: catalog swap to CSV v%s Succeeded and v%s gone in %s\n", current, releasedVersion, time.Since(start).Round(time.Millisecond))
 		Expect(deploymentImage(ctx, namespace, "slicer-operator")).To(Equal(image("operator", current)))
+		Expect(k8s.Delete(ctx, v010WorkaroundBinding())).To(Succeed())
+		Expect(k8s.Delete(ctx, v010Workaround())).To(Succeed())
 
 		By("the current emulated overlay's Slicer: no NFD, every listener on loopback")
 		patch := []byte(`{"spec":{"nodeSelection":{"nodeFeatureRule":"Disabled"},"network":{"listenAddress":"127.0.0.1"}}}`)
@@ -235,6 +246,18 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 		}
 	})
 })
+
+// v010Workaround grants Slicer v0.1.0's agent the sliceallocations verbs its release forgot.
+func v010Workaround() *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "olm-test-v010-agent-workaround"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations"}, Verbs: []string{"patch", "update"}}}}
+}
+
+func v010WorkaroundBinding() *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "olm-test-v010-agent-workaround"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "olm-test-v010-agent-workaround"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: agentNamespace, Name: "slicer-agent"}}}
+}
 
 // diagnose prints what explains most failures: pods, OLM's objects, Slicer's status, the
 // workload's events and allocations, the operands' logs.
