@@ -124,14 +124,20 @@ GO_TEST_PKGS ?= $$($(GO) list ./... | grep -v -e /test/e2e -e /test/olm)
 test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## The main module's tests but test/e2e and test/olm (GO_TEST_PKGS).
 	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PKGS)
 
-# The e2e suites run the stack as pods on the local node (root only; as any other user they
-# skip themselves and say why): test/e2e installs Slicer with kustomize, then test/olm installs,
-# upgrades and uninstalls it with OLM. One node per machine: they run one after the other.
-# They need the node's binaries, Slicer's, OLM's and the released version's.
+# The e2e suite runs the stack as pods on the local node (root only; as any other user it
+# skips itself and says why). It needs the node's binaries, Slicer's and the images.
 .PHONY: test-e2e
-test-e2e: ## End-to-end suites on the local single-node cluster (root; see test/e2e, test/olm).
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build olm-bin released-bin relay; fi
+test-e2e: ## End-to-end suite on the local single-node cluster (root; see test/e2e).
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build; fi
 	$(GO) test -v -count=1 -timeout 40m ./test/e2e/ -ginkgo.v
+
+# test/olm installs the released v0.1.0 with OLM, upgrades it to the current bundle and
+# uninstalls it (root; docs/olm-testing.md). Not yet part of test-e2e: the released v0.1.0
+# binds its scheduler's and agent's ports on every interface in HostNetwork mode, which the
+# suite's listener check (rightly) fails; see docs/olm-testing.md.
+.PHONY: test-olm
+test-olm: ## OLM install, upgrade from v0.1.0 and uninstall on the local node (root; see test/olm).
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build olm-bin released-bin relay; fi
 	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
 
 .PHONY: olm-bin
