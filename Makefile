@@ -194,11 +194,13 @@ images-local: build build-schedulers $(MKIMAGE) ## localhost/slicer-<component>:
 
 LOCAL_CLUSTER := hack/local-cluster
 
-.PHONY: local-cluster-deps local-cluster-bin local-cluster-up local-cluster-down local-cluster-smoke demo-down
+.PHONY: local-cluster-deps local-cluster-bin nfd-bin local-cluster-up local-cluster-down local-cluster-smoke demo-down
 local-cluster-deps: ## Install the Debian packages the local node needs.
 	$(LOCAL_CLUSTER) deps
-local-cluster-bin: $(MKIMAGE) ## Build kubelet, kcm, kubectl, kube-scheduler, etcd, apiserver, containerd 2 (once).
+local-cluster-bin: $(MKIMAGE) ## Build kubelet, kcm, kubectl, kube-scheduler, etcd, apiserver, containerd 2, NFD (once).
 	$(LOCAL_CLUSTER) build
+nfd-bin: ## Build NFD's nfd-master and nfd-worker (hack/nfd) into bin/nfd (once; part of local-cluster-bin).
+	hack/build-nfd.sh
 local-cluster-up: local-cluster-bin ## Loopback-only single node; KUBECONFIG=.local/kubeconfig.
 	$(LOCAL_CLUSTER) up --default-scheduler
 local-cluster-down: ## Stop the local node and restore the host.

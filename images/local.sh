@@ -2,39 +2,44 @@
 # Assemble the component images without a container engine, from binaries
 # built on this machine (make build), for the local cluster:
 #   images/local.sh [OUT_DIR]   -> OUT_DIR/slicer-<component>.tar (default .local/images)
-# Each archive is an OCI image named localhost/slicer-<component>:dev that
-# `ctr -n k8s.io images import` accepts; the scheduler has one image per
-# supported Kubernetes minor, localhost/slicer-scheduler:dev-k8s-1.N, from
+# Each archive is an OCI image named $IMAGE_REPO/slicer-<component>:$IMAGE_TAG
+# (default localhost/slicer-<component>:dev) that `ctr -n k8s.io images import`
+# accepts; the scheduler has one image per supported Kubernetes minor,
+# $IMAGE_REPO/slicer-scheduler:$IMAGE_TAG-k8s-1.N, from
 # bin/slicer-scheduler-k8s-1.N (make build-schedulers; an older minor not built
 # is skipped with a note; the main module's minor, the local node's, comes from
-# make build's bin/slicer-scheduler). The entrypoint, binary path and USER
-# are read from images/<component>.Containerfile, so both ways of building
-# give the same image layout: /usr/local/bin/slicer-<component>, /licenses.
+# make build's bin/slicer-scheduler). The labels, entrypoint, binary path and
+# USER are read from images/<component>.Containerfile (VERSION, the version
+# label, from $VERSION, default the Makefile's), so both ways of building give
+# the same image: /usr/local/bin/slicer-<component>, /licenses, the same
+# config; mkimage refuses an image that fails the certification checks
+# (hack/tools/mkimage/check.go). Prints "ARCHIVE NAME DIGEST" per image.
 # Uses bin/tools/mkimage (hack/tools/mkimage, go-containerregistry).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-$ROOT/.local/images}
+IMAGE_REPO=${IMAGE_REPO:-localhost}
+IMAGE_TAG=${IMAGE_TAG:-dev}
+VERSION=${VERSION:-$(sed -n 's/^VERSION *?= *//p' "$ROOT/Makefile")}
 MKIMAGE=$ROOT/bin/tools/mkimage
 [ -x "$MKIMAGE" ] || { echo "images/local.sh: $MKIMAGE missing (build hack/tools/mkimage)" >&2; exit 1; }
 mkdir -p "$OUT"
 
-# assemble COMPONENT TAG BINARY: OUT/slicer-COMPONENT[-TAG-suffix].tar
+# assemble COMPONENT SUFFIX BINARY: OUT/slicer-COMPONENT[SUFFIX].tar, image
+# $IMAGE_REPO/slicer-COMPONENT:$IMAGE_TAG[SUFFIX]
 assemble() {
-  local c=$1 tag=$2 bin=$3 cf=$ROOT/images/$1.Containerfile entry user archive
+  local c=$1 suffix=$2 bin=$3 cf=$ROOT/images/$1.Containerfile entry
   [ -x "$bin" ] || { echo "images/local.sh: $bin missing (make build)" >&2; exit 1; }
-  entry=$(sed -n 's/^ENTRYPOINT \["\([^"]*\)"\]$/\1/p' "$cf")
-  user=$(sed -n 's/^USER \([0-9:]*\)$/\1/p' "$cf" | tail -1)
-  [ -n "$entry" ] && [ -n "$user" ] || { echo "images/local.sh: no ENTRYPOINT/USER in $cf" >&2; exit 1; }
-  archive=$OUT/slicer-$c${tag#dev}.tar
+  entry=/usr/local/bin/slicer-$c
+  grep -qx "ENTRYPOINT \[\"$entry\"\]" "$cf" || { echo "images/local.sh: $cf's ENTRYPOINT is not [\"$entry\"]" >&2; exit 1; }
   # The binaries are cgo builds: -libs adds the loader and shared libraries.
-  "$MKIMAGE" -o "$archive" -name "localhost/slicer-$c:$tag" \
-    -entrypoint "$entry" -user "$user" -libs \
+  "$MKIMAGE" -o "$OUT/slicer-$c$suffix.tar" -name "$IMAGE_REPO/slicer-$c:$IMAGE_TAG$suffix" \
+    -containerfile "$cf" -build-arg "VERSION=$VERSION" -libs \
     -file "$entry=$bin" -file "/licenses/LICENSE=$ROOT/images/licenses/LICENSE" -dir /tmp
-  echo "$archive"
 }
 
 for c in operator webhook agent; do
-  assemble "$c" dev "$ROOT/bin/slicer-$c"
+  assemble "$c" "" "$ROOT/bin/slicer-$c"
 done
 # The supported minors, where the Makefile finds them (docs/design/k8s-minors.md).
 main_minor=$(awk '$1=="k8s.io/kubernetes"{split(substr($2,2),v,"."); print v[1]"."v[2]; exit}' "$ROOT/go.mod")
@@ -46,5 +51,5 @@ for m in $(cd "$ROOT/scheduler" && ls -d k8s-1.*/go.mod 2>/dev/null | sed 's,^k8
     echo "images/local.sh: $bin not built (make build-schedulers): no image for Kubernetes $m" >&2
     continue
   fi
-  assemble scheduler "dev-k8s-$m" "$bin"
+  assemble scheduler "-k8s-$m" "$bin"
 done

@@ -92,13 +92,13 @@ type DriverBuildSpec struct {
 
 // DriverSignSpec signs the kernel modules for Secure Boot.
 type DriverSignSpec struct {
-	// keySecret names the Secret (in the operator namespace) with the private key.
+	// keySecret names the Secret (in the agent namespace, where the KMM Module is) with the private key.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	KeySecret string `json:"keySecret"`
 
-	// certSecret names the Secret (in the operator namespace) with the public certificate.
+	// certSecret names the Secret (in the agent namespace, where the KMM Module is) with the public certificate.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

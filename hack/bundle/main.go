@@ -5,7 +5,14 @@
 // its inputs (no clock, sorted keys), so `make bundle && git diff --exit-code
 // bundle/` detects a stale bundle.
 //
-//	go run ./hack/bundle [-root .] [-out bundle]
+//	go run ./hack/bundle [-root .] [-out bundle] [-digests FILE]
+//
+// -digests pins every image the bundle names by digest, as a release does once
+// its images are pushed: FILE maps each image reference the CSV names
+// (config/manager's image and RELATED_IMAGE_* values) to its manifest digest,
+// one "REFERENCE DIGEST" per line (what images/local.sh and mkimage print,
+// after the archive path). The CSV's Deployment, its RELATED_IMAGE_* values,
+// containerImage and relatedImages then all say REPOSITORY@DIGEST.
 package main
 
 import (
@@ -21,6 +28,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/slicer-operator/slicer/internal/kubeversion"
 )
 
 // Package is the OLM package name; the CSV is <Package>.v<version>.
@@ -31,29 +40,41 @@ const operatorSA = "slicer-operator"
 
 // Release is hack/bundle/release.yaml.
 type Release struct {
-	Version           string `json:"version"`
-	CreatedAt         string `json:"createdAt"`
-	Replaces          string `json:"replaces"`
-	SkipRange         string `json:"skipRange"`
-	Channels          string `json:"channels"`
-	DefaultChannel    string `json:"defaultChannel"`
-	OpenShiftVersions string `json:"openshiftVersions"`
+	Version        string `json:"version"`
+	CreatedAt      string `json:"createdAt"`
+	Replaces       string `json:"replaces"`
+	SkipRange      string `json:"skipRange"`
+	Channels       string `json:"channels"`
+	DefaultChannel string `json:"defaultChannel"`
 }
 
 type obj = map[string]any
 
 func main() {
 	root := flag.String("root", ".", "Repository root.")
-	out := flag.String("out", "bundle", "Output directory, relative to -root; replaced entirely.")
+	out := flag.String("out", "bundle", "Output directory, relative to -root unless absolute; replaced entirely.")
+	digestFile := flag.String("digests", "", `Pin images by digest: a file of "REFERENCE DIGEST" lines.`)
 	flag.Parse()
-	if err := run(*root, filepath.Join(*root, *out)); err != nil {
+	var digests map[string]string
+	if *digestFile != "" {
+		var err error
+		if digests, err = readDigests(*digestFile); err != nil {
+			fmt.Fprintln(os.Stderr, "bundle:", err)
+			os.Exit(1)
+		}
+	}
+	outDir := *out
+	if !filepath.IsAbs(outDir) {
+		outDir = filepath.Join(*root, outDir)
+	}
+	if err := run(*root, outDir, digests); err != nil {
 		fmt.Fprintln(os.Stderr, "bundle:", err)
 		os.Exit(1)
 	}
 }
 
-func run(root, out string) error {
-	files, err := Generate(root)
+func run(root, out string, digests map[string]string) error {
+	files, err := Generate(root, digests)
 	if err != nil {
 		return err
 	}
@@ -78,13 +99,14 @@ func run(root, out string) error {
 }
 
 // Generate returns the bundle's files by path relative to the bundle root.
-func Generate(root string) (map[string][]byte, error) {
+// With digests (see the command's doc), every image is pinned by digest.
+func Generate(root string, digests map[string]string) (map[string][]byte, error) {
 	var rel Release
 	if err := readYAML(filepath.Join(root, "hack/bundle/release.yaml"), &rel); err != nil {
 		return nil, err
 	}
-	if rel.Version == "" || rel.CreatedAt == "" || rel.Channels == "" || rel.OpenShiftVersions == "" {
-		return nil, errors.New("release.yaml: version, createdAt, channels and openshiftVersions are required")
+	if rel.Version == "" || rel.CreatedAt == "" || rel.Channels == "" {
+		return nil, errors.New("release.yaml: version, createdAt and channels are required")
 	}
 	files := map[string][]byte{}
 
@@ -140,6 +162,11 @@ func Generate(root string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if digests != nil {
+		if err := pinDigests(csv, digests); err != nil {
+			return nil, err
+		}
+	}
 	b, err := yaml.Marshal(csv)
 	if err != nil {
 		return nil, fmt.Errorf("marshal csv: %w", err)
@@ -153,7 +180,7 @@ func Generate(root string) (map[string][]byte, error) {
 		"operators.operatorframework.io.bundle.package.v1":         Package,
 		"operators.operatorframework.io.bundle.channels.v1":        rel.Channels,
 		"operators.operatorframework.io.bundle.channel.default.v1": rel.DefaultChannel,
-		"com.redhat.openshift.versions":                            rel.OpenShiftVersions,
+		"com.redhat.openshift.versions":                            kubeversion.OpenShiftVersions(),
 	}}
 	if b, err = yaml.Marshal(annotations); err != nil {
 		return nil, fmt.Errorf("marshal annotations: %w", err)
@@ -173,6 +200,7 @@ func buildCSV(root string, rel Release, manager, roles []obj, crdNames map[strin
 	ann := meta["annotations"].(obj)
 	meta["name"] = Package + ".v" + rel.Version
 	spec["version"] = rel.Version
+	spec["minKubeVersion"] = kubeversion.MinKubeVersion()
 	if rel.Replaces != "" {
 		spec["replaces"] = rel.Replaces
 	}
@@ -287,7 +315,7 @@ LABEL operators.operatorframework.io.bundle.metadata.v1=metadata/
 LABEL operators.operatorframework.io.bundle.package.v1=` + Package + `
 LABEL operators.operatorframework.io.bundle.channels.v1=` + rel.Channels + `
 LABEL operators.operatorframework.io.bundle.channel.default.v1=` + rel.DefaultChannel + `
-LABEL com.redhat.openshift.versions=` + rel.OpenShiftVersions + `
+LABEL com.redhat.openshift.versions=` + kubeversion.OpenShiftVersions() + `
 
 COPY manifests /manifests/
 COPY metadata /metadata/

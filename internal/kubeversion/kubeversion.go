@@ -49,6 +49,36 @@ func SupportedRange() string {
 	return Supported[0].String() + " to " + Supported[len(Supported)-1].String()
 }
 
+// OpenShiftReleases are the OpenShift releases built on a supported
+// Kubernetes minor, where one is published (docs/design/k8s-minors-operator.md,
+// support matrix). A supported minor without one (1.37 in November 2026) has
+// no entry until Red Hat ships it.
+var OpenShiftReleases = map[Minor]string{{1, 35}: "4.22", {1, 36}: "5.0"}
+
+// OpenShiftVersions is the bundle's com.redhat.openshift.versions value: the
+// inclusive range of the OpenShift releases built on a supported minor
+// ("v4.22-v5.0"), so catalogs of newer OpenShift releases, whose apiserver
+// the operator would refuse, do not list the bundle. It panics when no
+// supported minor has an OpenShift release: the bundle would be for none.
+func OpenShiftVersions() string {
+	var first, last string
+	for _, m := range Supported {
+		if r, ok := OpenShiftReleases[m]; ok {
+			if first == "" {
+				first = r
+			}
+			last = r
+		}
+	}
+	if first == "" {
+		panic("kubeversion: no supported Kubernetes minor has an OpenShift release")
+	}
+	return "v" + first + "-v" + last
+}
+
+// MinKubeVersion is the CSV's spec.minKubeVersion: the oldest supported minor, patch 0.
+func MinKubeVersion() string { return Supported[0].String() + ".0" }
+
 // Version is what an apiserver reported about itself.
 type Version struct {
 	Minor

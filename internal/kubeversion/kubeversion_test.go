@@ -53,3 +53,35 @@ func TestSupportedWindow(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenShiftVersionsFollowTheSupportedWindow(t *testing.T) {
+	saved, savedReleases := Supported, OpenShiftReleases
+	t.Cleanup(func() { Supported, OpenShiftReleases = saved, savedReleases })
+	OpenShiftReleases = map[Minor]string{{1, 34}: "4.21", {1, 35}: "4.22", {1, 36}: "5.0"}
+	for _, tc := range []struct {
+		supported []Minor
+		want      string
+	}{
+		{[]Minor{{1, 35}, {1, 36}, {1, 37}}, "v4.22-v5.0"},
+		{[]Minor{{1, 34}, {1, 35}}, "v4.21-v4.22"},
+		{[]Minor{{1, 36}, {1, 37}, {1, 38}}, "v5.0-v5.0"},
+	} {
+		Supported = tc.supported
+		if got := OpenShiftVersions(); got != tc.want {
+			t.Errorf("OpenShiftVersions() with %v = %q, want %q", tc.supported, got, tc.want)
+		}
+	}
+	Supported = []Minor{{1, 37}, {1, 38}}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("OpenShiftVersions() with no OpenShift release in the window did not panic")
+			}
+		}()
+		OpenShiftVersions()
+	}()
+	Supported = []Minor{{1, 35}, {1, 37}}
+	if got := MinKubeVersion(); got != "1.35.0" {
+		t.Errorf("MinKubeVersion() = %q, want 1.35.0", got)
+	}
+}

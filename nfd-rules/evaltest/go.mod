@@ -1,57 +1,51 @@
 module github.com/slicer-operator/slicer/nfd-rules/evaltest
 
-go 1.25.0
+go 1.26
 
 replace (
-	k8s.io/api => k8s.io/api v0.34.4
-	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.34.4
-	k8s.io/apimachinery => k8s.io/apimachinery v0.34.4
-	k8s.io/apiserver => k8s.io/apiserver v0.34.4
-	k8s.io/cli-runtime => k8s.io/cli-runtime v0.34.4
-	k8s.io/client-go => k8s.io/client-go v0.34.4
-	k8s.io/cloud-provider => k8s.io/cloud-provider v0.34.4
-	k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.34.4
-	k8s.io/code-generator => k8s.io/code-generator v0.34.4
-	k8s.io/component-base => k8s.io/component-base v0.34.4
-	k8s.io/component-helpers => k8s.io/component-helpers v0.34.4
-	k8s.io/controller-manager => k8s.io/controller-manager v0.34.4
-	k8s.io/cri-api => k8s.io/cri-api v0.34.4
-	k8s.io/cri-client => k8s.io/cri-client v0.34.4
-	k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.34.4
-	k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.34.4
-	k8s.io/endpointslice => k8s.io/endpointslice v0.34.4
-	k8s.io/externaljwt => k8s.io/externaljwt v0.34.4
-	k8s.io/kms => k8s.io/kms v0.34.4
-	k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.34.4
-	k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.34.4
-	k8s.io/kube-proxy => k8s.io/kube-proxy v0.34.4
-	k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.34.4
-	k8s.io/kubectl => k8s.io/kubectl v0.34.4
-	k8s.io/kubelet => k8s.io/kubelet v0.34.4
-	k8s.io/metrics => k8s.io/metrics v0.34.4
-	k8s.io/mount-utils => k8s.io/mount-utils v0.34.4
-	k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.34.4
-	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.34.4
-	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.34.4
-	k8s.io/sample-controller => k8s.io/sample-controller v0.34.4
+	k8s.io/api => k8s.io/api v0.35.3
+	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.35.3
+	k8s.io/apimachinery => k8s.io/apimachinery v0.35.3
+	k8s.io/apiserver => k8s.io/apiserver v0.35.3
+	k8s.io/cli-runtime => k8s.io/cli-runtime v0.35.3
+	k8s.io/client-go => k8s.io/client-go v0.35.3
+	k8s.io/cloud-provider => k8s.io/cloud-provider v0.35.3
+	k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.35.3
+	k8s.io/code-generator => k8s.io/code-generator v0.35.3
+	k8s.io/component-base => k8s.io/component-base v0.35.3
+	k8s.io/component-helpers => k8s.io/component-helpers v0.35.3
+	k8s.io/controller-manager => k8s.io/controller-manager v0.35.3
+	k8s.io/cri-api => k8s.io/cri-api v0.35.3
+	k8s.io/cri-client => k8s.io/cri-client v0.35.3
+	k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.35.3
+	k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.35.3
+	k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.35.3
+	k8s.io/kube-proxy => k8s.io/kube-proxy v0.35.3
+	k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.35.3
+	k8s.io/kubectl => k8s.io/kubectl v0.35.3
+	k8s.io/kubelet => k8s.io/kubelet v0.35.3
+	k8s.io/legacy-cloud-providers => k8s.io/legacy-cloud-providers v0.35.3
+	k8s.io/metrics => k8s.io/metrics v0.35.3
+	k8s.io/mount-utils => k8s.io/mount-utils v0.35.3
+	k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.35.3
+	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.35.3
 )
 
 require (
 	github.com/google/go-cmp v0.7.0
-	sigs.k8s.io/node-feature-discovery v0.18.3
-	sigs.k8s.io/node-feature-discovery/api/nfd v0.18.3
+	sigs.k8s.io/node-feature-discovery v0.19.0
+	sigs.k8s.io/node-feature-discovery/api/nfd v0.19.0
 	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
 	dario.cat/mergo v1.0.1 // indirect
 	github.com/Masterminds/goutils v1.1.1 // indirect
-	github.com/Masterminds/semver/v3 v3.4.0 // indirect
+	github.com/Masterminds/semver/v3 v3.5.0 // indirect
 	github.com/Masterminds/sprig/v3 v3.3.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/fxamacker/cbor/v2 v2.9.0 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
-	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/huandu/xstrings v1.5.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
@@ -62,24 +56,25 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/shopspring/decimal v1.4.0 // indirect
 	github.com/spf13/cast v1.7.1 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
-	go.yaml.in/yaml/v2 v2.4.2 // indirect
-	golang.org/x/crypto v0.42.0 // indirect
-	golang.org/x/net v0.44.0 // indirect
-	golang.org/x/oauth2 v0.30.0 // indirect
-	golang.org/x/sys v0.36.0 // indirect
-	golang.org/x/term v0.35.0 // indirect
-	golang.org/x/text v0.29.0 // indirect
-	golang.org/x/time v0.13.0 // indirect
+	go.yaml.in/yaml/v2 v2.4.3 // indirect
+	golang.org/x/crypto v0.53.0 // indirect
+	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/oauth2 v0.36.0 // indirect
+	golang.org/x/sys v0.46.0 // indirect
+	golang.org/x/term v0.44.0 // indirect
+	golang.org/x/text v0.38.0 // indirect
+	golang.org/x/time v0.15.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
-	k8s.io/api v0.34.4 // indirect
-	k8s.io/apimachinery v0.34.4 // indirect
-	k8s.io/client-go v0.34.1 // indirect
-	k8s.io/klog/v2 v2.130.1 // indirect
-	k8s.io/kubernetes v1.34.1 // indirect
-	k8s.io/utils v0.0.0-20250604170112-4c0f3b243397 // indirect
-	sigs.k8s.io/json v0.0.0-20241014173422-cfa47c3a1cc8 // indirect
+	k8s.io/api v0.35.3 // indirect
+	k8s.io/apimachinery v0.35.3 // indirect
+	k8s.io/client-go v0.35.3 // indirect
+	k8s.io/klog/v2 v2.140.0 // indirect
+	k8s.io/kube-openapi v0.0.0-20250910181357-589584f1c912 // indirect
+	k8s.io/kubernetes v1.35.3 // indirect
+	k8s.io/utils v0.0.0-20251002143259-bc988d571ff4 // indirect
+	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
-	sigs.k8s.io/structured-merge-diff/v6 v6.3.0 // indirect
+	sigs.k8s.io/structured-merge-diff/v6 v6.4.0 // indirect
 )

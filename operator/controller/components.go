@@ -88,10 +88,15 @@ func (r *SlicerReconciler) reconcileDriver(ctx context.Context, o render.Options
 		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonApplyFailed, "KMM Module could not be applied")
 		return false
 	}
+	if o.AgentNamespace != o.Namespace {
+		if err := r.removeAll(ctx, render.LegacyDriver(o)); err != nil {
+			res.fail(fmt.Errorf("remove the driver objects of the operator's namespace: %w", err))
+		}
+	}
 	m := &unstructured.Unstructured{}
 	m.SetAPIVersion(kmmGroupVersion)
 	m.SetKind("Module")
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: render.ModuleName}, m); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: o.AgentNamespace, Name: render.ModuleName}, m); err != nil {
 		res.fail(fmt.Errorf("read KMM Module: %w", err))
 		return false
 	}

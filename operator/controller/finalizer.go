@@ -52,6 +52,20 @@ func (r *SlicerReconciler) cleanupTargets(o render.Options) []client.Object {
 	return out
 }
 
+// cleanupPhases splits the cleanup targets into the KMM Modules, deleted
+// first, and the rest.
+func cleanupPhases(objs []client.Object) [][]client.Object {
+	var modules, rest []client.Object
+	for _, obj := range objs {
+		if obj.GetObjectKind().GroupVersionKind().Kind == "Module" {
+			modules = append(modules, obj)
+		} else {
+			rest = append(rest, obj)
+		}
+	}
+	return [][]client.Object{modules, rest}
+}
+
 // finalize deletes the cleanup targets and removes the finalizer once they
 // are gone, or once DeletionTimeout has passed (then with a Degraded
 // condition and a Warning Event, so a stuck object cannot block forever).
@@ -62,14 +76,22 @@ func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slice
 	}
 	var pending []string
 	var errs []error
-	for _, obj := range r.cleanupTargets(o) {
-		gone, err := r.deleteAndCheck(ctx, obj)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+	// Two phases: KMM unloads the driver with pods in the Module's namespace
+	// (the agent's), which a terminating namespace would refuse, so the
+	// Module goes first and everything else once it is gone.
+	for _, phase := range cleanupPhases(r.cleanupTargets(o)) {
+		for _, obj := range phase {
+			gone, err := r.deleteAndCheck(ctx, obj)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if !gone {
+				pending = append(pending, obj.GetObjectKind().GroupVersionKind().Kind+" "+client.ObjectKeyFromObject(obj).String())
+			}
 		}
-		if !gone {
-			pending = append(pending, obj.GetObjectKind().GroupVersionKind().Kind+" "+client.ObjectKeyFromObject(obj).String())
+		if len(pending) > 0 || len(errs) > 0 {
+			break
 		}
 	}
 	if len(pending) > 0 || len(errs) > 0 {

@@ -50,7 +50,7 @@ func AgentNodeAffinity(o Options) *corev1.NodeAffinity {
 	}}
 	if o.driverMode() == slicerv1alpha1.DriverModeKMM {
 		reqs = append(reqs, corev1.NodeSelectorRequirement{
-			Key: KMMReadyLabel(o.Namespace, ModuleName), Operator: corev1.NodeSelectorOpExists,
+			Key: KMMReadyLabel(o.AgentNamespace, ModuleName), Operator: corev1.NodeSelectorOpExists,
 		})
 	}
 	return &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{

@@ -27,8 +27,12 @@ func BaseModule() (*kmmv1beta1.Module, error) {
 }
 
 // Driver renders the objects of driver mode KMM: the Module, its
-// ServiceAccount and, for in-cluster builds, the ConfigMap holding
-// driver-container/Containerfile. Other modes render nothing.
+// ServiceAccount (on OpenShift with its SCC Role) and, for in-cluster builds,
+// the ConfigMap holding driver-container/Containerfile. Other modes render
+// nothing. They live in the agent's namespace: KMM runs its privileged
+// load/unload pods in the Module's namespace, and only the agent's is
+// labelled for the privileged Pod Security level (the operator's is
+// restricted, which would refuse them).
 func Driver(o Options) ([]client.Object, error) {
 	if o.driverMode() != slicerv1alpha1.DriverModeKMM {
 		return nil, nil
@@ -37,11 +41,17 @@ func Driver(o Options) ([]client.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs := []client.Object{serviceAccount(o.Namespace, DriverName, "driver")}
+	ns := o.AgentNamespace
+	objs := []client.Object{serviceAccount(ns, DriverName, "driver")}
+	if o.Platform.OpenShift {
+		objs = append(objs,
+			role(ns, DriverName, "driver", SCCRules),
+			roleBinding(ns, DriverName, "driver", ns))
+	}
 	if build := o.Slicer.Spec.Driver.Build; build != nil && build.State == slicerv1alpha1.FeatureEnabled {
 		objs = append(objs, &corev1.ConfigMap{
 			TypeMeta:   typeMeta(corev1.SchemeGroupVersion.WithKind("ConfigMap")),
-			ObjectMeta: metav1.ObjectMeta{Name: DriverBuildConfigMap, Namespace: o.Namespace, Labels: labels("driver")},
+			ObjectMeta: metav1.ObjectMeta{Name: DriverBuildConfigMap, Namespace: ns, Labels: labels("driver")},
 			Data:       map[string]string{drivercontainer.ConfigMapKey: string(drivercontainer.Containerfile)},
 		})
 	}
@@ -56,7 +66,7 @@ func Module(o Options) (*kmmv1beta1.Module, error) {
 	}
 	d := o.Slicer.Spec.Driver
 	m.TypeMeta = typeMeta(kmmv1beta1.GroupVersion.WithKind("Module"))
-	m.Name, m.Namespace, m.Labels = ModuleName, o.Namespace, labels("driver")
+	m.Name, m.Namespace, m.Labels = ModuleName, o.AgentNamespace, labels("driver")
 	m.Spec.Selector = map[string]string{slicerv1alpha1.LabelMIGCapable: "true"}
 	m.Spec.ModuleLoader.ServiceAccountName = DriverName
 	c := &m.Spec.ModuleLoader.Container
@@ -97,6 +107,18 @@ func Module(o Options) (*kmmv1beta1.Module, error) {
 	c.KernelMappings = mappings
 	c.Build, c.Sign = build, sign
 	return m, nil
+}
+
+// LegacyDriver are the driver objects where releases up to 0.1.0 rendered
+// them, in the operator's namespace; the reconciler deletes them (an
+// upgrade would otherwise leave a Module whose pods Pod Security refuses).
+func LegacyDriver(o Options) []client.Object {
+	meta := metav1.ObjectMeta{Name: ModuleName, Namespace: o.Namespace}
+	return []client.Object{
+		&kmmv1beta1.Module{TypeMeta: typeMeta(kmmv1beta1.GroupVersion.WithKind("Module")), ObjectMeta: meta},
+		&corev1.ServiceAccount{TypeMeta: typeMeta(corev1.SchemeGroupVersion.WithKind("ServiceAccount")), ObjectMeta: metav1.ObjectMeta{Name: DriverName, Namespace: o.Namespace}},
+		&corev1.ConfigMap{TypeMeta: typeMeta(corev1.SchemeGroupVersion.WithKind("ConfigMap")), ObjectMeta: metav1.ObjectMeta{Name: DriverBuildConfigMap, Namespace: o.Namespace}},
+	}
 }
 
 // signedFiles are the modules the driver container ships.

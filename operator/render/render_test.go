@@ -140,6 +140,33 @@ func TestDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := findModule(t, objs)
+	// KMM's load and unload pods are privileged and run in the Module's
+	// namespace: every driver object is in the agent's (privileged) one.
+	for _, obj := range objs {
+		if obj.GetNamespace() != "slicer-agent" {
+			t.Errorf("%T %s is in namespace %q, want the agent's", obj, obj.GetName(), obj.GetNamespace())
+		}
+	}
+	for _, obj := range LegacyDriver(testOptions()) {
+		if obj.GetNamespace() != "slicer-system" {
+			t.Errorf("legacy %T %s in %q, want the operator's namespace", obj, obj.GetName(), obj.GetNamespace())
+		}
+	}
+	openshift := testOptions()
+	openshift.Platform.OpenShift = true
+	ocObjs, err := Driver(openshift)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scc bool
+	for _, obj := range ocObjs {
+		if r, ok := obj.(*rbacv1.Role); ok {
+			scc = r.Namespace == "slicer-agent" && cmp.Equal(r.Rules, SCCRules)
+		}
+	}
+	if !scc {
+		t.Error("on OpenShift the driver's ServiceAccount has no privileged SCC Role in the agent namespace")
+	}
 	if diff := cmp.Diff(map[string]string{slicerv1alpha1.LabelMIGCapable: "true"}, m.Spec.Selector); diff != "" {
 		t.Errorf("selector:\n%s", diff)
 	}
@@ -331,7 +358,8 @@ func TestAgent(t *testing.T) {
 	reqs := tmpl.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions
 	want := []corev1.NodeSelectorRequirement{
 		{Key: slicerv1alpha1.LabelMIGCapable, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}},
-		{Key: "kmm.node.kubernetes.io/slicer-system.slicer-nvidia.ready", Operator: corev1.NodeSelectorOpExists},
+		// KMM's label names the Module's namespace, the agent's.
+		{Key: "kmm.node.kubernetes.io/slicer-agent.slicer-nvidia.ready", Operator: corev1.NodeSelectorOpExists},
 	}
 	if diff := cmp.Diff(want, reqs); diff != "" {
 		t.Errorf("KMM affinity:\n%s", diff)

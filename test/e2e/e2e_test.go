@@ -283,6 +283,8 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 		waitRunning(ctx, ns, "mig")
 	})
 
+	Describe("Node Feature Discovery labels the node and the agent follows the label", nfdSpecs)
+
 	It("removes everything it created when the Slicer resource is deleted (I12)", func(ctx SpecContext) {
 		Expect(k8s.Delete(ctx, &slicerv1alpha1.Slicer{ObjectMeta: objectMeta("", "default")})).To(Succeed())
 		Eventually(func() bool {

@@ -57,7 +57,8 @@ func takeHostSnapshot() hostSnapshot {
 			continue
 		}
 		root, _ := os.Readlink(filepath.Join(p, "root"))
-		ours := strings.HasPrefix(exe, filepath.Join(repoRoot, "bin", "k8s")+"/") || strings.HasPrefix(exe, filepath.Join(repoRoot, "bin", "containerd")+"/")
+		ours := strings.HasPrefix(exe, filepath.Join(repoRoot, "bin", "k8s")+"/") || strings.HasPrefix(exe, filepath.Join(repoRoot, "bin", "containerd")+"/") ||
+			strings.HasPrefix(exe, filepath.Join(repoRoot, "bin", "nfd")+"/") || exe == filepath.Join(repoRoot, "bin", "tools", "relay")
 		if ours || (root != "" && root != "/") {
 			s.processes = append(s.processes, fmt.Sprintf("%s (pid %s, root %s)", exe, filepath.Base(p), root))
 		}

@@ -5,8 +5,11 @@
 package bundlevalidate
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -122,4 +125,54 @@ func accepted(d string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TestPinnedBundle validates the bundle as a release ships it: every image
+// pinned by digest (hack/bundle -digests), with the same validators and no
+// error or unaccepted warning.
+func TestPinnedBundle(t *testing.T) {
+	root := filepath.Join("..", "..", "..")
+	raw, err := os.ReadFile(filepath.Join(root, "bundle", "manifests", "slicer-operator.clusterserviceversion.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := map[string]bool{}
+	for _, r := range regexp.MustCompile(`quay\.io/slicer-operator/slicer-[a-z]+:[A-Za-z0-9._-]+`).FindAllString(string(raw), -1) {
+		refs[r] = true
+	}
+	if len(refs) < 4 {
+		t.Fatalf("found %d image references in the CSV, want the operator's and its operands'", len(refs))
+	}
+	var lines []string
+	for r := range refs {
+		lines = append(lines, fmt.Sprintf("%s sha256:%064x", r, len(lines)+1))
+	}
+	dir := t.TempDir()
+	digests := filepath.Join(dir, "digests")
+	if err := os.WriteFile(digests, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := filepath.Abs(filepath.Join(dir, "bundle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "run", "./hack/bundle", "-out", out, "-digests", digests)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/bundle -digests: %v\n%s", err, b)
+	}
+	pinned, err := os.ReadFile(filepath.Join(out, "manifests", "slicer-operator.clusterserviceversion.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(pinned), "@sha256:"); n < len(refs) {
+		t.Errorf("%d digest references in the pinned CSV, want at least %d", n, len(refs))
+	}
+	errs, warns := validate(t, out)
+	for _, e := range errs {
+		t.Errorf("error: %s", e)
+	}
+	for _, w := range warns {
+		t.Errorf("warning not fixed and not accepted: %s", w)
+	}
 }

@@ -17,6 +17,11 @@
 //	-entrypoint ARG, -cmd ARG        one argv element each, in order
 //	-libs                            also add the ELF interpreter and shared libraries
 //	                                 the -file binaries need (cgo builds), at their host paths
+//	-label KEY=VALUE                 image label
+//	-containerfile PATH              take the labels, USER and ENTRYPOINT from PATH's final
+//	                                 stage (-build-arg KEY=VALUE overrides its ARGs), and
+//	                                 refuse to write an image that fails CheckImage (a root
+//	                                 USER passes only when the Containerfile explains it)
 //
 // The layer is deterministic: entries sorted, owned by 0:0, modification time 0.
 package main
@@ -58,6 +63,7 @@ type Spec struct {
 	Env        []string // KEY=VALUE
 	WorkingDir string
 	User       string
+	Labels     map[string]string
 	Entries    []Entry // layer contents
 }
 
@@ -74,6 +80,8 @@ func main() {
 		out                                  string
 		spec                                 Spec
 		files, links, dirs, envs, entry, cmd list
+		labels, buildArgs                    list
+		containerfile                        string
 		libs                                 bool
 	)
 	flag.StringVar(&out, "o", "", "output archive (required)")
@@ -86,6 +94,9 @@ func main() {
 	flag.Var(&envs, "env", "KEY=VALUE (repeatable)")
 	flag.Var(&entry, "entrypoint", "entrypoint argv element (repeatable, in order)")
 	flag.Var(&cmd, "cmd", "cmd argv element (repeatable, in order)")
+	flag.Var(&labels, "label", "KEY=VALUE image label (repeatable)")
+	flag.StringVar(&containerfile, "containerfile", "", "Containerfile whose final stage gives the labels, USER and ENTRYPOINT; the image must pass the certification checks")
+	flag.Var(&buildArgs, "build-arg", "KEY=VALUE for the -containerfile's ARGs (repeatable)")
 	flag.BoolVar(&libs, "libs", false, "add the ELF interpreter and shared libraries the -file binaries need")
 	flag.Parse()
 	if out == "" || spec.Name == "" || flag.NArg() != 0 {
@@ -93,6 +104,33 @@ func main() {
 		os.Exit(2)
 	}
 	spec.Entrypoint, spec.Cmd = entry, cmd
+	var err error
+	if spec.Labels, err = parseKV("label", labels); err != nil {
+		fail(err)
+	}
+	allowRoot := false
+	if containerfile != "" {
+		args, err := parseKV("build-arg", buildArgs)
+		if err != nil {
+			fail(err)
+		}
+		c, err := ReadContainerfile(containerfile, args)
+		if err != nil {
+			fail(err)
+		}
+		for k, v := range c.Labels {
+			if _, set := spec.Labels[k]; !set {
+				spec.Labels[k] = v
+			}
+		}
+		if len(spec.Entrypoint) == 0 {
+			spec.Entrypoint = c.Entrypoint
+		}
+		if spec.User == "" {
+			spec.User = c.User
+		}
+		allowRoot = c.RootExplained
+	}
 	spec.Env = append([]string{"PATH=/bin:/usr/bin:/sbin:/usr/sbin"}, envs...)
 	for _, f := range files {
 		dst, src, ok := strings.Cut(f, "=")
@@ -124,7 +162,16 @@ func main() {
 	for _, d := range dirs {
 		spec.Entries = append(spec.Entries, Entry{Path: d})
 	}
-	digest, err := Build(spec, out)
+	img, err := Image(spec)
+	if err != nil {
+		fail(err)
+	}
+	if containerfile != "" {
+		if err := CheckImage(img, allowRoot); err != nil {
+			fail(fmt.Errorf("%s does not pass the certification checks: %w", spec.Name, err))
+		}
+	}
+	digest, err := Write(img, spec.Name, out)
 	if err != nil {
 		fail(err)
 	}
@@ -139,15 +186,24 @@ func fail(err error) {
 // Build writes the image described by spec as an OCI archive to out and
 // returns the manifest digest.
 func Build(spec Spec, out string) (v1.Hash, error) {
-	layerTar, err := layerBytes(spec.Entries)
+	img, err := Image(spec)
 	if err != nil {
 		return v1.Hash{}, err
+	}
+	return Write(img, spec.Name, out)
+}
+
+// Image assembles the single-layer image spec describes.
+func Image(spec Spec) (v1.Image, error) {
+	layerTar, err := layerBytes(spec.Entries)
+	if err != nil {
+		return nil, err
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
 	}, tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithMediaType(types.OCILayer))
 	if err != nil {
-		return v1.Hash{}, fmt.Errorf("layer: %w", err)
+		return nil, fmt.Errorf("layer: %w", err)
 	}
 	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
@@ -157,11 +213,11 @@ func Build(spec Spec, out string) (v1.Hash, error) {
 		History:   v1.History{CreatedBy: "mkimage", Created: v1.Time{Time: time.Unix(0, 0).UTC()}},
 	})
 	if err != nil {
-		return v1.Hash{}, fmt.Errorf("append layer: %w", err)
+		return nil, fmt.Errorf("append layer: %w", err)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return v1.Hash{}, fmt.Errorf("config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	cf = cf.DeepCopy()
 	cf.Architecture, cf.OS = "amd64", "linux"
@@ -171,9 +227,16 @@ func Build(spec Spec, out string) (v1.Hash, error) {
 	cf.Config.Env = spec.Env
 	cf.Config.WorkingDir = spec.WorkingDir
 	cf.Config.User = spec.User
+	cf.Config.Labels = spec.Labels
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return v1.Hash{}, fmt.Errorf("set config: %w", err)
+		return nil, fmt.Errorf("set config: %w", err)
 	}
+	return img, nil
+}
+
+// Write writes img as an OCI archive named name to out and returns its
+// manifest digest.
+func Write(img v1.Image, name, out string) (v1.Hash, error) {
 	digest, err := img.Digest()
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("digest: %w", err)
@@ -188,11 +251,11 @@ func Build(spec Spec, out string) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("layout: %w", err)
 	}
-	tag := spec.Name[strings.LastIndex(spec.Name, ":")+1:]
+	tag := name[strings.LastIndex(name, ":")+1:]
 	if err := lp.AppendImage(img,
 		layout.WithPlatform(v1.Platform{Architecture: "amd64", OS: "linux"}),
 		layout.WithAnnotations(map[string]string{
-			"io.containerd.image.name":          spec.Name,
+			"io.containerd.image.name":          name,
 			"org.opencontainers.image.ref.name": tag,
 		})); err != nil {
 		return v1.Hash{}, fmt.Errorf("append image to layout: %w", err)

@@ -49,7 +49,7 @@ var _ = Describe("Optional dependencies absent, then installed (O3)", Ordered, f
 		ns := nextAgentNamespace()
 		op := startOperator(operatorOptions{agentNamespace: ns})
 		defer op.stop()
-		// The demo's shape: emulated GPUs, nodes labelled without NFD,
+		// Emulated GPUs, NFD opted out (nodes labelled another way),
 		// monitoring left at its defaults without the Prometheus operator.
 		Expect(admin.Create(ctx, newSlicer(func(s *slicerv1alpha1.Slicer) {
 			s.Spec.Driver.Mode = slicerv1alpha1.DriverModeEmulated

@@ -131,7 +131,8 @@ func checkEmulated(objs []*unstructured.Unstructured) {
 		case "Slicer":
 			spec := u.Object["spec"].(map[string]any)
 			Expect(spec).To(HaveKeyWithValue("driver", HaveKeyWithValue("mode", "Emulated")))
-			Expect(spec).To(HaveKeyWithValue("nodeSelection", HaveKeyWithValue("nodeFeatureRule", "Disabled")))
+			// the local node runs NFD (hack/local-cluster): the rule is applied as on a real cluster
+			Expect(spec).To(HaveKeyWithValue("nodeSelection", HaveKeyWithValue("nodeFeatureRule", "Enabled")))
 			Expect(spec).To(HaveKeyWithValue("network", SatisfyAll(
 				HaveKeyWithValue("endpointMode", "HostNetwork"),
 				HaveKeyWithValue("listenAddress", "127.0.0.1"))))
