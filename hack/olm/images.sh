@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
-# hack/olm/images.sh OUT_DIR: the component images of the two bundles the OLM suite (test/olm)
-# installs, under the exact names their CSVs reference, as OCI archives for
-# `hack/local-cluster load`:
+# hack/olm/images.sh OUT_DIR: the released v0.1.0's component images, under the exact names its
+# CSV references, as OCI archives for `hack/local-cluster load`, for the OLM suite's
+# OLM_FROM=released path (test/olm; the current and "previous" images come from
+# images/local.sh):
 #   quay.io/slicer-operator/slicer-{operator,scheduler,webhook,agent}:v0.1.0
 #       from bin/released/0.1.0 (hack/build-released.sh: the v0.1.0 source), laid out as that
-#       release's images/<component>.Containerfile says;
-#   quay.io/slicer-operator/slicer-{operator,webhook,agent}:v$VERSION and
-#   slicer-scheduler:v$VERSION-k8s-<main minor> from bin/ (make build), as images/local.sh
-#       assembles them.
-# VERSION is hack/bundle/release.yaml's. Uses bin/tools/mkimage.
+#       release's images/<component>.Containerfile says.
+# Uses bin/tools/mkimage.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:?usage: hack/olm/images.sh OUT_DIR}
@@ -36,9 +34,3 @@ for c in operator scheduler webhook agent; do
   assemble "$c" "v$released" "$ROOT/bin/released/$released/slicer-$c" "$(git -C "$ROOT" show "$commit:images/$c.Containerfile")"
 done
 
-version=$(awk '$1=="version:"{print $2}' "$ROOT/hack/bundle/release.yaml")
-main_minor=$(awk '$1=="k8s.io/kubernetes"{split(substr($2,2),v,"."); print v[1]"."v[2]; exit}' "$ROOT/go.mod")
-for c in operator webhook agent; do
-  assemble "$c" "v$version" "$ROOT/bin/slicer-$c" "$(cat "$ROOT/images/$c.Containerfile")"
-done
-assemble scheduler "v$version-k8s-$main_minor" "$ROOT/bin/slicer-scheduler" "$(cat "$ROOT/images/scheduler.Containerfile")"

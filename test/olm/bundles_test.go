@@ -135,3 +135,67 @@ func copyDir(src, dst string) error {
 		return os.WriteFile(target, raw, 0o644)
 	})
 }
+
+// previousBundle copies the current bundle src to dst as the release before it: version
+// previous, CSV slicer-operator.v<previous>, no spec.replaces, olm.skipRange "<previous>", and
+// every image tag v<current> (the operator's, the RELATED_IMAGE_* values with the schedulers'
+// -k8s-1.N tags, relatedImages, containerImage) retagged v<previous>. images/local.sh builds
+// those tags from the same binaries, so an upgrade to the current bundle rolls every operand
+// while the code stays the same (docs/olm-testing.md).
+func previousBundle(src, dst, current, previous string) error {
+	if err := copyDir(src, dst); err != nil {
+		return err
+	}
+	path := filepath.Join(dst, "manifests", csvFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read CSV: %w", err)
+	}
+	retagged := strings.ReplaceAll(string(raw), ":v"+current, ":v"+previous)
+	var csv map[string]any
+	if err := yaml.Unmarshal([]byte(retagged), &csv); err != nil {
+		return fmt.Errorf("parse CSV %s: %w", path, err)
+	}
+	md, _ := csv["metadata"].(map[string]any)
+	spec, _ := csv["spec"].(map[string]any)
+	annotations, _ := nested(csv, "metadata", "annotations").(map[string]any)
+	if md == nil || spec == nil || annotations == nil {
+		return fmt.Errorf("CSV %s: no metadata, annotations or spec", path)
+	}
+	if spec["version"] != current {
+		return fmt.Errorf("CSV %s: version %v, want %s", path, spec["version"], current)
+	}
+	md["name"] = "slicer-operator.v" + previous
+	spec["version"] = previous
+	delete(spec, "replaces")
+	annotations["olm.skipRange"] = "<" + previous
+	out, err := yaml.Marshal(csv)
+	if err != nil {
+		return fmt.Errorf("write CSV: %w", err)
+	}
+	if strings.Contains(string(out), "v"+current) {
+		return fmt.Errorf("CSV %s: v%s left after the retag", path, current)
+	}
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		return fmt.Errorf("write CSV: %w", err)
+	}
+	return nil
+}
+
+// readDigests reads images/local.sh's output, "ARCHIVE REFERENCE DIGEST" per image, into
+// reference -> digest.
+func readDigests(path string) (map[string]string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read digests: %w", err)
+	}
+	out := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 || !strings.HasPrefix(f[2], "sha256:") {
+			return nil, fmt.Errorf("%s: want ARCHIVE REFERENCE DIGEST, got %q", path, l)
+		}
+		out[f[1]] = f[2]
+	}
+	return out, nil
+}

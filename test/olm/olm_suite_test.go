@@ -32,6 +32,9 @@ import (
 
 const (
 	releasedVersion = "0.1.0"
+	// previousVersion is the version of the "previous" test bundle: the current bundle as if it
+	// had been released before the current one (previousBundle).
+	previousVersion = "0.1.99"
 	// catalogAddr is where catalog-server serves the file-based catalog (host loopback; relayed
 	// into the catalog operator's namespace by hack/netns-run).
 	catalogAddr = "127.0.0.1:50051"
@@ -47,6 +50,11 @@ var (
 	current    string // the current release's version (hack/bundle/release.yaml)
 	catalogs   = map[string]string{}
 	catalogSrv *exec.Cmd
+	// fromReleased is OLM_FROM=released: the upgrade starts from the released v0.1.0 instead of
+	// the "previous" bundle (docs/olm-testing.md says why that is not the default).
+	fromReleased bool
+	from         string            // the version the suite installs first and upgrades from
+	pinned       map[string]string // the current bundle's images: tag reference -> digest
 )
 
 func TestOLM(t *testing.T) {
@@ -66,9 +74,20 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	if exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "local-cluster"), "status").Run() == nil {
 		skipLoudly("a local cluster is already running (make demo?); the suite starts its own: run `make demo-down` first")
 	}
-	for _, b := range []string{"bin/olm/olm", "bin/olm/catalog", "bin/olm/catalog-server", "bin/olm/render-catalog",
-		"bin/released/" + releasedVersion + "/slicer-operator", "bin/tools/relay", "bin/tools/mkimage"} {
-		Expect(filepath.Join(repoRoot, b)).To(BeAnExistingFile(), "%s is built by `make test-e2e` (make olm-bin released-bin relay)", b)
+	switch os.Getenv("OLM_FROM") {
+	case "", "previous":
+		from = previousVersion
+	case "released":
+		fromReleased, from = true, releasedVersion
+	default:
+		Fail("OLM_FROM is \"previous\" (the default) or \"released\", not " + os.Getenv("OLM_FROM"))
+	}
+	bins := []string{"bin/olm/olm", "bin/olm/catalog", "bin/olm/catalog-server", "bin/olm/render-catalog", "bin/tools/relay", "bin/tools/mkimage"}
+	if fromReleased {
+		bins = append(bins, "bin/released/"+releasedVersion+"/slicer-operator")
+	}
+	for _, b := range bins {
+		Expect(filepath.Join(repoRoot, b)).To(BeAnExistingFile(), "%s is built by `make test-e2e` (make olm-bin relay; OLM_FROM=released: released-bin)", b)
 	}
 	current = releaseVersion()
 
@@ -76,26 +95,51 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	for _, d := range []string{"bundles", "catalogs", "images", "run"} {
 		Expect(os.MkdirAll(filepath.Join(work, d), 0o755)).To(Succeed())
 	}
-	By("test bundles: the released and the current bundle, each with the loopback patch of config/overlays/emulated")
+	By("the component images: v" + current + " (and v" + previousVersion + ", the same binaries) from images/local.sh")
+	images := map[string]string{} // version -> the directory of its archives
+	versions := []string{current}
+	if !fromReleased {
+		versions = append(versions, previousVersion)
+	}
+	for _, v := range versions {
+		images[v] = filepath.Join(work, "images", "v"+v)
+		out := outputEnv(ctx, []string{"IMAGE_REPO=quay.io/slicer-operator", "IMAGE_TAG=v" + v, "VERSION=" + v},
+			filepath.Join(repoRoot, "images", "local.sh"), images[v])
+		Expect(os.WriteFile(filepath.Join(work, "images", "v"+v+".digests"), []byte(out), 0o644)).To(Succeed())
+	}
+	var err error
+	pinned, err = readDigests(filepath.Join(work, "images", "v"+current+".digests"))
+	Expect(err).NotTo(HaveOccurred())
+	if fromReleased {
+		images[releasedVersion] = filepath.Join(work, "images", "v"+releasedVersion)
+		run(ctx, "hack/olm/images.sh", images[releasedVersion])
+	}
+
 	overlay := filepath.Join(repoRoot, "config", "overlays", "emulated", "operator.yaml")
-	released := filepath.Join(work, "bundles", "v"+releasedVersion)
-	Expect(loopbackBundle(filepath.Join(repoRoot, "hack", "bundle", "released", releasedVersion, "bundle"), released, overlay)).To(Succeed())
+	By("test bundles: v" + from + " and v" + current + " pinned by digest (hack/bundle -digests), each with the loopback patch of config/overlays/emulated")
+	fromBundle := filepath.Join(work, "bundles", "v"+from)
+	if fromReleased {
+		Expect(loopbackBundle(filepath.Join(repoRoot, "hack", "bundle", "released", releasedVersion, "bundle"), fromBundle, overlay)).To(Succeed())
+	} else {
+		Expect(previousBundle(filepath.Join(repoRoot, "bundle"), fromBundle, current, previousVersion)).To(Succeed())
+		Expect(loopbackBundle(fromBundle, fromBundle, overlay)).To(Succeed())
+	}
+	pinnedBundle := filepath.Join(work, "bundles", "v"+current+"-pinned")
+	run(ctx, "go", "run", "./hack/bundle", "-out", pinnedBundle, "-digests", filepath.Join(work, "images", "v"+current+".digests"))
 	cur := filepath.Join(work, "bundles", "v"+current)
-	Expect(loopbackBundle(filepath.Join(repoRoot, "bundle"), cur, overlay)).To(Succeed())
-	By("file-based catalogs: v" + releasedVersion + " alone, then v" + releasedVersion + " and v" + current)
-	catalogs["released"] = filepath.Join(work, "catalogs", "released")
+	Expect(loopbackBundle(pinnedBundle, cur, overlay)).To(Succeed())
+	By("file-based catalogs: v" + from + " alone, then v" + from + " and v" + current)
+	catalogs["from"] = filepath.Join(work, "catalogs", "from")
 	catalogs["both"] = filepath.Join(work, "catalogs", "both")
-	run(ctx, "bin/olm/render-catalog", "-out", catalogs["released"], released)
-	run(ctx, "bin/olm/render-catalog", "-out", catalogs["both"], released, cur)
-	By("the component images under the names the CSVs reference")
-	run(ctx, "hack/olm/images.sh", filepath.Join(work, "images"))
+	run(ctx, "bin/olm/render-catalog", "-out", catalogs["from"], fromBundle)
+	run(ctx, "bin/olm/render-catalog", "-out", catalogs["both"], fromBundle, cur)
 
 	DeferCleanup(func(ctx SpecContext) {
 		run(ctx, "hack/local-cluster", "down")
 	}, NodeTimeout(3*time.Minute))
 	listenersBefore = nonLoopbackListeners()
 	run(ctx, "hack/local-cluster", "up", "--default-scheduler")
-	archives, err := filepath.Glob(filepath.Join(work, "images", "*.tar"))
+	archives, err := filepath.Glob(filepath.Join(work, "images", "*", "*.tar"))
 	Expect(err).NotTo(HaveOccurred())
 	for _, a := range archives {
 		run(ctx, "hack/local-cluster", "load", a)
@@ -128,8 +172,10 @@ func startOLM(ctx context.Context) {
 	kubectl(ctx, args...)
 	kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 	kubectl(ctx, "create", "namespace", "olm")
-	startServiceRelay(ctx)
-	startCatalogServer(catalogs["released"])
+	if fromReleased {
+		startServiceRelay(ctx)
+	}
+	startCatalogServer(catalogs["from"])
 	runDir := filepath.Join(work, "run")
 	for _, name := range []string{"olm", "catalog"} {
 		args := []string{runDir, name, apiPort + "," + portOf(catalogAddr), "--",
@@ -236,9 +282,21 @@ func kubectl(ctx context.Context, args ...string) string {
 }
 
 func output(ctx context.Context, dir, bin string, args ...string) string {
+	return outputIn(ctx, dir, nil, bin, args...)
+}
+
+// outputEnv is output in the repository root with env added to the environment.
+func outputEnv(ctx context.Context, env []string, bin string, args ...string) string {
+	return outputIn(ctx, repoRoot, env, bin, args...)
+}
+
+func outputIn(ctx context.Context, dir string, env []string, bin string, args ...string) string {
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = &out
 	cmd.Stderr = &errb
 	start := time.Now()

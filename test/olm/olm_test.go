@@ -83,7 +83,7 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 		}
 	})
 
-	It("installs the released bundle through a Subscription in slicer-system", func(ctx SpecContext) {
+	It("installs the bundle to upgrade from through a Subscription in slicer-system", func(ctx SpecContext) {
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})).To(Succeed())
 		// spec {}: all namespaces, the install mode the CSV supports
 		create(ctx, obj(operatorGroupGVK, namespace, "all-namespaces", map[string]any{}))
@@ -97,19 +97,20 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 		start := time.Now()
 		create(ctx, obj(subscriptionGVK, namespace, pkgName, map[string]any{
 			"channel": "candidate", "name": pkgName, "source": "slicer-catalog", "sourceNamespace": "olm",
-			"installPlanApproval": "Automatic", "startingCSV": csvName(releasedVersion),
+			"installPlanApproval": "Automatic", "startingCSV": csvName(from),
 		}))
-		waitInstalled(ctx, releasedVersion)
-		GinkgoWriter.Printf("v%s: Subscription to CSV Succeeded in %s\n", releasedVersion, time.Since(start).Round(time.Millisecond))
-		Expect(deploymentImage(ctx, namespace, "slicer-operator")).To(Equal(image("operator", releasedVersion)))
+		waitInstalled(ctx, from)
+		GinkgoWriter.Printf("v%s: Subscription to CSV Succeeded in %s\n", from, time.Since(start).Round(time.Millisecond))
+		Expect(deploymentImage(ctx, namespace, "slicer-operator")).To(Equal(image("operator", from)))
 	})
 
 	It("reconciles the emulated Slicer and serves MIG pods", func(ctx SpecContext) {
 		// What NFD would set; this suite runs without NFD (the v0.1.0 operator has no opt-out,
-		// the current one is told nodeFeatureRule: Disabled after the upgrade).
+		// the others are told nodeFeatureRule: Disabled).
 		kubectl(ctx, "label", "node", node, slicerv1alpha1.LabelMIGCapable+"=true", "--overwrite")
 		// config/overlays/emulated's Slicer as of v0.1.0 (its CRD has neither
-		// nodeSelection nor network.listenAddress)
+		// nodeSelection nor network.listenAddress; OLM_FROM=released sets them after the
+		// upgrade), and as of now for the "previous" bundle
 		slicer := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "slicer.dev/v1alpha1", "kind": "Slicer", "metadata": map[string]any{"name": slicerv1alpha1.SlicerName},
 			"spec": map[string]any{
@@ -123,22 +124,28 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 				"network": map[string]any{"endpointMode": "HostNetwork"},
 			},
 		}}
+		if !fromReleased {
+			slicer.Object["spec"].(map[string]any)["nodeSelection"] = map[string]any{"nodeFeatureRule": "Disabled"}
+			slicer.Object["spec"].(map[string]any)["network"].(map[string]any)["listenAddress"] = "127.0.0.1"
+		}
 		Expect(k8s.Create(ctx, slicer)).To(Succeed())
 		waitComponents(ctx, slicerv1alpha1.ConditionWebhookAvailable, slicerv1alpha1.ConditionSchedulerAvailable, slicerv1alpha1.ConditionAgentAvailable)
 		By("the operands where kustomize puts them: webhook and scheduler in slicer-system, the agent in slicer-system-agent")
-		Expect(deploymentImage(ctx, namespace, "slicer-webhook")).To(Equal(image("webhook", releasedVersion)))
-		Expect(deploymentImage(ctx, namespace, "slicer-scheduler")).To(Equal(image("scheduler", releasedVersion)))
+		Expect(deploymentImage(ctx, namespace, "slicer-webhook")).To(Equal(image("webhook", from)))
+		Expect(deploymentImage(ctx, namespace, "slicer-scheduler")).To(HavePrefix(image("scheduler", from)))
 		var agent appsv1.DaemonSet
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "slicer-agent"}, &agent)).To(Succeed())
-		Expect(agent.Spec.Template.Spec.Containers[0].Image).To(Equal(image("agent", releasedVersion)))
+		Expect(agent.Spec.Template.Spec.Containers[0].Image).To(Equal(image("agent", from)))
 
 		// v0.1.0's bug: the agent ClusterRole its operator renders (operator/render/rbac.go at
 		// the release's commit) grants get/list/watch on sliceallocations, but its agent patches
 		// them (a finalizer, device-plugin/agent/controller.go): forbidden, no slice ever gets
 		// Ready, MIG pods stay Pending. The workaround a v0.1.0 user needs, removed after the
 		// upgrade (the current release renders the verbs itself).
-		Expect(k8s.Create(ctx, v010Workaround())).To(Succeed())
-		Expect(k8s.Create(ctx, v010WorkaroundBinding())).To(Succeed())
+		if fromReleased {
+			Expect(k8s.Create(ctx, v010Workaround())).To(Succeed())
+			Expect(k8s.Create(ctx, v010WorkaroundBinding())).To(Succeed())
+		}
 
 		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: workloads}})).To(Succeed())
 		Eventually(func() error {
@@ -175,29 +182,31 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 		agentUID := daemonSetPodUIDs(ctx)
 
 		start := time.Now()
-		By("the catalog now serves v" + releasedVersion + " and v" + current + " (replaces v" + releasedVersion + ")")
+		By("the catalog now serves v" + from + " and v" + current + " (replaces v" + from + ")")
 		startCatalogServer(catalogs["both"])
 		waitInstalled(ctx, current)
 		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: csvName(releasedVersion)}, newObj(csvGVK)))
-		}).WithContext(ctx).WithTimeout(wait).Should(BeTrue(), "CSV v%s is still there", releasedVersion)
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: csvName(from)}, newObj(csvGVK)))
+		}).WithContext(ctx).WithTimeout(wait).Should(BeTrue(), "CSV v%s is still there", from)
 		Expect(field(ctx, Default, subscriptionGVK, namespace, pkgName, "status", "installedCSV")).To(Equal(csvName(current)))
-		GinkgoWriter.Printf("upgrade: catalog swap to CSV v%s Succeeded and v%s gone in %s\n", current, releasedVersion, time.Since(start).Round(time.Millisecond))
-		Expect(deploymentImage(ctx, namespace, "slicer-operator")).To(Equal(image("operator", current)))
-		Expect(k8s.Delete(ctx, v010WorkaroundBinding())).To(Succeed())
-		Expect(k8s.Delete(ctx, v010Workaround())).To(Succeed())
+		GinkgoWriter.Printf("upgrade: catalog swap to CSV v%s Succeeded and v%s gone in %s\n", current, from, time.Since(start).Round(time.Millisecond))
+		Expect(deploymentImage(ctx, namespace, "slicer-operator")).To(BeElementOf(pinnedImages("operator")))
+		if fromReleased {
+			Expect(k8s.Delete(ctx, v010WorkaroundBinding())).To(Succeed())
+			Expect(k8s.Delete(ctx, v010Workaround())).To(Succeed())
 
-		By("the current emulated overlay's Slicer: no NFD, every listener on loopback")
-		patch := []byte(`{"spec":{"nodeSelection":{"nodeFeatureRule":"Disabled"},"network":{"listenAddress":"127.0.0.1"}}}`)
-		Expect(k8s.Patch(ctx, &slicerv1alpha1.Slicer{ObjectMeta: metav1.ObjectMeta{Name: slicerv1alpha1.SlicerName}},
-			client.RawPatch(types.MergePatchType, patch))).To(Succeed())
+			By("the current emulated overlay's Slicer: no NFD, every listener on loopback")
+			patch := []byte(`{"spec":{"nodeSelection":{"nodeFeatureRule":"Disabled"},"network":{"listenAddress":"127.0.0.1"}}}`)
+			Expect(k8s.Patch(ctx, &slicerv1alpha1.Slicer{ObjectMeta: metav1.ObjectMeta{Name: slicerv1alpha1.SlicerName}},
+				client.RawPatch(types.MergePatchType, patch))).To(Succeed())
+		}
 
-		By("operands rolled to the current images")
+		By("operands rolled to the current images, pinned by digest")
 		Eventually(func(g Gomega) {
 			for _, c := range []string{"webhook", "scheduler"} {
 				var d appsv1.Deployment
 				g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "slicer-" + c}, &d)).To(Succeed())
-				g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(HavePrefix(image(c, current)))
+				g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(BeElementOf(pinnedImages(c)))
 				g.Expect(d.Status.ObservedGeneration).To(Equal(d.Generation))
 				g.Expect(d.Status.Replicas).To(Equal(*d.Spec.Replicas), "old pods of %s still there", d.Name)
 				g.Expect(d.Status.UpdatedReplicas).To(Equal(*d.Spec.Replicas))
@@ -205,7 +214,7 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 			}
 			var ds appsv1.DaemonSet
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: agentNamespace, Name: "slicer-agent"}, &ds)).To(Succeed())
-			g.Expect(ds.Spec.Template.Spec.Containers[0].Image).To(Equal(image("agent", current)))
+			g.Expect(ds.Spec.Template.Spec.Containers[0].Image).To(BeElementOf(pinnedImages("agent")))
 			g.Expect(ds.Status.ObservedGeneration).To(Equal(ds.Generation))
 			g.Expect(ds.Status.DesiredNumberScheduled).To(BeNumerically(">", 0))
 			g.Expect(ds.Status.UpdatedNumberScheduled).To(Equal(ds.Status.DesiredNumberScheduled))
@@ -468,6 +477,20 @@ func csvName(version string) string { return pkgName + ".v" + version }
 // the scheduler's tag has a -k8s-1.N suffix from v0.2.0 on, hence HavePrefix where it is checked).
 func image(component, version string) string {
 	return "quay.io/slicer-operator/slicer-" + component + ":v" + version
+}
+
+// pinnedImages is the digest references of the current bundle's images of a component
+// (repository@sha256:...; the scheduler has one per minor), as hack/bundle -digests pins them.
+func pinnedImages(component string) []string {
+	repo := "quay.io/slicer-operator/slicer-" + component
+	var out []string
+	for ref, digest := range pinned {
+		if strings.HasPrefix(ref, repo+":") {
+			out = append(out, repo+"@"+digest)
+		}
+	}
+	Expect(out).NotTo(BeEmpty(), "no pinned image of %s", component)
+	return out
 }
 
 func deploymentImage(ctx context.Context, ns, name string) string {
