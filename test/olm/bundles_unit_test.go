@@ -3,6 +3,7 @@ package olm
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -106,4 +107,57 @@ func deepCopy(t *testing.T, m map[string]any) map[string]any {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestPreviousBundle checks the "previous" test bundle: the current CSV with the version, name,
+// skipRange and image tags of the release before, no replaces, and nothing else changed.
+func TestPreviousBundle(t *testing.T) {
+	root := framework.RepoRoot()
+	src := filepath.Join(root, "bundle")
+	dst := t.TempDir()
+	if err := previousBundle(src, dst, "0.2.0", "0.1.99"); err != nil {
+		t.Fatal(err)
+	}
+	before, after := readCSV(t, filepath.Join(src, "manifests", csvFile)), readCSV(t, filepath.Join(dst, "manifests", csvFile))
+	if got := nested(after, "metadata", "name"); got != "slicer-operator.v0.1.99" {
+		t.Errorf("name %v", got)
+	}
+	if got := nested(after, "spec", "version"); got != "0.1.99" {
+		t.Errorf("version %v", got)
+	}
+	if got := nested(after, "spec", "replaces"); got != nil {
+		t.Errorf("replaces %v, want none", got)
+	}
+	if got := nested(after, "metadata", "annotations", "olm.skipRange"); got != "<0.1.99" {
+		t.Errorf("skipRange %v", got)
+	}
+	raw, err := yaml.Marshal(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"quay.io/slicer-operator/slicer-operator:v0.1.99", "quay.io/slicer-operator/slicer-webhook:v0.1.99",
+		"quay.io/slicer-operator/slicer-agent:v0.1.99", "quay.io/slicer-operator/slicer-scheduler:v0.1.99-k8s-1.37",
+	} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("the previous CSV does not name %s", want)
+		}
+	}
+	// Back to the current release's name, version, replaces, skipRange and tags: the same CSV.
+	back := deepCopy(t, after)
+	back["metadata"].(map[string]any)["name"] = nested(before, "metadata", "name")
+	back["metadata"].(map[string]any)["annotations"].(map[string]any)["olm.skipRange"] = nested(before, "metadata", "annotations", "olm.skipRange")
+	back["spec"].(map[string]any)["version"] = nested(before, "spec", "version")
+	back["spec"].(map[string]any)["replaces"] = nested(before, "spec", "replaces")
+	rawBack, err := yaml.Marshal(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restored map[string]any
+	if err := yaml.Unmarshal([]byte(strings.ReplaceAll(string(rawBack), ":v0.1.99", ":v0.2.0")), &restored); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(before, restored); d != "" {
+		t.Errorf("the previous CSV differs beyond name, version, replaces, skipRange and tags (-current +previous):\n%s", d)
+	}
 }

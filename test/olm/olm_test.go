@@ -247,14 +247,29 @@ var _ = Describe("Slicer under OLM", Ordered, func() {
 		Expect(k8s.Delete(ctx, obj(csvGVK, namespace, csvName(current), nil))).To(Succeed())
 
 		Eventually(func(g Gomega) {
-			g.Expect(leftovers(ctx, g)).To(BeEmpty())
+			g.Expect(leftovers(ctx, g)).To(ConsistOf(knownLeftovers))
 		}).WithContext(ctx).WithTimeout(wait).Should(Succeed())
+		GinkgoWriter.Printf("uninstall: left besides the CRDs: %v\n", knownLeftovers)
 		for _, crd := range []string{"slicers.slicer.dev", "nodeaccelerators.slicer.dev", "sliceallocations.slicer.dev"} {
 			Expect(k8s.Get(ctx, client.ObjectKey{Name: crd}, newObj(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}))).
 				To(Succeed(), "OLM v0 keeps the CRDs of an uninstalled operator")
 		}
 	})
 })
+
+// knownLeftovers is what an uninstall through OLM leaves of Slicer besides its CRDs
+// (docs/olm-testing.md): the operator's and the scheduler's leader-election Leases (nothing
+// deletes a Lease when its holder goes; deleting slicer-system does), and the bundle's
+// slicer-metrics-reader ClusterRole, which OLM v0.46.0 creates with an olm.owner label but
+// without the olm.owner.namespace and olm.owner.kind labels its CSV finalizer selects on
+// (processFinalizer in pkg/controller/operators/olm/operator.go, ownerutil.CSVOwnerSelector in
+// pkg/lib/ownerutil/util.go, module github.com/operator-framework/operator-lifecycle-manager),
+// so it is never deleted.
+var knownLeftovers = []string{
+	"clusterrole slicer-metrics-reader",
+	"lease " + namespace + "/slicer-operator.slicer.dev",
+	"lease " + namespace + "/slicer-scheduler",
+}
 
 // v010Workaround grants Slicer v0.1.0's agent the sliceallocations verbs its release forgot.
 func v010Workaround() *rbacv1.ClusterRole {
@@ -379,7 +394,9 @@ func daemonSetPodUIDs(ctx context.Context) []types.UID {
 // Deployment, DaemonSet, Service, ServiceAccount (but default), Role, RoleBinding, Secret or
 // ConfigMap (but the API server's) or Lease in slicer-system, any ClusterRole,
 // ClusterRoleBinding, webhook configuration, ValidatingAdmissionPolicy or binding whose name has
-// "slicer", any Slicer or NodeAccelerator, and any CSV (OLM copies CSVs into every namespace).
+// "slicer", any Slicer, and any CSV (OLM copies CSVs into every namespace). OLM's aggregated
+// ClusterRoles of each CRD (<crd>-<version>-{admin,edit,view,crdview}, owned by the CRD) go
+// with the CRDs and are not counted.
 func leftovers(ctx context.Context, g Gomega) []string {
 	var out []string
 	if err := k8s.Get(ctx, client.ObjectKey{Name: agentNamespace}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
@@ -411,13 +428,29 @@ func leftovers(ctx context.Context, g Gomega) []string {
 	}
 	for kind, l := range cluster {
 		g.Expect(k8s.List(ctx, l)).To(Succeed())
+		crdOwned := ownedByCRD(l)
 		for _, o := range items(l) {
-			if kind == "csv" || kind == "slicer" || kind == "nodeaccelerator" || strings.Contains(o, "slicer") {
+			if (kind == "csv" || kind == "slicer" || strings.Contains(o, "slicer")) && !crdOwned[o] {
 				out = append(out, kind+" "+o)
 			}
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// ownedByCRD is the names of the list's objects that a CustomResourceDefinition owns.
+func ownedByCRD(l client.ObjectList) map[string]bool {
+	out := map[string]bool{}
+	Expect(meta.EachListItem(l, func(o runtime.Object) error {
+		m := o.(client.Object)
+		for _, r := range m.GetOwnerReferences() {
+			if strings.EqualFold(r.Kind, "CustomResourceDefinition") && strings.HasPrefix(r.APIVersion, "apiextensions.k8s.io/") {
+				out[m.GetName()] = true
+			}
+		}
+		return nil
+	})).To(Succeed())
 	return out
 }
 
