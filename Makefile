@@ -21,7 +21,7 @@ KUSTOMIZE      := $(TOOLS)/kustomize
 MKIMAGE        := $(TOOLS)/mkimage
 RELAY          := $(TOOLS)/relay
 CONTAINER_ENGINE ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
-VERSION        ?= 0.1.0
+VERSION        ?= 0.2.0
 IMAGE_REGISTRY ?= quay.io/slicer-operator
 IMAGE_COMPONENTS := operator scheduler webhook agent
 
@@ -98,7 +98,7 @@ verify-generated: $(CONTROLLER_GEN) ## Regenerate everything and fail if any gen
 .PHONY: vet
 vet: ## go mod tidy check (main and per-minor modules) and go vet every package.
 	$(GO) mod tidy -diff
-	for d in $(wildcard scheduler/k8s-1.* hack/k8s-bin-1.*); do (cd $$d && $(GO) mod tidy -diff) || exit 1; done
+	for d in $(wildcard scheduler/k8s-1.* hack/k8s-bin-1.*) hack/olm; do (cd $$d && $(GO) mod tidy -diff) || exit 1; done
 	$(GO) vet ./...
 
 .PHONY: lint
@@ -118,26 +118,48 @@ prometheus-bin: ## Debian's prometheus + promtool into bin/prometheus (once).
 .PHONY: test
 test: test-go test-minors test-nested test-e2e ## Unit, integration and (as root) end-to-end tests.
 
-GO_TEST_PKGS ?= $$($(GO) list ./... | grep -v /test/e2e)
+GO_TEST_PKGS ?= $$($(GO) list ./... | grep -v -e /test/e2e -e /test/olm)
 
 .PHONY: test-go
-test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## The main module's tests but test/e2e (GO_TEST_PKGS).
+test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## The main module's tests but test/e2e and test/olm (GO_TEST_PKGS).
 	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PKGS)
 
 # The e2e suite runs the stack as pods on the local node (root only; as any other user it
-# skips itself and says why). It needs the node's binaries, Slicer's and the images.
+# skips itself and says why). It needs the node's binaries, Slicer's and the images. Then,
+# sequentially (one local node per machine), the OLM suite (test/olm, docs/olm-testing.md):
+# install through a Subscription, upgrade to the current bundle pinned by digest while MIG
+# pods run, uninstall. It needs OLM (olm-bin), the relay and every minor's scheduler (the
+# bundle pins every image it names); the released binaries only for OLM_FROM=released.
 .PHONY: test-e2e
-test-e2e: ## End-to-end suite on the local single-node cluster (root; see test/e2e).
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build; fi
+test-e2e: ## End-to-end suites on the local single-node cluster: test/e2e, then test/olm (root; see test/e2e, test/olm).
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay; fi
 	$(GO) test -v -count=1 -timeout 40m ./test/e2e/ -ginkgo.v
+	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
+
+# test/olm alone. By default it upgrades from a "previous" bundle (the current one as
+# v0.1.99); OLM_FROM=released upgrades from the released v0.1.0 instead, which does not run
+# honestly on a loopback-only node (docs/olm-testing.md).
+.PHONY: test-olm
+test-olm: ## OLM install, upgrade and uninstall on the local node (root; OLM_FROM=released: from v0.1.0; see test/olm).
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay $(if $(filter released,$(OLM_FROM)),released-bin); fi
+	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
+
+.PHONY: olm-bin
+olm-bin: ## OLM v0 (olm, catalog) and our catalog-server, render-catalog from hack/olm into bin/olm (once).
+	hack/build-olm.sh
+
+.PHONY: released-bin
+released-bin: ## The released versions' binaries from their own source into bin/released/VERSION (once).
+	for v in $(patsubst hack/bundle/released/%/commit,%,$(wildcard hack/bundle/released/*/commit)); do hack/build-released.sh $$v; done
 
 .PHONY: test-nested
-test-nested: ## Nested modules: NFD's rule engine, BuildKit's Containerfile parser, the OLM bundle validators, the relay.
+test-nested: ## Nested modules: NFD's rule engine, BuildKit's Containerfile parser, the OLM bundle validators, the relay, the catalog's shape.
 	cd nfd-rules/evaltest && $(GO) test $(TEST_FLAGS) ./...
 	cd driver-container/parsetest && $(GO) test $(TEST_FLAGS) ./...
 	cd images/parsetest && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/tools/bundlevalidate && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/tools/relay && $(GO) test $(TEST_FLAGS) ./...
+	cd hack/olm && $(GO) test -count=1 -tags containers_image_openpgp ./...
 
 # Per minor in TEST_MINORS: the packages the scheduler is built from, unit-tested in that
 # minor's module, and the scheduler integration suite against a kube-apiserver and etcd of that
@@ -212,7 +234,7 @@ $(KUSTOMIZE): hack/tools/kustomize/go.mod hack/tools/kustomize/go.sum
 	@mkdir -p $(TOOLS)
 	cd hack/tools/kustomize && $(GO) build -o $@ sigs.k8s.io/kustomize/kustomize/v5
 
-$(MKIMAGE): hack/tools/mkimage/go.mod hack/tools/mkimage/go.sum
+$(MKIMAGE): hack/tools/mkimage/go.mod hack/tools/mkimage/go.sum $(wildcard hack/tools/mkimage/*.go)
 	@mkdir -p $(TOOLS)
 	cd hack/tools/mkimage && $(GO) build -o $@ .
 

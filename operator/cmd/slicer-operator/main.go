@@ -29,7 +29,7 @@ import (
 // Default images, overridden by RELATED_IMAGE_* (set by the bundle).
 const (
 	defaultRegistry = "quay.io/slicer-operator/"
-	defaultTag      = "v0.1.0"
+	defaultTag      = "v0.2.0"
 )
 
 func env(name, def string) string {
