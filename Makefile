@@ -135,6 +135,13 @@ test-e2e: ## End-to-end suites on the local single-node cluster: test/e2e, then 
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay; fi
 	$(GO) test -v -count=1 -timeout 40m ./test/e2e/ -ginkgo.v
 	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
+	$(MAKE) --no-print-directory test-kmm
+
+# KMM's own manager on the local node with no-op images: its ready label lets the agent on
+# (hack/kmm/run.sh, docs/design/kmm.md). Root only; as any other user it says so and skips.
+.PHONY: test-kmm
+test-kmm: ## KMM's manager gates the agent with its ready label, no-op worker (root; see docs/design/kmm.md).
+	@if [ "$$(id -u)" = 0 ]; then hack/kmm/run.sh; else echo "*** test-kmm SKIPPED: hack/kmm/run.sh needs root (the local node) ***" >&2; fi
 
 # test/olm alone. By default it upgrades from a "previous" bundle (the current one as
 # v0.1.99); OLM_FROM=released upgrades from the released v0.1.0 instead, which does not run
