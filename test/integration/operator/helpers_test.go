@@ -276,11 +276,11 @@ func gvk(obj runtime.Object) schema.GroupVersionKind {
 }
 
 var (
-	nfrGVK      = schema.GroupVersionKind{Group: "nfd.k8s-sigs.io", Version: "v1alpha1", Kind: "NodeFeatureRule"}
-	moduleGVK   = schema.GroupVersionKind{Group: "kmm.sigs.x-k8s.io", Version: "v1beta1", Kind: "Module"}
-	smGVK       = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"}
-	ruleGVK     = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "PrometheusRule"}
-	admName     = "slicer-mig-pods"
+	nfrGVK    = schema.GroupVersionKind{Group: "nfd.k8s-sigs.io", Version: "v1alpha1", Kind: "NodeFeatureRule"}
+	moduleGVK = schema.GroupVersionKind{Group: "kmm.sigs.x-k8s.io", Version: "v1beta1", Kind: "Module"}
+	smGVK     = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"}
+	ruleGVK   = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "PrometheusRule"}
+	admName   = "slicer-mig-pods"
 	// clusterRefs are what the finalizer deletes explicitly: the cluster-scoped
 	// objects and the Module (in the agent namespace).
 	clusterRefs = func(agentNamespace string) []ref {
