@@ -171,8 +171,8 @@ var _ = Describe("OLM bundle", func() {
 		for _, f := range []string{"disconnected", "fips-compliant", "proxy-aware", "tls-profiles", "token-auth-aws", "token-auth-azure", "token-auth-gcp"} {
 			Expect(ann).To(HaveKeyWithValue("features.operators.openshift.io/"+f, BeElementOf("true", "false")), f)
 		}
-		// disconnected=true would need digest-pinned relatedImages and the
-		// per-kernel driver image mirrored; neither holds yet.
+		// disconnected=true would need the per-kernel driver image mirrored,
+		// which a mirror list cannot name in advance (docs/install.md).
 		Expect(ann["features.operators.openshift.io/disconnected"]).To(Equal("false"))
 		Expect(ann).To(HaveKeyWithValue("capabilities", "Deep Insights"))
 		Expect(ann).To(HaveKeyWithValue("categories", "AI/Machine Learning,OpenShift Optional"))
@@ -190,10 +190,21 @@ var _ = Describe("OLM bundle", func() {
 			Annotations map[string]string `json:"annotations"`
 		}
 		Expect(yaml.Unmarshal(readFile("bundle", "metadata", "annotations.yaml"), &meta)).To(Succeed())
+		// A closed range "vFIRST-vLAST": FIRST ships minKubeVersion's minor,
+		// LAST a supported minor (an OpenShift whose apiserver the operator
+		// refuses must not list the bundle).
 		ocp := meta.Annotations["com.redhat.openshift.versions"]
-		Expect(openShiftKube).To(HaveKey(ocp))
+		first, last, isRange := strings.Cut(ocp, "-")
+		Expect(isRange).To(BeTrue(), "com.redhat.openshift.versions %q is not a closed range", ocp)
+		Expect(openShiftKube).To(HaveKey(first))
+		Expect(openShiftKube).To(HaveKey(last))
 		minKube, _, _ := unstructured.NestedString(loadCSV().Object, "spec", "minKubeVersion")
-		Expect(minKube).To(HavePrefix(openShiftKube[ocp] + "."))
+		Expect(minKube).To(HavePrefix(openShiftKube[first] + "."))
+		var supported []string
+		for _, m := range kubeversion.Supported {
+			supported = append(supported, m.String())
+		}
+		Expect(supported).To(ContainElement(openShiftKube[last]), "the range's last OpenShift %s ships Kubernetes %s", last, openShiftKube[last])
 		Expect(meta.Annotations["operators.operatorframework.io.bundle.channels.v1"]).To(MatchRegexp(`^(stable|candidate)`))
 	})
 
