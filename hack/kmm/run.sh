@@ -34,6 +34,7 @@ WORKER_IMAGE=localhost/slicer-kmm-noop-worker:v1
 DRIVER_REPO=localhost/slicer-kmm-noop-driver
 READY_LABEL=kmm.node.kubernetes.io/$NS.$MODULE.ready
 WAIT_S=${KMM_WAIT_S:-180}
+FIRMWARE=/var/lib/slicer-kmm-run/firmware # KMM's firmwareHostPath (see below; removed after)
 
 die() { echo "kmm: $*" >&2; exit 1; }
 kubectl() { "$ROOT/bin/k8s/kubectl" --kubeconfig "$KC" "$@"; }
@@ -95,6 +96,10 @@ step "host paths KMM's worker Pod mounts"
 for d in /usr/lib/modules /etc/containers; do
   [ -e "$d" ] || { mkdir "$d"; created+=("$d"); echo "  created $d (empty)"; }
 done
+# KMM's worker mounts firmwareHostPath at the same path, and its /tmp is a
+# read-only volume, so the path must not be under /tmp (a checkout in /tmp
+# would fail the worker's start: "mkdir .../rootfs/tmp/...: read-only file system").
+[ -e "$FIRMWARE" ] || { mkdir -p "$FIRMWARE"; created+=("$(dirname "$FIRMWARE")"); echo "  created $FIRMWARE (empty)"; }
 if [ ! -e /var/lib/kubelet/config.json ]; then
   echo '{"auths":{}}' >/var/lib/kubelet/config.json; created+=(/var/lib/kubelet/config.json)
   echo "  created /var/lib/kubelet/config.json (no credentials)"
@@ -136,7 +141,7 @@ webhook:
 worker:
   runAsUser: 0
   seLinuxType: spc_t
-  firmwareHostPath: $OUT/firmware
+  firmwareHostPath: $FIRMWARE
 EOF
 KUBECONFIG=$KC OPERATOR_NAMESPACE=$KMM_NS RELATED_IMAGE_WORKER=$WORKER_IMAGE \
   RELATED_IMAGE_SIGN=localhost/unused-kmm-sign:v1 \
