@@ -1,10 +1,11 @@
 // Command packing generates seeded synthetic MIG traces (mixed, small-heavy, 3g-heavy; Poisson
 // arrivals, log-normal durations; loads 0.7–1.2 of a 64-GPU cluster), replays each through
 // every policy with slicer-sim's engine, measures random static batches against the exact
-// optimum, and prints Markdown tables.
+// optimum, compares the device-plugin path with the stock scheduler's DRA allocator, and
+// prints Markdown tables.
 //
 //	go run ./bench/packing [-seed 1] [-events 4000] [-batches 1000] [-loads 0.7,0.9,1.1,1.2]
-//	    [-sections online,elastic,static] [-out DIR]
+//	    [-sections online,elastic,static,dra] [-out DIR]
 package main
 
 import (
@@ -44,7 +45,7 @@ func main() {
 	batches := flag.Int("batches", 1000, "random static batches per check")
 	out := flag.String("out", "", "also write the traces as JSONL to this folder")
 	loadList := flag.String("loads", "0.7,0.9,1.1,1.2", "offered loads of the loss-mode traces")
-	sections := flag.String("sections", "online,elastic,static", "which tables to print")
+	sections := flag.String("sections", "online,elastic,static,dra", "which tables to print")
 	flag.Parse()
 	m, err := mig.ParseModel(model)
 	if err != nil {
@@ -71,6 +72,42 @@ func main() {
 	}
 	if want["static"] {
 		static(m, pols, *seed, *batches)
+	}
+	if want["dra"] {
+		dra(m, loads, *seed, *events)
+	}
+}
+
+// dra compares the frontends on the online traces: the device-plugin path (Slicer's scheduler
+// plugin) against the stock kube-scheduler with a DRA driver publishing its devices in name
+// order (lowest placement first) or in the Slicer policy's preferred order.
+func dra(m mig.Model, loads []float64, seed uint64, events int) {
+	fmt.Printf("\nFrontends, online loss mode (the traces above): the device-plugin path vs the stock scheduler's DRA allocator.\n")
+	fmt.Println("dra-stock = node by LeastAllocated (fewest pods, ties at random), device = first that fits in the published order; slice writes = ResourceSlice republishes per arrival or departure.")
+	fmt.Println()
+	fmt.Println("| trace | load | frontend | acceptance | accepted (count) | GPUs/LB | frag | slice writes/event |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	opts := []sim.Options{
+		{Policy: mig.Slicer},
+		{Frontend: sim.StockDRA, Order: mig.NameOrder, Seed: seed},
+		{Frontend: sim.StockDRA, Order: mig.PreferredOrder, Seed: seed},
+	}
+	for mi, mx := range mixes {
+		for _, load := range loads {
+			tr := generate(m, mx, load, events, seed+uint64(mi*100+loadIndex(load)))
+			for _, o := range opts {
+				res, err := sim.Run(tr, o)
+				if err != nil {
+					fail(err)
+				}
+				name := res.Policy
+				if o.Frontend == sim.SlicerScheduler {
+					name = "device plugin + Slicer scheduler"
+				}
+				fmt.Printf("| %s | %.1f | %s | %.1f%% | %.1f%% | %.3f | %.3f | %.2f |\n", mx.name, load, name,
+					100*res.Acceptance, 100*res.AcceptanceCount, res.GPUsOverLB, res.Fragmentation, res.SliceWritesPerEvent)
+			}
+		}
 	}
 }
 

@@ -3,6 +3,7 @@
 // last line of stdout.
 //
 //	slicer-sim [--policy slicer|first-fit|das-like] [--decisions FILE] [--elastic] TRACE.jsonl
+//	slicer-sim --dra-order name-order|slicer-order [--seed N] ... TRACE.jsonl   (stock DRA allocator)
 //	slicer-sim pack --model H100-80GB --requests 1g.10gb:3,3g.40gb:2 [--policy P]
 package main
 
@@ -35,6 +36,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	policy := fs.String("policy", "slicer", "placement policy: "+strings.Join(mig.PolicyNames(), "|"))
 	decisions := fs.String("decisions", "", "write one JSON line per arrival to this file")
 	elastic := fs.Bool("elastic", false, "add nodes when a request fits nowhere (measures consolidation instead of loss)")
+	draOrder := fs.String("dra-order", "", "replay through the stock scheduler's DRA allocator with devices published in this order ("+mig.NameOrder.Name()+"|"+mig.PreferredOrder.Name()+") instead of --policy")
+	seed := fs.Uint64("seed", 1, "the stock scheduler's tie-break seed (--dra-order)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,7 +57,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", fs.Arg(0), err)
 	}
-	opt := sim.Options{Policy: pol, Elastic: *elastic}
+	opt := sim.Options{Policy: pol, Elastic: *elastic, Seed: *seed}
+	switch *draOrder {
+	case "":
+	case mig.NameOrder.Name():
+		opt.Frontend, opt.Order = sim.StockDRA, mig.NameOrder
+	case mig.PreferredOrder.Name():
+		opt.Frontend, opt.Order = sim.StockDRA, mig.PreferredOrder
+	default:
+		return fmt.Errorf("--dra-order %q: want %s or %s", *draOrder, mig.NameOrder.Name(), mig.PreferredOrder.Name())
+	}
 	if *decisions != "" {
 		df, err := os.Create(*decisions)
 		if err != nil {

@@ -18,6 +18,12 @@ type Options struct {
 	Elastic bool
 	// Decisions, when set, receives one JSON line per arrival.
 	Decisions io.Writer
+	// Frontend is the device-plugin path (Policy) or the stock scheduler with a DRA driver
+	// publishing its devices in Order (Policy unused).
+	Frontend Frontend
+	Order    mig.DeviceOrder
+	// Seed drives the stock scheduler's tie-break among equally scored nodes.
+	Seed uint64
 }
 
 // Decision is one arrival's outcome.
@@ -47,6 +53,9 @@ type Result struct {
 	Fragmentation   float64 `json:"fragmentation"`
 	DecisionP50     float64 `json:"decisionMicrosP50"`
 	DecisionP99     float64 `json:"decisionMicrosP99"`
+	// SliceWritesPerEvent is the DRA driver's ResourceSlice republishes per arrival or
+	// departure (StockDRA only; zero when the order never changes).
+	SliceWritesPerEvent float64 `json:"sliceWritesPerEvent,omitempty"`
 }
 
 type live struct {
@@ -124,6 +133,12 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 	}
 
 	res := &Result{Policy: pol.Name(), Model: model.String(), Elastic: opt.Elastic}
+	var dra *draFrontend
+	if opt.Frontend == StockDRA {
+		dra = newDRAFrontend(opt.Order, opt.Seed)
+		res.Policy = dra.name()
+	}
+	events := 0
 	active := map[string]*live{}
 	activeCount := map[string]int{}
 	var enc *json.Encoder
@@ -150,22 +165,38 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 			offered += float64(c) * duration[ev.Arrive]
 			res.Requests++
 			t0 := time.Now()
-			idx := mig.SelectNode(pol, nodes, req)
-			if idx < 0 && opt.Elastic {
-				nodes = append(nodes, newNode())
-				idx = len(nodes) - 1
-			}
 			var as []mig.Assignment
-			if idx >= 0 {
-				as, err = pol.Place(nodes[idx], req)
-				if err != nil {
-					return nil, fmt.Errorf("request %q: Score said node %d fits but Place failed: %w", ev.Arrive, idx, err)
+			idx := -1
+			if dra != nil {
+				idx, as = dra.place(nodes, ev.Profile)
+				if idx < 0 && opt.Elastic {
+					nodes = append(nodes, newNode())
+					idx, as = dra.place(nodes, ev.Profile)
 				}
+			} else {
+				idx = mig.SelectNode(pol, nodes, req)
+				if idx < 0 && opt.Elastic {
+					nodes = append(nodes, newNode())
+					idx = len(nodes) - 1
+				}
+				if idx >= 0 {
+					if as, err = pol.Place(nodes[idx], req); err != nil {
+						return nil, fmt.Errorf("request %q: Score said node %d fits but Place failed: %w", ev.Arrive, idx, err)
+					}
+				}
+			}
+			// The decision ends here; a DRA driver's republish happens after it.
+			decided := time.Since(t0)
+			if idx >= 0 {
 				if err := mig.Apply(nodes[idx], as); err != nil {
 					return nil, fmt.Errorf("request %q: %w", ev.Arrive, err)
 				}
+				if dra != nil {
+					dra.changed(nodes, idx, +1)
+				}
 			}
-			lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e3)
+			events++
+			lat = append(lat, float64(decided.Nanoseconds())/1e3)
 			d := Decision{ID: ev.Arrive, Accepted: idx >= 0, Profile: ev.Profile}
 			if idx >= 0 {
 				res.Accepted++
@@ -191,6 +222,10 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 			}
 			delete(active, ev.Depart)
 			activeCount[l.profile]--
+			events++
+			if dra != nil {
+				dra.changed(nodes, l.node, -1)
+			}
 		}
 		curGPUs, curFrag = occupancy(nodes, mix)
 		items := make([]mig.RequestItem, 0, len(mixOrder))
@@ -220,6 +255,9 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 		if integ.lb > 0 {
 			res.GPUsOverLB = round4(integ.gpus / integ.lb)
 		}
+	}
+	if dra != nil && events > 0 {
+		res.SliceWritesPerEvent = round4(float64(dra.writes) / float64(events))
 	}
 	sort.Float64s(lat)
 	res.DecisionP50 = round4(percentile(lat, 0.50))
