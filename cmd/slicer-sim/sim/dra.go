@@ -87,16 +87,17 @@ func (f *draFrontend) changed(nodes []mig.Node, i, delta int) {
 		return // the name order never changes
 	}
 	next := mig.Devices(nodes[i], f.order)
-	for _, g := range nodes[i].GPUs {
-		for _, p := range g.State.Model().Profiles() {
-			a, okA := mig.FirstFitting(nodes[i], f.published[i], p.Name)
-			b, okB := mig.FirstFitting(nodes[i], next, p.Name)
-			if okA != okB || a.GPU != b.GPU || a.Placement != b.Placement {
-				f.writes++
-				f.published[i] = next
-				return
-			}
+	if len(nodes[i].GPUs) == 0 {
+		return
+	}
+	// Every GPU of a simulated node is the same model.
+	for _, p := range nodes[i].GPUs[0].State.Model().Profiles() {
+		a, okA := mig.FirstFitting(nodes[i], f.published[i], p.Name)
+		b, okB := mig.FirstFitting(nodes[i], next, p.Name)
+		if okA != okB || a.GPU != b.GPU || a.Placement != b.Placement {
+			f.writes++
+			f.published[i] = next
+			return
 		}
-		break // every GPU of a simulated node is the same model
 	}
 }

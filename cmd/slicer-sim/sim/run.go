@@ -166,7 +166,7 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 			res.Requests++
 			t0 := time.Now()
 			var as []mig.Assignment
-			idx := -1
+			var idx int
 			if dra != nil {
 				idx, as = dra.place(nodes, ev.Profile)
 				if idx < 0 && opt.Elastic {

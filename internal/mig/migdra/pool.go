@@ -1,0 +1,191 @@
+// Package migdra renders a node's MIG geometry as Dynamic Resource Allocation objects
+// (resource.k8s.io/v1): the ResourceSlices a DRA driver publishes for the node and the
+// DeviceClasses that select one profile each. Every fact comes from internal/mig; this package
+// only spells it in the API.
+//
+// A node's pool holds, per GPU, one counter set (one counter per memory slice, the compute
+// slices, the media engine) and one device per (profile, legal placement) that consumes
+// exactly the counters of its placement, so the stock allocator can only pick placements that
+// fit beside the allocated ones (mig.GPUState.CanTake, checked by this package's tests).
+// Devices are grouped one profile per slice: the allocator orders slices by name, which a
+// publisher does not control, but a class selects one profile, so the order inside that
+// profile's slice is the order the allocator tries (see mig.DeviceOrder).
+package migdra
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
+
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// DriverName is Slicer's DRA driver; it is also the domain of its device attributes.
+const DriverName = "mig.slicer.dev"
+
+// Attribute and capacity names (in DriverName's domain).
+const (
+	AttrType           = "type" // "mig" or "gpu"
+	AttrProfile        = "profile"
+	AttrGPUUUID        = "gpuUUID"
+	AttrGPUIndex       = "gpuIndex"
+	AttrModel          = "model"
+	AttrPlacementStart = "placementStart"
+	AttrPlacementSize  = "placementSize"
+	CapacityMemory     = "memory"
+)
+
+// Counter names in each GPU's counter set.
+const (
+	CounterCompute = "compute-slices"
+	CounterMedia   = "media-engines"
+)
+
+// MemorySliceCounter is the counter of one memory slice.
+func MemorySliceCounter(i int) string { return "memory-slice-" + strconv.Itoa(i) }
+
+// GPU is one GPU of the node as the driver publishes it.
+type GPU struct {
+	Index int
+	UUID  string
+	// State is the GPU's MIG occupancy (its model is the GPU's model); it only orders the
+	// devices in mig.PreferredOrder. The zero state is a GPU Slicer cannot partition.
+	State mig.GPUState
+	// MIGEnabled is false for a GPU in whole-GPU mode: it is published as one device.
+	MIGEnabled bool
+	// Healthy GPUs are published; an unhealthy one is left out until it recovers.
+	Healthy bool
+}
+
+// CounterSetName is the counter set of GPU index i.
+func CounterSetName(i int) string { return "gpu-" + strconv.Itoa(i) }
+
+// DeviceName is the name of the device of profile p at pl on GPU index i: a DNS label.
+func DeviceName(i int, p mig.Profile, pl mig.Placement) string {
+	return fmt.Sprintf("gpu-%d-%s-at-%d", i, strings.ReplaceAll(p.LegalName(), ".", "-"), pl.Start)
+}
+
+// WholeGPUDeviceName is the device of a GPU in whole-GPU mode.
+func WholeGPUDeviceName(i int) string { return "gpu-" + strconv.Itoa(i) }
+
+// Pool renders the node's pool: slices of counter sets (at most
+// resourceapi.ResourceSliceMaxCounterSets each), one slice per profile with its devices in
+// the given order (split when a profile has more devices than a slice may hold), then a slice
+// of whole GPUs, if any.
+func Pool(gpus []GPU, order mig.DeviceOrder) (resourceslice.Pool, error) {
+	var pool resourceslice.Pool
+	node := mig.Node{GPUs: make([]mig.GPU, 0, len(gpus))}
+	var migGPUs []GPU
+	var whole []resourceapi.Device
+	seen := map[int]bool{}
+	for _, g := range gpus {
+		if seen[g.Index] {
+			return pool, fmt.Errorf("GPU index %d listed twice", g.Index)
+		}
+		seen[g.Index] = true
+		if !g.Healthy {
+			continue
+		}
+		if !g.MIGEnabled || !g.State.Valid() {
+			whole = append(whole, wholeDevice(g))
+			continue
+		}
+		migGPUs = append(migGPUs, g)
+		node.GPUs = append(node.GPUs, mig.GPU{State: g.State, Usable: true})
+	}
+	var sets []resourceapi.CounterSet
+	for _, g := range migGPUs {
+		sets = append(sets, counterSet(g))
+	}
+	for len(sets) > 0 {
+		n := min(len(sets), resourceapi.ResourceSliceMaxCounterSets)
+		pool.Slices = append(pool.Slices, resourceslice.Slice{SharedCounters: sets[:n]})
+		sets = sets[n:]
+	}
+	var cur []resourceapi.Device
+	curProfile := ""
+	flush := func() {
+		if len(cur) > 0 {
+			pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: cur})
+		}
+		cur = nil
+	}
+	for _, d := range mig.Devices(node, order) {
+		if d.Profile.Name != curProfile || len(cur) == resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures {
+			flush()
+			curProfile = d.Profile.Name
+		}
+		cur = append(cur, migDevice(migGPUs[d.GPU], d))
+	}
+	flush()
+	for len(whole) > 0 {
+		n := min(len(whole), resourceapi.ResourceSliceMaxDevices)
+		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: whole[:n]})
+		whole = whole[n:]
+	}
+	return pool, nil
+}
+
+func counterSet(g GPU) resourceapi.CounterSet {
+	m := g.State.Model()
+	c := map[string]resourceapi.Counter{
+		CounterCompute: {Value: *resource.NewQuantity(int64(m.ComputeSlices()), resource.DecimalSI)},
+		CounterMedia:   {Value: *resource.NewQuantity(1, resource.DecimalSI)},
+	}
+	for i := range m.MemorySlices() {
+		c[MemorySliceCounter(i)] = resourceapi.Counter{Value: *resource.NewQuantity(1, resource.DecimalSI)}
+	}
+	return resourceapi.CounterSet{Name: CounterSetName(g.Index), Counters: c}
+}
+
+func one() resourceapi.Counter {
+	return resourceapi.Counter{Value: *resource.NewQuantity(1, resource.DecimalSI)}
+}
+
+func migDevice(g GPU, d mig.DRADevice) resourceapi.Device {
+	m := g.State.Model()
+	p, pl := d.Profile, d.Placement
+	use := map[string]resourceapi.Counter{
+		CounterCompute: {Value: *resource.NewQuantity(int64(p.ComputeSlices), resource.DecimalSI)},
+	}
+	for i := pl.Start; i < pl.Start+pl.Size; i++ {
+		use[MemorySliceCounter(i)] = one()
+	}
+	if p.MediaExtensions {
+		use[CounterMedia] = one()
+	}
+	memMiB := int64(m.MemoryMiB()) * int64(pl.Size) / int64(m.MemorySlices())
+	return resourceapi.Device{
+		Name: DeviceName(g.Index, p, pl),
+		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			AttrType:           {StringValue: ptr.To("mig")},
+			AttrProfile:        {StringValue: ptr.To(p.Name)},
+			AttrGPUUUID:        {StringValue: ptr.To(g.UUID)},
+			AttrGPUIndex:       {IntValue: ptr.To(int64(g.Index))},
+			AttrModel:          {StringValue: ptr.To(m.String())},
+			AttrPlacementStart: {IntValue: ptr.To(int64(pl.Start))},
+			AttrPlacementSize:  {IntValue: ptr.To(int64(pl.Size))},
+		},
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			CapacityMemory: {Value: *resource.NewQuantity(memMiB<<20, resource.BinarySI)},
+		},
+		ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: CounterSetName(g.Index), Counters: use}},
+	}
+}
+
+func wholeDevice(g GPU) resourceapi.Device {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		AttrType:     {StringValue: ptr.To("gpu")},
+		AttrGPUUUID:  {StringValue: ptr.To(g.UUID)},
+		AttrGPUIndex: {IntValue: ptr.To(int64(g.Index))},
+	}
+	if m := g.State.Model(); m.Valid() {
+		attrs[AttrModel] = resourceapi.DeviceAttribute{StringValue: ptr.To(m.String())}
+	}
+	return resourceapi.Device{Name: WholeGPUDeviceName(g.Index), Attributes: attrs}
+}
