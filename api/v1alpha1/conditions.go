@@ -41,6 +41,11 @@ const (
 	// is one Slicer ships a scheduler build for; while False no scheduler
 	// runs and pods that ask for MIG slices are rejected at admission.
 	ConditionKubernetesVersionSupported = "KubernetesVersionSupported"
+	// ConditionDeviceClassesReady (DRA frontend only) is True once the apiserver serves
+	// partitionable devices and one DeviceClass per MIG profile of the cluster's GPUs is
+	// applied; False with PartitionableDevicesOff when the apiserver drops counter
+	// consumption, since the stock allocator would then hand out overlapping placements.
+	ConditionDeviceClassesReady = "DeviceClassesReady"
 )
 
 // Condition types of a NodeAccelerator, written by the node's agent.
@@ -77,6 +82,10 @@ const (
 	ReasonNVMLError          = "NVMLError"
 	ReasonGPUNotFound        = "GPUNotFound"
 	ReasonInUse              = "InUse"
+	// ReasonNotUsed: the component is not part of the selected frontend.
+	ReasonNotUsed = "NotUsed"
+	// ReasonPartitionableDevicesOff: the apiserver does not serve DRA partitionable devices.
+	ReasonPartitionableDevicesOff = "PartitionableDevicesOff"
 	// ReasonUnsupportedKubernetesVersion: the apiserver's minor is outside
 	// the supported window (internal/kubeversion).
 	ReasonUnsupportedKubernetesVersion = "UnsupportedKubernetesVersion"

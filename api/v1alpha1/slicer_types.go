@@ -337,9 +337,32 @@ type NetworkSpec struct {
 	ListenAddress string `json:"listenAddress,omitempty"`
 }
 
+// Frontend is how pods reach their MIG slices.
+// +kubebuilder:validation:Enum=DevicePlugin;DRA
+type Frontend string
+
+const (
+	// FrontendDevicePlugin: the webhook steers MIG pods to Slicer's scheduler, which places
+	// each slice (SliceAllocation) before binding; the agent realizes it and hands it to the
+	// kubelet as a device-plugin device.
+	FrontendDevicePlugin Frontend = "DevicePlugin"
+	// FrontendDRA: Kubernetes Dynamic Resource Allocation with the stock kube-scheduler. The
+	// agent publishes each node's MIG placements as partitionable devices and prepares the
+	// allocated ones for the kubelet; the operator installs one DeviceClass per profile and
+	// deploys no scheduler and no webhook. Needs partitionable devices (Kubernetes 1.36+).
+	FrontendDRA Frontend = "DRA"
+)
+
 // SlicerSpec is the desired Slicer installation.
 // +kubebuilder:validation:XValidation:rule="!has(self.agent) || !has(self.agent.emulatedGPUs) || size(self.agent.emulatedGPUs) == 0 || (has(self.driver) && has(self.driver.mode) && self.driver.mode == 'Emulated')",message="agent.emulatedGPUs requires driver.mode Emulated"
 type SlicerSpec struct {
+	// frontend selects how pods reach their slices: DevicePlugin (Slicer's scheduler, webhook
+	// and kubelet device plugin) or DRA (Dynamic Resource Allocation with the stock
+	// kube-scheduler; see docs/design/dra.md for what DRA mode does and does not do yet).
+	// +optional
+	// +kubebuilder:default=DevicePlugin
+	Frontend Frontend `json:"frontend,omitempty"`
+
 	// driver configures the NVIDIA kernel driver.
 	// +optional
 	// +kubebuilder:default={}

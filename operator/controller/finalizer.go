@@ -29,6 +29,7 @@ func (r *SlicerReconciler) cleanupTargets(o render.Options) []client.Object {
 	// and the webhook registration are in Removed then.
 	objs = append(objs, render.Removed(o)...)
 	objs = append(objs, render.AgentNamespace(o))
+	objs = append(objs, render.AllDeviceClasses()...)
 	if rule, err := render.NodeFeatureRule(o); err == nil {
 		objs = append(objs, rule)
 	}

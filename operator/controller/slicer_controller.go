@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -151,9 +153,24 @@ func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&admissionregistrationv1.MutatingWebhookConfiguration{}).
 		Owns(&admissionregistrationv1.ValidatingAdmissionPolicy{}).
 		Owns(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}).
+		Owns(&resourceapi.DeviceClass{}).
 		Watches(&slicerv1alpha1.NodeAccelerator{}, toSlicer).
+		// The GPU models of the nodes decide the DeviceClasses (DRA frontend).
+		Watches(&corev1.Node{}, toSlicer, builder.WithPredicates(gpuModelChanged())).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, toSlicer, builder.WithPredicates(predicate.NewPredicateFuncs(isOptionalCRD))).
 		Complete(r)
+}
+
+// gpuModelChanged passes Node events that add, change or remove the GPU model label, not
+// the heartbeats.
+func gpuModelChanged() predicate.Funcs {
+	model := func(o client.Object) string { return o.GetLabels()[slicerv1alpha1.LabelGPUModel] }
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return model(e.Object) != "" },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return model(e.Object) != "" },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return model(e.ObjectOld) != model(e.ObjectNew) },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 func isOptionalCRD(o client.Object) bool {
@@ -233,26 +250,24 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	supported := r.reconcileVersion(opts, st, res)
 	r.reconcileNFD(ctx, opts, st, res, apply)
 	driverOK := r.reconcileDriver(ctx, opts, st, res, apply)
-	webhookOK, admitted := r.reconcileWebhook(ctx, s, &opts, st, res, apply)
-	// Order: webhook and VAP before the scheduler before the agent, so no
-	// MIG pod reaches the default scheduler and no capacity is advertised
-	// before pods can be steered to Slicer's scheduler. Without a scheduler
-	// build, the rejecting policy goes in before the scheduler goes away.
+	// schedulerOK: the frontend is in place, so the agent may advertise capacity.
 	schedulerOK := false
-	switch {
-	case !supported:
-		r.removeScheduler(ctx, opts, st, res, admitted)
-	case webhookOK:
-		schedulerOK = r.reconcileScheduler(ctx, opts, st, apply)
-	default:
-		st.set(slicerv1alpha1.ConditionSchedulerAvailable, metav1.ConditionFalse, slicerv1alpha1.ReasonRollingOut, "waiting for the webhook to be available")
+	if render.UsesDRA(opts) {
+		schedulerOK = r.reconcileDRA(ctx, opts, st, res, apply)
+	} else {
+		r.removeDRA(ctx, st, res)
+		schedulerOK = r.reconcileDevicePluginFrontend(ctx, s, &opts, st, res, apply, supported)
 	}
 	switch {
 	case !supported:
 		st.set(slicerv1alpha1.ConditionAgentAvailable, metav1.ConditionFalse, slicerv1alpha1.ReasonUnsupportedKubernetesVersion,
 			"the agent is not rolled out or updated while no scheduler runs; an agent already running keeps serving the slices in use")
 	case !schedulerOK:
-		st.set(slicerv1alpha1.ConditionAgentAvailable, metav1.ConditionFalse, slicerv1alpha1.ReasonRollingOut, "waiting for the scheduler to be available")
+		waiting := "waiting for the scheduler to be available"
+		if render.UsesDRA(opts) {
+			waiting = "waiting for the DRA frontend: " + st.message(slicerv1alpha1.ConditionDeviceClassesReady)
+		}
+		st.set(slicerv1alpha1.ConditionAgentAvailable, metav1.ConditionFalse, slicerv1alpha1.ReasonRollingOut, waiting)
 	case !driverOK:
 		st.set(slicerv1alpha1.ConditionAgentAvailable, metav1.ConditionFalse, slicerv1alpha1.ReasonDependencyMissing, "waiting for the driver: "+st.message(slicerv1alpha1.ConditionDriverReady))
 	default:
@@ -274,6 +289,24 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		res.fail(err)
 	}
 	return res.outcome()
+}
+
+// reconcileDevicePluginFrontend runs the webhook, its admission configuration and the
+// scheduler, and reports whether the scheduler is available. Order: webhook and VAP before
+// the scheduler before the agent, so no MIG pod reaches the default scheduler and no capacity
+// is advertised before pods can be steered to Slicer's scheduler. Without a scheduler build,
+// the rejecting policy goes in before the scheduler goes away.
+func (r *SlicerReconciler) reconcileDevicePluginFrontend(ctx context.Context, s *slicerv1alpha1.Slicer, opts *render.Options, st *status, res *result, apply applyFunc, supported bool) bool {
+	webhookOK, admitted := r.reconcileWebhook(ctx, s, opts, st, res, apply)
+	switch {
+	case !supported:
+		r.removeScheduler(ctx, *opts, st, res, admitted)
+	case webhookOK:
+		return r.reconcileScheduler(ctx, *opts, st, apply)
+	default:
+		st.set(slicerv1alpha1.ConditionSchedulerAvailable, metav1.ConditionFalse, slicerv1alpha1.ReasonRollingOut, "waiting for the webhook to be available")
+	}
+	return false
 }
 
 // options gathers the renderers' inputs.

@@ -57,6 +57,11 @@ func (st *status) set(t string, s metav1.ConditionStatus, reason, msg string) {
 	})
 }
 
+// remove drops a condition that no longer applies (e.g. one of another frontend).
+func (st *status) remove(t string) {
+	meta.RemoveStatusCondition(&st.next.Conditions, t)
+}
+
 func (st *status) isTrue(t string) bool {
 	return meta.IsStatusConditionTrue(st.next.Conditions, t)
 }
@@ -96,8 +101,13 @@ func summarize(conds []metav1.Condition, err error) []metav1.Condition {
 	}
 	var blockers []string
 	blockerReason := ""
-	rank := map[string]int{slicerv1alpha1.ReasonUnsupportedKubernetesVersion: 3, slicerv1alpha1.ReasonDependencyMissing: 2, slicerv1alpha1.ReasonApplyFailed: 1}
-	for _, t := range requiredConditions {
+	rank := map[string]int{slicerv1alpha1.ReasonUnsupportedKubernetesVersion: 3, slicerv1alpha1.ReasonPartitionableDevicesOff: 2, slicerv1alpha1.ReasonDependencyMissing: 2, slicerv1alpha1.ReasonApplyFailed: 1}
+	required := requiredConditions
+	if meta.FindStatusCondition(conds, slicerv1alpha1.ConditionDeviceClassesReady) != nil {
+		// Set in DRA mode only (and then required).
+		required = append(append([]string{}, requiredConditions...), slicerv1alpha1.ConditionDeviceClassesReady)
+	}
+	for _, t := range required {
 		c := meta.FindStatusCondition(conds, t)
 		if c != nil && c.Status == metav1.ConditionTrue {
 			continue
@@ -116,11 +126,11 @@ func summarize(conds []metav1.Condition, err error) []metav1.Condition {
 	}
 
 	var missing, optionalMissing, failed, rolling, unsupported []string
-	for _, t := range append(append([]string{}, requiredConditions...), optionalConditions...) {
+	for _, t := range append(append([]string{}, required...), optionalConditions...) {
 		switch reasonOf(t) {
 		case slicerv1alpha1.ReasonUnsupportedKubernetesVersion:
 			unsupported = append(unsupported, t)
-		case slicerv1alpha1.ReasonDependencyMissing:
+		case slicerv1alpha1.ReasonDependencyMissing, slicerv1alpha1.ReasonPartitionableDevicesOff:
 			if slices.Contains(optionalConditions, t) {
 				optionalMissing = append(optionalMissing, t)
 			} else {

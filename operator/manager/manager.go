@@ -12,9 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -57,6 +59,11 @@ func Scheme() *runtime.Scheme {
 func Options(c Config) ctrl.Options {
 	managed := labels.SelectorFromSet(labels.Set{render.ManagedByLabel: render.ManagedByValue})
 	byManaged := cache.ByObject{Label: managed}
+	gpuModel, err := labels.NewRequirement(slicerv1alpha1.LabelGPUModel, selection.Exists, nil)
+	if err != nil {
+		panic("manager: " + err.Error()) // a constant label key
+	}
+	gpuNodes := labels.NewSelector().Add(*gpuModel)
 	var sync *time.Duration
 	if c.SyncPeriod > 0 {
 		sync = &c.SyncPeriod
@@ -86,6 +93,9 @@ func Options(c Config) ctrl.Options {
 				&admissionregistrationv1.MutatingWebhookConfiguration{}:     byManaged,
 				&admissionregistrationv1.ValidatingAdmissionPolicy{}:        byManaged,
 				&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}: byManaged,
+				&resourceapi.DeviceClass{}:                                  byManaged,
+				// Only the nodes the NFD rule labels with a GPU model (DRA DeviceClasses).
+				&corev1.Node{}: {Label: gpuNodes},
 				&corev1.Secret{}: {
 					Label:      managed,
 					Namespaces: map[string]cache.Config{c.Namespace: {}},

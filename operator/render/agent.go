@@ -17,11 +17,15 @@ import (
 
 // Host paths the agent mounts.
 const (
-	DevicePluginDir   = "/var/lib/kubelet/device-plugins"
-	PodResourcesDir   = "/var/lib/kubelet/pod-resources"
-	EmulatedStateDir  = "/var/lib/slicer"
-	defaultCDIDir     = "/var/run/cdi"
-	podSecurityPrefix = "pod-security.kubernetes.io/"
+	DevicePluginDir = "/var/lib/kubelet/device-plugins"
+	PodResourcesDir = "/var/lib/kubelet/pod-resources"
+	// KubeletPluginsDir and KubeletPluginsRegistryDir are where a kubelet DRA plugin puts its
+	// service socket and its registration socket (DRA frontend only).
+	KubeletPluginsDir         = "/var/lib/kubelet/plugins"
+	KubeletPluginsRegistryDir = "/var/lib/kubelet/plugins_registry"
+	EmulatedStateDir          = "/var/lib/slicer"
+	defaultCDIDir             = "/var/run/cdi"
+	podSecurityPrefix         = "pod-security.kubernetes.io/"
 )
 
 // AgentNamespace renders the agent's namespace, labelled for the privileged
@@ -104,6 +108,14 @@ func Agent(o Options) ([]client.Object, error) {
 		AllowPrivilegeEscalation: ptr.To(true),
 		ReadOnlyRootFilesystem:   ptr.To(true),
 		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if UsesDRA(o) {
+		// The kubelet DRA plugin's sockets: its own and the kubelet's registration directory.
+		args = append(args, "--frontend=dra")
+		for _, d := range []struct{ name, path string }{{"dra-plugins", KubeletPluginsDir}, {"dra-registry", KubeletPluginsRegistryDir}} {
+			mounts = append(mounts, corev1.VolumeMount{Name: d.name, MountPath: d.path})
+			volumes = append(volumes, hostPathVolume(d.name, d.path, corev1.HostPathDirectoryOrCreate))
+		}
 	}
 	if emulated {
 		args = append(args, "--emulate="+EmulateFlag(a.EmulatedGPUs), "--emulate-state-file="+EmulatedStateDir+"/emulated-gpus.json")

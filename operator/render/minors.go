@@ -164,6 +164,12 @@ func Removed(o Options) []client.Object {
 	if SchedulerSupported(o) {
 		return nil
 	}
+	return schedulerObjects(o)
+}
+
+// schedulerObjects names the scheduler's objects and the webhook registration that steers
+// pods to it (kinds and names only).
+func schedulerObjects(o Options) []client.Object {
 	meta := func(namespace, name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: namespace}
 	}

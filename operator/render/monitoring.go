@@ -30,6 +30,9 @@ const (
 // MetricsServices renders a Service per component for Prometheus to scrape.
 // They exist whether or not the Prometheus operator does.
 func MetricsServices(o Options) []client.Object {
+	if UsesDRA(o) {
+		return []client.Object{metricsService(o.AgentNamespace, AgentName+"-metrics", ComponentAgent, "metrics", o.Ports.AgentMetrics)}
+	}
 	return []client.Object{
 		metricsService(o.Namespace, SchedulerName+"-metrics", ComponentScheduler, "https", o.Ports.SchedulerSecure),
 		metricsService(o.Namespace, WebhookName+"-metrics", ComponentWebhook, "metrics", o.Ports.WebhookMetrics),

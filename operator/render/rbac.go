@@ -82,6 +82,18 @@ func SchedulerRules(m kubeversion.Minor) []rbacv1.PolicyRule {
 // left out when it has no scheduler build (Removed lists them then).
 func RBAC(o Options) []client.Object {
 	var objs []client.Object
+	if UsesDRA(o) {
+		// No scheduler and no webhook (DevicePluginFrontend lists theirs for removal).
+		objs = append(objs,
+			clusterRole(AgentName, ComponentAgent, append(append([]rbacv1.PolicyRule{}, AgentRules...), AgentDRARules...)),
+			clusterRoleBinding(AgentName, ComponentAgent, o.AgentNamespace))
+		if o.Platform.OpenShift {
+			objs = append(objs,
+				role(o.AgentNamespace, AgentName, ComponentAgent, SCCRules),
+				roleBinding(o.AgentNamespace, AgentName, ComponentAgent, o.AgentNamespace))
+		}
+		return append(objs, AllocationGuard(o)...)
+	}
 	if SchedulerSupported(o) {
 		objs = append(objs,
 			clusterRole(SchedulerName, ComponentScheduler, SchedulerRules(o.Kubernetes.Minor)),

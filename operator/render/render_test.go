@@ -515,3 +515,48 @@ func TestAdmission(t *testing.T) {
 		t.Error("service-ca inject annotation missing")
 	}
 }
+
+// DRA frontend: the agent's role adds ResourceSlice writes and claim reads, the scheduler and
+// webhook get no role and no metrics Service, the agent runs the DRA plugin with the kubelet
+// plugin directories, and every profile Slicer knows has a class for cleanup.
+func TestDRAFrontend(t *testing.T) {
+	o := testOptions(func(s *slicerv1alpha1.Slicer) { s.Spec.Frontend = slicerv1alpha1.FrontendDRA })
+	var roles []string
+	for _, obj := range RBAC(o) {
+		if cr, ok := obj.(*rbacv1.ClusterRole); ok {
+			roles = append(roles, cr.Name)
+			if cr.Name == AgentName && !strings.Contains(fmt.Sprint(cr.Rules), "resourceslices") {
+				t.Errorf("agent ClusterRole lacks ResourceSlice writes: %v", cr.Rules)
+			}
+		}
+	}
+	if fmt.Sprint(roles) != "["+AgentName+"]" {
+		t.Errorf("DRA mode ClusterRoles %v, want only the agent's", roles)
+	}
+	if svcs := MetricsServices(o); len(svcs) != 1 || svcs[0].GetName() != AgentName+"-metrics" {
+		t.Errorf("DRA mode metrics Services: %d", len(svcs))
+	}
+	objs, err := Agent(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range objs {
+		if ds, ok := obj.(*appsv1.DaemonSet); ok {
+			c := ds.Spec.Template.Spec.Containers[0]
+			if !strings.Contains(strings.Join(c.Args, " "), "--frontend=dra") || !strings.Contains(fmt.Sprint(c.VolumeMounts), KubeletPluginsRegistryDir) {
+				t.Errorf("agent in DRA mode: args %v mounts %v", c.Args, c.VolumeMounts)
+			}
+		}
+	}
+	if n := len(AllDeviceClasses()); n != len(mig.KnownProfileNames()) {
+		t.Errorf("%d classes for %d known profiles", n, len(mig.KnownProfileNames()))
+	}
+	profiles, unknown := ProfilesOfModels([]string{"H100-80GB", "A100-40GB", "T4"})
+	if len(unknown) != 1 || unknown[0] != "T4" || len(profiles) == 0 {
+		t.Errorf("ProfilesOfModels: %v, unknown %v", profiles, unknown)
+	}
+	// The device-plugin frontend keeps its scheduler and webhook roles.
+	if n := len(RBAC(testOptions())); n <= len(RBAC(o)) {
+		t.Errorf("device-plugin RBAC has %d objects, DRA %d", n, len(RBAC(o)))
+	}
+}

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -369,7 +370,7 @@ func cleanSlate() {
 	}
 	for _, obj := range []client.Object{&rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{},
 		&admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingAdmissionPolicy{},
-		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}} {
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, &resourceapi.DeviceClass{}} {
 		Expect(admin.DeleteAllOf(ctx, obj, sel)).To(Succeed())
 	}
 	for _, k := range []schema.GroupVersionKind{nfrGVK, moduleGVK, smGVK, ruleGVK} {

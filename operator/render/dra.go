@@ -1,0 +1,101 @@
+package render
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migdra"
+)
+
+// ComponentDRA labels the DeviceClasses of the DRA frontend.
+const ComponentDRA = "dra"
+
+// AgentDRARules are what the agent's kubelet DRA plugin needs on top of AgentRules: publish
+// its node's ResourceSlices and read the claims it prepares.
+var AgentDRARules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
+	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: readWatch},
+}
+
+// UsesDRA reports whether the Slicer selects the DRA frontend.
+func UsesDRA(o Options) bool {
+	return o.Slicer != nil && o.Slicer.Spec.Frontend == slicerv1alpha1.FrontendDRA
+}
+
+// ProfilesOfModels lists the MIG profiles of the named GPU models (the values of the
+// slicer.dev/gpu-model node label), deduplicated and sorted; names that are not a model
+// Slicer knows are returned in unknown.
+func ProfilesOfModels(models []string) (profiles, unknown []string) {
+	seen := map[string]bool{}
+	for _, name := range models {
+		m, err := mig.ParseModel(name)
+		if err != nil {
+			unknown = append(unknown, name)
+			continue
+		}
+		for _, p := range m.Profiles() {
+			if !seen[p.Name] {
+				seen[p.Name] = true
+				profiles = append(profiles, p.Name)
+			}
+		}
+	}
+	return mig.SortSlices(profiles), unknown
+}
+
+// DeviceClasses renders one DeviceClass per profile (internal/mig/migdra), each naming the
+// profile's nvidia.com/mig-<profile> extended resource so the stock scheduler serves pods
+// that ask for it with no claim.
+func DeviceClasses(profiles []string) ([]client.Object, error) {
+	classes, err := migdra.DeviceClasses(profiles, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]client.Object, 0, len(classes))
+	for i := range classes {
+		c := &classes[i]
+		c.Labels = labels(ComponentDRA)
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// AllDeviceClasses are the classes of every profile Slicer knows: what cleanup and a switch
+// back to the device-plugin frontend delete.
+func AllDeviceClasses() []client.Object {
+	objs, err := DeviceClasses(mig.KnownProfileNames())
+	if err != nil {
+		panic("render: a known profile has no DeviceClass: " + err.Error()) // a table bug, caught by tests
+	}
+	return objs
+}
+
+// DevicePluginFrontend lists the objects only the device-plugin frontend uses: the scheduler
+// and the webhook with their configuration, RBAC, certificate and admission registrations.
+// The DRA frontend deletes them (only names and kinds matter).
+func DevicePluginFrontend(o Options, adm AdmissionRenderer) []client.Object {
+	objs := schedulerObjects(o)
+	meta := func(namespace, name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: namespace}
+	}
+	if web, err := Webhook(o); err == nil {
+		objs = append(objs, web...)
+	}
+	if adm != nil {
+		if a, err := WebhookAdmission(o, adm); err == nil {
+			objs = append(objs, a...)
+		}
+	}
+	objs = append(objs,
+		&corev1.Secret{TypeMeta: typeMeta(corev1.SchemeGroupVersion.WithKind("Secret")), ObjectMeta: meta(o.Namespace, WebhookCertSecret)},
+		&corev1.Service{TypeMeta: typeMeta(corev1.SchemeGroupVersion.WithKind("Service")), ObjectMeta: meta(o.Namespace, SchedulerName+"-metrics")},
+		&corev1.Service{TypeMeta: typeMeta(corev1.SchemeGroupVersion.WithKind("Service")), ObjectMeta: meta(o.Namespace, WebhookName+"-metrics")},
+		&rbacv1.ClusterRoleBinding{TypeMeta: typeMeta(rbacv1.SchemeGroupVersion.WithKind("ClusterRoleBinding")), ObjectMeta: meta("", WebhookName)},
+		&rbacv1.ClusterRole{TypeMeta: typeMeta(rbacv1.SchemeGroupVersion.WithKind("ClusterRole")), ObjectMeta: meta("", WebhookName)},
+	)
+	return objs
+}

@@ -1,0 +1,187 @@
+package operator_test
+
+import (
+	"slices"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migdra"
+	"github.com/slicer-operator/slicer/operator/render"
+	"github.com/slicer-operator/slicer/test/framework"
+)
+
+func draSlicer(s *slicerv1alpha1.Slicer) {
+	s.Spec.Frontend = slicerv1alpha1.FrontendDRA
+	s.Spec.Driver.Mode = slicerv1alpha1.DriverModeEmulated
+	s.Spec.Agent.EmulatedGPUs = []slicerv1alpha1.EmulatedGPUs{{Model: "H100-80GB", Count: 2}}
+	s.Spec.NodeSelection.NodeFeatureRule = slicerv1alpha1.FeatureDisabled
+}
+
+// deviceClassNames lists Slicer's DeviceClasses, sorted.
+func deviceClassNames(g Gomega) []string {
+	var list resourceapi.DeviceClassList
+	g.Expect(admin.List(ctx, &list, client.MatchingLabels{render.ManagedByLabel: render.ManagedByValue})).To(Succeed())
+	var names []string
+	for _, c := range list.Items {
+		if c.DeletionTimestamp == nil {
+			names = append(names, c.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+func classesOf(model string) []string {
+	m, err := mig.ParseModel(model)
+	Expect(err).NotTo(HaveOccurred())
+	var names []string
+	for _, p := range m.Profiles() {
+		names = append(names, migdra.ClassName(p.Name))
+	}
+	slices.Sort(names)
+	return names
+}
+
+func setGPUModel(node, model string) {
+	Eventually(func(g Gomega) {
+		var n corev1.Node
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: node}, &n)).To(Succeed())
+		n.Labels[slicerv1alpha1.LabelGPUModel] = model
+		g.Expect(admin.Update(ctx, &n)).To(Succeed())
+	}).Should(Succeed())
+}
+
+var _ = Describe("DRA frontend", Ordered, func() {
+	const node = "dra-node-1"
+	BeforeAll(func() {
+		Expect(framework.CreateNode(ctx, admin, framework.MakeNode(node, map[string]string{slicerv1alpha1.LabelGPUModel: "H100-80GB"}))).To(Succeed())
+	})
+	AfterAll(func() {
+		Expect(client.IgnoreNotFound(admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))).To(Succeed())
+	})
+
+	It("runs no scheduler and no webhook, installs one DeviceClass per profile of the nodes' GPUs, follows the models, and switches back", func() {
+		defer cleanSlate()
+		ns := nextAgentNamespace()
+		op := startOperator(operatorOptions{agentNamespace: ns})
+		defer op.stop()
+		Expect(admin.Create(ctx, newSlicer(draSlicer))).To(Succeed())
+
+		s := waitAvailable(ns)
+		for _, t := range []string{slicerv1alpha1.ConditionSchedulerAvailable, slicerv1alpha1.ConditionWebhookAvailable} {
+			Expect(condition(s, t).Reason).To(Equal(slicerv1alpha1.ReasonNotUsed), t)
+		}
+		dc := condition(s, slicerv1alpha1.ConditionDeviceClassesReady)
+		Expect(dc.Status).To(Equal(metav1.ConditionTrue), dc.Message)
+		Expect(dc.Message).To(ContainSubstring("H100-80GB"))
+		Eventually(deviceClassNames).Should(Equal(classesOf("H100-80GB")))
+		var c resourceapi.DeviceClass
+		Expect(admin.Get(ctx, client.ObjectKey{Name: migdra.ClassName("3g.40gb")}, &c)).To(Succeed())
+		Expect(*c.Spec.ExtendedResourceName).To(Equal("nvidia.com/mig-3g.40gb"))
+
+		By("no scheduler, no webhook, no webhook registration; the agent runs the DRA plugin")
+		for _, name := range []string{render.SchedulerName, render.WebhookName} {
+			err := admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: name}, &appsv1.Deployment{})
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "Deployment %s: %v", name, err)
+		}
+		var mwcs admissionregistrationv1.MutatingWebhookConfigurationList
+		Expect(admin.List(ctx, &mwcs, client.MatchingLabels{render.ManagedByLabel: render.ManagedByValue})).To(Succeed())
+		Expect(mwcs.Items).To(BeEmpty())
+		var ds appsv1.DaemonSet
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.AgentName}, &ds)).To(Succeed())
+		Expect(ds.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--frontend=dra"))
+
+		By("the node's GPU model changes: the classes follow")
+		setGPUModel(node, "A100-40GB")
+		Eventually(deviceClassNames).Should(Equal(classesOf("A100-40GB")))
+
+		By("back to the device-plugin frontend: the classes go, the scheduler and webhook come")
+		Eventually(func(g Gomega) {
+			s := getSlicer(g)
+			s.Spec.Frontend = slicerv1alpha1.FrontendDevicePlugin
+			g.Expect(admin.Update(ctx, s)).To(Succeed())
+		}).Should(Succeed())
+		s = waitAvailable(ns)
+		Expect(condition(s, slicerv1alpha1.ConditionDeviceClassesReady)).To(BeNil())
+		Eventually(deviceClassNames).Should(BeEmpty())
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: render.SchedulerName}, &appsv1.Deployment{})).To(Succeed())
+		setGPUModel(node, "H100-80GB")
+	})
+
+	It("deletes its DeviceClasses on uninstall", func() {
+		defer cleanSlate()
+		ns := nextAgentNamespace()
+		op := startOperator(operatorOptions{agentNamespace: ns})
+		defer op.stop()
+		Expect(admin.Create(ctx, newSlicer(draSlicer))).To(Succeed())
+		waitAvailable(ns)
+		Eventually(deviceClassNames).ShouldNot(BeEmpty())
+		Expect(admin.Delete(ctx, newSlicer())).To(Succeed())
+		Eventually(func(g Gomega) {
+			err := admin.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+		}).Should(Succeed())
+		Expect(deviceClassNames(Default)).To(BeEmpty())
+	})
+})
+
+// An apiserver with partitionable devices off would drop the counters that keep MIG
+// placements apart: DRA mode refuses, says why, and installs no DeviceClass.
+var _ = Describe("DRA frontend without partitionable devices", Ordered, func() {
+	var (
+		off           *framework.Env
+		savedEnv      *framework.Env
+		savedAdmin    client.Client
+		savedOperator *rest.Config
+	)
+	BeforeAll(func() {
+		var err error
+		off, err = framework.Start(framework.Options{APIServerArgs: map[string]string{"feature-gates": "DRAPartitionableDevices=false"}})
+		Expect(err).NotTo(HaveOccurred())
+		savedEnv, savedAdmin, savedOperator = env, admin, asOperator
+		env, admin = off, off.Client
+		Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
+		Expect(framework.InstallOperatorRBAC(ctx, admin, operatorNamespace)).To(Succeed())
+		asOperator = framework.ImpersonatedConfig(off.Config, operatorNamespace, framework.OperatorServiceAccount)
+		Expect(framework.CreateNode(ctx, admin, framework.MakeNode("dra-node-2", map[string]string{slicerv1alpha1.LabelGPUModel: "H100-80GB"}))).To(Succeed())
+	})
+	AfterAll(func() {
+		env, admin, asOperator = savedEnv, savedAdmin, savedOperator
+		Expect(off.Stop()).To(Succeed())
+	})
+
+	It("is not Available, with PartitionableDevicesOff and what to do", func() {
+		defer cleanSlate()
+		ns := nextAgentNamespace()
+		op := startOperator(operatorOptions{agentNamespace: ns})
+		defer op.stop()
+		Expect(admin.Create(ctx, newSlicer(draSlicer))).To(Succeed())
+		Eventually(func(g Gomega) {
+			_, err := framework.MarkWorkloadsAvailable(ctx, admin, operatorNamespace, ns)
+			g.Expect(err).NotTo(HaveOccurred())
+			s := getSlicer(g)
+			dc := condition(s, slicerv1alpha1.ConditionDeviceClassesReady)
+			g.Expect(dc).NotTo(BeNil())
+			g.Expect(dc.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(dc.Reason).To(Equal(slicerv1alpha1.ReasonPartitionableDevicesOff))
+			g.Expect(dc.Message).To(And(ContainSubstring("DRAPartitionableDevices"), ContainSubstring("spec.frontend to DevicePlugin")))
+			av := condition(s, slicerv1alpha1.ConditionAvailable)
+			g.Expect(av.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(av.Reason).To(Equal(slicerv1alpha1.ReasonPartitionableDevicesOff))
+			g.Expect(condition(s, slicerv1alpha1.ConditionDegraded).Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(condition(s, slicerv1alpha1.ConditionAgentAvailable).Status).To(Equal(metav1.ConditionFalse))
+		}).Should(Succeed())
+		Expect(deviceClassNames(Default)).To(BeEmpty())
+	})
+})
