@@ -3,6 +3,7 @@ package ha_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slicer-operator/slicer/test/framework"
@@ -47,10 +50,17 @@ type replica struct {
 // kubeconfig that points at the replica's own proxy (also its KUBECONFIG).
 func startReplica(name, bin string, args func(kubeconfig string) []string) *replica {
 	GinkgoHelper()
-	proxy, err := framework.StartCountingProxy(env.Config)
+	return startReplicaOn(env, "", name, bin, args)
+}
+
+// startReplicaOn is startReplica against the control plane e, acting as the
+// ServiceAccount as ("namespace/name", impersonated) unless it is empty.
+func startReplicaOn(e *framework.Env, as, name, bin string, args func(kubeconfig string) []string) *replica {
+	GinkgoHelper()
+	proxy, err := framework.StartCountingProxy(e.Config)
 	Expect(err).NotTo(HaveOccurred())
 	kubeconfig := filepath.Join(dir, name+".kubeconfig")
-	Expect(proxy.WriteKubeconfig(kubeconfig)).To(Succeed())
+	Expect(writeKubeconfig(kubeconfig, proxy.URL, as)).To(Succeed())
 	r := &replica{name: name, proxy: proxy, logs: &syncBuffer{}, done: make(chan struct{})}
 	r.cmd = exec.Command(bin, args(kubeconfig)...)
 	r.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
@@ -68,6 +78,25 @@ func startReplica(name, bin string, args func(kubeconfig string) []string) *repl
 		}
 	})
 	return r
+}
+
+// writeKubeconfig writes a kubeconfig for server, impersonating the
+// ServiceAccount as ("namespace/name") when it is not empty.
+func writeKubeconfig(path, server, as string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server}
+	user := &clientcmdapi.AuthInfo{}
+	if ns, name, ok := strings.Cut(as, "/"); ok {
+		user.Impersonate = "system:serviceaccount:" + ns + ":" + name
+		user.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	}
+	cfg.AuthInfos["c"] = user
+	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "c"}
+	cfg.CurrentContext = "c"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", path, err)
+	}
+	return nil
 }
 
 // kill sends SIGKILL and waits for the process to be gone: it releases
@@ -116,8 +145,14 @@ func (r *replica) lines(re string) []string {
 // holder is the holderIdentity of a Lease, "" while there is none.
 func holder(namespace, name string) string {
 	GinkgoHelper()
+	return holderOn(k8s, namespace, name)
+}
+
+// holderOn is holder on the control plane of c.
+func holderOn(c client.Client, namespace, name string) string {
+	GinkgoHelper()
 	var l coordinationv1.Lease
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &l); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &l); err != nil {
 		Expect(client.IgnoreNotFound(err)).To(Succeed())
 		return ""
 	}
