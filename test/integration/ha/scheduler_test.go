@@ -114,8 +114,9 @@ var _ = Describe("Two scheduler replicas", func() {
 			GinkgoWriter.Println("scheduler-b: " + l)
 		}
 		aw, bw := a.proxy.Writes(), b.proxy.Writes()
-		GinkgoWriter.Printf("bindings: killed leader %d, new leader %d; allocations created: %d, %d\n",
-			aw["POST pods/binding"], bw["POST pods/binding"], aw["POST sliceallocations"], bw["POST sliceallocations"])
+		GinkgoWriter.Printf("bindings: killed leader %d, new leader %d; allocation creates: %d, %d; allocation deletes: %d, %d\n",
+			aw["POST pods/binding"], bw["POST pods/binding"], aw["POST sliceallocations"], bw["POST sliceallocations"],
+			aw["DELETE sliceallocations"], bw["DELETE sliceallocations"])
 		Expect(bw["POST pods/binding"]).To(BeNumerically(">", 0), "the new leader bound the rest of the burst")
 		Expect(b.running()).To(BeTrue(), "new leader: %s", b.exitStatus())
 

@@ -22,6 +22,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/slicer-operator/slicer/test/framework"
 )
@@ -45,6 +47,7 @@ func TestHA(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
+	ctrllog.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	var err error
 	env, err = framework.Start(framework.Options{})
 	Expect(err).NotTo(HaveOccurred())

@@ -113,11 +113,11 @@ func admitThroughStop(ns string, stopFn func(*webhookReplica)) []failure {
 	}).Should(Succeed())
 
 	var (
-		created, admittedAfter atomic.Int64
-		phase                  atomic.Value
-		mu                     sync.Mutex
-		failures               []failure
-		wg                     sync.WaitGroup
+		created, admittedAfter, refused atomic.Int64
+		phase                           atomic.Value
+		mu                              sync.Mutex
+		failures                        []failure
+		wg                              sync.WaitGroup
 	)
 	phase.Store(phaseBefore)
 	for w := range writers {
@@ -125,13 +125,15 @@ func admitThroughStop(ns string, stopFn func(*webhookReplica)) []failure {
 		go func() {
 			defer GinkgoRecover()
 			defer wg.Done()
-			for i := 0; admittedAfter.Load() < afterKill; i++ {
+			// Writers give up once refusals pile up (no replica serves).
+			for i := 0; admittedAfter.Load() < afterKill && refused.Load() < afterKill; i++ {
 				ph := phase.Load().(string)
 				name := fmt.Sprintf("w%d-%04d", w, i)
 				if err := k8s.Create(ctx, migPod(ns, name)); err != nil {
 					mu.Lock()
 					failures = append(failures, failure{pod: name, phase: ph, err: err.Error()})
 					mu.Unlock()
+					refused.Add(1)
 					continue
 				}
 				created.Add(1)
