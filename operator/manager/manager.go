@@ -29,14 +29,31 @@ import (
 	"github.com/slicer-operator/slicer/operator/render"
 )
 
+// LeaderElectionID is the name of the operator's Lease, in its namespace.
+const LeaderElectionID = "slicer-operator.slicer.dev"
+
+// Leader-election timings, controller-runtime's defaults: a standby takes
+// over at most about LeaseDuration after the leader died without releasing
+// the Lease (a graceful stop releases it: LeaderElectionReleaseOnCancel).
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
 // Config are the knobs of the manager.
 type Config struct {
 	Namespace        string
 	AgentNamespace   string
 	LeaderElection   bool
 	LeaderElectionID string
-	Metrics          metricsserver.Options
-	HealthProbeAddr  string
+	// LeaseDuration, RenewDeadline and RetryPeriod time the leader election;
+	// the Default* constants when zero.
+	LeaseDuration   time.Duration
+	RenewDeadline   time.Duration
+	RetryPeriod     time.Duration
+	Metrics         metricsserver.Options
+	HealthProbeAddr string
 	// SyncPeriod re-reconciles everything periodically (drift of kinds that
 	// are not watched, e.g. the NodeFeatureRule); 10h when zero.
 	SyncPeriod time.Duration
@@ -76,6 +93,9 @@ func Options(c Config) ctrl.Options {
 		LeaderElectionID:              c.LeaderElectionID,
 		LeaderElectionNamespace:       c.Namespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 durationOr(c.LeaseDuration, DefaultLeaseDuration),
+		RenewDeadline:                 durationOr(c.RenewDeadline, DefaultRenewDeadline),
+		RetryPeriod:                   durationOr(c.RetryPeriod, DefaultRetryPeriod),
 		Cache: cache.Options{
 			SyncPeriod: sync,
 			ByObject: map[client.Object]cache.ByObject{
@@ -103,4 +123,12 @@ func Options(c Config) ctrl.Options {
 			},
 		},
 	}
+}
+
+// durationOr is a pointer to d, or to def when d is zero.
+func durationOr(d, def time.Duration) *time.Duration {
+	if d == 0 {
+		d = def
+	}
+	return &d
 }

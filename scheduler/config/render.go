@@ -32,6 +32,12 @@ const (
 	DefaultSliceReadyTimeout = 2 * time.Minute
 	// DefaultLeaseName is the leader-election Lease of the scheduler.
 	DefaultLeaseName = slicerv1alpha1.SchedulerName
+	// DefaultLeaseDuration, DefaultRenewDeadline and DefaultRetryPeriod are
+	// kube-scheduler's leader-election defaults: a standby takes over at most
+	// about LeaseDuration after the leader dies without releasing the Lease.
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
 )
 
 // PluginArgs are the SlicerMIG plugin's arguments (pluginConfig[].args).
@@ -55,6 +61,13 @@ type Options struct {
 	// LeaseNamespace and LeaseName locate the Lease; LeaseName defaults to DefaultLeaseName.
 	LeaseNamespace string
 	LeaseName      string
+	// LeaseDuration, RenewDeadline and RetryPeriod time the leader election;
+	// the Default* constants when zero. Tests shorten them to see a takeover
+	// quickly; kube-scheduler requires LeaseDuration > RenewDeadline >
+	// 1.2 × RetryPeriod.
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
 	// ScoreWeight of the plugin; DefaultScoreWeight when zero.
 	ScoreWeight int32
 	// SliceReadyTimeout of PreBind; DefaultSliceReadyTimeout when zero.
@@ -87,6 +100,13 @@ func Build(o Options) (*schedconfigv1.KubeSchedulerConfiguration, error) {
 	}
 	if weight < 0 || weight > 100 {
 		return nil, fmt.Errorf("score weight %d out of [1, 100]", weight)
+	}
+	leaseDuration := orDefault(o.LeaseDuration, DefaultLeaseDuration)
+	renewDeadline := orDefault(o.RenewDeadline, DefaultRenewDeadline)
+	retryPeriod := orDefault(o.RetryPeriod, DefaultRetryPeriod)
+	if leaseDuration <= renewDeadline || float64(renewDeadline) <= 1.2*float64(retryPeriod) {
+		return nil, fmt.Errorf("leader election needs leaseDuration (%s) > renewDeadline (%s) > 1.2 × retryPeriod (%s)",
+			leaseDuration, renewDeadline, retryPeriod)
 	}
 	timeout := o.SliceReadyTimeout
 	if timeout == 0 {
@@ -144,9 +164,9 @@ func Build(o Options) (*schedconfigv1.KubeSchedulerConfiguration, error) {
 		TypeMeta: metav1.TypeMeta{APIVersion: schedconfigv1.SchemeGroupVersion.String(), Kind: "KubeSchedulerConfiguration"},
 		LeaderElection: componentbaseconfigv1alpha1.LeaderElectionConfiguration{
 			LeaderElect:       ptr.To(o.LeaderElect),
-			LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},
-			RenewDeadline:     metav1.Duration{Duration: 10 * time.Second},
-			RetryPeriod:       metav1.Duration{Duration: 2 * time.Second},
+			LeaseDuration:     metav1.Duration{Duration: leaseDuration},
+			RenewDeadline:     metav1.Duration{Duration: renewDeadline},
+			RetryPeriod:       metav1.Duration{Duration: retryPeriod},
 			ResourceLock:      "leases",
 			ResourceName:      lease,
 			ResourceNamespace: o.LeaseNamespace,
@@ -182,6 +202,14 @@ func Render(o Options) ([]byte, error) {
 		return nil, fmt.Errorf("marshal scheduler configuration: %w", err)
 	}
 	return out, nil
+}
+
+// orDefault is d, or def when d is zero.
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
 }
 
 func rawArgs(v any) (runtime.RawExtension, error) {

@@ -135,9 +135,36 @@ func TestRenderRejectsBadOptions(t *testing.T) {
 		"leader election without namespace": {LeaderElect: true},
 		"weight over 100":                   {ScoreWeight: 101},
 		"negative timeout":                  {SliceReadyTimeout: -time.Second},
+		"lease shorter than renew deadline": {LeaderElect: true, LeaseNamespace: "ns", LeaseDuration: 2 * time.Second},
+		"renew deadline within retry":       {RenewDeadline: 3 * time.Second, RetryPeriod: 3 * time.Second},
 	} {
 		if _, err := Render(o); err == nil {
 			t.Errorf("%s: Render accepted %+v", name, o)
 		}
+	}
+}
+
+func TestRenderLeaseTimings(t *testing.T) {
+	cases := map[string]struct {
+		opts                Options
+		lease, renew, retry time.Duration
+	}{
+		"defaults": {opts: Options{LeaderElect: true, LeaseNamespace: "ns"},
+			lease: DefaultLeaseDuration, renew: DefaultRenewDeadline, retry: DefaultRetryPeriod},
+		"short": {opts: Options{LeaderElect: true, LeaseNamespace: "ns", LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond},
+			lease: 4 * time.Second, renew: 3 * time.Second, retry: 500 * time.Millisecond},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			data, err := Render(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			le := decode(t, data).LeaderElection
+			got := []time.Duration{le.LeaseDuration.Duration, le.RenewDeadline.Duration, le.RetryPeriod.Duration}
+			if diff := cmp.Diff([]time.Duration{tc.lease, tc.renew, tc.retry}, got); diff != "" {
+				t.Errorf("lease, renew deadline, retry period (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

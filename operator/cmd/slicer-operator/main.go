@@ -54,6 +54,7 @@ func main() {
 	var (
 		namespace, agentNamespace, hostAddr string
 		leaderElect                         bool
+		lease                               manager.Config
 		listen                              serving.Flags
 	)
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the operator, scheduler and webhook (default $POD_NAMESPACE).")
@@ -61,6 +62,12 @@ func main() {
 	listen.Bind(flag.CommandLine, ":8443", ":8081")
 	flag.StringVar(&hostAddr, "host-network-address", "127.0.0.1", "Address a host-network webhook serves on and the apiserver dials (spec.network.endpointMode HostNetwork).")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so only one replica reconciles.")
+	flag.DurationVar(&lease.LeaseDuration, "leader-elect-lease-duration", manager.DefaultLeaseDuration,
+		"How long a standby waits after the leader's last renewal before it takes the Lease (a killed leader is replaced within about this long).")
+	flag.DurationVar(&lease.RenewDeadline, "leader-elect-renew-deadline", manager.DefaultRenewDeadline,
+		"How long the leader keeps retrying to renew before it gives up leading (and exits); shorter than the lease duration.")
+	flag.DurationVar(&lease.RetryPeriod, "leader-elect-retry-period", manager.DefaultRetryPeriod,
+		"How often replicas try to acquire or renew the Lease.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -73,13 +80,15 @@ func main() {
 	if agentNamespace == "" {
 		agentNamespace = namespace + "-agent"
 	}
-	if err := run(namespace, agentNamespace, hostAddr, leaderElect, listen); err != nil {
+	lease.LeaderElection = leaderElect
+	if err := run(namespace, agentNamespace, hostAddr, lease, listen); err != nil {
 		log.Error(err, "operator failed")
 		os.Exit(1)
 	}
 }
 
-func run(namespace, agentNamespace, hostAddr string, leaderElect bool, listen serving.Flags) error {
+// run runs the manager; lease carries the leader-election settings.
+func run(namespace, agentNamespace, hostAddr string, lease manager.Config, listen serving.Flags) error {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
@@ -87,10 +96,13 @@ func run(namespace, agentNamespace, hostAddr string, leaderElect bool, listen se
 	mgr, err := ctrl.NewManager(cfg, manager.Options(manager.Config{
 		Namespace:        namespace,
 		AgentNamespace:   agentNamespace,
-		LeaderElection:   leaderElect,
+		LeaderElection:   lease.LeaderElection,
+		LeaseDuration:    lease.LeaseDuration,
+		RenewDeadline:    lease.RenewDeadline,
+		RetryPeriod:      lease.RetryPeriod,
 		Metrics:          listen.MetricsOptions(),
 		HealthProbeAddr:  listen.ProbeAddr,
-		LeaderElectionID: "slicer-operator.slicer.dev",
+		LeaderElectionID: manager.LeaderElectionID,
 	}))
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
