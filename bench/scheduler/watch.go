@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -119,4 +120,19 @@ func (w *boundWatch) latencies(prefix string) ([]time.Duration, time.Time) {
 	}
 	sortDurations(out)
 	return out, last
+}
+
+// nthBound is when the n-th pod (1-based) was seen bound.
+func (w *boundWatch) nthBound(n int) time.Time {
+	w.mu.Lock()
+	times := make([]time.Time, 0, len(w.bound))
+	for _, t := range w.bound {
+		times = append(times, t)
+	}
+	w.mu.Unlock()
+	sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+	if n < 1 || n > len(times) {
+		return time.Time{}
+	}
+	return times[n-1]
 }
