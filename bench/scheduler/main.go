@@ -91,6 +91,7 @@ func run(ctx context.Context, p params, profile string, phases []string, burstRo
 			return fmt.Errorf("unknown phase %q", ph)
 		}
 		logf("%s: starting", ph)
+		p.measureHeap = len(order) == 0
 		r, err := runPhase(ctx, p, spec)
 		if err != nil {
 			return fmt.Errorf("phase %s: %w", ph, err)
@@ -114,8 +115,8 @@ func printResults(p params, order []string, results map[string]result) {
 		r := results[k]
 		fmt.Printf("%-52s %6d %8.2f %8.1f %8.2f %22s %20s %20s %12s\n", r.spec.name, r.boundTotal, r.elapsed.Seconds(),
 			r.podsPerSec(p.pods), r.create.Seconds(),
-			fmt.Sprintf("%s / %s / %s", ms(r.algorithm.quantile(0.5)), ms(r.algorithm.quantile(0.99)), ms(r.algorithm.mean())),
-			fmt.Sprintf("%s / %s", ms(r.attempts.quantile(0.5)), ms(r.attempts.quantile(0.99))),
+			fmt.Sprintf("%s / %s / %s", r.algorithm.quantileText(0.5), r.algorithm.quantileText(0.99), ms(r.algorithm.mean())),
+			fmt.Sprintf("%s / %s", r.attempts.quantileText(0.5), r.attempts.quantileText(0.99)),
 			fmt.Sprintf("%s / %s", ms(percentile(r.e2e, 0.5)), ms(percentile(r.e2e, 0.99))),
 			ms(r.preBind.mean()))
 	}
@@ -128,11 +129,11 @@ func printResults(p params, order []string, results map[string]result) {
 		fmt.Printf("  %-10s agent     %.2f (%s)\n", "", float64(total(r.agentW))/float64(p.pods), perPod(r.agentW, p.pods))
 	}
 	gpus := p.nodes * p.gpus
-	fmt.Println("\nScheduler heap once synced and warm (after GC, minus before its start; includes the warm-up pods):")
+	fmt.Println("\nScheduler heap once synced and warm (after GC, minus before its start; includes the warm-up pods and the pod watch):")
 	for _, k := range order {
 		r := results[k]
 		if r.heap < 0 {
-			fmt.Printf("  %-10s not measured (-precreate)\n", k)
+			fmt.Printf("  %-10s not measured (only the first phase of a run, without -precreate, is: run -phases %s alone)\n", k, k)
 			continue
 		}
 		fmt.Printf("  %-10s %8.1f MiB  %7.1f KiB/node  %6.2f KiB/GPU\n", k, float64(r.heap)/(1<<20),
@@ -173,7 +174,7 @@ func printBurst(rounds []burstRound, latency time.Duration) {
 	for i, b := range rounds {
 		all = append(all, b.allReady)
 		fmt.Printf("  %-5d %10s %12s %12s %14s %12s  %s\n", i, ms(b.created), ms(b.firstReady), ms(b.allReady),
-			fmt.Sprintf("%s / %s", ms(b.realize.mean()), ms(b.realize.quantile(0.99))), ms(b.released), perPod(b.writes, 56))
+			fmt.Sprintf("%s / %s", ms(b.realize.mean()), b.realize.quantileText(0.99)), ms(b.released), perPod(b.writes, 56))
 	}
 	sortDurations(all)
 	fmt.Printf("  all Ready: median %s, best %s, worst %s\n", ms(all[len(all)/2]), ms(all[0]), ms(all[len(all)-1]))

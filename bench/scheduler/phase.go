@@ -44,6 +44,10 @@ type params struct {
 	// full, pod creation does not compete with the measured window, and the
 	// window runs from the warmup-th bind to the last one.
 	precreate bool
+	// measureHeap is set for the first phase of the process only: a later
+	// phase's heap delta is skewed by what earlier phases leave behind
+	// until it is collected (stopped informers, connections).
+	measureHeap bool
 }
 
 type result struct {
@@ -142,7 +146,7 @@ func runPhase(ctx context.Context, p params, spec phaseSpec) (res result, err er
 		return res, fmt.Errorf("%s warm-up: %w", spec.key, err)
 	}
 	res.heap = -1
-	if !p.precreate { // a GC here would fall in the measured window
+	if p.measureHeap && !p.precreate { // with -precreate a GC here would fall in the measured window
 		res.heap = int64(heapAfterGC()) - int64(heapBefore)
 	}
 

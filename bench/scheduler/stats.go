@@ -86,6 +86,15 @@ func (h hist) mean() time.Duration {
 	return seconds(h.sum / h.count)
 }
 
+// quantileText is quantile, with "≥" when it lies beyond the last finite bucket.
+func (h hist) quantileText(q float64) string {
+	d := h.quantile(q)
+	if h.count > 0 && len(h.bounds) > 1 && h.cum[len(h.cum)-2] < q*h.count {
+		return "≥" + ms(d)
+	}
+	return ms(d)
+}
+
 // quantile interpolates linearly inside the bucket that holds rank q, as
 // PromQL's histogram_quantile does; beyond the last finite bound it
 // returns that bound.
