@@ -48,6 +48,8 @@ type params struct {
 	// phase's heap delta is skewed by what earlier phases leave behind
 	// until it is collected (stopped informers, connections).
 	measureHeap bool
+	// memProfile, when set, receives a heap profile where the heap is measured.
+	memProfile string
 }
 
 type result struct {
@@ -148,6 +150,11 @@ func runPhase(ctx context.Context, p params, spec phaseSpec) (res result, err er
 	res.heap = -1
 	if p.measureHeap && !p.precreate { // with -precreate a GC here would fall in the measured window
 		res.heap = int64(heapAfterGC()) - int64(heapBefore)
+		if p.memProfile != "" {
+			if err := writeHeapProfile(p.memProfile); err != nil {
+				return res, err
+			}
+		}
 	}
 
 	attemptsBefore := gather(legacyregistry.DefaultGatherer, "scheduler_scheduling_attempt_duration_seconds", "result", "scheduled")
