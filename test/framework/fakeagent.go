@@ -93,7 +93,7 @@ func StartFakeAgent(ctx context.Context, cfg *rest.Config, opts FakeAgentOptions
 		if interval <= 0 {
 			interval = time.Second
 		}
-		a.reporter = newSliceReporter(ctx, mgr.GetClient(), mgr.GetAPIReader(), interval)
+		a.reporter = newSliceReporter(mgr.GetClient(), mgr.GetAPIReader(), interval)
 	}
 	b := ctrl.NewControllerManagedBy(mgr).Named("fake-agent").For(&slicerv1alpha1.SliceAllocation{})
 	if opts.CollectOrphans {
@@ -102,6 +102,9 @@ func StartFakeAgent(ctx context.Context, cfg *rest.Config, opts FakeAgentOptions
 	if err := b.Complete(a); err != nil {
 		a.cancel()
 		return nil, fmt.Errorf("fake agent controller: %w", err)
+	}
+	if a.reporter != nil {
+		go a.reporter.run(ctx)
 	}
 	go func() {
 		defer close(a.done)

@@ -16,10 +16,11 @@ import (
 // sliceReporter writes the fake agent's slices into NodeAccelerator status,
 // coalescing the changes of one node into at most one write per interval.
 type sliceReporter struct {
-	ctx      context.Context //nolint:containedctx // the reporter's lifetime: flushes stop with it
 	client   client.Client
 	reader   client.Reader
 	interval time.Duration
+	due      chan string   // nodes whose coalescing delay has passed
+	stopped  chan struct{} // closed when run returns
 	wg       sync.WaitGroup
 
 	mu    sync.Mutex
@@ -39,8 +40,26 @@ type sliceChange struct {
 	slice   slicerv1alpha1.MIGSlice
 }
 
-func newSliceReporter(ctx context.Context, c client.Client, r client.Reader, interval time.Duration) *sliceReporter {
-	return &sliceReporter{ctx: ctx, client: c, reader: r, interval: interval, nodes: map[string]*nodeReport{}}
+func newSliceReporter(c client.Client, r client.Reader, interval time.Duration) *sliceReporter {
+	return &sliceReporter{client: c, reader: r, interval: interval, due: make(chan string),
+		stopped: make(chan struct{}), nodes: map[string]*nodeReport{}}
+}
+
+// run flushes each node when its delay has passed, until ctx ends.
+func (r *sliceReporter) run(ctx context.Context) {
+	defer close(r.stopped)
+	for {
+		select {
+		case node := <-r.due:
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				r.flush(ctx, node)
+			}()
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // set records that the allocation's slice is (present) or is no longer on its GPU.
@@ -62,20 +81,20 @@ func (r *sliceReporter) set(sa *slicerv1alpha1.SliceAllocation, present bool) {
 }
 
 func (r *sliceReporter) scheduleLocked(node string, n *nodeReport) {
-	if n.scheduled || r.ctx.Err() != nil {
+	if n.scheduled {
 		return
 	}
 	n.scheduled = true
-	delay := time.Until(n.last.Add(r.interval))
-	r.wg.Add(1)
-	time.AfterFunc(max(delay, 0), func() {
-		defer r.wg.Done()
-		r.flush(node)
+	time.AfterFunc(max(time.Until(n.last.Add(r.interval)), 0), func() {
+		select {
+		case r.due <- node:
+		case <-r.stopped:
+		}
 	})
 }
 
 // flush writes the node's pending changes in one status update.
-func (r *sliceReporter) flush(node string) {
+func (r *sliceReporter) flush(ctx context.Context, node string) {
 	r.mu.Lock()
 	n := r.nodes[node]
 	changes := n.pending
@@ -83,19 +102,19 @@ func (r *sliceReporter) flush(node string) {
 	n.scheduled = false
 	n.last = time.Now()
 	r.mu.Unlock()
-	if r.ctx.Err() != nil || len(changes) == 0 {
+	if ctx.Err() != nil || len(changes) == 0 {
 		return
 	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var na slicerv1alpha1.NodeAccelerator
-		if err := r.reader.Get(r.ctx, types.NamespacedName{Name: node}, &na); err != nil {
+		if err := r.reader.Get(ctx, types.NamespacedName{Name: node}, &na); err != nil {
 			return err
 		}
 		applyChanges(&na, changes)
-		return r.client.Status().Update(r.ctx, &na)
+		return r.client.Status().Update(ctx, &na)
 	})
-	if err = client.IgnoreNotFound(err); err != nil && r.ctx.Err() == nil {
-		klog.FromContext(r.ctx).Error(err, "fake agent: NodeAccelerator report failed; retrying", "node", node)
+	if err = client.IgnoreNotFound(err); err != nil && ctx.Err() == nil {
+		klog.FromContext(ctx).Error(err, "fake agent: NodeAccelerator report failed; retrying", "node", node)
 		r.mu.Lock()
 		for k, v := range changes {
 			if _, newer := n.pending[k]; !newer {
@@ -129,5 +148,8 @@ func applyChanges(na *slicerv1alpha1.NodeAccelerator, changes map[types.Namespac
 	}
 }
 
-// wait returns once no flush is running or scheduled (after the context ended).
-func (r *sliceReporter) wait() { r.wg.Wait() }
+// wait returns once run has returned and no flush is running.
+func (r *sliceReporter) wait() {
+	<-r.stopped
+	r.wg.Wait()
+}
