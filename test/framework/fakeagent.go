@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,48 +26,86 @@ import (
 // FakeAgentOptions tune the FakeAgent.
 type FakeAgentOptions struct {
 	// ReportSlices adds each Ready slice to (and removes each released slice
-	// from) its node's NodeAccelerator status, as the real agent does.
+	// from) its node's NodeAccelerator status, as the real agent does: the
+	// changes of one node are coalesced into at most one status write per
+	// ReportInterval.
 	ReportSlices bool
+	// ReportInterval is the shortest time between two NodeAccelerator status
+	// writes of one node (zero: one second, the node agent's coalescing).
+	ReportInterval time.Duration
 	// CollectOrphans deletes the allocations of a pod that is gone, standing
 	// in for the garbage collector that envtest does not run.
 	CollectOrphans bool
 	// Fail, when set, is asked for each new allocation; a non-empty answer
 	// marks it Failed with that message.
 	Fail func(*slicerv1alpha1.SliceAllocation) string
+	// RealizeDelay is waited before an allocation is marked Ready, holding
+	// its GPU (one slice at a time per GPU, as the agent's per-GPU lock
+	// does): it stands in for NVML's create time. Zero: Ready on sight.
+	RealizeDelay time.Duration
+	// Workers is the number of allocations reconciled at once (zero: 4). A
+	// benchmark sets at least one per node, so that no node waits for
+	// another, as with one agent per node.
+	Workers int
 }
 
-// FakeAgent plays the node agents of every node without NVML: it adds the
-// agent's finalizer to each SliceAllocation, marks it Ready with a fake MIG
-// device UUID, and on deletion releases it (removes the finalizer). It never
-// touches spec. Scheduler, operator and e2e suites reuse it.
+// FakeAgent plays the node agents of every node without NVML, with the API
+// writes of the node agent: it adds the agent's finalizer to an allocation
+// only when the scheduler did not create it with it, writes the status once
+// (Ready with a fake MIG device UUID), and on deletion releases it (removes
+// the finalizer). It never touches spec and emits no Event. Scheduler,
+// operator and e2e suites reuse it.
 type FakeAgent struct {
-	opts   FakeAgentOptions
-	client client.Client
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error
-	naMu   sync.Mutex // serializes NodeAccelerator status writes
+	opts     FakeAgentOptions
+	client   client.Client
+	reporter *sliceReporter
+	cancel   context.CancelFunc
+	done     chan struct{}
+	err      error
+
+	gpuMu sync.Mutex
+	gpus  map[string]*sync.Mutex // per-GPU lock held during RealizeDelay
+	// realized holds the UIDs of the allocations this agent marked Ready or
+	// Failed, as the node agent knows its own slices: a reconcile on a cache
+	// that has not yet seen that write does not write again.
+	realized sync.Map
 }
 
-// StartFakeAgent starts the fake agent against the apiserver of cfg.
+// StartFakeAgent starts the fake agent against the apiserver of cfg (a
+// benchmark passes a CountingProxy's RestConfig to count its writes).
 func StartFakeAgent(ctx context.Context, cfg *rest.Config, opts FakeAgentOptions) (*FakeAgent, error) {
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = 4
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     NewScheme(),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: 4},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: workers},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fake agent manager: %w", err)
 	}
-	a := &FakeAgent{opts: opts, client: mgr.GetClient(), done: make(chan struct{})}
+	a := &FakeAgent{opts: opts, client: mgr.GetClient(), done: make(chan struct{}), gpus: map[string]*sync.Mutex{}}
+	ctx, a.cancel = context.WithCancel(ctx)
+	if opts.ReportSlices {
+		interval := opts.ReportInterval
+		if interval <= 0 {
+			interval = time.Second
+		}
+		a.reporter = newSliceReporter(mgr.GetClient(), mgr.GetAPIReader(), interval)
+	}
 	b := ctrl.NewControllerManagedBy(mgr).Named("fake-agent").For(&slicerv1alpha1.SliceAllocation{})
 	if opts.CollectOrphans {
 		b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(a.allocationsOfPod))
 	}
 	if err := b.Complete(a); err != nil {
+		a.cancel()
 		return nil, fmt.Errorf("fake agent controller: %w", err)
 	}
-	ctx, a.cancel = context.WithCancel(ctx)
+	if a.reporter != nil {
+		go a.reporter.run(ctx)
+	}
 	go func() {
 		defer close(a.done)
 		a.err = mgr.Start(ctx)
@@ -84,6 +122,9 @@ func StartFakeAgent(ctx context.Context, cfg *rest.Config, opts FakeAgentOptions
 func (a *FakeAgent) Stop() error {
 	a.cancel()
 	<-a.done
+	if a.reporter != nil {
+		a.reporter.wait()
+	}
 	if a.err != nil {
 		return fmt.Errorf("fake agent: %w", a.err)
 	}
@@ -110,17 +151,7 @@ func (a *FakeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if sa.DeletionTimestamp != nil {
-		if a.opts.ReportSlices {
-			if err := a.setSlice(ctx, &sa, false); err != nil {
-				return reconcile.Result{}, err
-			}
-		}
-		if controllerutil.RemoveFinalizer(&sa, slicerv1alpha1.AllocationFinalizer) {
-			if err := a.client.Update(ctx, &sa); err != nil {
-				return reconcile.Result{}, client.IgnoreNotFound(err)
-			}
-		}
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, a.release(ctx, &sa)
 	}
 	if a.opts.CollectOrphans {
 		var pod corev1.Pod
@@ -129,6 +160,10 @@ func (a *FakeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 			return reconcile.Result{}, client.IgnoreNotFound(a.client.Delete(ctx, &sa))
 		}
 	}
+	if _, done := a.realized.Load(sa.UID); done {
+		return reconcile.Result{}, nil
+	}
+	// The scheduler creates allocations with the finalizer; others (tests) may not.
 	if controllerutil.AddFinalizer(&sa, slicerv1alpha1.AllocationFinalizer) {
 		if err := a.client.Update(ctx, &sa); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -141,55 +176,66 @@ func (a *FakeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		if msg := a.opts.Fail(&sa); msg != "" {
 			sa.Status = slicerv1alpha1.SliceAllocationStatus{State: slicerv1alpha1.AllocationFailed,
 				Reason: slicerv1alpha1.ReasonNVMLError, Message: msg, ObservedGeneration: sa.Generation}
-			return reconcile.Result{}, client.IgnoreNotFound(a.client.Status().Update(ctx, &sa))
+			if err := a.client.Status().Update(ctx, &sa); err != nil {
+				return reconcile.Result{}, client.IgnoreNotFound(err)
+			}
+			a.realized.Store(sa.UID, struct{}{})
+			return reconcile.Result{}, nil
 		}
 	}
-	if a.opts.ReportSlices {
-		if err := a.setSlice(ctx, &sa, true); err != nil {
+	if a.opts.RealizeDelay > 0 {
+		if err := a.realize(ctx, sa.Spec.GPUUUID); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
 	sa.Status = slicerv1alpha1.SliceAllocationStatus{State: slicerv1alpha1.AllocationReady,
 		MIGDeviceUUID: FakeMIGUUID(&sa), ObservedGeneration: sa.Generation}
-	return reconcile.Result{}, client.IgnoreNotFound(a.client.Status().Update(ctx, &sa))
+	if err := a.client.Status().Update(ctx, &sa); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	a.realized.Store(sa.UID, struct{}{})
+	if a.reporter != nil {
+		a.reporter.set(&sa, true)
+	}
+	return reconcile.Result{}, nil
+}
+
+// release drops the slice from the node's report and removes the finalizer.
+func (a *FakeAgent) release(ctx context.Context, sa *slicerv1alpha1.SliceAllocation) error {
+	if a.reporter != nil {
+		a.reporter.set(sa, false)
+	}
+	if controllerutil.RemoveFinalizer(sa, slicerv1alpha1.AllocationFinalizer) {
+		if err := a.client.Update(ctx, sa); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	a.realized.Delete(sa.UID)
+	return nil
+}
+
+// realize waits RealizeDelay holding the GPU, as NVML's create would.
+func (a *FakeAgent) realize(ctx context.Context, gpu string) error {
+	a.gpuMu.Lock()
+	mu := a.gpus[gpu]
+	if mu == nil {
+		mu = &sync.Mutex{}
+		a.gpus[gpu] = mu
+	}
+	a.gpuMu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	t := time.NewTimer(a.opts.RealizeDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("realize on GPU %s: %w", gpu, ctx.Err())
+	}
 }
 
 // FakeMIGUUID is the MIG device UUID the fake agent reports for an allocation.
 func FakeMIGUUID(sa *slicerv1alpha1.SliceAllocation) string {
 	return "MIG-" + string(sa.UID)
-}
-
-// setSlice adds or removes the allocation's slice in its NodeAccelerator status.
-func (a *FakeAgent) setSlice(ctx context.Context, sa *slicerv1alpha1.SliceAllocation, present bool) error {
-	a.naMu.Lock()
-	defer a.naMu.Unlock()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var na slicerv1alpha1.NodeAccelerator
-		if err := a.client.Get(ctx, types.NamespacedName{Name: sa.Spec.NodeName}, &na); err != nil {
-			return err
-		}
-		for gi := range na.Status.GPUs {
-			g := &na.Status.GPUs[gi]
-			if g.UUID != sa.Spec.GPUUUID {
-				continue
-			}
-			kept := g.Slices[:0]
-			found := false
-			for _, s := range g.Slices {
-				mine := s.Allocation != nil && s.Allocation.Namespace == sa.Namespace && s.Allocation.Name == sa.Name
-				found = found || mine
-				if !mine || present {
-					kept = append(kept, s)
-				}
-			}
-			g.Slices = kept
-			if present && !found {
-				g.Slices = append(g.Slices, slicerv1alpha1.MIGSlice{Profile: sa.Spec.Profile, Placement: sa.Spec.Placement,
-					MIGDeviceUUID: FakeMIGUUID(sa), State: slicerv1alpha1.SliceAllocated,
-					Allocation: &slicerv1alpha1.AllocationReference{Namespace: sa.Namespace, Name: sa.Name}})
-			}
-		}
-		return a.client.Status().Update(ctx, &na)
-	})
-	return client.IgnoreNotFound(err)
 }
