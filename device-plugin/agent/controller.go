@@ -178,9 +178,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		log.Info("allocation released with no slice to destroy", "allocation", k, "device", allocs[k].Status.MIGDeviceUUID)
 	}
 	if len(d.Jobs) > 0 {
-		if err := r.writeStatuses(ctx, allocs, d.Creating, time.Time{}); err != nil {
-			return ctrl.Result{}, err
-		}
 		runJobs(obs, r.opts.Metrics, d.Jobs)
 	}
 	o := settle(w, d, log)
@@ -200,7 +197,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 
 	// CDI specs, then the kubelet, then Ready.
 	retry := r.writeDevices(ctx, w, obs, o, d.Plan.InUse) || o.Retry
-	if err := r.writeStatuses(ctx, allocs, o.Statuses, now); err != nil {
+	if err := r.writeStatuses(ctx, allocs, o.Statuses); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.removeFinalizers(ctx, allocs, o.Released); err != nil {

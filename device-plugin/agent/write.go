@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -21,9 +20,11 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 )
 
-// writeStatuses patches changed statuses, a few at a time. With now set, an allocation
-// that turns Ready gets its event and realize-duration sample.
-func (r *Reconciler) writeStatuses(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, st map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus, now time.Time) error {
+// writeStatuses patches changed statuses, a few at a time. An allocation that turns Ready
+// gets its realize-duration sample and no Event: the status is the record of success, and
+// an Event per slice would double the writes on the pod's way to its node (failures keep
+// their Warning Events).
+func (r *Reconciler) writeStatuses(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, st map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus) error {
 	type change struct {
 		a *slicerv1alpha1.SliceAllocation
 		s slicerv1alpha1.SliceAllocationStatus
@@ -34,11 +35,10 @@ func (r *Reconciler) writeStatuses(ctx context.Context, allocs map[types.Namespa
 		if a == nil || equality.Semantic.DeepEqual(a.Status, s) {
 			continue
 		}
-		if !now.IsZero() && s.State == slicerv1alpha1.AllocationReady && a.Status.State != slicerv1alpha1.AllocationReady {
+		if s.State == slicerv1alpha1.AllocationReady && a.Status.State != slicerv1alpha1.AllocationReady {
 			if first, ok := r.firstSeen[k]; ok {
 				r.opts.Metrics.RealizeDuration.Observe(r.opts.Now().Sub(first).Seconds())
 			}
-			r.event(a, corev1.EventTypeNormal, "SliceReady", "MIG device %s ready", s.MIGDeviceUUID)
 		}
 		changes = append(changes, change{a: a, s: s})
 	}
