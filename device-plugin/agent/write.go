@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -212,49 +211,4 @@ func deviceFor(obs *Observation, s Slice) plugin.Device {
 		ID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.MIGUUID),
 		Healthy: g != nil && g.Healthy,
 	}
-}
-
-// publish creates the node's NodeAccelerator if needed and writes its status
-// when it changed.
-func (r *Reconciler) publish(ctx context.Context, v nodeView) error {
-	var na slicerv1alpha1.NodeAccelerator
-	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &na)
-	if apierrors.IsNotFound(err) {
-		na = slicerv1alpha1.NodeAccelerator{
-			ObjectMeta: metav1.ObjectMeta{Name: r.opts.NodeName},
-			Spec:       slicerv1alpha1.NodeAcceleratorSpec{NodeName: r.opts.NodeName},
-		}
-		if err := r.client.Create(ctx, &na); err != nil {
-			return fmt.Errorf("create NodeAccelerator: %w", err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("get NodeAccelerator: %w", err)
-	}
-	st := renderStatus(na.Status, na.Generation, v)
-	if equality.Semantic.DeepEqual(na.Status, st) {
-		return nil
-	}
-	wasConflict := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
-	wasDriverDown := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionDriverNotReady)
-	patch := client.MergeFromWithOptions(na.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	na.Status = st
-	if err := r.client.Status().Patch(ctx, &na, patch); err != nil {
-		return fmt.Errorf("NodeAccelerator status: %w", err)
-	}
-	if v.Conflict && !wasConflict {
-		r.event(&na, corev1.EventTypeWarning, slicerv1alpha1.ReasonForeignMIGManager, "node carries %s: the agent refuses to change MIG geometry", slicerv1alpha1.LabelNVIDIAMIGConfig)
-	}
-	if v.DriverErr != nil && !wasDriverDown {
-		r.event(&na, corev1.EventTypeWarning, slicerv1alpha1.ReasonNVMLUnavailable, "%s", v.DriverErr.Error())
-	}
-	return nil
-}
-
-func hasTrue(conds []metav1.Condition, t string) bool {
-	for _, c := range conds {
-		if c.Type == t {
-			return c.Status == metav1.ConditionTrue
-		}
-	}
-	return false
 }
