@@ -153,12 +153,11 @@ func churn(t *testing.T, interval time.Duration, rounds int) (writes int64, elap
 		name := fmt.Sprintf("a%d", slot)
 		var a slicerv1alpha1.SliceAllocation
 		err := c.Get(ctx, types.NamespacedName{Namespace: "ns", Name: name}, &a)
-		switch {
-		case err == nil:
+		if err == nil {
 			if err := c.Delete(ctx, &a); err != nil {
 				t.Fatal(err)
 			}
-		default:
+		} else {
 			a = slicerv1alpha1.SliceAllocation{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{slicerv1alpha1.LabelNode: node},
 					Finalizers: []string{slicerv1alpha1.AllocationFinalizer}},
