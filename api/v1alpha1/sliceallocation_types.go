@@ -9,7 +9,9 @@ import (
 type AllocationState string
 
 const (
-	// AllocationPending: committed by the scheduler, not yet seen by the agent.
+	// AllocationPending: the agent waits before it can realize the slice (another MIG
+	// manager owns the node, or a slice no allocation holds is in the way); reason says
+	// which. An allocation the agent has not written yet has no state at all.
 	AllocationPending AllocationState = "Pending"
 	// AllocationCreating: creating the GPU or compute instance, or writing the slice's CDI
 	// spec, failed and the agent retries; reason and message say why. The agent writes no
@@ -79,7 +81,9 @@ type SliceAllocationSpec struct {
 
 // SliceAllocationStatus is the realization of the slice, written only by the agent.
 type SliceAllocationStatus struct {
-	// state of the slice.
+	// state of the slice, written by the node agent: empty until its first write, which
+	// is Ready when the slice is realized at the first attempt. Creating means an attempt
+	// failed and is retried (objects from v0.1.0 may also carry it from before the work).
 	// +optional
 	State AllocationState `json:"state,omitempty"`
 
