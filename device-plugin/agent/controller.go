@@ -83,6 +83,7 @@ type Reconciler struct {
 	firstSeen   map[types.NamespacedName]time.Time
 	retries     int
 	clock       publishClock
+	own         ownWrites
 }
 
 // New returns a reconciler.

@@ -57,10 +57,12 @@ func (r *Reconciler) allocations(ctx context.Context, now time.Time) (map[types.
 		if _, ok := r.firstSeen[k]; !ok {
 			r.firstSeen[k] = now
 		}
-		if !controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) {
+		// A cached copy from before the agent's own finalizer patch (ownWrites) has it.
+		if !controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) && !r.own.stale(a) {
 			needFinalizer = append(needFinalizer, a)
 		}
 	}
+	r.own.prune(allocs)
 	var goneMu sync.Mutex
 	err := parallel(needFinalizer, func(a *slicerv1alpha1.SliceAllocation) error {
 		gone, err := r.ensureFinalizer(ctx, a)

@@ -212,3 +212,36 @@ func TestNodeAcceleratorWritesCoalescedUnderChurn(t *testing.T) {
 		t.Errorf("without coalescing: %d writes in %d reconciles, want most of them", uncoalesced, rounds)
 	}
 }
+
+// A cached copy at the resourceVersion the agent's own write replaced is stale: nothing is
+// written from it until the cache catches up.
+func TestOwnWritesStaleUntilTheCacheCatchesUp(t *testing.T) {
+	var o ownWrites
+	at := func(rv string) *slicerv1alpha1.SliceAllocation {
+		return &slicerv1alpha1.SliceAllocation{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", ResourceVersion: rv}}
+	}
+	k := types.NamespacedName{Namespace: "ns", Name: "a"}
+	if o.stale(at("5")) {
+		t.Error("stale before any write")
+	}
+	o.wrote(k, "5")
+	if !o.stale(at("5")) {
+		t.Error("the copy from before the write is not stale")
+	}
+	if o.stale(at("6")) {
+		t.Error("the copy from after the write is stale")
+	}
+	o.prune(map[types.NamespacedName]*slicerv1alpha1.SliceAllocation{k: at("5")})
+	if !o.stale(at("5")) {
+		t.Error("pruned while the cache still lags")
+	}
+	o.prune(map[types.NamespacedName]*slicerv1alpha1.SliceAllocation{k: at("6")})
+	if o.stale(at("5")) || len(o.replaced) != 0 {
+		t.Error("not pruned once the cache caught up")
+	}
+	o.wrote(k, "6")
+	o.prune(nil)
+	if len(o.replaced) != 0 {
+		t.Error("not pruned once the allocation is gone")
+	}
+}

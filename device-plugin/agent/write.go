@@ -31,7 +31,7 @@ func (r *Reconciler) writeStatuses(ctx context.Context, allocs map[types.Namespa
 	var changes []change
 	for k, s := range st {
 		a := allocs[k]
-		if a == nil || equality.Semantic.DeepEqual(a.Status, s) {
+		if a == nil || equality.Semantic.DeepEqual(a.Status, s) || r.own.stale(a) {
 			continue
 		}
 		if s.State == slicerv1alpha1.AllocationReady && a.Status.State != slicerv1alpha1.AllocationReady {
@@ -43,12 +43,53 @@ func (r *Reconciler) writeStatuses(ctx context.Context, allocs map[types.Namespa
 	}
 	return parallel(changes, func(c change) error {
 		patch := client.MergeFromWithOptions(c.a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		rv := c.a.ResourceVersion
 		c.a.Status = c.s
-		if err := r.client.Status().Patch(ctx, c.a, patch); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.client.Status().Patch(ctx, c.a, patch); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
 			return fmt.Errorf("status of %s/%s: %w", c.a.Namespace, c.a.Name, err)
 		}
+		r.own.wrote(client.ObjectKeyFromObject(c.a), rv)
 		return nil
 	})
+}
+
+// ownWrites remembers, per allocation, the resourceVersion the agent's last write to it
+// replaced. A cached copy still at that version predates the write (the watch has not
+// delivered it yet): the agent writes nothing from it, since the write would only conflict
+// (and cost a request), and the watch event of its own write brings the next reconcile.
+type ownWrites struct {
+	mu       sync.Mutex
+	replaced map[types.NamespacedName]string
+}
+
+func (o *ownWrites) wrote(k types.NamespacedName, replacedRV string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.replaced == nil {
+		o.replaced = map[types.NamespacedName]string{}
+	}
+	o.replaced[k] = replacedRV
+}
+
+func (o *ownWrites) stale(a *slicerv1alpha1.SliceAllocation) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	rv, ok := o.replaced[client.ObjectKeyFromObject(a)]
+	return ok && rv == a.ResourceVersion
+}
+
+// prune forgets the writes the cache has caught up with, and those of allocations gone.
+func (o *ownWrites) prune(cached map[types.NamespacedName]*slicerv1alpha1.SliceAllocation) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k, rv := range o.replaced {
+		if a := cached[k]; a == nil || a.ResourceVersion != rv {
+			delete(o.replaced, k)
+		}
+	}
 }
 
 // parallel runs fn on every item, 16 at a time, and joins the errors.
@@ -82,6 +123,7 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.Slic
 		return false, nil
 	}
 	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	rv := a.ResourceVersion
 	controllerutil.AddFinalizer(a, slicerv1alpha1.AllocationFinalizer)
 	if err := r.client.Patch(ctx, a, patch); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -89,6 +131,7 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.Slic
 		}
 		return false, fmt.Errorf("add finalizer to %s/%s: %w", a.Namespace, a.Name, err)
 	}
+	r.own.wrote(client.ObjectKeyFromObject(a), rv)
 	return false, nil
 }
 
@@ -121,14 +164,19 @@ func (r *Reconciler) removeFinalizers(ctx context.Context, allocs map[types.Name
 		delete(r.firstSeen, k)
 	}
 	return parallel(done, func(a *slicerv1alpha1.SliceAllocation) error {
-		if !controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) {
+		if !controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) || r.own.stale(a) {
 			return nil
 		}
 		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		rv := a.ResourceVersion
 		controllerutil.RemoveFinalizer(a, slicerv1alpha1.AllocationFinalizer)
-		if err := r.client.Patch(ctx, a, patch); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.client.Patch(ctx, a, patch); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
 			return fmt.Errorf("remove finalizer from %s/%s: %w", a.Namespace, a.Name, err)
 		}
+		r.own.wrote(client.ObjectKeyFromObject(a), rv)
 		return nil
 	})
 }
