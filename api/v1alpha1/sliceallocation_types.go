@@ -9,11 +9,18 @@ import (
 type AllocationState string
 
 const (
-	// AllocationPending: committed by the scheduler, not yet seen by the agent.
+	// AllocationPending: the agent waits before it can realize the slice (another MIG
+	// manager owns the node, or a slice no allocation holds is in the way); reason says
+	// which. An allocation the agent has not written yet has no state at all.
 	AllocationPending AllocationState = "Pending"
-	// AllocationCreating: the agent is creating the GPU and compute instance.
+	// AllocationCreating: creating the GPU or compute instance, or writing the slice's CDI
+	// spec, failed and the agent retries; reason and message say why. The agent writes no
+	// status before its first attempt (the first status of a slice that works is Ready);
+	// agents up to v0.1.0 also wrote Creating before every attempt, and such objects stay
+	// valid.
 	AllocationCreating AllocationState = "Creating"
-	// AllocationReady: the MIG device exists and is advertised to the kubelet.
+	// AllocationReady: the MIG device exists and is advertised to the kubelet. It is
+	// normally the first status the agent writes.
 	AllocationReady AllocationState = "Ready"
 	// AllocationReleasing: the agent is destroying the MIG device.
 	AllocationReleasing AllocationState = "Releasing"
@@ -21,7 +28,11 @@ const (
 	AllocationFailed AllocationState = "Failed"
 )
 
-// AllocationFinalizer is set by the agent and kept until the slice is destroyed.
+// AllocationFinalizer keeps an allocation until the agent of its node has destroyed its
+// slice, or found it holds none. The scheduler sets it when it creates the allocation, so
+// the hand-off costs no extra write; the agent adds it to an allocation that lacks it
+// (created by a scheduler up to v0.1.0) before it realizes the slice. Only the agent
+// removes it (docs/design/handoff.md).
 const AllocationFinalizer = "slicer.dev/slice-release"
 
 // SliceAllocationSpec is one slice a pod holds; written only by the scheduler
@@ -70,7 +81,9 @@ type SliceAllocationSpec struct {
 
 // SliceAllocationStatus is the realization of the slice, written only by the agent.
 type SliceAllocationStatus struct {
-	// state of the slice.
+	// state of the slice, written by the node agent: empty until its first write, which
+	// is Ready when the slice is realized at the first attempt. Creating means an attempt
+	// failed and is retried (objects from v0.1.0 may also carry it from before the work).
 	// +optional
 	State AllocationState `json:"state,omitempty"`
 
@@ -120,8 +133,8 @@ type SliceAllocationStatus struct {
 
 // SliceAllocation is one MIG slice held by one pod: the durable hand-off from
 // the scheduler to the node agent. Its owner reference to the pod lets the
-// garbage collector remove it once the pod is gone; the agent's finalizer
-// keeps it until the slice is destroyed.
+// garbage collector remove it once the pod is gone; the agent's finalizer, set at
+// creation, keeps it until the slice is destroyed.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=salloc

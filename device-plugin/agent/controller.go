@@ -60,8 +60,12 @@ type Options struct {
 	// for the garbage collector, which acts only on those with an owner reference).
 	Live client.Reader
 	// Resync is the periodic recovery interval.
-	Resync  time.Duration
-	Metrics *Metrics
+	Resync time.Duration
+	// PublishInterval is the least time between two NodeAccelerator status writes that
+	// only move slices (publish.go); default DefaultPublishInterval, negative: no
+	// coalescing.
+	PublishInterval time.Duration
+	Metrics         *Metrics
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -78,6 +82,8 @@ type Reconciler struct {
 	orphanSince map[string]time.Time
 	firstSeen   map[types.NamespacedName]time.Time
 	retries     int
+	clock       publishClock
+	own         ownWrites
 }
 
 // New returns a reconciler.
@@ -87,6 +93,9 @@ func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconcil
 	}
 	if opts.Resync == 0 {
 		opts.Resync = time.Minute
+	}
+	if opts.PublishInterval == 0 {
+		opts.PublishInterval = DefaultPublishInterval
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
@@ -140,7 +149,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if err := r.opts.Library.Init(); err != nil {
 			r.opts.Metrics.nvmlError(err)
 			log.Error(err, "NVML unavailable")
-			if perr := r.publish(ctx, nodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
+			if _, perr := r.publish(ctx, nodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
 				return ctrl.Result{}, perr
 			}
 			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
@@ -156,7 +165,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if nvml.IsDriverUnavailable(err) {
 			r.initialized = false
 		}
-		if perr := r.publish(ctx, nodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
+		if _, perr := r.publish(ctx, nodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
 			return ctrl.Result{}, errors.Join(err, perr)
 		}
 		return ctrl.Result{}, fmt.Errorf("observe GPUs: %w", err)
@@ -178,9 +187,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		log.Info("allocation released with no slice to destroy", "allocation", k, "device", allocs[k].Status.MIGDeviceUUID)
 	}
 	if len(d.Jobs) > 0 {
-		if err := r.writeStatuses(ctx, allocs, d.Creating, time.Time{}); err != nil {
-			return ctrl.Result{}, err
-		}
 		runJobs(obs, r.opts.Metrics, d.Jobs)
 	}
 	o := settle(w, d, log)
@@ -200,7 +206,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 
 	// CDI specs, then the kubelet, then Ready.
 	retry := r.writeDevices(ctx, w, obs, o, d.Plan.InUse) || o.Retry
-	if err := r.writeStatuses(ctx, allocs, o.Statuses, now); err != nil {
+	if err := r.writeStatuses(ctx, allocs, o.Statuses); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.removeFinalizers(ctx, allocs, o.Released); err != nil {
@@ -208,7 +214,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	view := o.view(w, obs, d.Plan.Release)
 	view.Emulated = r.opts.Emulated
-	if err := r.publish(ctx, view); err != nil {
+	// The NodeAccelerator last: its writes are coalesced (publish.go), so a slice's Ready
+	// never waits for it, and a write still pending brings the next reconcile forward.
+	pending, err := r.publish(ctx, view)
+	if err != nil {
 		if apierrors.IsConflict(err) {
 			// Our cache has not seen our previous write yet; try again.
 			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
@@ -216,14 +225,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	r.recordMetrics(obs, view, allocs)
+	after := r.nextResync(now)
 	if retry {
 		// Exponential backoff while something waits (in use, faults, orphans
 		// in the way); any watch event still reconciles at once.
 		r.retries++
-		return ctrl.Result{RequeueAfter: min(250*time.Millisecond<<min(r.retries, 8), r.nextResync(now))}, nil
+		after = min(250*time.Millisecond<<min(r.retries, 8), after)
+	} else {
+		r.retries = 0
 	}
-	r.retries = 0
-	return ctrl.Result{RequeueAfter: r.nextResync(now)}, nil
+	if pending > 0 {
+		after = min(after, pending)
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 func (r *Reconciler) log(ctx context.Context) logr.Logger {

@@ -48,8 +48,6 @@ type decision struct {
 	// Statuses are the allocations' statuses unless the GPU work changes them: Failed for
 	// what the node can never realize, Pending while another manager owns the node.
 	Statuses map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus
-	// Creating is written before the jobs run, so users see the work in progress.
-	Creating map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus
 	// Jobs are the MIG operations to run (runJobs), in a stable order.
 	Jobs []*job
 	// Released allocations lose their finalizer: they hold no slice to destroy.
@@ -65,7 +63,6 @@ type decision struct {
 func decide(w world) decision {
 	d := decision{
 		Statuses: map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus{},
-		Creating: map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus{},
 		Released: map[types.NamespacedName]bool{},
 	}
 	var wants []Want
@@ -103,12 +100,14 @@ func decide(w world) decision {
 		return d
 	}
 	for k, slot := range p.Create {
+		// No status before the work: the first one this slice gets is Ready (or, when the work
+		// fails, Creating with the reason), one write per slice. A crash in between leaves an
+		// allocation with an empty status and an instance at its slot, which the next plan
+		// binds or finishes.
 		d.Jobs = append(d.Jobs, &job{key: k, kind: jobCreate, slot: slot})
-		d.Creating[k] = creating(w.Allocs[k], "", "creating the GPU instance and compute instance")
 	}
 	for k, s := range p.Finish {
 		d.Jobs = append(d.Jobs, &job{key: k, kind: jobFinish, slot: s.Slot, slice: s})
-		d.Creating[k] = creating(w.Allocs[k], "", "creating the compute instance of an existing GPU instance")
 	}
 	for k, s := range p.Release {
 		if s != nil {

@@ -93,16 +93,31 @@ func TestDecide(t *testing.T) {
 	bare := Slice{Slot: slot(testGPU, "1g.10gb", 1, 1), GI: 2, CI: -1}
 	s4 := Slice{Slot: slot(testGPU, "1g.10gb", 4, 1), GI: 4, CI: 0, MIGUUID: "MIG-4"}
 	s5 := Slice{Slot: slot(testGPU, "1g.10gb", 5, 1), GI: 5, CI: 0, MIGUUID: "MIG-5"}
-	type decided struct{ Statuses, Creating, Jobs, Released, Collect, Notes []string }
+	type decided struct{ Statuses, Bound, Jobs, Released, Collect, Notes []string }
 	tests := []struct {
 		name string
 		w    world
 		want decided
 	}{
 		{
-			name: "a new allocation is created at its slot",
+			name: "a new allocation is created at its slot, with no status written before the work",
 			w:    world{Obs: h100(), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1))},
-			want: decided{Creating: []string{"a"}, Jobs: []string{"create a GPU-0 1g.10gb@0"}},
+			want: decided{Jobs: []string{"create a GPU-0 1g.10gb@0"}},
+		},
+		{
+			// An agent that crashed after creating the instances, before its one status write:
+			// the allocation's status is empty and its slice already exists.
+			name: "a crash before the Ready write: the slice at an allocation's slot is adopted, not created again",
+			w:    world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1))},
+			want: decided{Bound: []string{"a=MIG-0"}},
+		},
+		{
+			// v0.1.0 agents wrote Creating before the work; the new agent reads it as no status.
+			name: "upgrade: an allocation left Creating by a v0.1.0 agent is finished, adopted or created",
+			w: world{Obs: h100(s0, bare), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, inState(slicerv1alpha1.AllocationCreating)),
+				allocation("b", "1g.10gb", 1, 1, inState(slicerv1alpha1.AllocationCreating)),
+				allocation("c", "1g.10gb", 2, 1, inState(slicerv1alpha1.AllocationCreating)))},
+			want: decided{Bound: []string{"a=MIG-0"}, Jobs: []string{"finish b GPU-0 1g.10gb@1", "create c GPU-0 1g.10gb@2"}},
 		},
 		{
 			name: "allocations the node can never realize fail and get no job",
@@ -113,7 +128,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "an existing slice is adopted and a bare GPU instance finished",
 			w:    world{Obs: h100(s0, bare), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1), allocation("b", "1g.10gb", 1, 1))},
-			want: decided{Creating: []string{"b"}, Jobs: []string{"finish b GPU-0 1g.10gb@1"}},
+			want: decided{Bound: []string{"a=MIG-0"}, Jobs: []string{"finish b GPU-0 1g.10gb@1"}},
 		},
 		{
 			name: "a deleting allocation's slice is destroyed; one that holds none is released at once",
@@ -150,7 +165,11 @@ func TestDecide(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := decide(tc.w)
-			got := decided{Statuses: statusStrings(d.Statuses), Creating: keyNames(d.Creating), Released: keyNames(d.Released)}
+			got := decided{Statuses: statusStrings(d.Statuses), Released: keyNames(d.Released)}
+			for k, s := range d.Plan.Bound {
+				got.Bound = append(got.Bound, k.Name+"="+s.MIGUUID)
+			}
+			sort.Strings(got.Bound)
 			for _, k := range d.Collect {
 				got.Collect = append(got.Collect, k.Name)
 			}

@@ -30,10 +30,13 @@ func (r *Reconciler) ownershipConflict(ctx context.Context) (bool, error) {
 }
 
 // allocations lists the node's allocations from the cache and adds the agent's finalizer
-// to live ones that lack it. The cache may still show an allocation that is gone (the
-// scheduler's Unreserve, a deleted pod): adding the finalizer is the check, and one that
-// is gone is left out, so it gets no slice (which would be left to the orphan grace
-// period).
+// to live ones that lack it. The scheduler creates allocations with the finalizer, so this
+// writes nothing but for allocations a scheduler up to v0.1.0 created (the upgrade path).
+// For those the cache may still show an allocation that is gone (the scheduler's
+// Unreserve, a deleted pod): adding the finalizer is the check, and one that is gone is
+// left out, so it gets no slice (which would be left to the orphan grace period). An
+// allocation created with the finalizer cannot be gone while the cache shows it live:
+// it goes only once this agent, having seen its deletion, removes the finalizer.
 func (r *Reconciler) allocations(ctx context.Context, now time.Time) (map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, error) {
 	var list slicerv1alpha1.SliceAllocationList
 	if err := r.client.List(ctx, &list, client.MatchingLabels{slicerv1alpha1.LabelNode: r.opts.NodeName}); err != nil {
@@ -54,10 +57,12 @@ func (r *Reconciler) allocations(ctx context.Context, now time.Time) (map[types.
 		if _, ok := r.firstSeen[k]; !ok {
 			r.firstSeen[k] = now
 		}
-		if !controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) {
+		// A cached copy from before the agent's own finalizer patch (ownWrites) has it.
+		if !controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) && !r.own.stale(a) {
 			needFinalizer = append(needFinalizer, a)
 		}
 	}
+	r.own.prune(allocs)
 	var goneMu sync.Mutex
 	err := parallel(needFinalizer, func(a *slicerv1alpha1.SliceAllocation) error {
 		gone, err := r.ensureFinalizer(ctx, a)

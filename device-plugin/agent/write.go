@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,9 +19,11 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 )
 
-// writeStatuses patches changed statuses, a few at a time. With now set, an allocation
-// that turns Ready gets its event and realize-duration sample.
-func (r *Reconciler) writeStatuses(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, st map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus, now time.Time) error {
+// writeStatuses patches changed statuses, a few at a time. An allocation that turns Ready
+// gets its realize-duration sample and no Event: the status is the record of success, and
+// an Event per slice would double the writes on the pod's way to its node (failures keep
+// their Warning Events).
+func (r *Reconciler) writeStatuses(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, st map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus) error {
 	type change struct {
 		a *slicerv1alpha1.SliceAllocation
 		s slicerv1alpha1.SliceAllocationStatus
@@ -31,25 +31,65 @@ func (r *Reconciler) writeStatuses(ctx context.Context, allocs map[types.Namespa
 	var changes []change
 	for k, s := range st {
 		a := allocs[k]
-		if a == nil || equality.Semantic.DeepEqual(a.Status, s) {
+		if a == nil || equality.Semantic.DeepEqual(a.Status, s) || r.own.stale(a) {
 			continue
 		}
-		if !now.IsZero() && s.State == slicerv1alpha1.AllocationReady && a.Status.State != slicerv1alpha1.AllocationReady {
+		if s.State == slicerv1alpha1.AllocationReady && a.Status.State != slicerv1alpha1.AllocationReady {
 			if first, ok := r.firstSeen[k]; ok {
 				r.opts.Metrics.RealizeDuration.Observe(r.opts.Now().Sub(first).Seconds())
 			}
-			r.event(a, corev1.EventTypeNormal, "SliceReady", "MIG device %s ready", s.MIGDeviceUUID)
 		}
 		changes = append(changes, change{a: a, s: s})
 	}
 	return parallel(changes, func(c change) error {
 		patch := client.MergeFromWithOptions(c.a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		rv := c.a.ResourceVersion
 		c.a.Status = c.s
-		if err := r.client.Status().Patch(ctx, c.a, patch); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.client.Status().Patch(ctx, c.a, patch); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
 			return fmt.Errorf("status of %s/%s: %w", c.a.Namespace, c.a.Name, err)
 		}
+		r.own.wrote(client.ObjectKeyFromObject(c.a), rv)
 		return nil
 	})
+}
+
+// ownWrites remembers, per allocation, the resourceVersion the agent's last write to it
+// replaced. A cached copy still at that version predates the write (the watch has not
+// delivered it yet): the agent writes nothing from it, since the write would only conflict
+// (and cost a request), and the watch event of its own write brings the next reconcile.
+type ownWrites struct {
+	mu       sync.Mutex
+	replaced map[types.NamespacedName]string
+}
+
+func (o *ownWrites) wrote(k types.NamespacedName, replacedRV string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.replaced == nil {
+		o.replaced = map[types.NamespacedName]string{}
+	}
+	o.replaced[k] = replacedRV
+}
+
+func (o *ownWrites) stale(a *slicerv1alpha1.SliceAllocation) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	rv, ok := o.replaced[client.ObjectKeyFromObject(a)]
+	return ok && rv == a.ResourceVersion
+}
+
+// prune forgets the writes the cache has caught up with, and those of allocations gone.
+func (o *ownWrites) prune(cached map[types.NamespacedName]*slicerv1alpha1.SliceAllocation) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k, rv := range o.replaced {
+		if a := cached[k]; a == nil || a.ResourceVersion != rv {
+			delete(o.replaced, k)
+		}
+	}
 }
 
 // parallel runs fn on every item, 16 at a time, and joins the errors.
@@ -83,6 +123,7 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.Slic
 		return false, nil
 	}
 	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	rv := a.ResourceVersion
 	controllerutil.AddFinalizer(a, slicerv1alpha1.AllocationFinalizer)
 	if err := r.client.Patch(ctx, a, patch); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -90,6 +131,7 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.Slic
 		}
 		return false, fmt.Errorf("add finalizer to %s/%s: %w", a.Namespace, a.Name, err)
 	}
+	r.own.wrote(client.ObjectKeyFromObject(a), rv)
 	return false, nil
 }
 
@@ -122,14 +164,19 @@ func (r *Reconciler) removeFinalizers(ctx context.Context, allocs map[types.Name
 		delete(r.firstSeen, k)
 	}
 	return parallel(done, func(a *slicerv1alpha1.SliceAllocation) error {
-		if !controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) {
+		if !controllerutil.ContainsFinalizer(a, slicerv1alpha1.AllocationFinalizer) || r.own.stale(a) {
 			return nil
 		}
 		patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		rv := a.ResourceVersion
 		controllerutil.RemoveFinalizer(a, slicerv1alpha1.AllocationFinalizer)
-		if err := r.client.Patch(ctx, a, patch); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.client.Patch(ctx, a, patch); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
 			return fmt.Errorf("remove finalizer from %s/%s: %w", a.Namespace, a.Name, err)
 		}
+		r.own.wrote(client.ObjectKeyFromObject(a), rv)
 		return nil
 	})
 }
@@ -212,49 +259,4 @@ func deviceFor(obs *Observation, s Slice) plugin.Device {
 		ID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.MIGUUID),
 		Healthy: g != nil && g.Healthy,
 	}
-}
-
-// publish creates the node's NodeAccelerator if needed and writes its status
-// when it changed.
-func (r *Reconciler) publish(ctx context.Context, v nodeView) error {
-	var na slicerv1alpha1.NodeAccelerator
-	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &na)
-	if apierrors.IsNotFound(err) {
-		na = slicerv1alpha1.NodeAccelerator{
-			ObjectMeta: metav1.ObjectMeta{Name: r.opts.NodeName},
-			Spec:       slicerv1alpha1.NodeAcceleratorSpec{NodeName: r.opts.NodeName},
-		}
-		if err := r.client.Create(ctx, &na); err != nil {
-			return fmt.Errorf("create NodeAccelerator: %w", err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("get NodeAccelerator: %w", err)
-	}
-	st := renderStatus(na.Status, na.Generation, v)
-	if equality.Semantic.DeepEqual(na.Status, st) {
-		return nil
-	}
-	wasConflict := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
-	wasDriverDown := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionDriverNotReady)
-	patch := client.MergeFromWithOptions(na.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	na.Status = st
-	if err := r.client.Status().Patch(ctx, &na, patch); err != nil {
-		return fmt.Errorf("NodeAccelerator status: %w", err)
-	}
-	if v.Conflict && !wasConflict {
-		r.event(&na, corev1.EventTypeWarning, slicerv1alpha1.ReasonForeignMIGManager, "node carries %s: the agent refuses to change MIG geometry", slicerv1alpha1.LabelNVIDIAMIGConfig)
-	}
-	if v.DriverErr != nil && !wasDriverDown {
-		r.event(&na, corev1.EventTypeWarning, slicerv1alpha1.ReasonNVMLUnavailable, "%s", v.DriverErr.Error())
-	}
-	return nil
-}
-
-func hasTrue(conds []metav1.Condition, t string) bool {
-	for _, c := range conds {
-		if c.Type == t {
-			return c.Status == metav1.ConditionTrue
-		}
-	}
-	return false
 }

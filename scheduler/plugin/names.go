@@ -20,6 +20,10 @@ func allocationFor(pod *corev1.Pod, node string, s snapshot.Slot) *slicerv1alpha
 				slicerv1alpha1.LabelNode:   node,
 				slicerv1alpha1.LabelPodUID: string(pod.UID),
 			},
+			// The agent's finalizer from the start: the agent need not add it (one API
+			// write less per slice), and the allocation cannot go before the agent has
+			// released what it may have realized (docs/design/handoff.md).
+			Finalizers: []string{slicerv1alpha1.AllocationFinalizer},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
 				Controller: ptr.To(false), BlockOwnerDeletion: ptr.To(false),

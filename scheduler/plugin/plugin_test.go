@@ -229,3 +229,16 @@ func TestPostFilterNamesOnlyGPUsOfferingTheProfile(t *testing.T) {
 		}
 	}
 }
+
+// The allocation the scheduler commits carries the agent's finalizer from the start, so
+// the agent writes nothing to it but its status (docs/design/handoff.md).
+func TestAllocationForCarriesTheAgentsFinalizer(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "uid-p"}}
+	a := allocationFor(pod, "n1", snapshot.Slot{Slot: mig.Slot{GPU: "GPU-0", Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}})
+	if diff := cmp.Diff([]string{slicerv1alpha1.AllocationFinalizer}, a.Finalizers); diff != "" {
+		t.Errorf("finalizers (-want +got):\n%s", diff)
+	}
+	if a.Status != (slicerv1alpha1.SliceAllocationStatus{}) {
+		t.Errorf("status %+v, want empty: only the agent writes it", a.Status)
+	}
+}

@@ -109,14 +109,16 @@ func (p *Plugin) create(ctx context.Context, want *slicerv1alpha1.SliceAllocatio
 var errSliceFailed = errors.New("slice failed")
 
 // waitReady returns once the cache shows every named allocation Ready, or an
-// error when one Failed, the pod is gone, or the timeout passes.
+// error when one Failed, the pod is gone, or the timeout passes. It wakes on a
+// change of this pod's allocations only (Cache.PodChanged), and every
+// podCheckInterval to look whether the pod is gone.
 func (p *Plugin) waitReady(ctx context.Context, pod *corev1.Pod, names []string) error {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	tick := time.NewTicker(podCheckInterval)
 	defer tick.Stop()
 	for {
-		changed := p.cache.Changed()
+		changed := p.cache.PodChanged(pod.UID) // before the read, so no change is missed
 		done, err := allReady(p.cache.PodAllocations(pod.UID), names)
 		if err != nil || done {
 			return err

@@ -58,8 +58,10 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 // Unreserve drops the pod's reservation (idempotent). When PreBind had
 // already committed allocations and the pod is not bound, they are deleted:
 // a failed bind is evidence that the pod does not hold them (docs/design/invariants.md,
-// rule R3). The agent's finalizer keeps each one, and its placement taken in
-// the snapshot, until the slice is destroyed.
+// rule R3). The agent's finalizer, set at creation, keeps each one, and its
+// placement taken in the snapshot, until the node's agent has destroyed the
+// slice or found none; the scheduler never removes it (docs/design/handoff.md:
+// an empty status does not prove that no GPU instance exists).
 func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) {
 	log := klog.FromContext(ctx)
 	p.mu.Lock()

@@ -105,7 +105,9 @@ type Cache struct {
 	podAllocs    map[types.UID]map[types.NamespacedName]*Allocation
 	reservations map[types.UID]*Reservation
 	conflicted   map[string]bool // GPU UUIDs currently in conflict
-	changed      chan struct{}   // closed and replaced on every allocation change
+	// waiters maps a pod to the channel closed at the next change of its allocations
+	// (PodChanged); the entry goes with the close, or with the pod's reservation.
+	waiters map[types.UID]chan struct{}
 }
 
 // New returns an empty cache.
@@ -122,7 +124,7 @@ func New(log logr.Logger, events Events) *Cache {
 		podAllocs:    map[types.UID]map[types.NamespacedName]*Allocation{},
 		reservations: map[types.UID]*Reservation{},
 		conflicted:   map[string]bool{},
-		changed:      make(chan struct{}),
+		waiters:      map[types.UID]chan struct{}{},
 	}
 }
 
@@ -223,7 +225,10 @@ func (c *Cache) SetAllocation(a *Allocation) {
 		c.rebuild(old.NodeName)
 	}
 	c.rebuild(a.NodeName)
-	c.notify()
+	c.notify(a.PodUID)
+	if old != nil && old.PodUID != a.PodUID {
+		c.notify(old.PodUID)
+	}
 	c.mu.Unlock()
 	if old != nil && (old.NodeName != a.NodeName || old.Slot != a.Slot) {
 		c.freed() // the old slot is free again
@@ -241,7 +246,7 @@ func (c *Cache) DeleteAllocation(namespace, name string) {
 	}
 	c.removeAlloc(key)
 	c.rebuild(old.NodeName)
-	c.notify()
+	c.notify(old.PodUID)
 	c.mu.Unlock()
 	c.freed()
 }
@@ -299,16 +304,27 @@ func (c *Cache) podAllocationsLocked(uid types.UID) []*Allocation {
 	return out
 }
 
-// Changed returns a channel closed at the next allocation change.
-func (c *Cache) Changed() <-chan struct{} {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.changed
+// PodChanged returns a channel closed at the next change of the allocations of the pod
+// uid (one created, changed or deleted). Only that pod's waiters wake: a PreBind waiting
+// for its slices is not woken by every other pod's. The channel is dropped, unclosed, with
+// the pod's reservation (Unreserve closes it), after which nobody waits on it.
+func (c *Cache) PodChanged(uid types.UID) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := c.waiters[uid]
+	if ch == nil {
+		ch = make(chan struct{})
+		c.waiters[uid] = ch
+	}
+	return ch
 }
 
-func (c *Cache) notify() {
-	close(c.changed)
-	c.changed = make(chan struct{})
+// notify wakes the waiters of pod uid; c.mu is held.
+func (c *Cache) notify(uid types.UID) {
+	if ch := c.waiters[uid]; ch != nil {
+		close(ch)
+		delete(c.waiters, uid)
+	}
 }
 
 // Reserve holds the slots of a pod on a node, after checking that they are
@@ -386,6 +402,7 @@ func (c *Cache) Reservation(uid types.UID) *Reservation {
 // allocations hold every slot of it (PostBind's case).
 func (c *Cache) Unreserve(uid types.UID) *Reservation {
 	c.mu.Lock()
+	c.notify(uid) // the pod's waiters are done (PostBind, Unreserve): wake any left, drop the channel
 	r := c.reservations[uid]
 	if r == nil {
 		c.mu.Unlock()

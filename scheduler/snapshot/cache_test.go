@@ -184,12 +184,12 @@ func TestReserveUnreserve(t *testing.T) {
 func TestAllocationLifecycle(t *testing.T) {
 	c := New(logr.Discard(), nil)
 	c.SetNodeAccelerator(accel("n1", 1))
-	ch := c.Changed()
+	ch := c.PodChanged("p-uid")
 	c.SetAllocation(alloc("a", "p", "n1", "GPU-n1-a", "7g.80gb", 0, 8))
 	select {
 	case <-ch:
 	default:
-		t.Error("Changed not closed by an allocation change")
+		t.Error("PodChanged not closed by a change of the pod's allocation")
 	}
 	if got := len(c.PodAllocations("p-uid")); got != 1 {
 		t.Errorf("PodAllocations = %d, want 1", got)
@@ -204,5 +204,73 @@ func TestAllocationLifecycle(t *testing.T) {
 	c.DeleteNodeAccelerator("n1")
 	if c.Node("n1") != nil {
 		t.Error("node still in the snapshot after its NodeAccelerator is gone")
+	}
+}
+
+// Each PreBind waiter wakes on its own pod's allocations only: a change to pod A's does
+// not wake pod B's, and B's wakes on its own create, status change and delete.
+func TestPodChangedWakesOnlyThatPod(t *testing.T) {
+	c := New(logr.Discard(), nil)
+	c.SetNodeAccelerator(accel("n1", 2))
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	a := alloc("a", "pa", "n1", "GPU-n1-a", "1g.10gb", 0, 1)
+	b := alloc("b", "pb", "n1", "GPU-n1-b", "1g.10gb", 0, 1)
+	waitA, waitB := c.PodChanged("pa-uid"), c.PodChanged("pb-uid")
+	if c.PodChanged("pb-uid") != waitB {
+		t.Error("two waiters of one pod got different channels")
+	}
+
+	c.SetAllocation(a)
+	if !closed(waitA) {
+		t.Error("pod A's waiter not woken by the creation of A's allocation")
+	}
+	if closed(waitB) {
+		t.Error("pod B's waiter woken by the creation of pod A's allocation")
+	}
+	waitA = c.PodChanged("pa-uid")
+	ready := *a
+	ready.State = "Ready"
+	c.SetAllocation(&ready)
+	c.DeleteAllocation("ns", "a")
+	if closed(waitB) {
+		t.Error("pod B's waiter woken by pod A's status change or delete")
+	}
+	if !closed(waitA) {
+		t.Error("pod A's new waiter not woken by its allocation's status change")
+	}
+
+	for _, change := range []func(){
+		func() { c.SetAllocation(b) },
+		func() { nb := *b; nb.State = "Ready"; c.SetAllocation(&nb) },
+		func() { c.DeleteAllocation("ns", "b") },
+	} {
+		waitB = c.PodChanged("pb-uid")
+		change()
+		if !closed(waitB) {
+			t.Error("pod B's waiter not woken by a change of its own allocation")
+		}
+	}
+
+	// The pod's reservation going (PostBind, Unreserve) wakes and drops its waiter.
+	if err := c.Reserve(&Reservation{PodUID: "pc-uid", NodeName: "n1", Slots: []Slot{a.Slot}}); err != nil {
+		t.Fatal(err)
+	}
+	waitC := c.PodChanged("pc-uid")
+	c.Unreserve("pc-uid")
+	if !closed(waitC) {
+		t.Error("Unreserve left the pod's waiter parked")
+	}
+	c.mu.RLock()
+	left := len(c.waiters)
+	c.mu.RUnlock()
+	if left != 0 {
+		t.Errorf("%d waiter channels left, want 0", left)
 	}
 }

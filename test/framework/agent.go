@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,6 +87,11 @@ type AgentOptions struct {
 	// PodGone lets the agent release allocations whose pod does not exist (agent.Options.Live);
 	// tests whose allocations name no real pod leave it off.
 	PodGone bool
+	// Config, when set, is how the agent reaches the apiserver (a CountingProxy's); default
+	// the Env's.
+	Config *rest.Config
+	// PublishInterval is agent.Options.PublishInterval.
+	PublishInterval time.Duration
 }
 
 // RunningAgent is an agent manager started against the test apiserver.
@@ -96,7 +102,11 @@ type RunningAgent struct {
 
 // StartAgent starts the node agent's manager (no metrics or probe servers).
 func (e *Env) StartAgent(opts AgentOptions, log logr.Logger) (*RunningAgent, error) {
-	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+	cfg := e.Config
+	if opts.Config != nil {
+		cfg = opts.Config
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: e.Scheme, Logger: log, Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", Cache: agent.CacheOptions(opts.Node),
 		// Tests start one agent per node in one process.
@@ -112,7 +122,7 @@ func (e *Env) StartAgent(opts AgentOptions, log logr.Logger) (*RunningAgent, err
 	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder(slicerv1alpha1.AgentName), agent.Options{
 		NodeName: opts.Node, Library: opts.Library, Emulated: true, CDI: &cdi.Writer{Dir: opts.CDIDir},
 		Usage: opts.Usage, Advertiser: opts.Advertiser, OrphanGrace: opts.OrphanGrace, Resync: 2 * time.Second, Metrics: opts.Metrics,
-		Live: live,
+		Live: live, PublishInterval: opts.PublishInterval,
 	})
 	var trigger <-chan event.GenericEvent
 	if opts.Trigger != nil {

@@ -58,7 +58,7 @@ var _ = Describe("node agent", func() {
 				g.Expect(s.State).To(Equal(slicerv1alpha1.SliceAllocated))
 				g.Expect(s.Allocation).NotTo(BeNil())
 			}
-		}).Should(Succeed())
+		}).WithTimeout(30*time.Second).Should(Succeed(), "the NodeAccelerator shows new slices within its publish interval")
 
 		// I6 spirit: with nothing changing, the NodeAccelerator is not rewritten.
 		rv := n.nodeAccelerator(Default).ResourceVersion
@@ -262,7 +262,7 @@ var _ = Describe("node agent", func() {
 				states[s.Placement.Start] = s.State
 			}
 			g.Expect(states).To(HaveKeyWithValue(int32(0), slicerv1alpha1.SliceOrphaned))
-		}).Should(Succeed())
+		}).WithTimeout(30 * time.Second).Should(Succeed())
 		Eventually(func() int { return len(n.backend.Instances()) }).WithTimeout(30 * time.Second).Should(Equal(2))
 		Expect(time.Since(start)).To(BeNumerically(">=", n.grace))
 		left := n.backend.Instances()

@@ -25,11 +25,12 @@ import (
 var _ = Describe("An allocation that is gone by the time the agent acts", func() {
 	// The agent lists allocations from its cache; the scheduler's Unreserve (or a deleted
 	// pod) may already have removed one. Found by the e2e churn: the slice was created
-	// anyway and left to the orphan grace period.
-	It("gets no slice when adding the finalizer finds it deleted", func() {
+	// anyway and left to the orphan grace period. Only an allocation created without the
+	// finalizer (by a scheduler up to v0.1.0) can be gone while the cache shows it live.
+	It("gets no slice when adding the finalizer finds it deleted (upgrade from v0.1.0)", func() {
 		n := newNode("n-gone", mig.H100_80GB)
 		DeferCleanup(n.cleanup)
-		a := n.allocate(0, "1g.10gb", 6, 1)
+		a := n.allocateV010(0, "1g.10gb", 6, 1)
 		// A client on the real apiserver whose finalizer patch arrives just after the
 		// allocation was deleted.
 		direct, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})

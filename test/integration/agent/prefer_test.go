@@ -107,10 +107,10 @@ var _ = Describe("Which pod gets which slice, before the agent's cache has the p
 		Expect(ch.Preferred(ctx, res, []string{"MIG-other", dev}, nil, 1)).To(Equal([]string{dev}))
 		Expect(live.calls()).To(ConsistOf("get pod team-a/fresh", "get allocation team-a/"+a.Name))
 
-		// A cache that has the pod, and the allocation before it turned Ready: the allocation
-		// is read again, the pod is not.
+		// A cache that has the pod, and the allocation before it turned Ready (no status yet):
+		// the allocation is read again, the pod is not.
 		stale := n.get(a)
-		stale.Status = slicerv1alpha1.SliceAllocationStatus{State: slicerv1alpha1.AllocationCreating}
+		stale.Status = slicerv1alpha1.SliceAllocationStatus{}
 		var cachedPod corev1.Pod
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), &cachedPod)).To(Succeed())
 		ch.Cache = fake.NewClientBuilder().WithScheme(env.Scheme).WithObjects(stale, &cachedPod).Build()

@@ -103,14 +103,32 @@ func (n *node) stop() {
 
 func (n *node) gpu(i int) string { return emulated.GPUUUID(n.name, i) }
 
-// allocate creates a pod bound to the node and its allocation (as the scheduler would).
+// allocate creates a pod bound to the node and its allocation, as the scheduler does: with
+// the agent's finalizer already set.
 func (n *node) allocate(gpu int, profile string, start, size int32) *slicerv1alpha1.SliceAllocation {
+	return n.create(n.build(gpu, profile, start, size), true)
+}
+
+// allocateV010 is allocate as a scheduler up to v0.1.0 did it: without the finalizer, which
+// the agent adds (the upgrade path).
+func (n *node) allocateV010(gpu int, profile string, start, size int32) *slicerv1alpha1.SliceAllocation {
+	return n.create(n.build(gpu, profile, start, size), false)
+}
+
+func (n *node) build(gpu int, profile string, start, size int32) *slicerv1alpha1.SliceAllocation {
 	n.seq++
 	name := fmt.Sprintf("%s-a%d", n.name, n.seq)
 	p := n.pod(name)
 	a := framework.MakeSliceAllocation("team-a", name).Node(n.name).GPU(n.gpu(gpu)).Profile(profile, start, size).
 		Pod(name, string(p.UID)).Obj()
 	a.Labels = map[string]string{slicerv1alpha1.LabelNode: n.name, slicerv1alpha1.LabelPodUID: a.Spec.PodUID}
+	return a
+}
+
+func (n *node) create(a *slicerv1alpha1.SliceAllocation, finalizer bool) *slicerv1alpha1.SliceAllocation {
+	if finalizer {
+		a.Finalizers = []string{slicerv1alpha1.AllocationFinalizer}
+	}
 	Expect(k8s.Create(ctx, a)).To(Succeed())
 	return a
 }

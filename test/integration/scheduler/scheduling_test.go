@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -12,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/kubernetes/pkg/features"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -194,6 +197,43 @@ var _ = Describe("Scheduling MIG pods", func() {
 			}
 		}
 		Expect(after["POST sliceallocations"] - before["POST sliceallocations"]).To(BeZero())
+	})
+
+	It("binds a MIG pod with one write more than a plain pod: its allocation, which carries the agent's finalizer", func() {
+		s.addNode(s.ns+"-n1", 1)
+		start(plugin.Options{})
+		// writesOf is the scheduler's writes from a pod's create (the test's, not through the
+		// proxy) to its binding, events aside (the kube-scheduler's Scheduled event).
+		writesOf := func(p *corev1.Pod) map[string]int {
+			before := proxy.Writes()
+			s.create(p)
+			Eventually(func() string { return s.get(p.Name).Spec.NodeName }).ShouldNot(BeEmpty())
+			out := map[string]int{}
+			for k, v := range proxy.Writes() {
+				if d := v - before[k]; d > 0 && k != "POST events" && k != "PATCH events" {
+					out[k] = d
+				}
+			}
+			return out
+		}
+		plain := s.pod("plain", nil)
+		plain.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}
+		plainWrites := writesOf(plain)
+		GinkgoWriter.Printf("plain pod: %v\n", plainWrites)
+		migWrites := writesOf(s.pod("lean", map[string]int64{"2g.20gb": 1}))
+		GinkgoWriter.Printf("MIG pod: %v\n", migWrites)
+		want := maps.Clone(plainWrites)
+		want["POST sliceallocations"]++
+		if utilfeature.DefaultFeatureGate.Enabled(features.NominatedNodeNameForExpectation) {
+			// The kube-scheduler's own, not the plugin's: it records the node in
+			// status.nominatedNodeName before a PreBind that has work (runBindingCycle in
+			// pkg/scheduler/schedule_one.go), which every MIG pod's has.
+			want["PATCH pods/status"]++
+		}
+		Expect(migWrites).To(Equal(want), "the scheduler's writes for a MIG pod, against a plain pod's")
+		got := s.allocationsOf(s.get("lean"))
+		Expect(got).To(HaveLen(1))
+		Expect(got[0].Finalizers).To(Equal([]string{slicerv1alpha1.AllocationFinalizer}))
 	})
 
 	It("unreserves and retries when PreBind's write fails, leaking nothing (S2)", func() {

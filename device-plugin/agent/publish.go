@@ -1,0 +1,167 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+)
+
+// DefaultPublishInterval is the least time between two NodeAccelerator status writes that
+// only move slices (Options.PublishInterval).
+const DefaultPublishInterval = time.Second
+
+// statusChange classifies how a NodeAccelerator status differs from the one in the API.
+type statusChange int
+
+const (
+	// changeNone: nothing to write.
+	changeNone statusChange = iota
+	// changeSlices: slices appeared or changed state or holder. The scheduler already
+	// counts each one through its allocation, so the write can wait.
+	changeSlices
+	// changeFreesRoom: a slice is gone. The scheduler keeps its room taken while the
+	// status shows it (scheduler/snapshot/freed.go), so the write goes at once unless
+	// another went out within the interval.
+	changeFreesRoom
+	// changeUrgent: conditions, the driver, the GPUs' health or MIG mode, or the set of
+	// GPUs changed. Always written at once: the scheduler must stop (or start) placing on
+	// the node, and users read these.
+	changeUrgent
+)
+
+// classify compares the rendered status with the one in the API (pure).
+func classify(old, st slicerv1alpha1.NodeAcceleratorStatus) statusChange {
+	if equality.Semantic.DeepEqual(old, st) {
+		return changeNone
+	}
+	if !equality.Semantic.DeepEqual(withoutSlices(old), withoutSlices(st)) {
+		return changeUrgent
+	}
+	have := map[string]bool{}
+	for _, g := range st.GPUs {
+		for _, s := range g.Slices {
+			have[migSliceKey(g.UUID, s)] = true
+		}
+	}
+	for _, g := range old.GPUs {
+		for _, s := range g.Slices {
+			if !have[migSliceKey(g.UUID, s)] {
+				return changeFreesRoom
+			}
+		}
+	}
+	return changeSlices
+}
+
+func withoutSlices(st slicerv1alpha1.NodeAcceleratorStatus) slicerv1alpha1.NodeAcceleratorStatus {
+	out := *st.DeepCopy()
+	for i := range out.GPUs {
+		out.GPUs[i].Slices = nil
+	}
+	return out
+}
+
+func migSliceKey(gpu string, s slicerv1alpha1.MIGSlice) string {
+	return fmt.Sprintf("%s/%s@%d+%d/gi%d", gpu, s.Profile, s.Placement.Start, s.Placement.Size, s.GPUInstanceID)
+}
+
+// publishClock coalesces NodeAccelerator status writes: at most one write that only moves
+// slices per interval, whatever the churn. A status that only gained slices is written at
+// the end of an interval that starts when the change is first seen, so it never sits
+// between a slice's Ready and its pod's binding; one that lost a slice is written at once
+// when the last write is an interval old, else at the end of that interval; urgent changes
+// go at once.
+type publishClock struct {
+	last, due time.Time
+}
+
+// wait returns how long a change of kind k waits before it is written (0: now).
+func (c *publishClock) wait(k statusChange, now time.Time, every time.Duration) time.Duration {
+	switch {
+	case k == changeNone:
+		// Nothing to write; a deadline still ahead stays, so a change seen next waits no
+		// longer than the first one of the interval.
+		if !now.Before(c.due) {
+			c.due = time.Time{}
+		}
+		return 0
+	case k == changeUrgent, every <= 0:
+		return 0
+	case !c.due.IsZero() && !now.Before(c.due):
+		return 0
+	}
+	next := c.last.Add(every)
+	if k == changeFreesRoom && !now.Before(next) {
+		return 0
+	}
+	due := now.Add(every)
+	if k == changeFreesRoom {
+		due = next
+	}
+	if c.due.IsZero() || due.Before(c.due) {
+		c.due = due
+	}
+	return c.due.Sub(now)
+}
+
+func (c *publishClock) wrote(now time.Time) {
+	c.last, c.due = now, time.Time{}
+}
+
+// publish creates the node's NodeAccelerator if needed and writes its status when it
+// changed, coalesced by publishClock. It returns how long a pending write waits (0: none
+// pending); the caller reconciles again by then.
+func (r *Reconciler) publish(ctx context.Context, v nodeView) (time.Duration, error) {
+	var na slicerv1alpha1.NodeAccelerator
+	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &na)
+	if apierrors.IsNotFound(err) {
+		na = slicerv1alpha1.NodeAccelerator{
+			ObjectMeta: metav1.ObjectMeta{Name: r.opts.NodeName},
+			Spec:       slicerv1alpha1.NodeAcceleratorSpec{NodeName: r.opts.NodeName},
+		}
+		if err := r.client.Create(ctx, &na); err != nil {
+			return 0, fmt.Errorf("create NodeAccelerator: %w", err)
+		}
+	} else if err != nil {
+		return 0, fmt.Errorf("get NodeAccelerator: %w", err)
+	}
+	st := renderStatus(na.Status, na.Generation, v)
+	now := r.opts.Now()
+	k := classify(na.Status, st)
+	if wait := r.clock.wait(k, now, r.opts.PublishInterval); k == changeNone || wait > 0 {
+		return wait, nil
+	}
+	wasConflict := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
+	wasDriverDown := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionDriverNotReady)
+	patch := client.MergeFromWithOptions(na.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	na.Status = st
+	if err := r.client.Status().Patch(ctx, &na, patch); err != nil {
+		return 0, fmt.Errorf("NodeAccelerator status: %w", err)
+	}
+	r.clock.wrote(now)
+	if v.Conflict && !wasConflict {
+		r.event(&na, corev1.EventTypeWarning, slicerv1alpha1.ReasonForeignMIGManager, "node carries %s: the agent refuses to change MIG geometry", slicerv1alpha1.LabelNVIDIAMIGConfig)
+	}
+	if v.DriverErr != nil && !wasDriverDown {
+		r.event(&na, corev1.EventTypeWarning, slicerv1alpha1.ReasonNVMLUnavailable, "%s", v.DriverErr.Error())
+	}
+	return 0, nil
+}
+
+func hasTrue(conds []metav1.Condition, t string) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
