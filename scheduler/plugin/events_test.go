@@ -10,9 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -21,16 +18,6 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
-
-// unstr converts obj as the scheduler's dynamic informers deliver it.
-func unstr(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
-	t.Helper()
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &unstructured.Unstructured{Object: m}
-}
 
 func allocation(name, podUID, node, gpu, profile string, start, size int32) *slicerv1alpha1.SliceAllocation {
 	return &slicerv1alpha1.SliceAllocation{
@@ -64,8 +51,6 @@ func withCondition(t string, status metav1.ConditionStatus) func(*slicerv1alpha1
 func TestQueueingHints(t *testing.T) {
 	migP := migPod("p", "slicer.dev/mig-3g.40gb", "1")
 	plain := migPod("plain", "cpu", "1")
-	alloc := allocation("a", "uid-other", "n1", "GPU-n10", "3g.40gb", 4, 4)
-	full := accelWith()
 	node := func(labels map[string]string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: labels}}
 	}
@@ -79,54 +64,6 @@ func TestQueueingHints(t *testing.T) {
 		want     fwk.QueueingHint
 		wantErr  bool
 	}{
-		// SliceAllocation deleted: its slot is free again.
-		{name: "allocation deleted, MIG pod", hint: queueOnAllocationDelete, pod: migP, old: unstr(t, alloc), want: fwk.Queue},
-		{name: "allocation deleted, typed object", hint: queueOnAllocationDelete, pod: migP, old: alloc, want: fwk.Queue},
-		{name: "allocation deleted, final state unknown", hint: queueOnAllocationDelete, pod: migP,
-			old: toolscache.DeletedFinalStateUnknown{Key: "ns/a", Obj: unstr(t, alloc)}, want: fwk.Queue},
-		{name: "allocation deleted, pod without slices", hint: queueOnAllocationDelete, pod: plain, old: unstr(t, alloc), want: fwk.QueueSkip},
-		{name: "allocation deleted, undecodable object: retry", hint: queueOnAllocationDelete, pod: migP, old: "junk", want: fwk.Queue, wantErr: true},
-
-		// NodeAccelerator added or changed.
-		{name: "accelerator added", hint: queueOnNodeAccelerator, pod: migP, new: unstr(t, full), want: fwk.Queue},
-		{name: "accelerator added, pod without slices", hint: queueOnNodeAccelerator, pod: plain, new: unstr(t, full), want: fwk.QueueSkip},
-		{name: "slice released", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
-			new:  unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Slices = na.Status.GPUs[0].Slices[:1] })),
-			want: fwk.Queue},
-		{name: "slice released, pod without slices", hint: queueOnNodeAccelerator, pod: plain, old: unstr(t, full),
-			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Slices = nil })), want: fwk.QueueSkip},
-		{name: "slice added", hint: queueOnNodeAccelerator, pod: migP,
-			old: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Slices = na.Status.GPUs[0].Slices[:1] })),
-			new: unstr(t, full), want: fwk.QueueSkip},
-		{name: "nothing that frees room changed", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
-			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) {
-				na.ResourceVersion, na.Status.DriverVersion = "42", "580.1"
-			}, withCondition("SomethingElse", metav1.ConditionTrue))), want: fwk.QueueSkip},
-		{name: "GPU healthy again", hint: queueOnNodeAccelerator, pod: migP,
-			old: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Health = "Unhealthy" })),
-			new: unstr(t, full), want: fwk.Queue},
-		{name: "GPU unhealthy", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
-			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Health = "Unhealthy" })), want: fwk.QueueSkip},
-		{name: "MIG mode enabled", hint: queueOnNodeAccelerator, pod: migP,
-			old: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].MIGMode = "Disabled" })),
-			new: unstr(t, full), want: fwk.Queue},
-		{name: "GPU added", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
-			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) {
-				na.Status.GPUs = append(na.Status.GPUs, accel("n1", 2).Status.GPUs[1])
-			})), want: fwk.Queue},
-		{name: "GPU gone", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
-			new: unstr(t, accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs = nil })), want: fwk.QueueSkip},
-		{name: "ownership conflict cleared", hint: queueOnNodeAccelerator, pod: migP,
-			old: unstr(t, accelWith(withCondition(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionTrue))),
-			new: unstr(t, accelWith(withCondition(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionFalse))), want: fwk.Queue},
-		{name: "driver not ready", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full),
-			new: unstr(t, accelWith(withCondition(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionTrue))), want: fwk.QueueSkip},
-		{name: "driver ready again", hint: queueOnNodeAccelerator, pod: migP,
-			old: unstr(t, accelWith(withCondition(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionTrue))),
-			new: unstr(t, full), want: fwk.Queue},
-		{name: "accelerator update, undecodable object: retry", hint: queueOnNodeAccelerator, pod: migP, old: unstr(t, full), new: 7,
-			want: fwk.Queue, wantErr: true},
-
 		// Nodes.
 		{name: "node added", hint: queueOnNode, pod: migP, new: node(nil), want: fwk.Queue},
 		{name: "node added, pod without slices", hint: queueOnNode, pod: plain, new: node(nil), want: fwk.QueueSkip},
@@ -288,4 +225,40 @@ func TestRejectedPodRetriedWhenSnapshotCatchesUp(t *testing.T) {
 			t.Errorf("activated (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// MayFreeRoom decides which NodeAccelerator changes wake rejected MIG pods
+// (through the snapshot's Cache.OnFreed).
+func TestMayFreeRoom(t *testing.T) {
+	full := accelWith()
+	oneSlice := accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Slices = na.Status.GPUs[0].Slices[:1] })
+	unhealthy := accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].Health = "Unhealthy" })
+	for _, tc := range []struct {
+		name     string
+		old, new *slicerv1alpha1.NodeAccelerator
+		frees    bool
+	}{
+		{name: "slice released", old: full, new: oneSlice, frees: true},
+		{name: "slice added", old: oneSlice, new: full},
+		{name: "nothing that frees room changed", old: full, new: accelWith(func(na *slicerv1alpha1.NodeAccelerator) {
+			na.ResourceVersion, na.Status.DriverVersion = "42", "580.1"
+		}, withCondition("SomethingElse", metav1.ConditionTrue))},
+		{name: "GPU healthy again", old: unhealthy, new: full, frees: true},
+		{name: "GPU unhealthy", old: full, new: unhealthy},
+		{name: "MIG mode enabled", old: accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].MIGMode = "Disabled" }), new: full, frees: true},
+		{name: "GPU added", old: full, new: accelWith(func(na *slicerv1alpha1.NodeAccelerator) {
+			na.Status.GPUs = append(na.Status.GPUs, accel("n1", 2).Status.GPUs[1])
+		}), frees: true},
+		{name: "GPU gone", old: full, new: accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs = nil })},
+		{name: "ownership conflict cleared", old: accelWith(withCondition(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionTrue)),
+			new: accelWith(withCondition(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionFalse)), frees: true},
+		{name: "driver not ready", old: full, new: accelWith(withCondition(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionTrue))},
+		{name: "driver ready again", old: accelWith(withCondition(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionTrue)), new: full, frees: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if why := snapshot.MayFreeRoom(tc.old, tc.new); (why != "") != tc.frees {
+				t.Fatalf("MayFreeRoom = %q, want room freed %v", why, tc.frees)
+			}
+		})
+	}
 }
