@@ -30,7 +30,9 @@ func Feed(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, c *Cach
 	if before == nil {
 		before = func(client.Object, bool) {}
 	}
-	informers, err := crcache.New(cfg, crcache.Options{Scheme: scheme})
+	// Nothing reads managedFields; dropping them keeps the stored NodeAccelerators (whose
+	// status the agent writes field by field) and SliceAllocations small.
+	informers, err := crcache.New(cfg, crcache.Options{Scheme: scheme, DefaultTransform: crcache.TransformStripManagedFields()})
 	if err != nil {
 		return nil, fmt.Errorf("informer cache: %w", err)
 	}
