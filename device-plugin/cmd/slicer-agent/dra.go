@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/go-logr/logr"
@@ -32,6 +33,10 @@ var (
 // runDRA serves the kubelet DRA plugin (device-plugin/dra) instead of the SliceAllocation
 // reconciler and the device plugin; the manager only serves metrics and health.
 func runDRA(ctx context.Context, f flags, lib nvml.Library, metrics *agent.Metrics, log logr.Logger) error {
+	// The helper listens in the plugin directory but does not create it.
+	if err := os.MkdirAll(f.draPluginDir, 0o750); err != nil {
+		return fmt.Errorf("DRA plugin directory: %w", err)
+	}
 	cfg := ctrl.GetConfigOrDie()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
