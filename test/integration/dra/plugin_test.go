@@ -153,16 +153,26 @@ func ref(c *resourceapi.ResourceClaim) *drapbv1.Claim {
 	return &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}
 }
 
-// prepare calls NodePrepareResources for one claim and returns its CDI device IDs by device.
-func (h *harness) prepare(c *resourceapi.ResourceClaim) map[string][]string {
+// prepareResult calls NodePrepareResources for one claim.
+func (h *harness) prepareResult(c *resourceapi.ResourceClaim) *drapbv1.NodePrepareResourceResponse {
 	h.t.Helper()
 	resp, err := h.plugin.kubelet.NodePrepareResources(context.Background(), &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{ref(c)}})
 	if err != nil {
 		h.t.Fatalf("prepare %s: %v", c.Name, err)
 	}
 	r := resp.Claims[string(c.UID)]
-	if r == nil || r.Error != "" {
-		h.t.Fatalf("prepare %s: %+v", c.Name, r)
+	if r == nil {
+		h.t.Fatalf("prepare %s: no result", c.Name)
+	}
+	return r
+}
+
+// prepare prepares one claim and returns its CDI device IDs by device.
+func (h *harness) prepare(c *resourceapi.ResourceClaim) map[string][]string {
+	h.t.Helper()
+	r := h.prepareResult(c)
+	if r.Error != "" {
+		h.t.Fatalf("prepare %s: %s", c.Name, r.Error)
 	}
 	out := map[string][]string{}
 	for _, d := range r.Devices {
@@ -313,7 +323,24 @@ func TestKubeletPrepareUnprepare(t *testing.T) {
 	if inst := h.instances(); len(inst) != 0 {
 		t.Fatalf("instances after unprepare without a spec: %v", inst)
 	}
-	for _, cl := range []*resourceapi.ResourceClaim{a, b, c} {
+
+	// d's device is handed on to e (d deallocated, e allocated the same device) before the
+	// kubelet unprepares d: e's instance survives d's Unprepare.
+	d := h.allocate("d", "gpu-0-4g-40gb-at-0")
+	h.prepare(d)
+	h.deleteClaim(d)
+	e := h.allocate("e", "gpu-0-4g-40gb-at-0")
+	h.prepare(e)
+	held := h.instances()
+	h.unprepare(d)
+	if !mapsEqualS(held, h.instances()) || len(held) != 1 {
+		t.Fatalf("unprepare of d touched e's instance: %v, then %v", held, h.instances())
+	}
+	h.unprepare(e)
+	if inst := h.instances(); len(inst) != 0 {
+		t.Fatalf("instances after e's unprepare: %v", inst)
+	}
+	for _, cl := range []*resourceapi.ResourceClaim{a, b, c, e} {
 		h.deleteClaim(cl)
 	}
 }
@@ -330,6 +357,11 @@ func TestOrphanCollectedAfterGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.allocate("held", "gpu-1-3g-40gb-at-0")
+	// A claim whose placement the orphan overlaps fails to prepare until the orphan goes.
+	late := h.allocate("late", "gpu-0-2g-20gb-at-0")
+	if r := h.prepareResult(late); r.Error == "" {
+		t.Fatalf("prepared beside an overlapping orphan: %+v", r)
+	}
 	sync := func() {
 		t.Helper()
 		if err := h.plugin.drv.Sync(ctx); err != nil {
@@ -347,6 +379,10 @@ func TestOrphanCollectedAfterGrace(t *testing.T) {
 	inst := h.instances()
 	if _, ok := inst["gpu-0-1g-10gb-at-0"]; ok || len(inst) != 1 || inst["gpu-1-3g-40gb-at-0"] == "" {
 		t.Fatalf("after the grace: %v, want only the held instance", inst)
+	}
+	h.prepare(late)
+	if inst := h.instances(); len(inst) != 2 || inst["gpu-0-2g-20gb-at-0"] == "" {
+		t.Fatalf("after the orphan went, late's instance: %v", inst)
 	}
 }
 
