@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -200,12 +201,7 @@ func (d *Driver) Sync(ctx context.Context) error {
 	return d.publish(ctx, obs, held)
 }
 
-func cutSpec(k string) (string, bool) {
-	if len(k) > 5 && k[:5] == "spec:" {
-		return k[5:], true
-	}
-	return "", false
-}
+func cutSpec(k string) (string, bool) { return strings.CutPrefix(k, "spec:") }
 
 // destroyDevice destroys the observed instance at a device name.
 func (d *Driver) destroyDevice(obs *agent.Observation, name string) error {

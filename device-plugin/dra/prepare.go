@@ -21,17 +21,24 @@ import (
 // the device's placement is reused when it is there (a retry, a restart), finished when only
 // its GPU instance is, created when the placement is free; an overlapping instance fails the
 // claim (the kubelet retries; an orphan in the way is collected after its grace). The
-// claim's CDI spec is written last, so a claim whose spec exists is fully realized.
+// claim's CDI spec is written last, so a claim whose spec exists is fully realized. A device
+// that another allocated claim also holds fails the claim: the plugin is the last line of
+// defense against a double allocation (kubeletplugin.DRAPlugin).
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	all, err := d.claims(ctx)
+	if err != nil {
+		return nil, err
+	}
+	held := explained(all, d.opts.NodeName)
 	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("observe GPUs: %w", err)
 	}
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
-		devs, err := d.prepareClaim(obs, c)
+		devs, err := d.prepareClaim(obs, held, c)
 		if err != nil {
 			d.opts.Log.Error(err, "prepare failed", "claim", claimRef(c.Namespace, c.Name, c.UID))
 		} else {
@@ -43,7 +50,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-func (d *Driver) prepareClaim(obs *agent.Observation, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+func (d *Driver) prepareClaim(obs *agent.Observation, held map[string][]string, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	allocs, err := claimDevices(c, d.opts.NodeName)
 	if err != nil {
 		return nil, err
@@ -53,6 +60,9 @@ func (d *Driver) prepareClaim(obs *agent.Observation, c *resourceapi.ResourceCla
 		devs  []kubeletplugin.Device
 	)
 	for _, a := range allocs {
+		if others := otherClaims(held[a.Device], string(c.UID)); len(others) > 0 {
+			return nil, fmt.Errorf("device %s is also allocated to claims %v", a.Device, others)
+		}
 		slot, err := resolve(obs, a.Ref)
 		if err != nil {
 			return nil, fmt.Errorf("device %s: %w", a.Device, err)
@@ -152,7 +162,7 @@ func (d *Driver) unprepareClaim(ctx context.Context, obs *agent.Observation, hel
 	for _, s := range targets {
 		g := obs.GPUByUUID(s.GPU)
 		name, _ := sliceDevice(g, s)
-		if others := slices.DeleteFunc(slices.Clone(held[name]), func(u string) bool { return u == uid }); len(others) > 0 {
+		if others := otherClaims(held[name], uid); len(others) > 0 {
 			d.opts.Log.Info("instance kept: another claim holds its device", "device", name, "claims", others)
 			continue
 		}
@@ -209,4 +219,9 @@ func (d *Driver) allocatedInstances(ctx context.Context, obs *agent.Observation,
 		}
 	}
 	return out, nil
+}
+
+// otherClaims is holders without uid.
+func otherClaims(holders []string, uid string) []string {
+	return slices.DeleteFunc(slices.Clone(holders), func(u string) bool { return u == uid })
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -340,7 +341,17 @@ func TestKubeletPrepareUnprepare(t *testing.T) {
 	if inst := h.instances(); len(inst) != 0 {
 		t.Fatalf("instances after e's unprepare: %v", inst)
 	}
-	for _, cl := range []*resourceapi.ResourceClaim{a, b, c, e} {
+
+	// Two claims allocated the same device at once (an allocator bug): the second is refused.
+	f := h.allocate("f", "gpu-1-1g-10gb-at-0")
+	g := h.allocate("g", "gpu-1-1g-10gb-at-0")
+	if r := h.prepareResult(f); !strings.Contains(r.Error, "also allocated") {
+		t.Fatalf("a doubly allocated device was prepared: %+v", r)
+	}
+	h.deleteClaim(g)
+	h.prepare(f)
+	h.unprepare(f)
+	for _, cl := range []*resourceapi.ResourceClaim{a, b, c, e, f} {
 		h.deleteClaim(cl)
 	}
 }
