@@ -198,6 +198,7 @@ func (d *Driver) Sync(ctx context.Context) error {
 			return fmt.Errorf("observe GPUs: %w", err)
 		}
 	}
+	recordMetrics(d.opts.Metrics, obs, holders(claims, pool))
 	return d.publish(ctx, obs, held)
 }
 
