@@ -170,30 +170,38 @@ func (w *Writer) Write(s Slice) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := w.writeSpec(w.Path(s.MIGUUID), spec); err != nil {
+		return "", err
+	}
+	return QualifiedName(s.MIGUUID), nil
+}
+
+// writeSpec writes a spec atomically (temp file + rename) at path.
+func (w *Writer) writeSpec(path string, spec *cdispec.Spec) error {
 	data, err := yaml.Marshal(spec)
 	if err != nil {
-		return "", fmt.Errorf("CDI spec: %w", err)
+		return fmt.Errorf("CDI spec: %w", err)
 	}
 	if err := os.MkdirAll(w.Dir, 0o755); err != nil {
-		return "", fmt.Errorf("CDI dir: %w", err)
+		return fmt.Errorf("CDI dir: %w", err)
 	}
 	tmp, err := os.CreateTemp(w.Dir, ".tmp-"+filePrefix+"*")
 	if err != nil {
-		return "", fmt.Errorf("CDI spec: %w", err)
+		return fmt.Errorf("CDI spec: %w", err)
 	}
 	if _, err := tmp.Write(data); err != nil {
-		return "", errors.Join(fmt.Errorf("CDI spec: %w", err), tmp.Close(), os.Remove(tmp.Name()))
+		return errors.Join(fmt.Errorf("CDI spec: %w", err), tmp.Close(), os.Remove(tmp.Name()))
 	}
 	if err := tmp.Chmod(0o644); err != nil {
-		return "", errors.Join(fmt.Errorf("CDI spec: %w", err), tmp.Close(), os.Remove(tmp.Name()))
+		return errors.Join(fmt.Errorf("CDI spec: %w", err), tmp.Close(), os.Remove(tmp.Name()))
 	}
 	if err := tmp.Close(); err != nil {
-		return "", errors.Join(fmt.Errorf("CDI spec: %w", err), os.Remove(tmp.Name()))
+		return errors.Join(fmt.Errorf("CDI spec: %w", err), os.Remove(tmp.Name()))
 	}
-	if err := os.Rename(tmp.Name(), w.Path(s.MIGUUID)); err != nil {
-		return "", errors.Join(fmt.Errorf("CDI spec: %w", err), os.Remove(tmp.Name()))
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return errors.Join(fmt.Errorf("CDI spec: %w", err), os.Remove(tmp.Name()))
 	}
-	return QualifiedName(s.MIGUUID), nil
+	return nil
 }
 
 // Remove deletes the spec of a device; a missing spec is not an error.

@@ -131,3 +131,44 @@ func TestRemoveStale(t *testing.T) {
 		t.Error("an illegal device name was accepted")
 	}
 }
+
+// A claim's spec holds one device per slice, each exposing only its MIG device, passes the
+// CDI library's validation, and reads back as the slices it was written from.
+func TestClaimSpecRoundTrip(t *testing.T) {
+	w := &cdi.Writer{Dir: t.TempDir()}
+	slices := []cdi.Slice{
+		{MIGUUID: "MIG-a", GPUUUID: "GPU-0", Profile: "1g.10gb", PlacementStart: 3, PlacementSize: 1},
+		{MIGUUID: "MIG-b", GPUUUID: "GPU-1", Profile: "3g.40gb", PlacementStart: 4, PlacementSize: 4},
+	}
+	names, err := w.WriteClaim("uid-1", slices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"slicer.dev/mig=uid-1_MIG-a", "slicer.dev/mig=uid-1_MIG-b"}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Fatalf("names (-want +got):\n%s", diff)
+	}
+	if err := cdi.Validate(w.ClaimPath("uid-1")); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := w.ReadClaim("uid-1")
+	if err != nil || !ok {
+		t.Fatalf("read back: ok %v, %v", ok, err)
+	}
+	if diff := cmp.Diff(slices, got); diff != "" {
+		t.Fatalf("slices (-want +got):\n%s", diff)
+	}
+	uids, err := w.ListClaims()
+	if err != nil || len(uids) != 1 || uids[0] != "uid-1" {
+		t.Fatalf("ListClaims = %v, %v", uids, err)
+	}
+	if err := w.RemoveClaim("uid-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.RemoveClaim("uid-1"); err != nil {
+		t.Fatalf("second remove: %v", err)
+	}
+	if _, ok, err := w.ReadClaim("uid-1"); ok || err != nil {
+		t.Fatalf("after remove: ok %v, %v", ok, err)
+	}
+}

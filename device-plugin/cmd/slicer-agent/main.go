@@ -39,6 +39,7 @@ import (
 
 type flags struct {
 	node, emulate, stateFile, cdiDir, pluginDir, podResources, nvmlLib string
+	frontend, draPluginDir, draRegistryDir                             string
 	grace, resync, emulateLatency                                      time.Duration
 	listen                                                             serving.Flags
 }
@@ -54,6 +55,9 @@ func main() {
 	flag.StringVar(&f.podResources, "pod-resources-socket", podresources.DefaultSocket, "kubelet PodResources socket (empty: do not ask the kubelet)")
 	flag.DurationVar(&f.grace, "orphan-grace-period", 5*time.Minute, "how long a MIG instance no allocation holds is kept before it is destroyed (if unused)")
 	flag.DurationVar(&f.resync, "resync-period", time.Minute, "periodic recovery interval")
+	flag.StringVar(&f.frontend, "frontend", frontendDevicePlugin, "how workloads get slices: "+frontendDevicePlugin+" (SliceAllocations, device plugin) or "+frontendDRA+" (kubelet DRA plugin, ResourceClaims)")
+	flag.StringVar(&f.draPluginDir, "dra-plugin-dir", draDefaultPluginDir, "--frontend=dra: directory of the DRA plugin's socket")
+	flag.StringVar(&f.draRegistryDir, "dra-registry-dir", draDefaultRegistryDir, "--frontend=dra: kubelet plugin registration directory")
 	f.listen.Bind(flag.CommandLine, "127.0.0.1:8080", "127.0.0.1:8081")
 	flag.StringVar(&f.nvmlLib, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the loader's search path)")
 	zopts := zap.Options{}
@@ -91,6 +95,13 @@ func run(ctx context.Context, f flags) error {
 		lib, resources = hw, realResources(hw)
 	}
 	metrics := agent.NewMetrics(ctrlmetrics.Registry)
+	switch f.frontend {
+	case frontendDevicePlugin:
+	case frontendDRA:
+		return runDRA(ctx, f, lib, metrics, log)
+	default:
+		return fmt.Errorf("--frontend %q: want %s or %s", f.frontend, frontendDevicePlugin, frontendDRA)
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme(),
 		Metrics:                f.listen.MetricsOptions(),

@@ -15,7 +15,6 @@ package migdra
 import (
 	"fmt"
 	"strconv"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -67,7 +66,7 @@ func CounterSetName(i int) string { return "gpu-" + strconv.Itoa(i) }
 
 // DeviceName is the name of the device of profile p at pl on GPU index i: a DNS label.
 func DeviceName(i int, p mig.Profile, pl mig.Placement) string {
-	return fmt.Sprintf("gpu-%d-%s-at-%d", i, strings.ReplaceAll(p.LegalName(), ".", "-"), pl.Start)
+	return fmt.Sprintf("gpu-%d-%s-at-%d", i, profileToken(p), pl.Start)
 }
 
 // WholeGPUDeviceName is the device of a GPU in whole-GPU mode.

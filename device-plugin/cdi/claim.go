@@ -1,0 +1,129 @@
+package cdi
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// A DRA frontend writes one spec per prepared ResourceClaim (transient name
+// "claim-<claim UID>") holding one CDI device per MIG device of the claim, named
+// "<claim UID>_<MIG UUID>": the claim UID keeps a runtime's cached spec of an earlier
+// claim from matching (see kubeletplugin.DRAPlugin). Each device's edits are the ones
+// Spec gives that MIG device alone. The spec is also the node's record of what was
+// prepared for the claim: ReadClaim gives the slices back from its environment.
+
+const claimPrefix = "claim-"
+
+// ClaimPath is where the spec of a claim is written.
+func (w *Writer) ClaimPath(claimUID string) string {
+	return filepath.Join(w.Dir, cdiapi.GenerateTransientSpecName(Vendor, Class, claimPrefix+claimUID)+".yaml")
+}
+
+// ClaimDeviceName is the CDI device name of one MIG device of a claim.
+func ClaimDeviceName(claimUID, migUUID string) string { return claimUID + "_" + migUUID }
+
+// WriteClaim writes the spec of a claim atomically and returns the qualified device name of
+// each slice, in order.
+func (w *Writer) WriteClaim(claimUID string, slices []Slice) ([]string, error) {
+	spec := &cdispec.Spec{Kind: Kind}
+	names := make([]string, 0, len(slices))
+	for _, s := range slices {
+		one, err := w.Spec(s)
+		if err != nil {
+			return nil, err
+		}
+		d := one.Devices[0]
+		d.Name = ClaimDeviceName(claimUID, s.MIGUUID)
+		spec.Devices = append(spec.Devices, d)
+		names = append(names, QualifiedName(d.Name))
+	}
+	v, err := cdispec.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, fmt.Errorf("CDI spec version: %w", err)
+	}
+	spec.Version = v
+	if err := w.writeSpec(w.ClaimPath(claimUID), spec); err != nil {
+		return nil, err
+	}
+	return names, nil
+}
+
+// ReadClaim reads the slices a claim's spec records; ok is false when there is no spec.
+func (w *Writer) ReadClaim(claimUID string) (slices []Slice, ok bool, err error) {
+	data, err := os.ReadFile(w.ClaimPath(claimUID))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read CDI spec of claim %s: %w", claimUID, err)
+	}
+	var spec cdispec.Spec
+	if err := yaml.Unmarshal(data, &spec); err != nil {
+		return nil, false, fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
+	}
+	for _, d := range spec.Devices {
+		s, err := sliceFromEnv(d.ContainerEdits.Env)
+		if err != nil {
+			return nil, false, fmt.Errorf("CDI spec of claim %s, device %s: %w", claimUID, d.Name, err)
+		}
+		slices = append(slices, s)
+	}
+	return slices, true, nil
+}
+
+func sliceFromEnv(env []string) (Slice, error) {
+	var s Slice
+	var placement string
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case EnvMIGDevice:
+			s.MIGUUID = v
+		case EnvGPUUUID:
+			s.GPUUUID = v
+		case EnvMIGProfile:
+			s.Profile = v
+		case EnvMIGPlacement:
+			placement = v
+		}
+	}
+	a, b, ok := strings.Cut(placement, ":")
+	start, errA := strconv.Atoi(a)
+	size, errB := strconv.Atoi(b)
+	if s.MIGUUID == "" || s.GPUUUID == "" || !ok || errA != nil || errB != nil {
+		return s, fmt.Errorf("incomplete environment %q", env)
+	}
+	s.PlacementStart, s.PlacementSize = start, size
+	return s, nil
+}
+
+// RemoveClaim deletes the spec of a claim; a missing spec is not an error.
+func (w *Writer) RemoveClaim(claimUID string) error {
+	if err := os.Remove(w.ClaimPath(claimUID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove CDI spec of claim %s: %w", claimUID, err)
+	}
+	return nil
+}
+
+// ListClaims returns the UIDs of the claims that have a spec.
+func (w *Writer) ListClaims() ([]string, error) {
+	names, err := w.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		if uid, ok := strings.CutPrefix(n, claimPrefix); ok {
+			out = append(out, uid)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,41 @@
+package dra
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/slicer-operator/slicer/device-plugin/agent"
+)
+
+// An instance a claim holds is counted allocated, with the claim's namespace and pod on its
+// slice_info series; one no claim holds is orphaned; a second recording drops gone series.
+func TestRecordMetrics(t *testing.T) {
+	m := agent.NewMetrics(prometheus.NewRegistry())
+	obs := &agent.Observation{GPUs: []*agent.GPU{{Index: 0, UUID: "GPU-0", Model: h100(t), Healthy: true, MIGMode: 1, Slices: []agent.Slice{
+		{Slot: slot("1g.10gb", 3, 1), CI: 0, MIGUUID: "MIG-1"},
+		{Slot: slot("3g.40gb", 4, 4), CI: 0, MIGUUID: "MIG-2"},
+	}}}}
+	c := claim("a", "node-1", "gpu-0-3g-40gb-at-4")
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "u"}}
+	recordMetrics(m, obs, holders([]resourceapi.ResourceClaim{c}, "node-1"))
+	if got := testutil.ToFloat64(m.Instances.WithLabelValues("0", "3g.40gb", stateAllocated)); got != 1 {
+		t.Fatalf("allocated 3g.40gb = %v", got)
+	}
+	if got := testutil.ToFloat64(m.Instances.WithLabelValues("0", "1g.10gb", stateOrphaned)); got != 1 {
+		t.Fatalf("orphaned 1g.10gb = %v", got)
+	}
+	if got := testutil.ToFloat64(m.SliceInfo.WithLabelValues("0", "3g.40gb", "4:4", stateAllocated, "ns", "p")); got != 1 {
+		t.Fatalf("slice_info of the claim's slice = %v", got)
+	}
+	if got := testutil.ToFloat64(m.FreeCompute.WithLabelValues("0")); got != 3 {
+		t.Fatalf("free compute slices = %v, want 3", got)
+	}
+	obs.GPUs[0].Slices = nil
+	recordMetrics(m, obs, nil)
+	if n := testutil.CollectAndCount(m.SliceInfo); n != 0 {
+		t.Fatalf("%d slice_info series after the slices went", n)
+	}
+}

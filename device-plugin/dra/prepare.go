@@ -1,0 +1,227 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// PrepareResourceClaims realizes each claim's devices of this node's pool: the instance at
+// the device's placement is reused when it is there (a retry, a restart), finished when only
+// its GPU instance is, created when the placement is free; an overlapping instance fails the
+// claim (the kubelet retries; an orphan in the way is collected after its grace). The
+// claim's CDI spec is written last, so a claim whose spec exists is fully realized. A device
+// that another allocated claim also holds fails the claim: the plugin is the last line of
+// defense against a double allocation (kubeletplugin.DRAPlugin).
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	all, err := d.claims(ctx)
+	if err != nil {
+		return nil, err
+	}
+	held := explained(all, d.opts.NodeName)
+	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("observe GPUs: %w", err)
+	}
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, c := range claims {
+		devs, err := d.prepareClaim(obs, held, c)
+		if err != nil {
+			d.opts.Log.Error(err, "prepare failed", "claim", claimRef(c.Namespace, c.Name, c.UID))
+		} else {
+			d.opts.Log.Info("claim prepared", "claim", claimRef(c.Namespace, c.Name, c.UID), "devices", len(devs))
+		}
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
+	}
+	d.poke()
+	return out, nil
+}
+
+func (d *Driver) prepareClaim(obs *agent.Observation, held map[string][]string, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	allocs, err := claimDevices(c, d.opts.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		specs []cdi.Slice
+		devs  []kubeletplugin.Device
+	)
+	for _, a := range allocs {
+		if others := otherClaims(held[a.Device], string(c.UID)); len(others) > 0 {
+			return nil, fmt.Errorf("device %s is also allocated to claims %v", a.Device, others)
+		}
+		slot, err := resolve(obs, a.Ref)
+		if err != nil {
+			return nil, fmt.Errorf("device %s: %w", a.Device, err)
+		}
+		g := obs.GPUByUUID(slot.GPU)
+		s, err := d.realize(obs, g, slot)
+		if err != nil {
+			return nil, fmt.Errorf("device %s: %w", a.Device, err)
+		}
+		g.Slices = append(slices.DeleteFunc(g.Slices, func(o agent.Slice) bool { return o.Slot == s.Slot }), s)
+		specs = append(specs, cdi.Slice{MIGUUID: s.MIGUUID, GPUUUID: g.UUID, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
+			PlacementStart: s.Placement.Start, PlacementSize: s.Placement.Size, GPUInstance: s.GI, ComputeInst: s.CI})
+		devs = append(devs, kubeletplugin.Device{Requests: []string{a.Request}, PoolName: d.opts.NodeName, DeviceName: a.Device})
+	}
+	ids, err := d.opts.CDI.WriteClaim(string(c.UID), specs)
+	d.opts.Metrics.CDIWrites.WithLabelValues(result(err)).Inc()
+	if err != nil {
+		return nil, err
+	}
+	for i := range devs {
+		devs[i].CDIDeviceIDs = []string{ids[i]}
+	}
+	return devs, nil
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "success"
+}
+
+// realize makes the instance at slot exist and be complete (see PrepareResourceClaims).
+func (d *Driver) realize(obs *agent.Observation, g *agent.GPU, slot mig.Slot) (agent.Slice, error) {
+	st, s := decide(g.Slices, slot)
+	switch st {
+	case stepReuse:
+		return s, nil
+	case stepFinish:
+		return obs.FinishSlice(s, d.opts.Metrics)
+	case stepBlocked:
+		return agent.Slice{}, fmt.Errorf("placement %s is taken by the instance at %s", slot, s.Slot)
+	}
+	return obs.CreateSlice(slot, d.opts.Metrics)
+}
+
+// UnprepareResourceClaims destroys what each claim was given. The claim's CDI spec says which
+// MIG devices those are; without a spec (the claim was never fully prepared) the claim's
+// allocation, if the API still has it, says where they are. An instance another allocated
+// claim holds is left alone (its device was handed on). Nothing found is success: the
+// claim is then not prepared, and any instance left behind is an orphan.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	all, err := d.claims(ctx)
+	if err != nil {
+		return nil, err
+	}
+	held := explained(all, d.opts.NodeName)
+	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("observe GPUs: %w", err)
+	}
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		err := d.unprepareClaim(ctx, obs, held, c)
+		if err != nil {
+			d.opts.Log.Error(err, "unprepare failed", "claim", claimRef(c.Namespace, c.Name, c.UID))
+		} else {
+			d.opts.Log.Info("claim unprepared", "claim", claimRef(c.Namespace, c.Name, c.UID))
+		}
+		out[c.UID] = err
+	}
+	d.poke()
+	return out, nil
+}
+
+func (d *Driver) unprepareClaim(ctx context.Context, obs *agent.Observation, held map[string][]string, c kubeletplugin.NamespacedObject) error {
+	uid := string(c.UID)
+	recorded, ok, err := d.opts.CDI.ReadClaim(uid)
+	if err != nil {
+		return err
+	}
+	var targets []agent.Slice
+	if ok {
+		for _, r := range recorded {
+			if s, found := findRecorded(obs, r); found {
+				targets = append(targets, s)
+			}
+		}
+	} else {
+		if targets, err = d.allocatedInstances(ctx, obs, c); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, s := range targets {
+		g := obs.GPUByUUID(s.GPU)
+		name, _ := sliceDevice(g, s)
+		if others := otherClaims(held[name], uid); len(others) > 0 {
+			d.opts.Log.Info("instance kept: another claim holds its device", "device", name, "claims", others)
+			continue
+		}
+		if err := obs.DestroySlice(s, d.opts.Metrics); err != nil {
+			errs = append(errs, fmt.Errorf("destroy %s: %w", name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err // the spec stays: the next Unprepare retries from it
+	}
+	return d.opts.CDI.RemoveClaim(uid)
+}
+
+// findRecorded is the observed instance a claim's spec recorded: the same MIG device at the
+// same placement of the same GPU.
+func findRecorded(obs *agent.Observation, r cdi.Slice) (agent.Slice, bool) {
+	g := obs.GPUByUUID(r.GPUUUID)
+	if g == nil {
+		return agent.Slice{}, false
+	}
+	for _, s := range g.Slices {
+		if s.MIGUUID == r.MIGUUID && s.Placement.Start == r.PlacementStart && s.Placement.Size == r.PlacementSize {
+			return s, true
+		}
+	}
+	return agent.Slice{}, false
+}
+
+// allocatedInstances are the observed instances at the placements of the claim's allocation,
+// when the API still has the claim (same UID) allocated.
+func (d *Driver) allocatedInstances(ctx context.Context, obs *agent.Observation, c kubeletplugin.NamespacedObject) ([]agent.Slice, error) {
+	claim, err := d.opts.Client.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get claim: %w", err)
+	}
+	if claim.UID != c.UID || claim.Status.Allocation == nil {
+		return nil, nil
+	}
+	allocs, err := claimDevices(claim, d.opts.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	var out []agent.Slice
+	for _, a := range allocs {
+		slot, err := resolve(obs, a.Ref)
+		if err != nil {
+			continue
+		}
+		if st, s := decide(obs.GPUByUUID(slot.GPU).Slices, slot); st == stepReuse || st == stepFinish {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// otherClaims is holders without uid.
+func otherClaims(holders []string, uid string) []string {
+	return slices.DeleteFunc(slices.Clone(holders), func(u string) bool { return u == uid })
+}

@@ -1,0 +1,185 @@
+package dra
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migdra"
+)
+
+// The plugin keeps no state of its own that a restart could lose. What is prepared is
+// derived from three sources, each read when needed:
+//   - NVML: the MIG instances on each GPU, each at a (GPU, profile, placement);
+//   - the API: every ResourceClaim whose status.allocation names a device of this driver and
+//     this node's pool; a device name is a (GPU index, profile, placement), so the instance a
+//     claim owns is the one at its device's placement;
+//   - the claim's CDI spec on disk, written by Prepare, which records the MIG devices handed
+//     out, so Unprepare can undo a claim the API has already forgotten.
+// An instance that no allocated claim explains is an orphan; it is destroyed after a grace
+// period (the time since it was first seen as an orphan), never at once: a claim allocated a
+// moment ago may not be visible yet.
+
+// allocated is one device of this driver and pool in a claim's allocation.
+type allocated struct {
+	Request string
+	Device  string
+	Ref     migdra.DeviceRef
+}
+
+// claimDevices lists the claim's devices of this driver in pool (the node's name).
+func claimDevices(c *resourceapi.ResourceClaim, pool string) ([]allocated, error) {
+	if c.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s/%s is not allocated", c.Namespace, c.Name)
+	}
+	var out []allocated
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver != migdra.DriverName || r.Pool != pool {
+			continue
+		}
+		ref, err := migdra.ParseDeviceName(r.Device)
+		if err != nil {
+			return nil, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		out = append(out, allocated{Request: r.Request, Device: r.Device, Ref: ref})
+	}
+	return out, nil
+}
+
+// explained maps each device name of this pool that some allocated claim holds to the UIDs
+// of the claims holding it (one, unless something went wrong).
+func explained(claims []resourceapi.ResourceClaim, pool string) map[string][]string {
+	out := map[string][]string{}
+	for i := range claims {
+		c := &claims[i]
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver == migdra.DriverName && r.Pool == pool {
+				out[r.Device] = append(out[r.Device], string(c.UID))
+			}
+		}
+	}
+	return out
+}
+
+// sliceDevice is the DRA device name of an observed slice on GPU g.
+func sliceDevice(g *agent.GPU, s agent.Slice) (string, bool) {
+	p, err := g.Model.Profile(s.Profile)
+	if err != nil {
+		return "", false
+	}
+	return migdra.DeviceName(g.Index, p, s.Placement), true
+}
+
+// gpuByIndex is the observed GPU with NVML index i.
+func gpuByIndex(o *agent.Observation, i int) *agent.GPU {
+	for _, g := range o.GPUs {
+		if g.Index == i {
+			return g
+		}
+	}
+	return nil
+}
+
+// usable reports why a GPU cannot take MIG devices, or "" when it can.
+func usable(g *agent.GPU) string {
+	switch {
+	case g == nil:
+		return "no such GPU"
+	case !g.Healthy:
+		return fmt.Sprintf("GPU %d is unhealthy: %v", g.Index, g.Err)
+	case !g.Model.Valid():
+		return fmt.Sprintf("GPU %d (%s) is not a MIG model Slicer knows", g.Index, g.ProductName)
+	case g.MIGMode != nvml.MIGEnabled:
+		return fmt.Sprintf("GPU %d is not in MIG mode", g.Index)
+	}
+	return ""
+}
+
+// resolve is the slot a device reference names on the observed node.
+func resolve(o *agent.Observation, ref migdra.DeviceRef) (mig.Slot, error) {
+	g := gpuByIndex(o, ref.GPU)
+	if why := usable(g); why != "" {
+		return mig.Slot{}, fmt.Errorf("device on GPU %d: %s", ref.GPU, why)
+	}
+	p, pl, err := ref.Resolve(g.Model)
+	if err != nil {
+		return mig.Slot{}, err
+	}
+	return mig.Slot{GPU: g.UUID, Profile: p.Name, Placement: pl}, nil
+}
+
+// step is what Prepare does for one allocated device.
+type step int
+
+const (
+	stepReuse   step = iota // a complete instance is at the slot
+	stepFinish              // a GPU instance without compute instance is at the slot
+	stepCreate              // the slot is free
+	stepBlocked             // another instance overlaps the slot
+)
+
+// decide finds what to do for slot among the GPU's instances.
+func decide(instances []agent.Slice, slot mig.Slot) (step, agent.Slice) {
+	for _, s := range instances {
+		if s.GPU != slot.GPU {
+			continue
+		}
+		if s.Profile == slot.Profile && s.Placement == slot.Placement {
+			if s.Complete() {
+				return stepReuse, s
+			}
+			return stepFinish, s
+		}
+		if s.Overlaps(slot) {
+			return stepBlocked, s
+		}
+	}
+	return stepCreate, agent.Slice{}
+}
+
+// orphans lists the device names of the observed slices no allocated claim explains, sorted.
+func orphans(o *agent.Observation, held map[string][]string) []string {
+	var out []string
+	for _, g := range o.GPUs {
+		for _, s := range g.Slices {
+			if name, ok := sliceDevice(g, s); ok && len(held[name]) == 0 {
+				out = append(out, name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// due updates since (when each current orphan key was first seen; keys no longer orphans are
+// forgotten) and returns the keys whose grace has passed, sorted. A key seen for the first
+// time is never due.
+func due(keys []string, since map[string]time.Time, now time.Time, grace time.Duration) []string {
+	for k := range since {
+		if !slices.Contains(keys, k) {
+			delete(since, k)
+		}
+	}
+	var out []string
+	for _, k := range keys {
+		first, ok := since[k]
+		if !ok {
+			since[k] = now // first seen now: never collected on the sweep that finds it
+			continue
+		}
+		if now.Sub(first) >= grace {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
