@@ -101,6 +101,11 @@ func PrometheusRule(o Options) ([]client.Object, error) {
 	if u.GetName() == "" {
 		u.SetName("slicer")
 	}
+	if UsesDRA(o) {
+		if err := dropAlerts(u, devicePluginFrontendAlerts); err != nil {
+			return nil, err
+		}
+	}
 	l := u.GetLabels()
 	if l == nil {
 		l = map[string]string{}
@@ -110,6 +115,40 @@ func PrometheusRule(o Options) ([]client.Object, error) {
 	}
 	u.SetLabels(l)
 	return []client.Object{u}, nil
+}
+
+// devicePluginFrontendAlerts watch the scheduler and the webhook, which the DRA frontend does
+// not run: they would fire for ever there.
+var devicePluginFrontendAlerts = map[string]bool{
+	"SlicerSchedulerDown": true, "SlicerWebhookFailing": true, "SlicerWebhookCertificateExpiringSoon": true,
+}
+
+// dropAlerts removes the named alerting rules from every group of a PrometheusRule.
+func dropAlerts(u *unstructured.Unstructured, drop map[string]bool) error {
+	groups, _, err := unstructured.NestedSlice(u.Object, "spec", "groups")
+	if err != nil {
+		return fmt.Errorf("PrometheusRule groups: %w", err)
+	}
+	for i, g := range groups {
+		group, ok := g.(map[string]any)
+		if !ok {
+			return fmt.Errorf("PrometheusRule group %d is %T", i, g)
+		}
+		rules, _, err := unstructured.NestedSlice(group, "rules")
+		if err != nil {
+			return fmt.Errorf("PrometheusRule group %d rules: %w", i, err)
+		}
+		kept := rules[:0]
+		for _, r := range rules {
+			if rule, ok := r.(map[string]any); ok && drop[fmt.Sprint(rule["alert"])] {
+				continue
+			}
+			kept = append(kept, r)
+		}
+		group["rules"] = kept
+		groups[i] = group
+	}
+	return unstructured.SetNestedSlice(u.Object, groups, "spec", "groups")
 }
 
 // Dashboards renders one ConfigMap per dashboard: in

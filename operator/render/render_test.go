@@ -20,6 +20,7 @@ import (
 	drivercontainer "github.com/slicer-operator/slicer/driver-container"
 	"github.com/slicer-operator/slicer/internal/kubeversion"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/prometheusrules"
 )
 
 func testOptions(mutate ...func(*slicerv1alpha1.Slicer)) Options {
@@ -558,5 +559,45 @@ func TestDRAFrontend(t *testing.T) {
 	// The device-plugin frontend keeps its scheduler and webhook roles.
 	if n := len(RBAC(testOptions())); n <= len(RBAC(o)) {
 		t.Errorf("device-plugin RBAC has %d objects, DRA %d", n, len(RBAC(o)))
+	}
+}
+
+// DRA mode ships the shipped rules minus the scheduler's and the webhook's alerts (nothing runs
+// there for them to watch); the device-plugin frontend ships them all.
+func TestPrometheusRuleDRADropsFrontendAlerts(t *testing.T) {
+	alerts := func(o Options) map[string]bool {
+		objs, err := PrometheusRule(o)
+		if err != nil || len(objs) != 1 {
+			t.Fatalf("PrometheusRule = %v, %v", objs, err)
+		}
+		data, err := yaml.Marshal(objs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := prometheusrules.Parse(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, n := range spec.AlertNames() {
+			out[n] = true
+		}
+		return out
+	}
+	dp := testOptions()
+	dp.PrometheusRule = prometheusrules.PrometheusRule
+	dra := testOptions(func(s *slicerv1alpha1.Slicer) { s.Spec.Frontend = slicerv1alpha1.FrontendDRA })
+	dra.PrometheusRule = prometheusrules.PrometheusRule
+	all, kept := alerts(dp), alerts(dra)
+	for name := range devicePluginFrontendAlerts {
+		if !all[name] {
+			t.Errorf("alert %s is not in the shipped rules: the DRA filter names a rule that does not exist", name)
+		}
+		if kept[name] {
+			t.Errorf("DRA mode keeps %s", name)
+		}
+	}
+	if len(kept) != len(all)-len(devicePluginFrontendAlerts) {
+		t.Errorf("DRA mode keeps %d of %d alerts", len(kept), len(all))
 	}
 }
