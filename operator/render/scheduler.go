@@ -75,6 +75,7 @@ func Scheduler(o Options) ([]client.Object, error) {
 	args := []string{
 		"--config=/etc/slicer-scheduler/" + schedulerConfigKey,
 		"--secure-port=" + strconv.Itoa(int(port)),
+		"--feature-gates=" + schedconfig.FeatureGatesFlag(),
 		"--v=2",
 	}
 	live := httpProbe("/livez", "https", schedulerProbeHost(o), corev1.URISchemeHTTPS)

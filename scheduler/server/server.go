@@ -7,12 +7,14 @@ import (
 	"context"
 	"fmt"
 
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/component-base/configz"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
 )
 
@@ -29,6 +31,10 @@ type Scheduler struct {
 // The secure port is disabled (127.0.0.1, port 0).
 func Start(ctx context.Context, configFile string, opts plugin.Options) (*Scheduler, error) {
 	ctrllog.SetLogger(klog.NewKlogr())
+	// The binary gets these as --feature-gates (operator/render); the gate is process-wide.
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(config.FeatureGates); err != nil {
+		return nil, fmt.Errorf("scheduler feature gates: %w", err)
+	}
 	o := options.NewOptions()
 	o.ConfigFile = configFile
 	o.SecureServing.BindPort = 0
