@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -132,7 +133,7 @@ var _ = Describe("Slicer's DRA frontend on the local node, stock kube-scheduler 
 				badInst, nInst, ierr := instancesOverlap()
 				mu.Lock()
 				if err != nil || ierr != nil {
-					sampleErr = fmt.Errorf("allocations: %v; instances: %v", err, ierr)
+					sampleErr = errors.Join(err, ierr)
 				}
 				overlaps = append(overlaps, bad...)
 				overlaps = append(overlaps, badInst...)
