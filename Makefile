@@ -130,10 +130,12 @@ test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## The main
 # install through a Subscription, upgrade to the current bundle pinned by digest while MIG
 # pods run, uninstall. It needs OLM (olm-bin), the relay and every minor's scheduler (the
 # bundle pins every image it names); the released binaries only for OLM_FROM=released.
+# test/e2e/dra brings its own node: one Slicer per cluster, there with spec.frontend DRA.
 .PHONY: test-e2e
-test-e2e: ## End-to-end suites on the local single-node cluster: test/e2e, then test/olm (root; see test/e2e, test/olm).
+test-e2e: ## End-to-end suites on the local single-node cluster: test/e2e, test/e2e/dra (DRA frontend), then test/olm (root; see test/e2e, test/olm).
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay; fi
 	$(GO) test -v -count=1 -timeout 40m ./test/e2e/ -ginkgo.v
+	$(GO) test -v -count=1 -timeout 20m ./test/e2e/dra/ -ginkgo.v
 	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
 	$(MAKE) --no-print-directory test-kmm
 
@@ -227,8 +229,8 @@ demo-down: ## Stop the demo cluster and restore the host.
 ##@ Demo
 
 .PHONY: demo
-demo: ## The whole flow on emulated GPUs: local node, Slicer from its manifests, a workload, the slice map (root).
-	hack/demo run
+demo: ## The whole flow on emulated GPUs: local node, Slicer from its manifests, a workload, the slice map (root; FRONTEND=DRA for the DRA frontend).
+	SLICER_FRONTEND=$(FRONTEND) hack/demo run
 
 ##@ Tools (pinned in hack/tools/*/go.mod, built into bin/tools)
 

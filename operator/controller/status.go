@@ -149,6 +149,9 @@ func summarize(conds []metav1.Condition, err error) []metav1.Condition {
 	var out []metav1.Condition
 	if len(blockers) == 0 {
 		msg := "pods can get MIG slices: admission, scheduler and agent are available"
+		if len(required) > len(requiredConditions) {
+			msg = "pods can get MIG slices: DeviceClasses applied and agent available (DRA frontend: the stock kube-scheduler places them)"
+		}
 		if len(optionalMissing) > 0 {
 			msg += "; optional dependency missing for " + strings.Join(optionalMissing, ", ") + " (see its condition)"
 		}

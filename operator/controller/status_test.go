@@ -56,6 +56,13 @@ func TestSummarize(t *testing.T) {
 			degraded:    want{fal, slicerv1alpha1.ReasonAsExpected, []string{"no failures"}},
 		},
 		{
+			name:        "DRA frontend: says what it runs, not admission and scheduler",
+			conds:       with(healthy(), slicerv1alpha1.ConditionDeviceClassesReady, tru, slicerv1alpha1.ReasonApplied, "7 DeviceClasses"),
+			available:   want{tru, slicerv1alpha1.ReasonAsExpected, []string{"DeviceClasses applied and agent available", "stock kube-scheduler"}},
+			progressing: fal,
+			degraded:    want{fal, slicerv1alpha1.ReasonAsExpected, []string{"no failures"}},
+		},
+		{
 			name:        "optional Prometheus operator missing: still Available, not Degraded",
 			conds:       with(healthy(), slicerv1alpha1.ConditionMonitoringReady, fal, slicerv1alpha1.ReasonDependencyMissing, "install the Prometheus operator"),
 			available:   want{tru, slicerv1alpha1.ReasonAsExpected, []string{"optional dependency missing for MonitoringReady"}},

@@ -71,6 +71,7 @@ var _ = Describe("kustomize overlays", Ordered, func() {
 		Entry("config/default", overlay{dir: "default", podSecurity: "restricted", check: checkRestrictedOperator}),
 		Entry("config/overlays/openshift", overlay{dir: "overlays/openshift", podSecurity: "restricted", check: checkOpenShift}),
 		Entry("config/overlays/emulated", overlay{dir: "overlays/emulated", podSecurity: "privileged", check: checkEmulated}),
+		Entry("config/overlays/emulated-dra", overlay{dir: "overlays/emulated-dra", podSecurity: "privileged", check: checkEmulatedDRA}),
 	)
 
 	It("enforces Pod Security, so the admission check above can fail", func() {
@@ -126,10 +127,27 @@ func checkOpenShift(objs []*unstructured.Unstructured) {
 }
 
 func checkEmulated(objs []*unstructured.Unstructured) {
+	checkLoopbackEmulated(objs, "", []any{
+		map[string]any{"model": "H100-80GB", "count": float64(2)},
+		map[string]any{"model": "A100-40GB", "count": float64(2)},
+	})
+}
+
+// checkEmulatedDRA: the emulated overlay with the DRA frontend on one GPU model, so the
+// node's slicer.dev/gpu-model label names every GPU and each profile gets a DeviceClass.
+func checkEmulatedDRA(objs []*unstructured.Unstructured) {
+	checkLoopbackEmulated(objs, "DRA", []any{map[string]any{"model": "H100-80GB", "count": float64(2)}})
+}
+
+// checkLoopbackEmulated: config/overlays/emulated's loopback node, with the Slicer's
+// frontend ("" when unset) and emulated GPUs.
+func checkLoopbackEmulated(objs []*unstructured.Unstructured, frontend string, wantGPUs []any) {
 	for _, u := range objs {
 		switch u.GetKind() {
 		case "Slicer":
 			spec := u.Object["spec"].(map[string]any)
+			f, _, _ := unstructured.NestedString(u.Object, "spec", "frontend")
+			Expect(f).To(Equal(frontend))
 			Expect(spec).To(HaveKeyWithValue("driver", HaveKeyWithValue("mode", "Emulated")))
 			// the local node runs NFD (hack/local-cluster): the rule is applied as on a real cluster
 			Expect(spec).To(HaveKeyWithValue("nodeSelection", HaveKeyWithValue("nodeFeatureRule", "Enabled")))
@@ -137,10 +155,7 @@ func checkEmulated(objs []*unstructured.Unstructured) {
 				HaveKeyWithValue("endpointMode", "HostNetwork"),
 				HaveKeyWithValue("listenAddress", "127.0.0.1"))))
 			gpus, _, _ := unstructured.NestedSlice(u.Object, "spec", "agent", "emulatedGPUs")
-			Expect(gpus).To(Equal([]any{
-				map[string]any{"model": "H100-80GB", "count": float64(2)},
-				map[string]any{"model": "A100-40GB", "count": float64(2)},
-			}))
+			Expect(gpus).To(Equal(wantGPUs))
 		case "Deployment":
 			d := toDeployment(u)
 			Expect(d.Spec.Template.Spec.HostNetwork).To(BeTrue())

@@ -1,0 +1,176 @@
+package dra
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migdra"
+	"github.com/slicer-operator/slicer/operator/render"
+)
+
+// The specs share one cluster and run in order; each leaves no pod and no slice behind.
+var _ = Describe("Slicer's DRA frontend on the local node, stock kube-scheduler only", Ordered, func() {
+	It("registers the agent's kubelet plugin, publishes the node's ResourceSlices and one DeviceClass per H100 profile", func(ctx SpecContext) {
+		// the kubelet found the plugin through its registration socket
+		Expect(filepath.Join("/var/lib/kubelet/plugins_registry", migdra.DriverName+"-reg.sock")).To(BeAnExistingFile())
+		devs, err := publishedDevices(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		for _, p := range mig.H100_80GB.Profiles() {
+			var c resourceapi.DeviceClass
+			Expect(k8s.Get(ctx, client.ObjectKey{Name: migdra.ClassName(p.Name)}, &c)).To(Succeed())
+			Expect(c.Spec.ExtendedResourceName).To(HaveValue(Equal(mig.NVIDIAResourcePrefix + mig.LegalProfileName(p.Name))))
+			Expect(c.Labels).To(HaveKeyWithValue(slicerv1alpha1.LabelComponent, render.ComponentDRA))
+			n := 0
+			for _, d := range devs {
+				if d.profile == p.Name {
+					n++
+				}
+			}
+			// every legal placement of both GPUs
+			Expect(n).To(Equal(2*len(p.Placements())), "devices of %s", p.Name)
+		}
+	})
+
+	It("gives a pod that asks nvidia.com/mig-1g.10gb (the extended-resource bridge) and a pod with a claim for mig-3g.40gb exactly their slices through CDI", func(ctx SpecContext) {
+		const ns = "e2e-dra"
+		createNamespace(ctx, ns)
+		Expect(k8s.Create(ctx, claimTemplate(ns, "mig-3g", "3g.40gb"))).To(Succeed())
+		start := time.Now()
+		Expect(k8s.Create(ctx, bridgePod(ns, "bridge-1g", "1g.10gb", printDevice+waitForTerm))).To(Succeed())
+		Expect(k8s.Create(ctx, claimPod(ns, "claim-3g", "mig-3g", printDevice+waitForTerm))).To(Succeed())
+		waitPhase(ctx, ns, corev1.PodRunning, "bridge-1g", "claim-3g")
+		GinkgoWriter.Printf("dra: two pods Running %s after the first was created\n", time.Since(start).Round(time.Millisecond))
+		a := expectPrepared(ctx, ns, "bridge-1g", "1g.10gb")
+		b := expectPrepared(ctx, ns, "claim-3g", "3g.40gb")
+		Expect(a).NotTo(Equal(b))
+		saw, err := containerSaw(ctx, ns, "bridge-1g")
+		Expect(err).NotTo(HaveOccurred())
+		// DRA mode has no device-plugin Allocate to set it (docs/design/dra.md)
+		Expect(saw).To(HaveKeyWithValue("visible", ""))
+	})
+
+	It("destroys the instances and their CDI specs when the pods are deleted (Unprepare)", func(ctx SpecContext) {
+		start := time.Now()
+		deleteNamespace(ctx, "e2e-dra")
+		expectNothingPrepared(ctx, "e2e-dra")
+		GinkgoWriter.Printf("dra: namespace deleted and every slice destroyed in %s\n", time.Since(start).Round(time.Millisecond))
+	})
+
+	It("prepares a pod allocated while the agent is down once the agent is back", func(ctx SpecContext) {
+		const ns = "e2e-dra-restart"
+		createNamespace(ctx, ns)
+		DeferCleanup(func(ctx SpecContext) {
+			deleteNamespace(ctx, ns)
+			expectNothingPrepared(ctx, ns)
+		})
+		var pods corev1.PodList
+		Expect(k8s.List(ctx, &pods, client.InNamespace(agentNamespace))).To(Succeed())
+		Expect(pods.Items).To(HaveLen(1))
+		old := pods.Items[0]
+		// kill the agent, then ask: the scheduler allocates from the published slices while no
+		// plugin serves the node, and the kubelet prepares once the new agent registers
+		Expect(k8s.Delete(ctx, &old, client.GracePeriodSeconds(0))).To(Succeed())
+		Expect(k8s.Create(ctx, bridgePod(ns, "during-restart", "2g.20gb", printDevice+waitForTerm))).To(Succeed())
+		Eventually(func(g Gomega) {
+			p, err := getPod(ctx, ns, "during-restart")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(claimOfPod(p)).NotTo(BeEmpty())
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+		waitPhase(ctx, ns, corev1.PodRunning, "during-restart")
+		Expect(k8s.List(ctx, &pods, client.InNamespace(agentNamespace))).To(Succeed())
+		Expect(pods.Items).To(ContainElement(HaveField("UID", Not(Equal(old.UID)))))
+		expectPrepared(ctx, ns, "during-restart", "2g.20gb")
+		// whether the kubelet tried before the new agent registered depends on who was faster:
+		// said, not asserted
+		var events corev1.EventList
+		Expect(k8s.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning {
+				GinkgoWriter.Printf("dra restart: %s %s: %s\n", e.InvolvedObject.Name, e.Reason, e.Message)
+			}
+		}
+	})
+
+	It("survives a churn of 120 bridge pods of mixed profiles in waves: no two allocated slices or instances ever overlap, all destroyed at the end", func(ctx SpecContext) {
+		const ns = "e2e-dra-churn"
+		createNamespace(ctx, ns)
+		// more than fits at once on 2 × H100 (8 memory slices each): pods wait for the ones
+		// before them to finish, so claims are allocated, prepared and unprepared throughout
+		profiles := []string{"1g.10gb", "1g.10gb", "1g.10gb", "2g.20gb", "2g.20gb", "3g.40gb", "1g.20gb", "4g.40gb"}
+		const waves, perWave = 5, 24
+		// sampled while the waves run: the invariant must hold at every observed point
+		var (
+			mu        sync.Mutex
+			overlaps  []string
+			samples   int
+			maxAlloc  int
+			maxInsts  int
+			sampleErr error
+		)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer GinkgoRecover()
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				bad, nAlloc, err := allocationsOverlap(ctx)
+				badInst, nInst, ierr := instancesOverlap()
+				mu.Lock()
+				if err != nil || ierr != nil {
+					sampleErr = errors.Join(err, ierr)
+				}
+				overlaps = append(overlaps, bad...)
+				overlaps = append(overlaps, badInst...)
+				samples++
+				maxAlloc, maxInsts = max(maxAlloc, nAlloc), max(maxInsts, nInst)
+				mu.Unlock()
+			}
+		}()
+		start := time.Now()
+		for w := range waves {
+			var names []string
+			for i := range perWave {
+				name := fmt.Sprintf("w%d-%02d", w, i)
+				p := profiles[(w+i)%len(profiles)]
+				Expect(k8s.Create(ctx, bridgePod(ns, name, p, printDevice+"; sleep 1"))).To(Succeed())
+				names = append(names, name)
+			}
+			waitPhase(ctx, ns, corev1.PodSucceeded, names...)
+			for i, name := range names {
+				saw, err := containerSaw(ctx, ns, name)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(saw).To(HaveKeyWithValue("profile", profiles[(w+i)%len(profiles)]), "pod %s", name)
+				Expect(saw["device"]).To(HavePrefix("MIG-"), "pod %s", name)
+			}
+			Expect(k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns))).To(Succeed())
+			GinkgoWriter.Printf("dra churn: wave %d of %d pods done at %s\n", w, perWave, time.Since(start).Round(time.Millisecond))
+		}
+		deleteNamespace(ctx, ns)
+		expectNothingPrepared(ctx, ns)
+		close(stop)
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		GinkgoWriter.Printf("dra churn: %d pods in %s; %d samples, at most %d allocated claims and %d instances at once\n",
+			waves*perWave, time.Since(start).Round(time.Millisecond), samples, maxAlloc, maxInsts)
+		Expect(sampleErr).NotTo(HaveOccurred())
+		Expect(overlaps).To(BeEmpty())
+		Expect(samples).To(BeNumerically(">", 0))
+	})
+})
