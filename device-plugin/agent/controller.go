@@ -84,6 +84,9 @@ type Reconciler struct {
 	retries     int
 	clock       publishClock
 	own         ownWrites
+	// naReplacedRV is the NodeAccelerator resourceVersion the agent's last status write
+	// replaced (see publish).
+	naReplacedRV string
 }
 
 // New returns a reconciler.

@@ -134,6 +134,12 @@ func (r *Reconciler) publish(ctx context.Context, v nodeView) (time.Duration, er
 	} else if err != nil {
 		return 0, fmt.Errorf("get NodeAccelerator: %w", err)
 	}
+	if na.ResourceVersion != "" && na.ResourceVersion == r.naReplacedRV {
+		// The cached copy predates the agent's own last write (the watch has not delivered it
+		// yet): a write from it would only conflict. The watch event of that write brings
+		// the next reconcile.
+		return 0, nil
+	}
 	st := renderStatus(na.Status, na.Generation, v)
 	now := r.opts.Now()
 	k := classify(na.Status, st)
@@ -143,10 +149,12 @@ func (r *Reconciler) publish(ctx context.Context, v nodeView) (time.Duration, er
 	wasConflict := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
 	wasDriverDown := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionDriverNotReady)
 	patch := client.MergeFromWithOptions(na.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	replaced := na.ResourceVersion
 	na.Status = st
 	if err := r.client.Status().Patch(ctx, &na, patch); err != nil {
 		return 0, fmt.Errorf("NodeAccelerator status: %w", err)
 	}
+	r.naReplacedRV = replaced
 	r.clock.wrote(now)
 	if v.Conflict && !wasConflict {
 		r.event(&na, corev1.EventTypeWarning, slicerv1alpha1.ReasonForeignMIGManager, "node carries %s: the agent refuses to change MIG geometry", slicerv1alpha1.LabelNVIDIAMIGConfig)

@@ -79,6 +79,12 @@ func (f failure) String() string { return f.pod + " (" + f.phase + "): " + f.err
 func admitThroughStop(ns string, stopFn func(*webhookReplica)) []failure {
 	GinkgoHelper()
 	Expect(k8s.Create(ctx, framework.MakeNamespace(ns))).To(Succeed())
+	// The admitted pods carry Slicer's schedulerName and a MIG request: left behind, they
+	// would be placed by the scheduler spec's replicas (specs run in random order on one
+	// apiserver) and take the room its burst needs. No node runs them; they go at once.
+	DeferCleanup(func() {
+		Expect(k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))).To(Succeed())
+	})
 	ca, err := framework.NewCA()
 	Expect(err).NotTo(HaveOccurred())
 	serving, err := ca.ServingCert(time.Now().Add(time.Hour))
