@@ -151,27 +151,16 @@ var stateLabel = map[slicerv1alpha1.SliceState]string{
 // series of slices and GPUs that went away are dropped (the vectors are reset).
 func (r *Reconciler) recordMetrics(obs *Observation, v nodeView, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation) {
 	m := r.opts.Metrics
-	m.Instances.Reset()
-	m.SliceInfo.Reset()
-	m.FreeCompute.Reset()
-	m.FreeMemory.Reset()
-	m.ComputeSlices.Reset()
-	m.MemorySlices.Reset()
-	m.Fragmentation.Reset()
+	m.ResetGPUs()
 	for _, g := range obs.GPUs {
 		if !g.Model.Valid() || g.MIGMode != nvml.MIGEnabled {
 			continue
 		}
-		gl := gpuLabel(g.Index)
-		m.ComputeSlices.WithLabelValues(gl).Set(float64(g.Model.ComputeSlices()))
-		m.MemorySlices.WithLabelValues(gl).Set(float64(g.Model.MemorySlices()))
-		var insts []mig.Instance
 		for _, s := range g.Slices {
 			state := slicerv1alpha1.SliceOrphaned
 			if st, ok := v.States[sliceKey(s)]; ok {
 				state = st
 			}
-			m.Instances.WithLabelValues(gl, mig.LegalProfileName(s.Profile), stateLabel[state]).Inc()
 			ns, pod := "", ""
 			if h, ok := v.Holders[sliceKey(s)]; ok {
 				ns = h.Namespace
@@ -179,26 +168,55 @@ func (r *Reconciler) recordMetrics(obs *Observation, v nodeView, allocs map[type
 					pod = a.Spec.PodName
 				}
 			}
-			m.SliceInfo.WithLabelValues(gl, mig.LegalProfileName(s.Profile), fmt.Sprintf("%d:%d", s.Placement.Start, s.Placement.Size), stateLabel[state], ns, pod).Set(1)
-			insts = append(insts, mig.Instance{Profile: s.Profile, Placement: s.Placement})
+			m.RecordSlice(g.Index, s, stateLabel[state], ns, pod)
 		}
-		st, err := mig.NewGPUState(g.Model, insts)
-		if err != nil {
-			continue
-		}
-		free := st.FreeComputeSlices()
-		m.FreeCompute.WithLabelValues(gl).Set(float64(free))
-		m.FreeMemory.WithLabelValues(gl).Set(float64(g.Model.MemorySlices() - st.UsedMemorySlices()))
-		largest := 0
-		for _, p := range g.Model.Profiles() {
-			if st.Fits(p) && p.ComputeSlices > largest {
-				largest = p.ComputeSlices
-			}
-		}
-		frag := 0.0
-		if free > 0 {
-			frag = 1 - float64(largest)/float64(free)
-		}
-		m.Fragmentation.WithLabelValues(gl).Set(frag)
+		m.RecordGPU(g)
 	}
+}
+
+// ResetGPUs drops every per-GPU and per-slice series; each frontend's recording pass starts
+// with it, so slices and GPUs that went away lose theirs.
+func (m *Metrics) ResetGPUs() {
+	for _, v := range []interface{ Reset() }{m.Instances, m.SliceInfo, m.FreeCompute, m.FreeMemory, m.ComputeSlices, m.MemorySlices, m.Fragmentation} {
+		v.Reset()
+	}
+}
+
+// RecordSlice counts one MIG instance of GPU gpu in state (its metric spelling) and sets its
+// info series, with the namespace and pod it serves ("" when none).
+func (m *Metrics) RecordSlice(gpu int, s Slice, state, namespace, pod string) {
+	gl, profile := gpuLabel(gpu), mig.LegalProfileName(s.Profile)
+	m.Instances.WithLabelValues(gl, profile, state).Inc()
+	m.SliceInfo.WithLabelValues(gl, profile, fmt.Sprintf("%d:%d", s.Placement.Start, s.Placement.Size), state, namespace, pod).Set(1)
+}
+
+// RecordGPU sets a MIG-enabled GPU's capacity, free room and fragmentation gauges from its
+// instances: fragmentation is the share of the free compute slices the largest profile that
+// still fits cannot use.
+func (m *Metrics) RecordGPU(g *GPU) {
+	gl := gpuLabel(g.Index)
+	m.ComputeSlices.WithLabelValues(gl).Set(float64(g.Model.ComputeSlices()))
+	m.MemorySlices.WithLabelValues(gl).Set(float64(g.Model.MemorySlices()))
+	insts := make([]mig.Instance, 0, len(g.Slices))
+	for _, s := range g.Slices {
+		insts = append(insts, mig.Instance{Profile: s.Profile, Placement: s.Placement})
+	}
+	st, err := mig.NewGPUState(g.Model, insts)
+	if err != nil {
+		return
+	}
+	free := st.FreeComputeSlices()
+	m.FreeCompute.WithLabelValues(gl).Set(float64(free))
+	m.FreeMemory.WithLabelValues(gl).Set(float64(g.Model.MemorySlices() - st.UsedMemorySlices()))
+	largest := 0
+	for _, p := range g.Model.Profiles() {
+		if st.Fits(p) && p.ComputeSlices > largest {
+			largest = p.ComputeSlices
+		}
+	}
+	frag := 0.0
+	if free > 0 {
+		frag = 1 - float64(largest)/float64(free)
+	}
+	m.Fragmentation.WithLabelValues(gl).Set(frag)
 }

@@ -1,14 +1,10 @@
 package dra
 
 import (
-	"fmt"
-	"strconv"
-
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
-	"github.com/slicer-operator/slicer/internal/mig"
 )
 
 // Instance states in the agent's metrics (device-plugin/agent/metrics.go); in DRA mode an
@@ -45,21 +41,15 @@ func holders(claims []resourceapi.ResourceClaim, pool string) map[string]holder 
 	return out
 }
 
-// recordMetrics sets the agent's per-GPU and per-slice gauges from an observation, as the
-// device-plugin frontend does (the vectors are reset, so gone slices and GPUs lose their
-// series).
+// recordMetrics sets the agent's per-GPU and per-slice gauges from an observation, with the
+// device-plugin frontend's recording (agent.Metrics): an instance whose device an allocated
+// claim holds is allocated, any other orphaned.
 func recordMetrics(m *agent.Metrics, obs *agent.Observation, held map[string]holder) {
-	for _, v := range []interface{ Reset() }{m.Instances, m.SliceInfo, m.FreeCompute, m.FreeMemory, m.ComputeSlices, m.MemorySlices, m.Fragmentation} {
-		v.Reset()
-	}
+	m.ResetGPUs()
 	for _, g := range obs.GPUs {
 		if !g.Model.Valid() || g.MIGMode != nvml.MIGEnabled {
 			continue
 		}
-		gl := strconv.Itoa(g.Index)
-		m.ComputeSlices.WithLabelValues(gl).Set(float64(g.Model.ComputeSlices()))
-		m.MemorySlices.WithLabelValues(gl).Set(float64(g.Model.MemorySlices()))
-		var insts []mig.Instance
 		for _, s := range g.Slices {
 			state, h := stateOrphaned, holder{}
 			if name, ok := sliceDevice(g, s); ok {
@@ -67,28 +57,8 @@ func recordMetrics(m *agent.Metrics, obs *agent.Observation, held map[string]hol
 					state, h = stateAllocated, hh
 				}
 			}
-			profile := mig.LegalProfileName(s.Profile)
-			m.Instances.WithLabelValues(gl, profile, state).Inc()
-			m.SliceInfo.WithLabelValues(gl, profile, fmt.Sprintf("%d:%d", s.Placement.Start, s.Placement.Size), state, h.Namespace, h.Pod).Set(1)
-			insts = append(insts, mig.Instance{Profile: s.Profile, Placement: s.Placement})
+			m.RecordSlice(g.Index, s, state, h.Namespace, h.Pod)
 		}
-		st, err := mig.NewGPUState(g.Model, insts)
-		if err != nil {
-			continue
-		}
-		free := st.FreeComputeSlices()
-		m.FreeCompute.WithLabelValues(gl).Set(float64(free))
-		m.FreeMemory.WithLabelValues(gl).Set(float64(g.Model.MemorySlices() - st.UsedMemorySlices()))
-		largest := 0
-		for _, p := range g.Model.Profiles() {
-			if st.Fits(p) && p.ComputeSlices > largest {
-				largest = p.ComputeSlices
-			}
-		}
-		frag := 0.0
-		if free > 0 {
-			frag = 1 - float64(largest)/float64(free)
-		}
-		m.Fragmentation.WithLabelValues(gl).Set(frag)
+		m.RecordGPU(g)
 	}
 }

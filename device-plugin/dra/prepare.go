@@ -27,14 +27,9 @@ import (
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	all, err := d.claims(ctx)
+	held, obs, err := d.current(ctx)
 	if err != nil {
 		return nil, err
-	}
-	held := explained(all, d.opts.NodeName)
-	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
-	if err != nil {
-		return nil, fmt.Errorf("observe GPUs: %w", err)
 	}
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
@@ -109,6 +104,20 @@ func (d *Driver) realize(obs *agent.Observation, g *agent.GPU, slot mig.Slot) (a
 	return obs.CreateSlice(slot, d.opts.Metrics)
 }
 
+// current reads what Prepare and Unprepare decide from, never from memory: which devices of
+// this node's pool the allocated claims hold (the API), and the GPUs' instances (NVML).
+func (d *Driver) current(ctx context.Context) (map[string][]string, *agent.Observation, error) {
+	all, err := d.claims(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
+	if err != nil {
+		return nil, nil, fmt.Errorf("observe GPUs: %w", err)
+	}
+	return explained(all, d.opts.NodeName), obs, nil
+}
+
 // UnprepareResourceClaims destroys what each claim was given. The claim's CDI spec says which
 // MIG devices those are; without a spec (the claim was never fully prepared) the claim's
 // allocation, if the API still has it, says where they are. An instance another allocated
@@ -117,14 +126,9 @@ func (d *Driver) realize(obs *agent.Observation, g *agent.GPU, slot mig.Slot) (a
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	all, err := d.claims(ctx)
+	held, obs, err := d.current(ctx)
 	if err != nil {
 		return nil, err
-	}
-	held := explained(all, d.opts.NodeName)
-	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
-	if err != nil {
-		return nil, fmt.Errorf("observe GPUs: %w", err)
 	}
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {

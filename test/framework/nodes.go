@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
 )
 
 // MakeNode returns a Ready node with room for ordinary pods (64 CPUs,
@@ -63,4 +64,24 @@ func CreateNodeAccelerator(ctx context.Context, c client.Client, na *slicerv1alp
 		return fmt.Errorf("NodeAccelerator %s status: %w", na.Name, err)
 	}
 	return nil
+}
+
+// GPUModels maps the UUID of every GPU the NodeAccelerators report to its model, for checks
+// of placement legality against internal/mig.
+func GPUModels(ctx context.Context, c client.Reader) (map[string]mig.Model, error) {
+	var accels slicerv1alpha1.NodeAcceleratorList
+	if err := c.List(ctx, &accels); err != nil {
+		return nil, fmt.Errorf("list NodeAccelerators: %w", err)
+	}
+	models := map[string]mig.Model{}
+	for _, na := range accels.Items {
+		for _, g := range na.Status.GPUs {
+			m, err := mig.ParseModel(string(g.Model))
+			if err != nil {
+				return nil, fmt.Errorf("NodeAccelerator %s GPU %s: %w", na.Name, g.UUID, err)
+			}
+			models[g.UUID] = m
+		}
+	}
+	return models, nil
 }

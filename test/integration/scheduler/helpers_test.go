@@ -147,16 +147,8 @@ func checkInvariants() {
 	GinkgoHelper()
 	var allocs slicerv1alpha1.SliceAllocationList
 	Expect(k8s.List(ctx, &allocs)).To(Succeed())
-	var accels slicerv1alpha1.NodeAcceleratorList
-	Expect(k8s.List(ctx, &accels)).To(Succeed())
-	models := map[string]mig.Model{}
-	for _, na := range accels.Items {
-		for _, g := range na.Status.GPUs {
-			m, err := mig.ParseModel(string(g.Model))
-			Expect(err).NotTo(HaveOccurred())
-			models[g.UUID] = m
-		}
-	}
+	models, err := framework.GPUModels(ctx, k8s)
+	Expect(err).NotTo(HaveOccurred())
 	perGPU := map[string][]mig.Instance{}
 	holders := map[string][]string{}
 	for _, a := range allocs.Items {
