@@ -40,7 +40,8 @@ const (
 type SliceState string
 
 const (
-	// SliceAllocated is held by a SliceAllocation.
+	// SliceAllocated is held by a SliceAllocation (device-plugin frontend) or by an allocated
+	// ResourceClaim (DRA frontend).
 	SliceAllocated SliceState = "Allocated"
 	// SliceFree exists and no allocation holds it (e.g. pre-created).
 	SliceFree SliceState = "Free"
@@ -62,6 +63,28 @@ type AllocationReference struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+}
+
+// ClaimReference names the ResourceClaim whose allocation holds a slice (DRA frontend).
+type ClaimReference struct {
+	// namespace of the ResourceClaim.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// name of the ResourceClaim.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// uid of the ResourceClaim, so a claim recreated under the same name is told apart.
+	// +optional
+	// +kubebuilder:validation:MaxLength=36
+	UID string `json:"uid,omitempty"`
+	// device is the DRA device name allocated to the claim (gpu-<index>-<profile>-at-<start>).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Device string `json:"device,omitempty"`
 }
 
 // MIGSlice is one MIG instance (GPU instance + compute instance) on a GPU.
@@ -93,9 +116,13 @@ type MIGSlice struct {
 	// +required
 	State SliceState `json:"state"`
 
-	// allocation holding the slice, if any.
+	// allocation holding the slice, if any (device-plugin frontend).
 	// +optional
 	Allocation *AllocationReference `json:"allocation,omitempty"`
+
+	// claim holding the slice, if any (DRA frontend).
+	// +optional
+	Claim *ClaimReference `json:"claim,omitempty"`
 }
 
 // GPUStatus is one physical GPU of the node.
