@@ -88,6 +88,7 @@ type ClaimReference struct {
 }
 
 // MIGSlice is one MIG instance (GPU instance + compute instance) on a GPU.
+// +kubebuilder:validation:XValidation:rule="!(has(self.allocation) && has(self.claim))",message="a slice is held by an allocation or by a claim, not both"
 type MIGSlice struct {
 	// profile of the GPU instance.
 	// +required
