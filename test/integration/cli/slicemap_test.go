@@ -139,6 +139,11 @@ PENDING PODS
   POD               REQUESTS    NODE                    REASON
   team-cli/infer    1g.10gb x1  cli-node-1              -
   team-cli/waiting  7g.80gb x1  cli-node-1 (nominated)  Unschedulable: 0/1 nodes are available: 1 Insufficient slicer.dev/mig-7g.80gb.
+
+WHY PENDING (Slicer's view of the GPUs above)
+  team-cli/waiting  7g.80gb: none of 2 GPUs can take one now
+    cli-node-1 GPU 0  full  only 3 compute slices free, 7g.80gb needs 7
+    cli-node-1 GPU 1  full  only 6 compute slices free, 7g.80gb needs 7
 `
 		Expect(cmp.Diff(want, stdout)).To(BeEmpty())
 	})
