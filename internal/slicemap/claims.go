@@ -1,8 +1,10 @@
 package slicemap
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -137,18 +139,9 @@ func (j *joiner) unprepared(accels []slicerv1alpha1.NodeAccelerator) []unprepare
 			out = append(out, unpreparedClaim{node: r.Pool, claim: cl})
 		}
 	}
-	sort.Slice(out, func(a, b int) bool {
-		x, y := out[a], out[b]
-		if x.node != y.node {
-			return x.node < y.node
-		}
-		if x.claim.Namespace != y.claim.Namespace {
-			return x.claim.Namespace < y.claim.Namespace
-		}
-		if x.claim.Name != y.claim.Name {
-			return x.claim.Name < y.claim.Name
-		}
-		return x.claim.Device < y.claim.Device
+	slices.SortFunc(out, func(x, y unpreparedClaim) int {
+		return cmp.Or(strings.Compare(x.node, y.node), strings.Compare(x.claim.Namespace, y.claim.Namespace),
+			strings.Compare(x.claim.Name, y.claim.Name), strings.Compare(x.claim.Device, y.claim.Device))
 	})
 	return out
 }

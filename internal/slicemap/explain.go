@@ -1,8 +1,10 @@
 package slicemap
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
@@ -67,11 +69,8 @@ func rooms(accels []*slicerv1alpha1.NodeAccelerator, nodes map[string]*Node) []r
 			out = append(out, r)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].node != out[j].node {
-			return out[i].node < out[j].node
-		}
-		return out[i].index < out[j].index
+	slices.SortStableFunc(out, func(a, b room) int {
+		return cmp.Or(strings.Compare(a.node, b.node), cmp.Compare(a.index, b.index))
 	})
 	return out
 }

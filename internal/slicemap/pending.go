@@ -1,7 +1,10 @@
 package slicemap
 
 import (
+	"cmp"
+	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -56,11 +59,8 @@ func pendingPods(in Input, opts Options, gpus []room) []PendingPod {
 		}
 		out = append(out, pp)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Name < out[j].Name
+	slices.SortFunc(out, func(a, b PendingPod) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
 	return out
 }

@@ -10,7 +10,9 @@
 package slicemap
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -267,12 +269,8 @@ func Build(in Input, opts Options) Map {
 
 	out := Map{Nodes: []Node{}}
 	for _, n := range nodes {
-		sort.Slice(n.Unrealized, func(i, j int) bool {
-			a, b := n.Unrealized[i], n.Unrealized[j]
-			if a.Namespace != b.Namespace {
-				return a.Namespace < b.Namespace
-			}
-			return a.Name < b.Name
+		slices.SortFunc(n.Unrealized, func(a, b Allocation) int {
+			return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 		})
 		out.Nodes = append(out.Nodes, *n)
 	}
@@ -291,9 +289,9 @@ func (j *joiner) buildGPU(node string, g slicerv1alpha1.GPUStatus, idx map[strin
 		Columns: []string{},
 		Slices:  []Slice{},
 	}
-	slices := append([]slicerv1alpha1.MIGSlice(nil), g.Slices...)
-	sort.SliceStable(slices, func(i, j int) bool { return slices[i].Placement.Start < slices[j].Placement.Start })
-	for i, s := range slices {
+	byStart := append([]slicerv1alpha1.MIGSlice(nil), g.Slices...)
+	sort.SliceStable(byStart, func(i, j int) bool { return byStart[i].Placement.Start < byStart[j].Placement.Start })
+	for i, s := range byStart {
 		sl := Slice{
 			Key:               sliceKey(i),
 			Profile:           string(s.Profile),
@@ -320,7 +318,7 @@ func (j *joiner) buildGPU(node string, g slicerv1alpha1.GPUStatus, idx map[strin
 		}
 		out.Slices = append(out.Slices, sl)
 	}
-	out.MemorySlices, out.Problems = checkGeometry(g.Model, slices)
+	out.MemorySlices, out.Problems = checkGeometry(g.Model, byStart)
 	if out.MemorySlices > 0 {
 		out.Columns = make([]string, out.MemorySlices)
 		for i, s := range out.Slices {
@@ -355,9 +353,9 @@ func sliceKey(i int) string {
 
 // checkGeometry returns the model's number of memory slices and what is wrong with the
 // reported slices according to the model tables of internal/mig.
-func checkGeometry(model slicerv1alpha1.GPUModel, slices []slicerv1alpha1.MIGSlice) (int, []string) {
+func checkGeometry(model slicerv1alpha1.GPUModel, reported []slicerv1alpha1.MIGSlice) (int, []string) {
 	if model == "" {
-		if len(slices) == 0 {
+		if len(reported) == 0 {
 			return 0, nil
 		}
 		return 0, []string{"GPU model not reported: slice geometry cannot be checked"}
@@ -368,7 +366,7 @@ func checkGeometry(model slicerv1alpha1.GPUModel, slices []slicerv1alpha1.MIGSli
 	}
 	var problems []string
 	var instances []mig.Instance
-	for _, s := range slices {
+	for _, s := range reported {
 		pl := mig.Placement{Start: int(s.Placement.Start), Size: int(s.Placement.Size)}
 		p, err := m.Profile(string(s.Profile))
 		if err != nil {

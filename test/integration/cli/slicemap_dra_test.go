@@ -92,17 +92,10 @@ var _ = Describe("slicer slice-map in DRA mode", Ordered, func() {
 		Expect(k8s.Create(ctx, pair)).To(Succeed())
 		setPodStatus(pair, func(s *corev1.PodStatus) { s.Phase = corev1.PodPending })
 
-		na := framework.MakeNodeAccelerator(node).GPUs("H100-80GB", 2).Obj()
-		status := na.Status
-		Expect(k8s.Create(ctx, na)).To(Succeed())
-		status.Driver, status.DriverVersion = slicerv1alpha1.DriverStateReady, "550.54.15"
-		status.GPUs[0].Slices = []slicerv1alpha1.MIGSlice{
-			{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 4}, GPUInstanceID: 2, ComputeInstanceID: 0,
-				MIGDeviceUUID: migA, State: slicerv1alpha1.SliceAllocated,
-				Claim: &slicerv1alpha1.ClaimReference{Namespace: ns, Name: "train-gpu", UID: string(trainClaim.UID), Device: dev3g}},
-		}
-		na.Status = status
-		Expect(k8s.Status().Update(ctx, na)).To(Succeed())
+		createNodeAccelerator(node, slicerv1alpha1.MIGSlice{
+			Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 4}, GPUInstanceID: 2, ComputeInstanceID: 0,
+			MIGDeviceUUID: migA, State: slicerv1alpha1.SliceAllocated,
+			Claim: &slicerv1alpha1.ClaimReference{Namespace: ns, Name: "train-gpu", UID: string(trainClaim.UID), Device: dev3g}})
 	})
 
 	It("joins the slice with its claim and pod, and lists the claim not prepared", func() {

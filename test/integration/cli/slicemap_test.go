@@ -39,6 +39,19 @@ func setPodStatus(p *corev1.Pod, mutate func(*corev1.PodStatus)) {
 	Expect(k8s.Status().Update(ctx, p)).To(Succeed())
 }
 
+// createNodeAccelerator creates the node's NodeAccelerator with two H100s, a Ready driver and
+// the given slices on GPU 0.
+func createNodeAccelerator(node string, gpu0Slices ...slicerv1alpha1.MIGSlice) {
+	GinkgoHelper()
+	na := framework.MakeNodeAccelerator(node).GPUs("H100-80GB", 2).Obj()
+	status := na.Status
+	Expect(k8s.Create(ctx, na)).To(Succeed())
+	status.Driver, status.DriverVersion = slicerv1alpha1.DriverStateReady, "550.54.15"
+	status.GPUs[0].Slices = gpu0Slices
+	na.Status = status
+	Expect(k8s.Status().Update(ctx, na)).To(Succeed())
+}
+
 // unreachableKubeconfig writes a kubeconfig whose server refuses connections.
 func unreachableKubeconfig() string {
 	GinkgoHelper()
@@ -106,19 +119,12 @@ var _ = Describe("slicer slice-map", Ordered, func() {
 			Expect(k8s.Status().Update(ctx, a)).To(Succeed())
 		}
 
-		na := framework.MakeNodeAccelerator(node).GPUs("H100-80GB", 2).Obj()
-		status := na.Status
-		Expect(k8s.Create(ctx, na)).To(Succeed())
-		status.Driver, status.DriverVersion = slicerv1alpha1.DriverStateReady, "550.54.15"
-		status.GPUs[0].Slices = []slicerv1alpha1.MIGSlice{
-			{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 4}, GPUInstanceID: 2, ComputeInstanceID: 0,
+		createNodeAccelerator(node,
+			slicerv1alpha1.MIGSlice{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 4}, GPUInstanceID: 2, ComputeInstanceID: 0,
 				MIGDeviceUUID: mig0, State: slicerv1alpha1.SliceAllocated,
 				Allocation: &slicerv1alpha1.AllocationReference{Namespace: ns, Name: "train"}},
-			{Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 5, Size: 1}, GPUInstanceID: 13, ComputeInstanceID: 0,
-				MIGDeviceUUID: mig1, State: slicerv1alpha1.SliceOrphaned},
-		}
-		na.Status = status
-		Expect(k8s.Status().Update(ctx, na)).To(Succeed())
+			slicerv1alpha1.MIGSlice{Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 5, Size: 1}, GPUInstanceID: 13, ComputeInstanceID: 0,
+				MIGDeviceUUID: mig1, State: slicerv1alpha1.SliceOrphaned})
 	})
 
 	It("prints the node's slice map as text", func() {
