@@ -132,7 +132,7 @@ func TestWriteTextClaims(t *testing.T) {
     team-b/c2      1    1g.10gb  6+1        gpu-1-1g-10gb-at-6  team-b/p2 (Pending), team-b/p9 (not found)  -
 
 NODE n7  (no NodeAccelerator)
-  allocated, not prepared:
+  allocated (no NodeAccelerator says whether prepared):
     CLAIM       GPU  PROFILE  PLACEMENT  DEVICE              PODS    PROBLEM
     team-b/far  2    2g.20gb  4+?        gpu-2-2g-20gb-at-4  no pod  -
 

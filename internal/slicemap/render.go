@@ -58,7 +58,7 @@ func writeNode(ew *errWriter, n *Node) {
 	for i := range n.GPUs {
 		writeGPU(ew, &n.GPUs[i])
 	}
-	writeUnprepared(ew, n.Unprepared)
+	writeUnprepared(ew, n.Unprepared, n.NoAccelerator)
 	if len(n.Unrealized) == 0 {
 		return
 	}

@@ -11,11 +11,16 @@ import (
 const maxVerdicts = 16
 
 // writeUnprepared writes the claims allocated a device on the node whose slice is not there.
-func writeUnprepared(ew *errWriter, claims []Claim) {
-	if len(claims) == 0 {
+// Without a NodeAccelerator nothing says whether the devices are prepared.
+func writeUnprepared(ew *errWriter, claims []Claim, noAccelerator bool) {
+	switch {
+	case len(claims) == 0:
 		return
+	case noAccelerator:
+		ew.printf("  allocated (no NodeAccelerator says whether prepared):\n")
+	default:
+		ew.printf("  allocated, not prepared:\n")
 	}
-	ew.printf("  allocated, not prepared:\n")
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "    CLAIM\tGPU\tPROFILE\tPLACEMENT\tDEVICE\tPODS\tPROBLEM")
 	for _, c := range claims {
