@@ -66,6 +66,7 @@ func (j *joiner) sliceClaim(node string, gpu int32, s slicerv1alpha1.MIGSlice) C
 		return out
 	}
 	out.UID = string(c.UID)
+	// A reference without a device (an older writer) accounts for all the claim's devices here.
 	for _, r := range slicerResults(c) {
 		if r.Pool == node && (ref.Device == "" || r.Device == ref.Device) {
 			out.Allocated = true

@@ -150,7 +150,8 @@ type PendingPod struct {
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Explanations say, per profile the pod asks for, which GPUs of the map could take one
-	// slice of it now and why the others cannot (pods not bound to a node only).
+	// slice of it now and why the others cannot; only for pods not bound to a node that hold
+	// no allocation or allocated claim yet (for the others the binding is under way).
 	Explanations []Explanation `json:"explanations,omitempty"`
 }
 
