@@ -76,11 +76,7 @@ func logf(format string, args ...any) {
 
 func run(ctx context.Context, p params, profile string, phases []string, burstRounds int, burstLatency time.Duration) error {
 	migRes := corev1.ResourceName(mig.ResourceName(profile))
-	p0, err := mig.ParseProfileName(profile)
-	if err != nil {
-		return err
-	}
-	draRes := corev1.ResourceName(mig.NVIDIAResourcePrefix + mig.LegalProfileName(p0))
+	draRes := corev1.ResourceName(mig.NVIDIAResourceName(profile))
 	specs := map[string]phaseSpec{
 		"plain":     {key: "plain", name: "plain (" + plainResource + ", plugin disabled)", disabled: true, resource: plainResource},
 		"mig-sched": {key: "mig-sched", name: "MIG scheduling only (" + string(migRes) + ")", resource: migRes, realize: instant},
