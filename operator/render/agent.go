@@ -111,7 +111,7 @@ func Agent(o Options) ([]client.Object, error) {
 	}
 	if UsesDRA(o) {
 		// The kubelet DRA plugin's sockets: its own and the kubelet's registration directory.
-		args = append(args, "--frontend=dra")
+		args = append(args, AgentFrontendDRAArg)
 		for _, d := range []struct{ name, path string }{{"dra-plugins", KubeletPluginsDir}, {"dra-registry", KubeletPluginsRegistryDir}} {
 			mounts = append(mounts, corev1.VolumeMount{Name: d.name, MountPath: d.path})
 			volumes = append(volumes, hostPathVolume(d.name, d.path, corev1.HostPathDirectoryOrCreate))
