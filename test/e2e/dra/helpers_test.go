@@ -2,22 +2,26 @@ package dra
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
+	"github.com/slicer-operator/slicer/operator/render"
 	"github.com/slicer-operator/slicer/test/builder"
 )
 
@@ -303,4 +307,43 @@ func expectNothingPrepared(ctx context.Context, namespaces ...string) {
 			g.Expect(slices.Contains(namespaces, c.Namespace)).To(BeFalse(), "claim %s/%s left", c.Namespace, c.Name)
 		}
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
+}
+
+// agentAwayLabel is a node label no node has: the agent DaemonSet selecting it runs nowhere.
+const agentAwayLabel = "e2e.slicer.dev/agent-away"
+
+// setAgentNodeSelector sets the agent DaemonSet's pod nodeSelector (nil removes it). The
+// operator renders node affinity, not a nodeSelector, and applies only the fields it owns, so
+// it neither reverts nor keeps this one.
+func setAgentNodeSelector(ctx context.Context, sel map[string]string) {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"nodeSelector": sel}}}})
+	Expect(err).NotTo(HaveOccurred())
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: render.AgentName}}
+	Expect(k8s.Patch(ctx, ds, client.RawPatch(types.MergePatchType, patch), client.FieldOwner("e2e-dra"))).To(Succeed())
+}
+
+// agentPods are the names of the agent's pods, terminating ones included.
+func agentPods(ctx context.Context) ([]string, error) {
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(agentNamespace), client.MatchingLabels(render.AgentPodLabels())); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, p := range pods.Items {
+		names = append(names, p.Name)
+	}
+	return names, nil
+}
+
+// downNodeSlice is a one-device ResourceSlice of driver for a node that does not run.
+func downNodeSlice(nodeName, driver string) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   driver,
+			Pool:     resourceapi.ResourcePool{Name: nodeName, Generation: 1, ResourceSliceCount: 1},
+			NodeName: &nodeName,
+			Devices:  []resourceapi.Device{{Name: "gpu-0"}},
+		},
+	}
 }
