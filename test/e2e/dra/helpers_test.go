@@ -35,7 +35,8 @@ const (
 )
 
 // printDevice is what every container runs first: one line with the MIG device its CDI
-// spec set (device/cdi), then NVIDIA_VISIBLE_DEVICES, which DRA mode does not set.
+// spec set (device-plugin/cdi), and NVIDIA_VISIBLE_DEVICES, which the claim's spec sets to
+// all of the claim's MIG devices.
 const printDevice = `echo "device=$SLICER_MIG_DEVICE profile=$SLICER_MIG_PROFILE placement=$SLICER_MIG_PLACEMENT gpu=$SLICER_GPU_UUID visible=$NVIDIA_VISIBLE_DEVICES"`
 
 const waitForTerm = "; trap 'exit 0' TERM; sleep 86400 & wait"
@@ -225,6 +226,7 @@ func expectPrepared(ctx context.Context, ns, name, profile string) string {
 		return err
 	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 	Expect(saw).To(HaveKeyWithValue("device", migUUID), "pod %s", name)
+	Expect(saw).To(HaveKeyWithValue("visible", migUUID), "pod %s", name)
 	Expect(saw).To(HaveKeyWithValue("profile", profile), "pod %s", name)
 	Expect(saw).To(HaveKeyWithValue("gpu", dev.gpu), "pod %s", name)
 	Expect(saw).To(HaveKeyWithValue("placement", fmt.Sprintf("%d:%d", dev.placement.Start, dev.placement.Size)), "pod %s", name)
