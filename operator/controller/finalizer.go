@@ -73,8 +73,9 @@ func cleanupPhases(objs []client.Object) [][]client.Object {
 	return [][]client.Object{modules, rest}
 }
 
-// finalize deletes the cleanup targets, then the DRA driver's ResourceSlices,
-// and removes the finalizer once they are gone, or once DeletionTimeout has passed (then with a Degraded
+// finalize deletes the cleanup targets, then the DRA driver's ResourceSlices
+// once no agent pod runs the DRA plugin, and removes the finalizer once they
+// are gone, or once DeletionTimeout has passed (then with a Degraded
 // condition and a Warning Event, so a stuck object cannot block forever).
 func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slicer, o render.Options) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
