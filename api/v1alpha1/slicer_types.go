@@ -287,6 +287,16 @@ type AgentSpec struct {
 	// +kubebuilder:validation:Pattern=`^/[^\s]*$`
 	CDIDirectory string `json:"cdiDirectory,omitempty"`
 
+	// kubeletRootDir is the kubelets' root directory on the GPU nodes (their --root-dir).
+	// The agent mounts the kubelet's device-plugins, pod-resources, plugins and
+	// plugins_registry directories from under it, at the same paths, and its DRA plugin
+	// registers socket paths under it, which the kubelet dials as given.
+	// +optional
+	// +kubebuilder:default=/var/lib/kubelet
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(/[^/[:space:]]+)+$') && !self.split('/').exists(s, s == '.' || s == '..')",message="must be an absolute directory path: no trailing or double slash, no . or .. segment, no spaces"
+	KubeletRootDir string `json:"kubeletRootDir,omitempty"`
+
 	// tolerations added to the agent pods (GPU nodes are often tainted).
 	// +optional
 	// +listType=atomic

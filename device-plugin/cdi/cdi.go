@@ -3,9 +3,11 @@
 // (temp file + rename), and removes specs of slices that no longer exist.
 //
 // Emulated mode: the device's containerEdits only set environment variables
-// (SLICER_MIG_DEVICE, SLICER_MIG_PROFILE, SLICER_MIG_PLACEMENT, SLICER_GPU_UUID).
-// NVIDIA_VISIBLE_DEVICES is not in a spec: it lists all of a container's devices,
-// which only the device plugin's Allocate sees (plugin.EnvVisibleDevices). Real mode adds what NVIDIA's own CDI specs give
+// (SLICER_MIG_DEVICE, SLICER_MIG_PROFILE, SLICER_MIG_PLACEMENT, SLICER_GPU_UUID), each
+// naming that one MIG device. NVIDIA_VISIBLE_DEVICES (EnvVisibleDevices) lists all the MIG
+// devices a container received: the device plugin's Allocate sets it (it sees all of a
+// container's devices), and a claim's spec sets it in its spec-level edits (claim.go), which
+// the runtime applies once for the spec, before the devices' own. Real mode adds what NVIDIA's own CDI specs give
 // a MIG device: /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, the
 // parent GPU's /dev/nvidia<minor>, and the two MIG capability nodes
 // /dev/nvidia-caps/nvidia-cap<N> whose minors the driver publishes in
@@ -45,7 +47,13 @@ const (
 	EnvMIGProfile   = "SLICER_MIG_PROFILE"
 	EnvMIGPlacement = "SLICER_MIG_PLACEMENT"
 	EnvGPUUUID      = "SLICER_GPU_UUID"
+	// EnvVisibleDevices lists the MIG device UUIDs a container received, comma-separated
+	// (VisibleDevices), in the order they were given.
+	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 )
+
+// VisibleDevices is EnvVisibleDevices' value for these MIG device UUIDs.
+func VisibleDevices(migUUIDs []string) string { return strings.Join(migUUIDs, ",") }
 
 // Slice is what a spec describes.
 type Slice struct {

@@ -4,9 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	ocispec "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
@@ -170,5 +172,62 @@ func TestClaimSpecRoundTrip(t *testing.T) {
 	}
 	if _, ok, err := w.ReadClaim("uid-1"); ok || err != nil {
 		t.Fatalf("after remove: ok %v, %v", ok, err)
+	}
+}
+
+// What a container that consumes a claim of two MIG devices gets from the runtime (the CDI
+// library's injection, as containerd runs it): NVIDIA_VISIBLE_DEVICES lists both, in the
+// claim's order, as the device plugin's Allocate does; a claim of one device lists it alone.
+// SLICER_MIG_DEVICE and the other per-device variables name one device each, and with two
+// the runtime keeps the last device's.
+func TestClaimSpecVisibleDevices(t *testing.T) {
+	// what a claim's spec records (ReadClaim): no GPU minor or instance ids in emulated mode
+	slice := func(uuid string) cdi.Slice {
+		return cdi.Slice{MIGUUID: uuid, GPUUUID: "GPU-1234", Profile: "1g.10gb", PlacementStart: 6, PlacementSize: 1}
+	}
+	for _, tc := range []struct {
+		name    string
+		slices  []cdi.Slice
+		visible string
+		device  string
+	}{
+		{"one device", []cdi.Slice{slice("MIG-a")}, "MIG-a", "MIG-a"},
+		{"two devices", []cdi.Slice{slice("MIG-a"), slice("MIG-b")}, "MIG-a,MIG-b", "MIG-b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := &cdi.Writer{Dir: dir}
+			names, err := w.WriteClaim("uid-1", tc.slices)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			oci := &ocispec.Spec{Process: &ocispec.Process{Env: []string{"PATH=/bin"}}}
+			if unresolved, err := cache.InjectDevices(oci, names...); err != nil {
+				t.Fatalf("inject %v: %v (unresolved %v)", names, err, unresolved)
+			}
+			env := map[string]string{}
+			for _, kv := range oci.Process.Env {
+				k, v, _ := strings.Cut(kv, "=")
+				env[k] = v
+			}
+			if got := env[cdi.EnvVisibleDevices]; got != tc.visible {
+				t.Errorf("%s = %q, want %q (env %v)", cdi.EnvVisibleDevices, got, tc.visible, oci.Process.Env)
+			}
+			if got := env[cdi.EnvMIGDevice]; got != tc.device {
+				t.Errorf("%s = %q, want %q", cdi.EnvMIGDevice, got, tc.device)
+			}
+			// the record of the claim is still its devices alone
+			got, ok, err := w.ReadClaim("uid-1")
+			if err != nil || !ok {
+				t.Fatalf("read back: ok %v, %v", ok, err)
+			}
+			if diff := cmp.Diff(tc.slices, got); diff != "" {
+				t.Errorf("slices (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

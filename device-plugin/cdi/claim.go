@@ -17,8 +17,12 @@ import (
 // "claim-<claim UID>") holding one CDI device per MIG device of the claim, named
 // "<claim UID>_<MIG UUID>": the claim UID keeps a runtime's cached spec of an earlier
 // claim from matching (see kubeletplugin.DRAPlugin). Each device's edits are the ones
-// Spec gives that MIG device alone. The spec is also the node's record of what was
-// prepared for the claim: ReadClaim gives the slices back from its environment.
+// Spec gives that MIG device alone; the spec-level edits set EnvVisibleDevices to every MIG
+// device of the claim, in the claim's order: what the device plugin's Allocate sets for a
+// container's devices. (A container that consumes several claims gets one value per claim's
+// spec and the runtime keeps the last: DRA tells a plugin about claims, not containers.)
+// The spec is also the node's record of what was prepared for the claim: ReadClaim gives
+// the slices back from its devices' environment.
 
 const claimPrefix = "claim-"
 
@@ -35,7 +39,9 @@ func ClaimDeviceName(claimUID, migUUID string) string { return claimUID + "_" + 
 func (w *Writer) WriteClaim(claimUID string, slices []Slice) ([]string, error) {
 	spec := &cdispec.Spec{Kind: Kind}
 	names := make([]string, 0, len(slices))
+	migUUIDs := make([]string, 0, len(slices))
 	for _, s := range slices {
+		migUUIDs = append(migUUIDs, s.MIGUUID)
 		one, err := w.Spec(s)
 		if err != nil {
 			return nil, err
@@ -44,6 +50,9 @@ func (w *Writer) WriteClaim(claimUID string, slices []Slice) ([]string, error) {
 		d.Name = ClaimDeviceName(claimUID, s.MIGUUID)
 		spec.Devices = append(spec.Devices, d)
 		names = append(names, QualifiedName(d.Name))
+	}
+	if len(migUUIDs) > 0 {
+		spec.ContainerEdits.Env = []string{EnvVisibleDevices + "=" + VisibleDevices(migUUIDs)}
 	}
 	v, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {

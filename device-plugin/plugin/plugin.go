@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
 
@@ -345,12 +346,9 @@ func (s *server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_
 	}
 }
 
-// EnvVisibleDevices lists the MIG devices a container received, comma-separated. Allocate
-// is its only writer: it is the one place that sees all of a container's devices (the CDI
-// spec of one device cannot, and CDI edits of several devices would overwrite each other).
-const EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
-
-// Allocate answers with the CDI device of each requested slice and EnvVisibleDevices; an
+// Allocate answers with the CDI device of each requested slice and cdi.EnvVisibleDevices
+// listing them all: the one place that sees all of a container's devices (the CDI spec of
+// one device cannot, and CDI edits of several devices would overwrite each other). An
 // unknown device ID is an error.
 func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
@@ -366,7 +364,7 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 			car.CdiDevices = append(car.CdiDevices, &pluginapi.CDIDevice{Name: d.CDIName})
 			visible = append(visible, d.ID)
 		}
-		car.Envs = map[string]string{EnvVisibleDevices: strings.Join(visible, ",")}
+		car.Envs = map[string]string{cdi.EnvVisibleDevices: cdi.VisibleDevices(visible)}
 		resp.ContainerResponses = append(resp.ContainerResponses, car)
 	}
 	s.m.count(s.m.opts.Allocates, "success")

@@ -16,9 +16,10 @@ import (
 	"github.com/slicer-operator/slicer/operator/render"
 )
 
-// The DRA frontend's RBAC: the DeviceClasses, and the dry-run ResourceSlice of the
-// partitionable-devices probe (the agent's slice writes are granted to it, so the operator
-// holds them too).
+// The DRA frontend's RBAC: the DeviceClasses, the dry-run ResourceSlice of the
+// partitionable-devices probe, and the deletion of the driver's ResourceSlices once no agent
+// runs the DRA plugin (dra_slices.go; the agent's slice writes are granted to it, so the
+// operator holds them too).
 //
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=deviceclasses,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices,verbs=get;list;watch;create;update;patch;delete;deletecollection
@@ -83,10 +84,15 @@ func (r *SlicerReconciler) reconcileDRA(ctx context.Context, o render.Options, s
 	return true
 }
 
-// removeDRA deletes the DeviceClasses and drops the condition: the device-plugin frontend.
-func (r *SlicerReconciler) removeDRA(ctx context.Context, st *status, res *result) {
+// removeDRA deletes the DeviceClasses, and the driver's ResourceSlices once no agent runs
+// the DRA plugin, and drops the condition: the device-plugin frontend.
+func (r *SlicerReconciler) removeDRA(ctx context.Context, o render.Options, st *status, res *result) {
 	if err := r.removeAll(ctx, render.AllDeviceClasses()); err != nil {
 		res.fail(fmt.Errorf("remove DeviceClasses: %w", err))
+	}
+	// While a DRA agent runs, its slices stay; its pod's deletion reconciles again.
+	if _, err := r.removeDriverSlices(ctx, o); err != nil {
+		res.fail(err)
 	}
 	st.remove(slicerv1alpha1.ConditionDeviceClassesReady)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,8 +21,10 @@ import (
 )
 
 // cleanupTargets are the objects the finalizer deletes explicitly: every
-// cluster-scoped one, plus the Module (KMM unloads the driver on deletion)
-// and the dashboards in openshift-config-managed. Namespaced objects in the
+// cluster-scoped one, plus the Module (KMM unloads the driver on deletion),
+// the dashboards in openshift-config-managed and the agent's DaemonSet (its
+// pods must be gone before the DRA driver's ResourceSlices go, even when it
+// shares the operator's namespace). Other namespaced objects in the
 // operator's namespaces go by owner reference (garbage collection).
 func (r *SlicerReconciler) cleanupTargets(o render.Options) []client.Object {
 	objs := render.RBAC(o)
@@ -50,7 +53,10 @@ func (r *SlicerReconciler) cleanupTargets(o render.Options) []client.Object {
 			out = append(out, obj)
 		}
 	}
-	return out
+	return append(out, &appsv1.DaemonSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "DaemonSet"},
+		ObjectMeta: metav1.ObjectMeta{Name: render.AgentName, Namespace: o.AgentNamespace},
+	})
 }
 
 // cleanupPhases splits the cleanup targets into the KMM Modules, deleted
@@ -67,7 +73,8 @@ func cleanupPhases(objs []client.Object) [][]client.Object {
 	return [][]client.Object{modules, rest}
 }
 
-// finalize deletes the cleanup targets and removes the finalizer once they
+// finalize deletes the cleanup targets, then the DRA driver's ResourceSlices
+// once no agent pod runs the DRA plugin, and removes the finalizer once they
 // are gone, or once DeletionTimeout has passed (then with a Degraded
 // condition and a Warning Event, so a stuck object cannot block forever).
 func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slicer, o render.Options) (ctrl.Result, error) {
@@ -94,6 +101,14 @@ func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slice
 		if len(pending) > 0 || len(errs) > 0 {
 			break
 		}
+	}
+	// Last, once the agent's pods are gone: the DRA driver's ResourceSlices.
+	if len(pending) == 0 && len(errs) == 0 {
+		left, err := r.removeDriverSlices(ctx, o)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		pending = append(pending, left...)
 	}
 	if len(pending) > 0 || len(errs) > 0 {
 		timeout := orDefault(r.DeletionTimeout, DefaultDeletionTimeout)

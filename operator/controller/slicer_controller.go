@@ -157,6 +157,8 @@ func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&slicerv1alpha1.NodeAccelerator{}, toSlicer).
 		// The GPU models of the nodes decide the DeviceClasses (DRA frontend).
 		Watches(&corev1.Node{}, toSlicer, builder.WithPredicates(gpuModelChanged())).
+		// An agent pod that ran the DRA plugin is gone: its driver's ResourceSlices may go.
+		Watches(&corev1.Pod{}, toSlicer, builder.WithPredicates(draAgentGone())).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, toSlicer, builder.WithPredicates(predicate.NewPredicateFuncs(isOptionalCRD))).
 		Complete(r)
 }
@@ -169,6 +171,19 @@ func gpuModelChanged() predicate.Funcs {
 		CreateFunc:  func(e event.CreateEvent) bool { return model(e.Object) != "" },
 		DeleteFunc:  func(e event.DeleteEvent) bool { return model(e.Object) != "" },
 		UpdateFunc:  func(e event.UpdateEvent) bool { return model(e.ObjectOld) != model(e.ObjectNew) },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// draAgentGone passes the deletion of an agent pod that ran the kubelet DRA plugin.
+func draAgentGone() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			p, ok := e.Object.(*corev1.Pod)
+			return ok && p.Labels[slicerv1alpha1.LabelComponent] == render.ComponentAgent && render.RunsDRAPlugin(p)
+		},
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 }
@@ -255,7 +270,7 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if render.UsesDRA(opts) {
 		schedulerOK = r.reconcileDRA(ctx, opts, st, res, apply)
 	} else {
-		r.removeDRA(ctx, st, res)
+		r.removeDRA(ctx, opts, st, res)
 		schedulerOK = r.reconcileDevicePluginFrontend(ctx, s, &opts, st, res, apply, supported)
 	}
 	switch {

@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -26,6 +27,7 @@ import (
 	nfdv1alpha1 "sigs.k8s.io/node-feature-discovery/api/nfd/v1alpha1"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migdra"
 	"github.com/slicer-operator/slicer/operator/render"
 )
 
@@ -81,6 +83,10 @@ func Options(c Config) ctrl.Options {
 		panic("manager: " + err.Error()) // a constant label key
 	}
 	gpuNodes := labels.NewSelector().Add(*gpuModel)
+	agentPods := cache.ByObject{Label: managed}
+	if c.AgentNamespace != "" {
+		agentPods.Namespaces = map[string]cache.Config{c.AgentNamespace: {}}
+	}
 	var sync *time.Duration
 	if c.SyncPeriod > 0 {
 		sync = &c.SyncPeriod
@@ -120,6 +126,10 @@ func Options(c Config) ctrl.Options {
 					Label:      managed,
 					Namespaces: map[string]cache.Config{c.Namespace: {}},
 				},
+				// The agent's pods (whether a DRA agent still runs) and only Slicer's
+				// driver's ResourceSlices (deleted once none does).
+				&corev1.Pod{}:                agentPods,
+				&resourceapi.ResourceSlice{}: {Field: fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, migdra.DriverName)},
 			},
 		},
 	}

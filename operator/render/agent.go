@@ -2,6 +2,7 @@ package render
 
 import (
 	"fmt"
+	"path"
 	"strings"
 	"time"
 
@@ -13,20 +14,49 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migdra"
 )
 
 // Host paths the agent mounts.
 const (
-	DevicePluginDir = "/var/lib/kubelet/device-plugins"
-	PodResourcesDir = "/var/lib/kubelet/pod-resources"
-	// KubeletPluginsDir and KubeletPluginsRegistryDir are where a kubelet DRA plugin puts its
-	// service socket and its registration socket (DRA frontend only).
-	KubeletPluginsDir         = "/var/lib/kubelet/plugins"
-	KubeletPluginsRegistryDir = "/var/lib/kubelet/plugins_registry"
-	EmulatedStateDir          = "/var/lib/slicer"
-	defaultCDIDir             = "/var/run/cdi"
-	podSecurityPrefix         = "pod-security.kubernetes.io/"
+	// DefaultKubeletRootDir is the kubelet's default --root-dir (spec.agent.kubeletRootDir).
+	DefaultKubeletRootDir = "/var/lib/kubelet"
+	EmulatedStateDir      = "/var/lib/slicer"
+	defaultCDIDir         = "/var/run/cdi"
+	podSecurityPrefix     = "pod-security.kubernetes.io/"
 )
+
+// KubeletDirs are the kubelet's directories the agent mounts, each at its host path (the
+// kubelet dials the socket paths a DRA plugin registers as given).
+type KubeletDirs struct {
+	// DevicePlugins holds the kubelet's device-plugin registration socket and the plugins'.
+	DevicePlugins string
+	// PodResources holds the kubelet's PodResources socket.
+	PodResources string
+	// Plugins and PluginsRegistry are where a kubelet DRA plugin puts its service socket
+	// and its registration socket (DRA frontend only).
+	Plugins         string
+	PluginsRegistry string
+}
+
+// KubeletDirsOf are the kubelet's directories under its root directory.
+func KubeletDirsOf(root string) KubeletDirs {
+	return KubeletDirs{
+		DevicePlugins:   path.Join(root, "device-plugins"),
+		PodResources:    path.Join(root, "pod-resources"),
+		Plugins:         path.Join(root, "plugins"),
+		PluginsRegistry: path.Join(root, "plugins_registry"),
+	}
+}
+
+// kubeletDirs are the kubelet's directories under spec.agent.kubeletRootDir.
+func (o Options) kubeletDirs() KubeletDirs {
+	root := o.Slicer.Spec.Agent.KubeletRootDir
+	if root == "" {
+		root = DefaultKubeletRootDir
+	}
+	return KubeletDirsOf(root)
+}
 
 // AgentNamespace renders the agent's namespace, labelled for the privileged
 // Pod Security level (the agent mounts host paths and, with a real driver,
@@ -83,22 +113,23 @@ func Agent(o Options) ([]client.Object, error) {
 		cdiDir = defaultCDIDir
 	}
 	p := o.Ports
+	kd := o.kubeletDirs()
 	args := []string{
 		"--node-name=$(NODE_NAME)",
 		"--cdi-dir=" + cdiDir,
-		"--device-plugin-dir=" + DevicePluginDir,
-		"--pod-resources-socket=" + PodResourcesDir + "/kubelet.sock",
+		"--device-plugin-dir=" + kd.DevicePlugins,
+		"--pod-resources-socket=" + path.Join(kd.PodResources, "kubelet.sock"),
 		"--orphan-grace-period=" + (time.Duration(a.OrphanGracePeriodSeconds) * time.Second).String(),
 	}
 	args = append(args, listenArgs(o, p.AgentMetrics, p.AgentHealth)...)
 	mounts := []corev1.VolumeMount{
-		{Name: "device-plugins", MountPath: DevicePluginDir},
-		{Name: "pod-resources", MountPath: PodResourcesDir, ReadOnly: true},
+		{Name: "device-plugins", MountPath: kd.DevicePlugins},
+		{Name: "pod-resources", MountPath: kd.PodResources, ReadOnly: true},
 		{Name: "cdi", MountPath: cdiDir},
 	}
 	volumes := []corev1.Volume{
-		hostPathVolume("device-plugins", DevicePluginDir, corev1.HostPathDirectory),
-		hostPathVolume("pod-resources", PodResourcesDir, corev1.HostPathDirectory),
+		hostPathVolume("device-plugins", kd.DevicePlugins, corev1.HostPathDirectory),
+		hostPathVolume("pod-resources", kd.PodResources, corev1.HostPathDirectory),
 		hostPathVolume("cdi", cdiDir, corev1.HostPathDirectoryOrCreate),
 	}
 	sc := &corev1.SecurityContext{
@@ -111,8 +142,9 @@ func Agent(o Options) ([]client.Object, error) {
 	}
 	if UsesDRA(o) {
 		// The kubelet DRA plugin's sockets: its own and the kubelet's registration directory.
-		args = append(args, "--frontend=dra")
-		for _, d := range []struct{ name, path string }{{"dra-plugins", KubeletPluginsDir}, {"dra-registry", KubeletPluginsRegistryDir}} {
+		args = append(args, AgentFrontendDRAArg,
+			"--dra-plugin-dir="+path.Join(kd.Plugins, migdra.DriverName), "--dra-registry-dir="+kd.PluginsRegistry)
+		for _, d := range []struct{ name, path string }{{"dra-plugins", kd.Plugins}, {"dra-registry", kd.PluginsRegistry}} {
 			mounts = append(mounts, corev1.VolumeMount{Name: d.name, MountPath: d.path})
 			volumes = append(volumes, hostPathVolume(d.name, d.path, corev1.HostPathDirectoryOrCreate))
 		}

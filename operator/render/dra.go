@@ -1,6 +1,8 @@
 package render
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +16,10 @@ import (
 // ComponentDRA labels the DeviceClasses of the DRA frontend.
 const ComponentDRA = "dra"
 
+// AgentFrontendDRAArg is the agent's flag that runs its kubelet DRA plugin instead of the
+// device plugin.
+const AgentFrontendDRAArg = "--frontend=dra"
+
 // AgentDRARules are what the agent's kubelet DRA plugin needs on top of AgentRules: publish
 // its node's ResourceSlices and read the claims it prepares.
 var AgentDRARules = []rbacv1.PolicyRule{
@@ -24,6 +30,20 @@ var AgentDRARules = []rbacv1.PolicyRule{
 // UsesDRA reports whether the Slicer selects the DRA frontend.
 func UsesDRA(o Options) bool {
 	return o.Slicer != nil && o.Slicer.Spec.Frontend == slicerv1alpha1.FrontendDRA
+}
+
+// AgentPodLabels select the agent's pods (its DaemonSet's selector).
+func AgentPodLabels() map[string]string { return selectorLabels(ComponentAgent) }
+
+// RunsDRAPlugin reports whether an agent pod runs (or, while it terminates, may still run)
+// the kubelet DRA plugin, which publishes ResourceSlices of driver migdra.DriverName.
+func RunsDRAPlugin(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		if slices.Contains(c.Args, AgentFrontendDRAArg) {
+			return true
+		}
+	}
+	return false
 }
 
 // ProfilesOfModels lists the MIG profiles of the named GPU models (the values of the

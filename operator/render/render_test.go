@@ -379,7 +379,8 @@ func TestAgent(t *testing.T) {
 	for _, v := range tmpl.Spec.Volumes {
 		paths[v.HostPath.Path] = true
 	}
-	for _, p := range []string{DevicePluginDir, PodResourcesDir, defaultCDIDir} {
+	def := KubeletDirsOf(DefaultKubeletRootDir)
+	for _, p := range []string{def.DevicePlugins, def.PodResources, defaultCDIDir} {
 		if !paths[p] {
 			t.Errorf("hostPath %s missing", p)
 		}
@@ -544,7 +545,7 @@ func TestDRAFrontend(t *testing.T) {
 	for _, obj := range objs {
 		if ds, ok := obj.(*appsv1.DaemonSet); ok {
 			c := ds.Spec.Template.Spec.Containers[0]
-			if !strings.Contains(strings.Join(c.Args, " "), "--frontend=dra") || !strings.Contains(fmt.Sprint(c.VolumeMounts), KubeletPluginsRegistryDir) {
+			if !strings.Contains(strings.Join(c.Args, " "), "--frontend=dra") || !strings.Contains(fmt.Sprint(c.VolumeMounts), KubeletDirsOf(DefaultKubeletRootDir).PluginsRegistry) {
 				t.Errorf("agent in DRA mode: args %v mounts %v", c.Args, c.VolumeMounts)
 			}
 		}

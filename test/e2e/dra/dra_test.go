@@ -11,6 +11,8 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
@@ -54,10 +56,6 @@ var _ = Describe("Slicer's DRA frontend on the local node, stock kube-scheduler 
 		a := expectPrepared(ctx, ns, "bridge-1g", "1g.10gb")
 		b := expectPrepared(ctx, ns, "claim-3g", "3g.40gb")
 		Expect(a).NotTo(Equal(b))
-		saw, err := containerSaw(ctx, ns, "bridge-1g")
-		Expect(err).NotTo(HaveOccurred())
-		// DRA mode has no device-plugin Allocate to set it (docs/design/dra.md)
-		Expect(saw).To(HaveKeyWithValue("visible", ""))
 	})
 
 	It("destroys the instances and their CDI specs when the pods are deleted (Unprepare)", func(ctx SpecContext) {
@@ -67,39 +65,67 @@ var _ = Describe("Slicer's DRA frontend on the local node, stock kube-scheduler 
 		GinkgoWriter.Printf("dra: namespace deleted and every slice destroyed in %s\n", time.Since(start).Round(time.Millisecond))
 	})
 
-	It("prepares a pod allocated while the agent is down once the agent is back", func(ctx SpecContext) {
-		const ns = "e2e-dra-restart"
+	It("prepares a pod whose claim was allocated while no agent ran, once the agent is back, with exactly its device", func(ctx SpecContext) {
+		const ns, name, profile = "e2e-dra-restart", "while-away", "2g.20gb"
 		createNamespace(ctx, ns)
 		DeferCleanup(func(ctx SpecContext) {
+			setAgentNodeSelector(ctx, nil)
 			deleteNamespace(ctx, ns)
 			expectNothingPrepared(ctx, ns)
 		})
-		var pods corev1.PodList
-		Expect(k8s.List(ctx, &pods, client.InNamespace(agentNamespace))).To(Succeed())
-		Expect(pods.Items).To(HaveLen(1))
-		old := pods.Items[0]
-		// kill the agent, then ask: the scheduler allocates from the published slices while no
-		// plugin serves the node, and the kubelet prepares once the new agent registers
-		Expect(k8s.Delete(ctx, &old, client.GracePeriodSeconds(0))).To(Succeed())
-		Expect(k8s.Create(ctx, bridgePod(ns, "during-restart", "2g.20gb", printDevice+waitForTerm))).To(Succeed())
+
+		By("the agent's DaemonSet gets a node selector no node matches: its pod goes and no new one comes")
+		// the operator applies only its own fields, so it leaves this one alone
+		setAgentNodeSelector(ctx, map[string]string{agentAwayLabel: "true"})
+		Eventually(agentPods).WithContext(ctx).WithTimeout(2 * time.Minute).Should(BeEmpty())
+		away := time.Now()
+
+		By("a pod asks while no plugin serves the node: the scheduler allocates its claim from the slices still published")
+		// the kubelet wipes an unusable driver's slices 30 s after its connection ends
+		// (docs/design/dra.md); the pod is created at once, so they are still there
+		Expect(publishedDevices(ctx)).NotTo(BeEmpty(), "the kubelet wiped the driver's slices before the pod was created")
+		Expect(k8s.Create(ctx, bridgePod(ns, name, profile, printDevice+waitForTerm))).To(Succeed())
+		var claim string
 		Eventually(func(g Gomega) {
-			p, err := getPod(ctx, ns, "during-restart")
+			p, err := getPod(ctx, ns, name)
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(claimOfPod(p)).NotTo(BeEmpty())
+			claim = claimOfPod(p)
+			g.Expect(claim).NotTo(BeEmpty())
+			var c resourceapi.ResourceClaim
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, &c)).To(Succeed())
+			g.Expect(c.Status.Allocation).NotTo(BeNil())
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed(), "claim of %s allocated", name)
+		allocated := time.Since(away)
+
+		By("the kubelet says it cannot prepare the claim; the pod does not start")
+		Eventually(func(g Gomega) {
+			var events corev1.EventList
+			g.Expect(k8s.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+			g.Expect(events.Items).To(ContainElement(And(
+				HaveField("InvolvedObject.Name", name),
+				HaveField("Reason", "FailedPrepareDynamicResources"),
+				HaveField("Message", ContainSubstring(migdra.DriverName)))))
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
-		waitPhase(ctx, ns, corev1.PodRunning, "during-restart")
-		Expect(k8s.List(ctx, &pods, client.InNamespace(agentNamespace))).To(Succeed())
-		Expect(pods.Items).To(ContainElement(HaveField("UID", Not(Equal(old.UID)))))
-		expectPrepared(ctx, ns, "during-restart", "2g.20gb")
-		// whether the kubelet tried before the new agent registered depends on who was faster:
-		// said, not asserted
-		var events corev1.EventList
-		Expect(k8s.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
-		for _, e := range events.Items {
-			if e.Type == corev1.EventTypeWarning {
-				GinkgoWriter.Printf("dra restart: %s %s: %s\n", e.InvolvedObject.Name, e.Reason, e.Message)
-			}
-		}
+		p, err := getPod(ctx, ns, name)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(p.Status.Phase).To(Equal(corev1.PodPending))
+		Expect(agentPods(ctx)).To(BeEmpty())
+
+		By("the kubelet wipes the driver's slices of its node; the allocated claim keeps its device")
+		Eventually(publishedDevices).WithContext(ctx).WithTimeout(2 * time.Minute).Should(BeEmpty())
+		wiped := time.Since(away)
+		var c resourceapi.ResourceClaim
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, &c)).To(Succeed())
+		dev, err := allocatedDevice(&c)
+		Expect(err).NotTo(HaveOccurred())
+
+		By("the agent comes back: it publishes again, the kubelet prepares the claim, the pod runs with exactly its device")
+		setAgentNodeSelector(ctx, nil)
+		waitPhase(ctx, ns, corev1.PodRunning, name)
+		Eventually(publishedDevices).WithContext(ctx).WithTimeout(time.Minute).Should(HaveKey(dev))
+		Expect(expectPrepared(ctx, ns, name, profile)).To(HavePrefix("MIG-"))
+		GinkgoWriter.Printf("dra restart: claim allocated %s after the agent pod was gone; the kubelet wiped the slices %s after; the pod ran %s after\n",
+			allocated.Round(time.Millisecond), wiped.Round(time.Millisecond), time.Since(away).Round(time.Millisecond))
 	})
 
 	It("survives a churn of 120 bridge pods of mixed profiles in waves: no two allocated slices or instances ever overlap, all destroyed at the end", func(ctx SpecContext) {
@@ -172,5 +198,35 @@ var _ = Describe("Slicer's DRA frontend on the local node, stock kube-scheduler 
 		Expect(sampleErr).NotTo(HaveOccurred())
 		Expect(overlaps).To(BeEmpty())
 		Expect(samples).To(BeNumerically(">", 0))
+	})
+
+	// Last: the cluster keeps no Slicer afterwards.
+	It("deletes the driver's ResourceSlices on uninstall once the agent is gone, those of a node that is down included, and no other driver's", func(ctx SpecContext) {
+		// a node whose kubelet is down never wipes its slices: only the operator can
+		const gone = "e2e-node-that-is-down"
+		ours, theirs := downNodeSlice(gone, migdra.DriverName), downNodeSlice(gone, "gpu.e2e.example.com")
+		Expect(k8s.Create(ctx, ours)).To(Succeed())
+		Expect(k8s.Create(ctx, theirs)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(client.IgnoreNotFound(k8s.Delete(ctx, theirs))).To(Succeed())
+		})
+		Expect(publishedDevices(ctx)).NotTo(BeEmpty())
+
+		start := time.Now()
+		Expect(k8s.Delete(ctx, &slicerv1alpha1.Slicer{ObjectMeta: metav1.ObjectMeta{Name: slicerv1alpha1.SlicerName}})).To(Succeed())
+		Eventually(func() bool {
+			err := k8s.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{})
+			return apierrors.IsNotFound(err)
+		}).WithContext(ctx).WithTimeout(3*time.Minute).Should(BeTrue(), "Slicer deleted")
+		took := time.Since(start)
+		Expect(agentPods(ctx)).To(BeEmpty())
+		var list resourceapi.ResourceSliceList
+		Expect(k8s.List(ctx, &list)).To(Succeed())
+		var left []string
+		for _, s := range list.Items {
+			left = append(left, s.Spec.Driver+" "+s.Name)
+		}
+		Expect(left).To(ConsistOf(theirs.Spec.Driver + " " + theirs.Name))
+		GinkgoWriter.Printf("dra uninstall: Slicer deleted, agent gone and the driver's slices deleted in %s\n", took.Round(time.Millisecond))
 	})
 })

@@ -2,22 +2,26 @@ package dra
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
+	"github.com/slicer-operator/slicer/operator/render"
 	"github.com/slicer-operator/slicer/test/builder"
 )
 
@@ -31,7 +35,8 @@ const (
 )
 
 // printDevice is what every container runs first: one line with the MIG device its CDI
-// spec set (device/cdi), then NVIDIA_VISIBLE_DEVICES, which DRA mode does not set.
+// spec set (device-plugin/cdi), and NVIDIA_VISIBLE_DEVICES, which the claim's spec sets to
+// all of the claim's MIG devices.
 const printDevice = `echo "device=$SLICER_MIG_DEVICE profile=$SLICER_MIG_PROFILE placement=$SLICER_MIG_PLACEMENT gpu=$SLICER_GPU_UUID visible=$NVIDIA_VISIBLE_DEVICES"`
 
 const waitForTerm = "; trap 'exit 0' TERM; sleep 86400 & wait"
@@ -221,6 +226,7 @@ func expectPrepared(ctx context.Context, ns, name, profile string) string {
 		return err
 	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 	Expect(saw).To(HaveKeyWithValue("device", migUUID), "pod %s", name)
+	Expect(saw).To(HaveKeyWithValue("visible", migUUID), "pod %s", name)
 	Expect(saw).To(HaveKeyWithValue("profile", profile), "pod %s", name)
 	Expect(saw).To(HaveKeyWithValue("gpu", dev.gpu), "pod %s", name)
 	Expect(saw).To(HaveKeyWithValue("placement", fmt.Sprintf("%d:%d", dev.placement.Start, dev.placement.Size)), "pod %s", name)
@@ -303,4 +309,43 @@ func expectNothingPrepared(ctx context.Context, namespaces ...string) {
 			g.Expect(slices.Contains(namespaces, c.Namespace)).To(BeFalse(), "claim %s/%s left", c.Namespace, c.Name)
 		}
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
+}
+
+// agentAwayLabel is a node label no node has: the agent DaemonSet selecting it runs nowhere.
+const agentAwayLabel = "e2e.slicer.dev/agent-away"
+
+// setAgentNodeSelector sets the agent DaemonSet's pod nodeSelector (nil removes it). The
+// operator renders node affinity, not a nodeSelector, and applies only the fields it owns, so
+// it neither reverts nor keeps this one.
+func setAgentNodeSelector(ctx context.Context, sel map[string]string) {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"nodeSelector": sel}}}})
+	Expect(err).NotTo(HaveOccurred())
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: render.AgentName}}
+	Expect(k8s.Patch(ctx, ds, client.RawPatch(types.MergePatchType, patch), client.FieldOwner("e2e-dra"))).To(Succeed())
+}
+
+// agentPods are the names of the agent's pods, terminating ones included.
+func agentPods(ctx context.Context) ([]string, error) {
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(agentNamespace), client.MatchingLabels(render.AgentPodLabels())); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, p := range pods.Items {
+		names = append(names, p.Name)
+	}
+	return names, nil
+}
+
+// downNodeSlice is a one-device ResourceSlice of driver for a node that does not run.
+func downNodeSlice(nodeName, driver string) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   driver,
+			Pool:     resourceapi.ResourcePool{Name: nodeName, Generation: 1, ResourceSliceCount: 1},
+			NodeName: &nodeName,
+			Devices:  []resourceapi.Device{{Name: "gpu-0"}},
+		},
+	}
 }

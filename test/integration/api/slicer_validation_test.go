@@ -135,6 +135,15 @@ var _ = Describe("Slicer validation", func() {
 		Entry("CDI directory absolute", func(s *slicerv1alpha1.Slicer) { s.Spec.Agent.CDIDirectory = "/etc/cdi" }, nil),
 		Entry("CDI directory relative", func(s *slicerv1alpha1.Slicer) { s.Spec.Agent.CDIDirectory = "cdi" },
 			rejected("spec.agent.cdiDirectory", "should match")),
+		Entry("kubelet root dir elsewhere", func(s *slicerv1alpha1.Slicer) { s.Spec.Agent.KubeletRootDir = "/data/k8s/kubelet" }, nil),
+		Entry("kubelet root dir relative", func(s *slicerv1alpha1.Slicer) { s.Spec.Agent.KubeletRootDir = "var/lib/kubelet" },
+			rejected("spec.agent.kubeletRootDir", "must be an absolute directory path")),
+		Entry("kubelet root dir with a trailing slash", func(s *slicerv1alpha1.Slicer) { s.Spec.Agent.KubeletRootDir = "/var/lib/kubelet/" },
+			rejected("spec.agent.kubeletRootDir", "must be an absolute directory path")),
+		Entry("kubelet root dir with ..", func(s *slicerv1alpha1.Slicer) { s.Spec.Agent.KubeletRootDir = "/var/lib/../kubelet" },
+			rejected("spec.agent.kubeletRootDir", "must be an absolute directory path")),
+		Entry("kubelet root dir the root", func(s *slicerv1alpha1.Slicer) { s.Spec.Agent.KubeletRootDir = "/" },
+			rejected("spec.agent.kubeletRootDir", "must be an absolute directory path")),
 		Entry("orphan grace period a day", func(s *slicerv1alpha1.Slicer) { s.Spec.Agent.OrphanGracePeriodSeconds = 86400 }, nil),
 		Entry("orphan grace period negative", func(s *slicerv1alpha1.Slicer) { s.Spec.Agent.OrphanGracePeriodSeconds = -1 },
 			rejected("spec.agent.orphanGracePeriodSeconds", "greater than or equal to 0")),
@@ -186,6 +195,7 @@ var _ = Describe("Slicer validation", func() {
 		Expect(s.Spec.Webhook.TranslateNVIDIAResources).To(Equal(slicerv1alpha1.FeatureEnabled))
 		Expect(s.Spec.Webhook.CertificateProvider).To(Equal(slicerv1alpha1.CertificateProviderAuto))
 		Expect(s.Spec.Agent.CDIDirectory).To(Equal("/var/run/cdi"))
+		Expect(s.Spec.Agent.KubeletRootDir).To(Equal("/var/lib/kubelet"))
 		Expect(s.Spec.Agent.OrphanGracePeriodSeconds).To(Equal(int32(300)))
 		Expect(s.Spec.Monitoring.ServiceMonitors).To(Equal(slicerv1alpha1.FeatureEnabled))
 		Expect(s.Spec.Network.EndpointMode).To(Equal(slicerv1alpha1.EndpointModePodNetwork))

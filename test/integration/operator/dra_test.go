@@ -2,6 +2,7 @@ package operator_test
 
 import (
 	"slices"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -12,11 +13,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
+	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/render"
 	"github.com/slicer-operator/slicer/test/framework"
 )
@@ -60,6 +63,64 @@ func setGPUModel(node, model string) {
 		n.Labels[slicerv1alpha1.LabelGPUModel] = model
 		g.Expect(admin.Update(ctx, &n)).To(Succeed())
 	}).Should(Succeed())
+}
+
+// driverSlice is a one-device ResourceSlice of driver on node.
+func driverSlice(name, driver, node string) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   driver,
+			Pool:     resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+			NodeName: ptr.To(node),
+			Devices:  []resourceapi.Device{{Name: "dev-0"}},
+		},
+	}
+}
+
+// sliceNames lists the ResourceSlices of every driver, sorted.
+func sliceNames(g Gomega) []string {
+	var list resourceapi.ResourceSliceList
+	g.Expect(admin.List(ctx, &list)).To(Succeed())
+	var names []string
+	for _, s := range list.Items {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// fakeDRAAgent creates the pod the agent DaemonSet of namespace ns would run on node (no
+// DaemonSet controller runs here): its labels and its container's arguments.
+func fakeDRAAgent(ns, node string) *corev1.Pod {
+	var ds appsv1.DaemonSet
+	Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.AgentName}, &ds)).To(Succeed())
+	c := ds.Spec.Template.Spec.Containers[0]
+	Expect(c.Args).To(ContainElement(render.AgentFrontendDRAArg))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: render.AgentName + "-fake", Labels: ds.Spec.Template.Labels},
+		Spec: corev1.PodSpec{
+			NodeName:                     node,
+			ServiceAccountName:           render.AgentName,
+			AutomountServiceAccountToken: ptr.To(false),
+			Containers:                   []corev1.Container{{Name: c.Name, Image: c.Image, Args: c.Args}},
+		},
+	}
+	Expect(admin.Create(ctx, pod)).To(Succeed())
+	return pod
+}
+
+// publishSlices creates a ResourceSlice of Slicer's driver and one of another driver, both
+// for node, and returns their names: ours, theirs.
+func publishSlices(node string) (string, string) {
+	ours, theirs := driverSlice("slicer-"+node, migdra.DriverName, node), driverSlice("other-"+node, "gpu.example.com", node)
+	Expect(admin.Create(ctx, ours)).To(Succeed())
+	Expect(admin.Create(ctx, theirs)).To(Succeed())
+	DeferCleanup(func() {
+		Expect(client.IgnoreNotFound(admin.Delete(ctx, theirs))).To(Succeed())
+		Expect(client.IgnoreNotFound(admin.Delete(ctx, ours))).To(Succeed())
+	})
+	return ours.Name, theirs.Name
 }
 
 var _ = Describe("DRA frontend", Ordered, func() {
@@ -106,32 +167,58 @@ var _ = Describe("DRA frontend", Ordered, func() {
 		setGPUModel(node, "A100-40GB")
 		Eventually(deviceClassNames).Should(Equal(classesOf("A100-40GB")))
 
-		By("back to the device-plugin frontend: the classes go, the scheduler and webhook come")
+		By("the agent publishes its node's slices; another driver publishes its own")
+		ours, theirs := publishSlices(node)
+		agent := fakeDRAAgent(ns, node)
+
+		By("back to the device-plugin frontend: the classes go, the scheduler and webhook come; the slices stay while the DRA agent runs")
 		Eventually(func(g Gomega) {
 			s := getSlicer(g)
 			s.Spec.Frontend = slicerv1alpha1.FrontendDevicePlugin
 			g.Expect(admin.Update(ctx, s)).To(Succeed())
 		}).Should(Succeed())
 		s = waitAvailable(ns)
+		// the reconcile that wrote this status ran the slice cleanup with the DRA agent's pod there
 		Expect(condition(s, slicerv1alpha1.ConditionDeviceClassesReady)).To(BeNil())
+		Expect(sliceNames(Default)).To(ConsistOf(ours, theirs))
 		Eventually(deviceClassNames).Should(BeEmpty())
 		Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: render.SchedulerName}, &appsv1.Deployment{})).To(Succeed())
+
+		By("the DRA agent's pod is gone: Slicer's slices go, the other driver's stay")
+		Expect(admin.Delete(ctx, agent, client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(sliceNames).Should(ConsistOf(theirs))
 		setGPUModel(node, "H100-80GB")
 	})
 
-	It("deletes its DeviceClasses on uninstall", func() {
+	It("deletes its DeviceClasses on uninstall, and its driver's ResourceSlices once the agent is gone", func() {
 		defer cleanSlate()
 		ns := nextAgentNamespace()
-		op := startOperator(operatorOptions{agentNamespace: ns})
+		// long enough that the cleanup waits for the agent rather than giving up
+		op := startOperator(operatorOptions{agentNamespace: ns, slicerPatch: func(r *controller.SlicerReconciler) { r.DeletionTimeout = 5 * time.Minute }})
 		defer op.stop()
 		Expect(admin.Create(ctx, newSlicer(draSlicer))).To(Succeed())
 		waitAvailable(ns)
 		Eventually(deviceClassNames).ShouldNot(BeEmpty())
+		ours, theirs := publishSlices(node)
+		agent := fakeDRAAgent(ns, node)
 		Expect(admin.Delete(ctx, newSlicer())).To(Succeed())
+
+		By("the classes go; the slices and the Slicer stay while the agent's pod is there (no namespace controller here)")
+		Eventually(deviceClassNames).Should(BeEmpty())
+		Eventually(func(g Gomega) {
+			err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.AgentName}, &appsv1.DaemonSet{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "agent DaemonSet: %v", err)
+		}).Should(Succeed())
+		Expect(admin.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{})).To(Succeed())
+		Expect(sliceNames(Default)).To(ConsistOf(ours, theirs))
+
+		By("the agent's pod is gone: Slicer's slices go, the other driver's stay, the Slicer goes")
+		Expect(admin.Delete(ctx, agent, client.GracePeriodSeconds(0))).To(Succeed())
 		Eventually(func(g Gomega) {
 			err := admin.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
 		}).Should(Succeed())
+		Expect(sliceNames(Default)).To(ConsistOf(theirs))
 		Expect(deviceClassNames(Default)).To(BeEmpty())
 	})
 })
