@@ -104,6 +104,14 @@ func TestNodeAcceleratorInDRAMode(t *testing.T) {
 	}
 	h.waitSlices("the orphan", "gpu-0 1g.10gb@6+1 Orphaned -", held)
 
+	// A claim allocated the orphan's device (not prepared yet) makes it that claim's, and its
+	// deletion an orphan again, with no sync asked by the test: the claim informer's events
+	// bring the syncs.
+	late := h.allocate("late", "gpu-0-1g-10gb-at-6")
+	h.waitSlices("the orphan held by a claim", fmt.Sprintf("gpu-0 1g.10gb@6+1 Allocated claim default/late %s gpu-0-1g-10gb-at-6", late.UID), held)
+	h.deleteClaim(late)
+	h.waitSlices("the claim's deletion", "gpu-0 1g.10gb@6+1 Orphaned -", held)
+
 	// A sync that changes nothing writes nothing.
 	writes = h.statusWrites.Load()
 	if err := h.plugin.drv.Sync(ctx); err != nil {
