@@ -122,9 +122,7 @@ func (d *Driver) stillHolds(ctx context.Context, claims []*resourceapi.ResourceC
 		if err != nil {
 			return false, fmt.Errorf("get claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
-		if live.UID != c.UID {
-			return false, nil
-		}
+		// A claim recreated under the name has another UID, so it is not among the holders.
 		for _, h := range explained([]*resourceapi.ResourceClaim{live}, d.opts.NodeName)[device] {
 			if h == uid {
 				return true, nil

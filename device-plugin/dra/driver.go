@@ -148,9 +148,10 @@ func (d *Driver) Run(ctx context.Context, helperOpts ...kubeletplugin.Option) er
 	log.Info("DRA plugin started", "driver", migdra.DriverName, "node", d.opts.NodeName)
 	t := time.NewTicker(d.opts.Resync)
 	defer t.Stop()
-	due := time.NewTimer(0)
+	// due is armed while a coalesced status write waits.
+	due := time.NewTimer(time.Hour)
+	due.Stop()
 	defer due.Stop()
-	<-due.C
 	for {
 		wait, err := d.sync(ctx)
 		if err != nil {
@@ -158,6 +159,8 @@ func (d *Driver) Run(ctx context.Context, helperOpts ...kubeletplugin.Option) er
 		}
 		if wait > 0 {
 			due.Reset(wait)
+		} else {
+			due.Stop()
 		}
 		select {
 		case <-ctx.Done():
