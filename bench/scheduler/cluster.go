@@ -38,7 +38,7 @@ func fast(cfg *rest.Config) *rest.Config {
 	return cfg
 }
 
-func startCluster(ctx context.Context, nodes, gpus, workers int) (cl *cluster, err error) {
+func startCluster(ctx context.Context, nodes, gpus, workers int, dra bool, draProfiles []string) (cl *cluster, err error) {
 	start := time.Now()
 	env, err := framework.Start(framework.Options{WithoutExternalCRDs: true,
 		APIServerArgs: map[string]string{"max-requests-inflight": "2000", "max-mutating-requests-inflight": "1000"}})
@@ -71,6 +71,11 @@ func startCluster(ctx context.Context, nodes, gpus, workers int) (cl *cluster, e
 		return cl, err
 	}
 	perNode := int64(gpus * 7) // as many plain devices as 1g slices
+	if dra {
+		if err := createDeviceClasses(ctx, cl.admin); err != nil {
+			return cl, err
+		}
+	}
 	err = parallel(nodes, workers, func(i int) error {
 		name := fmt.Sprintf("node-%05d", i)
 		n := framework.MakeNode(name, nil)
@@ -78,6 +83,9 @@ func startCluster(ctx context.Context, nodes, gpus, workers int) (cl *cluster, e
 		n.Status.Allocatable[plainResource] = *resource.NewQuantity(perNode, resource.DecimalSI)
 		if err := framework.CreateNode(ctx, cl.admin, n); err != nil {
 			return err
+		}
+		if dra {
+			return createPool(ctx, cl.admin, name, gpus, draProfiles)
 		}
 		return framework.CreateNodeAccelerator(ctx, cl.admin, framework.MakeNodeAccelerator(name).GPUs("H100-80GB", gpus).Obj())
 	})

@@ -11,10 +11,14 @@
 //	           Ready right after the plugin creates it (scheduling only)
 //	mig-e2e    plugin enabled; the fake agent (one worker per node, the
 //	           node agent's writes) marks slices Ready and reports them
+//	dra-sched  Slicer's DRA frontend as the stock scheduler sees it: each node's
+//	           MIG devices as ResourceSlices (migdra), DeviceClasses with
+//	           extended resource names, pods ask for nvidia.com/mig-<profile>;
+//	           the stock DynamicResources plugin allocates (scheduling only)
 //	burst      the real node agent (emulated NVML): 56 × 1g.10gb on one
 //	           8 × H100 node, created together → all Ready
 //
-// It prints pods/s, the ratios mig-sched/plain and mig-e2e/plain, the
+// It prints pods/s, the ratios mig-sched/plain, mig-e2e/plain and dra-sched/plain, the
 // scheduling-attempt latency, the API writes per pod by component, and the
 // scheduler's heap per node and per GPU. docs/benchmarks.md has the numbers.
 //
@@ -46,12 +50,17 @@ func main() {
 	flag.DurationVar(&p.timeout, "timeout", 15*time.Minute, "per-phase limit for the pods to be bound")
 	flag.BoolVar(&p.precreate, "precreate", false, "create all pods before the scheduler starts; time from the warm-up-th bind to the last")
 	flag.StringVar(&p.memProfile, "memprofile", "", "write a heap profile of the first phase, taken where its heap is measured")
+	flag.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of each phase's measured window to this path + \".<phase>\" (the whole process: scheduler, clients, watch)")
 	profile := flag.String("profile", "1g.10gb", "MIG profile each MIG pod asks for")
+	draProfiles := flag.String("dra-profiles", "", "dra-sched: publish only these profiles' devices (comma-separated NVIDIA spellings; default all)")
 	phases := flag.String("phases", "plain,mig-sched,mig-e2e,burst", "phases to run, in order (plain is needed for the ratios)")
 	burstRounds := flag.Int("burst-rounds", 3, "burst: rounds of 56 allocations (released between rounds)")
 	burstLatency := flag.Duration("burst-nvml-latency", 0, "burst: latency the emulated NVML adds to each MIG create/destroy call")
 	klog.InitFlags(nil)
 	flag.Parse()
+	if *draProfiles != "" {
+		p.draProfiles = strings.Split(*draProfiles, ",")
+	}
 	if p.warmup < 0 {
 		p.warmup = max(1, p.pods/10)
 	}
@@ -67,10 +76,12 @@ func logf(format string, args ...any) {
 
 func run(ctx context.Context, p params, profile string, phases []string, burstRounds int, burstLatency time.Duration) error {
 	migRes := corev1.ResourceName(mig.ResourceName(profile))
+	draRes := corev1.ResourceName(mig.NVIDIAResourceName(profile))
 	specs := map[string]phaseSpec{
 		"plain":     {key: "plain", name: "plain (" + plainResource + ", plugin disabled)", disabled: true, resource: plainResource},
 		"mig-sched": {key: "mig-sched", name: "MIG scheduling only (" + string(migRes) + ")", resource: migRes, realize: instant},
 		"mig-e2e":   {key: "mig-e2e", name: "MIG end to end, fake agent (" + string(migRes) + ")", resource: migRes, realize: viaFakeAgent},
+		"dra-sched": {key: "dra-sched", name: "DRA, stock plugins (" + string(draRes) + ")", disabled: true, dra: true, resource: draRes},
 	}
 	fmt.Printf("bench/scheduler: %d nodes × %d H100-80GB, %d measured + %d warm-up pods per phase, realize-delay %s, precreate %v\n",
 		p.nodes, p.gpus, p.pods, p.warmup, p.realizeDelay, p.precreate)
@@ -150,7 +161,7 @@ func printResults(p params, order []string, results map[string]result) {
 		return
 	}
 	fmt.Println()
-	for _, k := range []string{"mig-sched", "mig-e2e"} {
+	for _, k := range []string{"mig-sched", "mig-e2e", "dra-sched"} {
 		if r, ok := results[k]; ok {
 			fmt.Printf("ratio %-9s / plain at %d nodes × %d GPUs: %.3f  (%.1f / %.1f pods/s)\n", k, p.nodes, p.gpus,
 				r.podsPerSec(p.pods)/plain.podsPerSec(p.pods), r.podsPerSec(p.pods), plain.podsPerSec(p.pods))

@@ -34,6 +34,10 @@ type phaseSpec struct {
 	disabled  bool // SlicerMIG plugin disabled (NodeResourcesFit decides)
 	resource  corev1.ResourceName
 	realize   realization
+	// dra publishes each node's MIG devices as ResourceSlices and installs the DeviceClasses
+	// (migdra), as Slicer's DRA frontend does; pods ask for resource through the
+	// extended-resource bridge and the stock DynamicResources plugin allocates a device.
+	dra bool
 }
 
 type params struct {
@@ -50,6 +54,10 @@ type params struct {
 	measureHeap bool
 	// memProfile, when set, receives a heap profile where the heap is measured.
 	memProfile string
+	// cpuProfile, when set, is the path prefix of each phase's CPU profile.
+	cpuProfile string
+	// draProfiles, when set, limits dra-sched's published devices to these profiles.
+	draProfiles []string
 }
 
 type result struct {
@@ -72,13 +80,16 @@ func (r result) podsPerSec(pods int) float64 { return float64(pods) / r.elapsed.
 // runPhase runs one phase on a fresh control plane.
 func runPhase(ctx context.Context, p params, spec phaseSpec) (res result, err error) {
 	res.spec = spec
-	cl, err := startCluster(ctx, p.nodes, p.gpus, p.workers)
+	cl, err := startCluster(ctx, p.nodes, p.gpus, p.workers, spec.dra, p.draProfiles)
 	if err != nil {
 		return res, err
 	}
 	defer func() { err = errors.Join(err, cl.stop()) }()
 	res.setup = cl.setup
 	logf("%s: %d nodes × %d GPUs created in %s", spec.key, p.nodes, p.gpus, cl.setup.Round(time.Millisecond))
+	if spec.dra {
+		logf("%s: published %v", spec.key, poolShape.Load())
+	}
 
 	if spec.realize == viaFakeAgent {
 		agent, err := framework.StartFakeAgent(ctx, cl.agentConfig(), framework.FakeAgentOptions{
@@ -162,6 +173,13 @@ func runPhase(ctx context.Context, p params, spec phaseSpec) (res result, err er
 	preBindBefore := gather(preBindReg, "slicer_scheduler_prebind_wait_seconds", "", "")
 	schedBefore, agentBefore := cl.schedProxy.Writes(), cl.agentProxy.Writes()
 
+	if p.cpuProfile != "" {
+		stop, err := startCPUProfile(p.cpuProfile + "." + spec.key)
+		if err != nil {
+			return res, err
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+	}
 	start := time.Now()
 	if p.precreate {
 		start = bw.nthBound(p.warmup)

@@ -261,6 +261,12 @@ func ResourceName(profileName string) string {
 	return ResourcePrefix + LegalProfileName(profileName)
 }
 
+// NVIDIAResourceName is the NVIDIA resource name for a profile name in either spelling
+// (nvidia.com/mig-1g.10gb.me): what pods ask for in DRA mode.
+func NVIDIAResourceName(profileName string) string {
+	return NVIDIAResourcePrefix + LegalProfileName(profileName)
+}
+
 // ProfileNameFromResource returns the profile name (NVIDIA spelling) of a Slicer or NVIDIA MIG
 // resource name, and whether the resource is one.
 func ProfileNameFromResource(resource string) (string, bool) {

@@ -218,6 +218,50 @@ func (s GPUState) String() string {
 	return b.String()
 }
 
+// Obstacle is why a profile cannot be created on a GPU now, as a kind a program can branch
+// on; WhyNot words it.
+type Obstacle string
+
+const (
+	// NoObstacle: the profile fits.
+	NoObstacle Obstacle = ""
+	// ObstacleModel: the GPU has no known model, or the profile is not one of its model's.
+	ObstacleModel Obstacle = "model"
+	// ObstacleCountLimit: the GPU already holds the model's maximum of that profile.
+	ObstacleCountLimit Obstacle = "countLimit"
+	// ObstacleMediaEngines: a +me profile, and another +me instance holds the media engines.
+	ObstacleMediaEngines Obstacle = "mediaEngines"
+	// ObstacleFull: fewer free compute or memory slices than the profile needs.
+	ObstacleFull Obstacle = "full"
+	// ObstacleFragmented: enough memory and compute slices are free, but not at any legal
+	// placement of the profile.
+	ObstacleFragmented Obstacle = "fragmented"
+)
+
+// Obstacle classifies why p cannot be created on the GPU (NoObstacle when it fits).
+func (s GPUState) Obstacle(p Profile) Obstacle {
+	t := s.table()
+	switch {
+	case t == nil || p.Model != s.model || int(p.index) >= len(t.profiles):
+		return ObstacleModel
+	case s.Fits(p):
+		return NoObstacle
+	}
+	mask := t.states[s.idx]
+	ps := &t.spec.profiles[p.index]
+	switch {
+	case bits.OnesCount32(mask&t.profMask[p.index]) >= ps.maxCount:
+		return ObstacleCountLimit
+	case ps.media && mask&t.media != 0:
+		return ObstacleMediaEngines
+	case int(t.compute[s.idx])+ps.compute > t.spec.computeSlices,
+		t.spec.memorySlices-bits.OnesCount16(t.used[s.idx]) < ps.memory:
+		return ObstacleFull
+	default:
+		return ObstacleFragmented
+	}
+}
+
 // WhyNot explains in words why p cannot be created on the GPU ("" when it fits).
 func (s GPUState) WhyNot(p Profile) string {
 	t := s.table()
@@ -227,15 +271,13 @@ func (s GPUState) WhyNot(p Profile) string {
 	if p.Model != s.model {
 		return fmt.Sprintf("%s is not a profile of %s", p.Name, s.model)
 	}
-	if s.Fits(p) {
-		return ""
-	}
-	mask := t.states[s.idx]
 	ps := &t.spec.profiles[p.index]
-	if n := bits.OnesCount32(mask & t.profMask[p.index]); n >= ps.maxCount {
-		return fmt.Sprintf("%s count limit reached (%d of %d)", p.Name, n, ps.maxCount)
-	}
-	if ps.media && mask&t.media != 0 {
+	switch s.Obstacle(p) {
+	case NoObstacle:
+		return ""
+	case ObstacleCountLimit:
+		return fmt.Sprintf("%s count limit reached (%d of %d)", p.Name, s.Count(p), ps.maxCount)
+	case ObstacleMediaEngines:
 		return "the media engines are held by another +me instance"
 	}
 	if int(t.compute[s.idx])+ps.compute > t.spec.computeSlices {

@@ -124,6 +124,44 @@ func TestSlicerStartChoice(t *testing.T) {
 	}
 }
 
+func TestObstacle(t *testing.T) {
+	state := func(in ...Instance) GPUState {
+		t.Helper()
+		s, err := NewGPUState(H100_80GB, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	cases := []struct {
+		name    string
+		state   GPUState
+		profile Profile
+		want    Obstacle
+	}{
+		{"empty", EmptyGPU(H100_80GB), mustProfile(t, H100_80GB, "3g.40gb"), NoObstacle},
+		// 6 memory slices and 5 compute slices free, but neither legal 3g start (0, 4) is.
+		{"fragmented", state(Instance{"1g.10gb", Placement{1, 1}}, Instance{"1g.10gb", Placement{5, 1}}),
+			mustProfile(t, H100_80GB, "3g.40gb"), ObstacleFragmented},
+		{"compute full", state(Instance{"4g.40gb", Placement{0, 4}}, Instance{"2g.20gb", Placement{4, 2}}),
+			mustProfile(t, H100_80GB, "3g.40gb"), ObstacleFull},
+		{"memory full", state(Instance{"1g.20gb", Placement{0, 2}}, Instance{"1g.20gb", Placement{2, 2}},
+			Instance{"1g.20gb", Placement{4, 2}}, Instance{"1g.20gb", Placement{6, 2}}),
+			mustProfile(t, H100_80GB, "2g.20gb"), ObstacleFull},
+		{"count limit", state(Instance{"1g.10gb+me", Placement{5, 1}}), mustProfile(t, H100_80GB, "1g.10gb+me"), ObstacleCountLimit},
+		{"other model", EmptyGPU(H100_80GB), mustProfile(t, A100_40GB, "3g.20gb"), ObstacleModel},
+		{"no model", GPUState{}, mustProfile(t, H100_80GB, "3g.40gb"), ObstacleModel},
+	}
+	for _, c := range cases {
+		if got := c.state.Obstacle(c.profile); got != c.want {
+			t.Errorf("%s: Obstacle(%s) = %q, want %q", c.name, c.profile.Name, got, c.want)
+		}
+		if why := c.state.WhyNot(c.profile); (why == "") != (c.want == NoObstacle) {
+			t.Errorf("%s: WhyNot(%s) = %q disagrees with Obstacle %q", c.name, c.profile.Name, why, c.want)
+		}
+	}
+}
+
 func TestExplain(t *testing.T) {
 	full, _ := NewGPUState(H100_80GB, []Instance{{"4g.40gb", Placement{0, 4}}, {"2g.20gb", Placement{4, 2}}})
 	node := Node{GPUs: []GPU{{State: full, Usable: true}, {State: EmptyGPU(H100_80GB), Usable: false}}}

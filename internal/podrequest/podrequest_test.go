@@ -207,3 +207,29 @@ func TestForPodAgreesWithPodRequests(t *testing.T) {
 		}
 	}
 }
+
+// The NVIDIA spelling is read only by ForNVIDIAResources/MentionsNVIDIA, with the same rule;
+// ForPod ignores it (the webhook rewrites it in device-plugin mode).
+func TestForNVIDIAResources(t *testing.T) {
+	const n1g, n3g = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"
+	spec := &corev1.PodSpec{
+		InitContainers: []corev1.Container{ctr("init", n1g, 2), sidecar(ctr("side", n3g, 1))},
+		Containers:     []corev1.Container{ctr("app", n1g, 1, r7g, 1)},
+	}
+	need, err := ForNVIDIAResources(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(items("1g.10gb", 2, "3g.40gb", 1), need.Items); diff != "" {
+		t.Errorf("ForNVIDIAResources (-want +got):\n%s", diff)
+	}
+	if need, err := ForPod(spec); err != nil || cmp.Diff(items("7g.80gb", 1), need.Items) != "" {
+		t.Errorf("ForPod = %v, %v; want only the slicer.dev resource", need.Items, err)
+	}
+	if !MentionsNVIDIA(spec) || MentionsNVIDIA(&corev1.PodSpec{Containers: []corev1.Container{ctr("app", r1g, 1)}}) {
+		t.Error("MentionsNVIDIA does not follow the nvidia.com/mig- prefix")
+	}
+	if _, err := ForNVIDIAResources(&corev1.PodSpec{Containers: []corev1.Container{ctr("app", "nvidia.com/mig-9g.1gb", 1)}}); err == nil {
+		t.Error("an unknown NVIDIA profile is not refused")
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
@@ -16,7 +18,9 @@ const pageSize = 500
 
 // Fetch lists what Build needs. With node set it reads only that NodeAccelerator (a missing
 // one is not an error: the map then shows the node's allocations under "no NodeAccelerator").
-// SliceAllocations and pods are listed in all namespaces, in pages.
+// SliceAllocations, pods, ResourceClaims and ResourceClaimTemplates are listed in all
+// namespaces, in pages; the last two only where the apiserver serves resource.k8s.io/v1 (a
+// cluster without DRA has neither, and that is not an error).
 func Fetch(ctx context.Context, r client.Reader, node string) (Input, error) {
 	var in Input
 	if node != "" {
@@ -42,7 +46,26 @@ func Fetch(ctx context.Context, r client.Reader, node string) (Input, error) {
 	if err := listPages(ctx, r, &pods, func() { in.Pods = append(in.Pods, pods.Items...) }); err != nil {
 		return Input{}, fmt.Errorf("list pods: %w", err)
 	}
+	var claims resourceapi.ResourceClaimList
+	err := listPages(ctx, r, &claims, func() { in.ResourceClaims = append(in.ResourceClaims, claims.Items...) })
+	if notServed(err) {
+		return in, nil
+	}
+	if err != nil {
+		return Input{}, fmt.Errorf("list ResourceClaims: %w", err)
+	}
+	var templates resourceapi.ResourceClaimTemplateList
+	err = listPages(ctx, r, &templates, func() { in.ResourceClaimTemplates = append(in.ResourceClaimTemplates, templates.Items...) })
+	if err != nil && !notServed(err) {
+		return Input{}, fmt.Errorf("list ResourceClaimTemplates: %w", err)
+	}
 	return in, nil
+}
+
+// notServed reports whether err says the apiserver does not serve the kind (no such group or
+// version in discovery, or a 404 on the list).
+func notServed(err error) bool {
+	return err != nil && (meta.IsNoMatchError(err) || apierrors.IsNotFound(err))
 }
 
 // listPages lists into list page by page, calling collect after each page.

@@ -1,12 +1,16 @@
 package slicemap
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migdra"
 )
 
 // Test builders for the inputs of Build.
@@ -82,5 +86,52 @@ func unschedulable(p corev1.Pod, message string) corev1.Pod {
 	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
 		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
 	})
+	return p
+}
+
+// claimSlice is a realized slice held by the claim ns/name (uid, device) in DRA mode.
+func claimSlice(profile string, start, size int32, migUUID string, gi int32, ns, name, uid, device string) slicerv1alpha1.MIGSlice {
+	s := slice(profile, start, size, allocated, migUUID, gi, 0, "", "")
+	s.Claim = &slicerv1alpha1.ClaimReference{Namespace: ns, Name: name, UID: uid, Device: device}
+	return s
+}
+
+// claim is a ResourceClaim with one request per DeviceClass given, each for one device.
+func claim(ns, name, uid string, classes ...string) resourceapi.ResourceClaim {
+	c := resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}}
+	for i, class := range classes {
+		c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, resourceapi.DeviceRequest{
+			Name:    "r" + string(rune('0'+i)),
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+		})
+	}
+	return c
+}
+
+// allocatedTo allocates devices of Slicer's driver in node's pool to the claim and reserves it
+// for pods ("name/uid").
+func allocatedTo(c resourceapi.ResourceClaim, node string, devices []string, pods ...string) resourceapi.ResourceClaim {
+	c.Status.Allocation = &resourceapi.AllocationResult{}
+	for i, d := range devices {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: "r" + string(rune('0'+i)), Driver: migdra.DriverName, Pool: node, Device: d,
+		})
+	}
+	for _, p := range pods {
+		name, uid, _ := strings.Cut(p, "/")
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: name, UID: types.UID(uid)})
+	}
+	return c
+}
+
+// withClaim adds a pod-level claim: a ResourceClaim by name, or with template set a template.
+func withClaim(p corev1.Pod, podClaim, name string, template bool) corev1.Pod {
+	pc := corev1.PodResourceClaim{Name: podClaim}
+	if template {
+		pc.ResourceClaimTemplateName = &name
+	} else {
+		pc.ResourceClaimName = &name
+	}
+	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, pc)
 	return p
 }

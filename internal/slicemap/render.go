@@ -58,6 +58,7 @@ func writeNode(ew *errWriter, n *Node) {
 	for i := range n.GPUs {
 		writeGPU(ew, &n.GPUs[i])
 	}
+	writeUnprepared(ew, n.Unprepared, n.NoAccelerator)
 	if len(n.Unrealized) == 0 {
 		return
 	}
@@ -70,7 +71,7 @@ func writeNode(ew *errWriter, n *Node) {
 			gpu = shortUUID(a.GPUUUID) + " (not on node)"
 		}
 		fmt.Fprintf(tw, "    %s/%s\t%s\t%s\t%d+%d\t%s\t%s\t%s\n", a.Namespace, a.Name, gpu, dash(a.Profile),
-			a.Start, a.Size, dash(a.State), podText(a.Pod), reasonText(a.Reason, a.Message))
+			a.Start, a.Size, dash(a.State), podText(a.Pod, "allocation"), reasonText(a.Reason, a.Message))
 	}
 	if err := tw.Flush(); err != nil && ew.err == nil {
 		ew.err = err
@@ -95,58 +96,86 @@ func writeGPU(ew *errWriter, g *GPU) {
 	if len(g.Slices) == 0 {
 		return
 	}
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "    KEY\tPLACEMENT\tPROFILE\tSTATE\tMIG DEVICE\tGI\tCI\tALLOCATION\tPOD")
+	claims := false
 	for _, s := range g.Slices {
-		alloc, pod := "-", "-"
-		if a := s.Allocation; a != nil {
-			alloc = a.Namespace + "/" + a.Name
-			switch {
-			case a.Missing:
-				alloc += " (not found)"
-			case a.State != "":
-				alloc += " (" + a.State + ")"
-			}
-			pod = podText(a.Pod)
-		}
-		fmt.Fprintf(tw, "    %s\t%d+%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.Key, s.Start, s.Size, s.Profile, dash(s.State),
-			dash(shortUUID(s.MIGDeviceUUID)), s.GPUInstanceID, s.ComputeInstanceID, alloc, pod)
+		claims = claims || s.Claim != nil
 	}
-	if err := tw.Flush(); err != nil && ew.err == nil {
-		ew.err = err
-	}
-}
-
-func writePending(ew *errWriter, pods []PendingPod) {
-	if len(pods) == 0 {
-		ew.printf("PENDING PODS: none\n")
-		return
-	}
-	ew.printf("PENDING PODS\n")
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  POD\tREQUESTS\tNODE\tREASON")
-	for _, p := range pods {
-		reqs := make([]string, 0, len(p.Requests))
-		for _, r := range p.Requests {
-			name := r.Profile
-			if name == "" {
-				name = r.Resource
-			}
-			reqs = append(reqs, fmt.Sprintf("%s x%d", name, r.Count))
-		}
-		node := dash(p.NodeName)
-		if p.NodeName == "" && p.Nominated != "" {
-			node = p.Nominated + " (nominated)"
-		}
-		reason := reasonText(p.Reason, p.Message)
-		fmt.Fprintf(tw, "  %s/%s\t%s\t%s\t%s\n", p.Namespace, p.Name, strings.Join(reqs, ", "), node, reason)
+	if claims {
+		// DRA mode: one column, "claim ns/name → pod ns/name (phase)".
+		fmt.Fprintln(tw, "    KEY\tPLACEMENT\tPROFILE\tSTATE\tMIG DEVICE\tGI\tCI\tHELD BY")
+	} else {
+		fmt.Fprintln(tw, "    KEY\tPLACEMENT\tPROFILE\tSTATE\tMIG DEVICE\tGI\tCI\tALLOCATION\tPOD")
+	}
+	for _, s := range g.Slices {
+		fmt.Fprintf(tw, "    %s\t%d+%d\t%s\t%s\t%s\t%d\t%d\t%s\n", s.Key, s.Start, s.Size, s.Profile, dash(s.State),
+			dash(shortUUID(s.MIGDeviceUUID)), s.GPUInstanceID, s.ComputeInstanceID, heldBy(s, claims))
 	}
 	if err := tw.Flush(); err != nil && ew.err == nil {
 		ew.err = err
 	}
 }
 
-func podText(p *Pod) string {
+// heldBy is the text of what holds a slice: "ALLOCATION\tPOD" cells, or with oneColumn
+// "claim ns/name → pod ns/name (phase)" (or "allocation ... → pod ...").
+func heldBy(s Slice, oneColumn bool) string {
+	switch {
+	case s.Claim != nil:
+		return claimText(s.Claim)
+	case s.Allocation == nil && oneColumn:
+		return "-"
+	case s.Allocation == nil:
+		return "-\t-"
+	}
+	a := s.Allocation
+	alloc := a.Namespace + "/" + a.Name
+	switch {
+	case a.Missing:
+		alloc += " (not found)"
+	case a.State != "":
+		alloc += " (" + a.State + ")"
+	}
+	if oneColumn {
+		if a.Pod == nil {
+			return "allocation " + alloc
+		}
+		return "allocation " + alloc + " → pod " + podText(a.Pod, "allocation")
+	}
+	return alloc + "\t" + podText(a.Pod, "allocation")
+}
+
+// claimText is "claim ns/name → pod ns/name (phase)", with the claim's state when it is not
+// simply allocated.
+func claimText(c *Claim) string {
+	s := "claim " + c.Namespace + "/" + c.Name
+	switch {
+	case c.Missing:
+		return s + " (not found)"
+	case c.UIDMismatch:
+		return s + " (other UID: the slice is stale)"
+	case !c.Allocated:
+		s += " (not allocated this device)"
+	}
+	return s + " → " + podsText(c.Pods)
+}
+
+// podsText is "pod ns/name (phase)", "pods a (phase), b (phase)" or "no pod".
+func podsText(pods []Pod) string {
+	switch len(pods) {
+	case 0:
+		return "no pod"
+	case 1:
+		return "pod " + podText(&pods[0], "claim")
+	}
+	texts := make([]string, len(pods))
+	for i := range pods {
+		texts[i] = podText(&pods[i], "claim")
+	}
+	return "pods " + strings.Join(texts, ", ")
+}
+
+// podText is "ns/name (phase)"; holder names what goes stale when the pod has another UID.
+func podText(p *Pod, holder string) string {
 	if p == nil {
 		return "-"
 	}
@@ -159,7 +188,7 @@ func podText(p *Pod) string {
 		detail += ", terminating"
 	}
 	if p.UIDMismatch {
-		detail += ", other UID: allocation is stale"
+		detail += ", other UID: " + holder + " is stale"
 	}
 	return s + " (" + detail + ")"
 }

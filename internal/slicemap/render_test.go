@@ -83,6 +83,12 @@ PENDING PODS
   POD          REQUESTS    NODE  REASON
   team-a/next  1g.10gb x1  -     -
   team-c/big   7g.80gb x2  -     Unschedulable: 0/2 nodes are available: 2 Insufficient slicer.dev/mig-7g.80gb.
+
+WHY PENDING (Slicer's view of the GPUs above)
+  team-c/big  7g.80gb: none of 3 GPUs can take one now
+    gpu-node-1 GPU 0  full          only 1 compute slices free, 7g.80gb needs 7
+    gpu-node-1 GPU 1  inconsistent  its slices and allocations do not add up: instance 1: cannot create 3g.40gb at {start 4, size 4} on H100-80GB: overlaps an existing instance
+    gpu-node-2 GPU 0  migDisabled   MIG mode is EnabledPendingReset
 `},
 		"one node, nothing pending": {in: sampleInput(), opts: Options{Node: "gpu-node-2"}, want: `NODE gpu-node-2  driver Ready 550.54.15
   GPU 0  A30-24GB  GPU-33333333-0000-4000-8000-000000000000  MIG EnabledPendingReset  Unhealthy  [.|.|.|.]  4/4 free
@@ -189,7 +195,8 @@ func TestWriteJSON(t *testing.T) {
           ]
         }
       ],
-      "unrealized": []
+      "unrealized": [],
+      "unprepared": []
     }
   ],
   "pendingPods": []

@@ -1,7 +1,8 @@
 // Package slicemap builds and renders the slice map of a cluster: for every NodeAccelerator,
-// every GPU with an occupancy bar of its memory slices, every realized MIG slice joined with the
-// SliceAllocation that holds it and that allocation's pod, the allocations not realized yet, and
-// the pods that wait for a slicer.dev/mig-* resource.
+// every GPU with an occupancy bar of its memory slices, every realized MIG slice joined with
+// what holds it (a SliceAllocation in device-plugin mode, a ResourceClaim in DRA mode) and its
+// pod(s), the allocations not realized and the claims not prepared yet, and the pods that wait
+// for a MIG slice, each with why the GPUs cannot take it (explain.go).
 //
 // Build and WriteText are pure (values in, values out; geometry from internal/mig); Fetch is
 // the thin part that lists the objects through a client.Reader. The `slicer slice-map` command
@@ -9,22 +10,27 @@
 package slicemap
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
-	"github.com/slicer-operator/slicer/internal/podrequest"
 )
 
-// Input is what the map is built from: the objects as listed from the apiserver.
+// Input is what the map is built from: the objects as listed from the apiserver. The claims
+// and templates are empty where resource.k8s.io/v1 is not served.
 type Input struct {
-	NodeAccelerators []slicerv1alpha1.NodeAccelerator
-	SliceAllocations []slicerv1alpha1.SliceAllocation
-	Pods             []corev1.Pod
+	NodeAccelerators       []slicerv1alpha1.NodeAccelerator
+	SliceAllocations       []slicerv1alpha1.SliceAllocation
+	Pods                   []corev1.Pod
+	ResourceClaims         []resourceapi.ResourceClaim
+	ResourceClaimTemplates []resourceapi.ResourceClaimTemplate
 }
 
 // Options tune Build.
@@ -40,10 +46,12 @@ type Map struct {
 	PendingPods []PendingPod `json:"pendingPods"`
 }
 
-// Node is one node: its NodeAccelerator's GPUs and the allocations on it not realized yet.
+// Node is one node: its NodeAccelerator's GPUs and the allocations and claims on it not
+// realized yet.
 type Node struct {
 	Name string `json:"name"`
-	// NoAccelerator is true when SliceAllocations name the node but it has no NodeAccelerator.
+	// NoAccelerator is true when SliceAllocations or allocated claims name the node but it has
+	// no NodeAccelerator.
 	NoAccelerator bool   `json:"noAccelerator,omitempty"`
 	Driver        string `json:"driver,omitempty"`
 	DriverVersion string `json:"driverVersion,omitempty"`
@@ -51,6 +59,9 @@ type Node struct {
 	// Unrealized are the SliceAllocations naming this node that no slice in status.gpus
 	// references (Pending, Creating, Failed, or not yet reported by the agent).
 	Unrealized []Allocation `json:"unrealized"`
+	// Unprepared are the MIG devices of driver mig.slicer.dev allocated to a ResourceClaim in
+	// this node's pool that no slice in status.gpus names (DRA mode: allocated, not prepared).
+	Unprepared []Claim `json:"unprepared"`
 }
 
 // GPU is one entry of status.gpus.
@@ -85,6 +96,8 @@ type Slice struct {
 	GPUInstanceID     int32       `json:"gpuInstanceID"`
 	ComputeInstanceID int32       `json:"computeInstanceID"`
 	Allocation        *Allocation `json:"allocation,omitempty"`
+	// Claim is the ResourceClaim that holds the slice (DRA mode).
+	Claim *Claim `json:"claim,omitempty"`
 }
 
 // Allocation is a SliceAllocation (or, with Missing, a reference to one that does not exist).
@@ -105,7 +118,7 @@ type Allocation struct {
 	Pod      *Pod  `json:"pod,omitempty"`
 }
 
-// Pod is the pod an allocation is for.
+// Pod is the pod an allocation is for, or one a claim is reserved for.
 type Pod struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
@@ -114,18 +127,21 @@ type Pod struct {
 	Phase string `json:"phase,omitempty"`
 	// Missing is true when no pod of that name exists.
 	Missing bool `json:"missing,omitempty"`
-	// UIDMismatch is true when a pod of that name exists with another UID (the allocation is
-	// for an earlier incarnation).
+	// UIDMismatch is true when a pod of that name exists with another UID (the allocation or
+	// claim is for an earlier incarnation).
 	UIDMismatch bool `json:"uidMismatch,omitempty"`
 	// Terminating is true when the pod has a deletion timestamp.
 	Terminating bool `json:"terminating,omitempty"`
 }
 
-// PendingPod is a Pending pod that requests slicer.dev/mig-* resources.
+// PendingPod is a Pending pod that asks for MIG slices: slicer.dev/mig-* or nvidia.com/mig-*
+// resources, or ResourceClaims (or templates) whose requests name a DeviceClass of
+// migdra.ClassName.
 type PendingPod struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// Requests are the MIG resources asked for, sorted by resource name.
+	// Requests are the MIG slices asked for: resources sorted by resource name, then claim
+	// requests in the pod's order.
 	Requests []ResourceRequest `json:"requests"`
 	NodeName string            `json:"nodeName,omitempty"`
 	// Nominated is status.nominatedNodeName.
@@ -133,45 +149,85 @@ type PendingPod struct {
 	// Reason and Message come from the PodScheduled condition when it is False.
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
+	// Explanations say, per profile the pod asks for, which GPUs of the map could take one
+	// slice of it now and why the others cannot; only for pods not bound to a node that hold
+	// no allocation or allocated claim yet (for the others the binding is under way).
+	Explanations []Explanation `json:"explanations,omitempty"`
 }
 
-// ResourceRequest is how many of one MIG resource a pod asks for.
+// ResourceRequest is how many slices of one profile a pod asks for, through a resource or
+// through a request of a ResourceClaim.
 type ResourceRequest struct {
+	// Resource is the extended resource (slicer.dev/mig-* or nvidia.com/mig-*); "" for a
+	// claim's request.
 	Resource string `json:"resource"`
 	Profile  string `json:"profile"`
 	Count    int64  `json:"count"`
+	// DeviceClass is the DeviceClass a claim's request names.
+	DeviceClass string `json:"deviceClass,omitempty"`
+	// Claim is the ResourceClaim the request is read from; ClaimTemplate the template when the
+	// pod's claim is not generated yet.
+	Claim         string `json:"claim,omitempty"`
+	ClaimTemplate string `json:"claimTemplate,omitempty"`
+	// Request is the request's name in the claim ("<request>/<subrequest>" for an alternative
+	// of a firstAvailable request).
+	Request string `json:"request,omitempty"`
+	// AllDevices is true for allocationMode All (Count is then 0).
+	AllDevices bool `json:"allDevices,omitempty"`
+	// FirstAvailable is true for one alternative of a firstAvailable request.
+	FirstAvailable bool `json:"firstAvailable,omitempty"`
 }
 
 type podKey struct{ namespace, name string }
 
+// joiner holds the listed objects by key and records which of them a slice names.
+type joiner struct {
+	pods     map[podKey]*corev1.Pod
+	allocs   map[podKey]*slicerv1alpha1.SliceAllocation
+	claims   map[podKey]*resourceapi.ResourceClaim
+	realized map[podKey]bool      // allocations a slice names
+	prepared map[claimDevice]bool // claim devices a slice names
+}
+
 // Build computes the slice map. It never fails: inconsistent input is reported in the map
-// (GPU.Problems, Allocation.Missing, Pod.Missing/UIDMismatch).
+// (GPU.Problems, Allocation.Missing, Claim.Missing/UIDMismatch/Problem, Pod.Missing/UIDMismatch).
 func Build(in Input, opts Options) Map {
-	pods := make(map[podKey]*corev1.Pod, len(in.Pods))
+	j := joiner{
+		pods:     make(map[podKey]*corev1.Pod, len(in.Pods)),
+		allocs:   make(map[podKey]*slicerv1alpha1.SliceAllocation, len(in.SliceAllocations)),
+		claims:   make(map[podKey]*resourceapi.ResourceClaim, len(in.ResourceClaims)),
+		realized: map[podKey]bool{},
+		prepared: map[claimDevice]bool{},
+	}
 	for i := range in.Pods {
 		p := &in.Pods[i]
-		pods[podKey{p.Namespace, p.Name}] = p
+		j.pods[podKey{p.Namespace, p.Name}] = p
 	}
-	allocs := make(map[podKey]*slicerv1alpha1.SliceAllocation, len(in.SliceAllocations))
 	for i := range in.SliceAllocations {
 		a := &in.SliceAllocations[i]
-		allocs[podKey{a.Namespace, a.Name}] = a
+		j.allocs[podKey{a.Namespace, a.Name}] = a
+	}
+	for i := range in.ResourceClaims {
+		c := &in.ResourceClaims[i]
+		j.claims[podKey{c.Namespace, c.Name}] = c
 	}
 
 	nodes := map[string]*Node{}
-	realized := map[podKey]bool{}
 	gpuIndex := map[string]map[string]int32{} // node → GPU UUID → index
+	var accels []*slicerv1alpha1.NodeAccelerator
 	for i := range in.NodeAccelerators {
 		na := &in.NodeAccelerators[i]
 		if opts.Node != "" && na.Name != opts.Node {
 			continue
 		}
+		accels = append(accels, na)
 		n := &Node{
 			Name:          na.Name,
 			Driver:        string(na.Status.Driver),
 			DriverVersion: na.Status.DriverVersion,
 			GPUs:          []GPU{},
 			Unrealized:    []Allocation{},
+			Unprepared:    []Claim{},
 		}
 		idx := map[string]int32{}
 		for _, g := range na.Status.GPUs {
@@ -179,45 +235,52 @@ func Build(in Input, opts Options) Map {
 		}
 		gpuIndex[na.Name] = idx
 		for _, g := range na.Status.GPUs {
-			n.GPUs = append(n.GPUs, buildGPU(g, allocs, pods, realized, idx))
+			n.GPUs = append(n.GPUs, j.buildGPU(na.Name, g, idx))
 		}
 		sort.SliceStable(n.GPUs, func(a, b int) bool { return n.GPUs[a].Index < n.GPUs[b].Index })
 		nodes[na.Name] = n
 	}
+	node := func(name string) *Node {
+		n := nodes[name]
+		if n == nil {
+			n = &Node{Name: name, NoAccelerator: true, GPUs: []GPU{}, Unrealized: []Allocation{}, Unprepared: []Claim{}}
+			nodes[name] = n
+		}
+		return n
+	}
 
 	for i := range in.SliceAllocations {
 		a := &in.SliceAllocations[i]
-		if realized[podKey{a.Namespace, a.Name}] {
+		if j.realized[podKey{a.Namespace, a.Name}] {
 			continue
 		}
 		if opts.Node != "" && a.Spec.NodeName != opts.Node {
 			continue
 		}
-		n := nodes[a.Spec.NodeName]
-		if n == nil {
-			n = &Node{Name: a.Spec.NodeName, NoAccelerator: true, GPUs: []GPU{}, Unrealized: []Allocation{}}
-			nodes[a.Spec.NodeName] = n
+		n := node(a.Spec.NodeName)
+		n.Unrealized = append(n.Unrealized, j.allocation(a, gpuIndex[a.Spec.NodeName]))
+	}
+	for _, u := range j.unprepared(in.NodeAccelerators) {
+		if opts.Node != "" && u.node != opts.Node {
+			continue
 		}
-		n.Unrealized = append(n.Unrealized, allocation(a, pods, gpuIndex[a.Spec.NodeName]))
+		n := node(u.node)
+		n.Unprepared = append(n.Unprepared, u.claim)
 	}
 
-	out := Map{Nodes: []Node{}, PendingPods: pendingPods(in.Pods, opts)}
+	out := Map{Nodes: []Node{}}
 	for _, n := range nodes {
-		sort.Slice(n.Unrealized, func(i, j int) bool {
-			a, b := n.Unrealized[i], n.Unrealized[j]
-			if a.Namespace != b.Namespace {
-				return a.Namespace < b.Namespace
-			}
-			return a.Name < b.Name
+		slices.SortFunc(n.Unrealized, func(a, b Allocation) int {
+			return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 		})
 		out.Nodes = append(out.Nodes, *n)
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
+	out.PendingPods = pendingPods(in, opts, rooms(accels, nodes))
 	return out
 }
 
-func buildGPU(g slicerv1alpha1.GPUStatus, allocs map[podKey]*slicerv1alpha1.SliceAllocation,
-	pods map[podKey]*corev1.Pod, realized map[podKey]bool, idx map[string]int32) GPU {
+func (j *joiner) buildGPU(node string, g slicerv1alpha1.GPUStatus, idx map[string]int32) GPU {
 	out := GPU{
 		Index:   g.Index,
 		UUID:    g.UUID,
@@ -227,9 +290,9 @@ func buildGPU(g slicerv1alpha1.GPUStatus, allocs map[podKey]*slicerv1alpha1.Slic
 		Columns: []string{},
 		Slices:  []Slice{},
 	}
-	slices := append([]slicerv1alpha1.MIGSlice(nil), g.Slices...)
-	sort.SliceStable(slices, func(i, j int) bool { return slices[i].Placement.Start < slices[j].Placement.Start })
-	for i, s := range slices {
+	byStart := append([]slicerv1alpha1.MIGSlice(nil), g.Slices...)
+	sort.SliceStable(byStart, func(i, j int) bool { return byStart[i].Placement.Start < byStart[j].Placement.Start })
+	for i, s := range byStart {
 		sl := Slice{
 			Key:               sliceKey(i),
 			Profile:           string(s.Profile),
@@ -242,17 +305,21 @@ func buildGPU(g slicerv1alpha1.GPUStatus, allocs map[podKey]*slicerv1alpha1.Slic
 		}
 		if s.Allocation != nil {
 			k := podKey{s.Allocation.Namespace, s.Allocation.Name}
-			if a := allocs[k]; a != nil {
-				al := allocation(a, pods, idx)
+			if a := j.allocs[k]; a != nil {
+				al := j.allocation(a, idx)
 				sl.Allocation = &al
-				realized[k] = true
+				j.realized[k] = true
 			} else {
 				sl.Allocation = &Allocation{Namespace: k.namespace, Name: k.name, Missing: true, GPUIndex: -1}
 			}
 		}
+		if s.Claim != nil {
+			c := j.sliceClaim(node, g.Index, s)
+			sl.Claim = &c
+		}
 		out.Slices = append(out.Slices, sl)
 	}
-	out.MemorySlices, out.Problems = checkGeometry(g.Model, slices)
+	out.MemorySlices, out.Problems = checkGeometry(g.Model, byStart)
 	if out.MemorySlices > 0 {
 		out.Columns = make([]string, out.MemorySlices)
 		for i, s := range out.Slices {
@@ -287,9 +354,9 @@ func sliceKey(i int) string {
 
 // checkGeometry returns the model's number of memory slices and what is wrong with the
 // reported slices according to the model tables of internal/mig.
-func checkGeometry(model slicerv1alpha1.GPUModel, slices []slicerv1alpha1.MIGSlice) (int, []string) {
+func checkGeometry(model slicerv1alpha1.GPUModel, reported []slicerv1alpha1.MIGSlice) (int, []string) {
 	if model == "" {
-		if len(slices) == 0 {
+		if len(reported) == 0 {
 			return 0, nil
 		}
 		return 0, []string{"GPU model not reported: slice geometry cannot be checked"}
@@ -300,7 +367,7 @@ func checkGeometry(model slicerv1alpha1.GPUModel, slices []slicerv1alpha1.MIGSli
 	}
 	var problems []string
 	var instances []mig.Instance
-	for _, s := range slices {
+	for _, s := range reported {
 		pl := mig.Placement{Start: int(s.Placement.Start), Size: int(s.Placement.Size)}
 		p, err := m.Profile(string(s.Profile))
 		if err != nil {
@@ -346,7 +413,7 @@ func bar(columns []string) string {
 	return b.String()
 }
 
-func allocation(a *slicerv1alpha1.SliceAllocation, pods map[podKey]*corev1.Pod, idx map[string]int32) Allocation {
+func (j *joiner) allocation(a *slicerv1alpha1.SliceAllocation, idx map[string]int32) Allocation {
 	out := Allocation{
 		Namespace: a.Namespace,
 		Name:      a.Name,
@@ -363,75 +430,25 @@ func allocation(a *slicerv1alpha1.SliceAllocation, pods map[podKey]*corev1.Pod, 
 		out.GPUIndex = i
 	}
 	if a.Spec.PodName != "" {
-		p := &Pod{Namespace: a.Namespace, Name: a.Spec.PodName, UID: a.Spec.PodUID}
-		pod := pods[podKey{a.Namespace, a.Spec.PodName}]
-		switch {
-		case pod == nil:
-			p.Missing = true
-		case a.Spec.PodUID != "" && string(pod.UID) != a.Spec.PodUID:
-			p.UIDMismatch = true
-			p.Phase = string(pod.Status.Phase)
-		default:
-			p.Phase = string(pod.Status.Phase)
-		}
-		p.Terminating = pod != nil && pod.DeletionTimestamp != nil
-		out.Pod = p
+		p := j.pod(a.Namespace, a.Spec.PodName, a.Spec.PodUID)
+		out.Pod = &p
 	}
 	return out
 }
 
-func pendingPods(pods []corev1.Pod, opts Options) []PendingPod {
-	out := []PendingPod{}
-	for i := range pods {
-		p := &pods[i]
-		if p.Status.Phase != corev1.PodPending || p.DeletionTimestamp != nil {
-			continue
-		}
-		if opts.Node != "" && p.Spec.NodeName != opts.Node && p.Status.NominatedNodeName != opts.Node {
-			continue
-		}
-		reqs, ok := migRequests(&p.Spec)
-		if !ok {
-			continue
-		}
-		pp := PendingPod{
-			Namespace: p.Namespace,
-			Name:      p.Name,
-			Requests:  reqs,
-			NodeName:  p.Spec.NodeName,
-			Nominated: p.Status.NominatedNodeName,
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-				pp.Reason, pp.Message = c.Reason, c.Message
-			}
-		}
-		out = append(out, pp)
+// pod joins a reference to a pod (namespace, name and, if known, UID) with the pod listed.
+func (j *joiner) pod(namespace, name, uid string) Pod {
+	p := Pod{Namespace: namespace, Name: name, UID: uid}
+	pod := j.pods[podKey{namespace, name}]
+	switch {
+	case pod == nil:
+		p.Missing = true
+	case uid != "" && string(pod.UID) != uid:
+		p.UIDMismatch = true
+		p.Phase = string(pod.Status.Phase)
+	default:
+		p.Phase = string(pod.Status.Phase)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Name < out[j].Name
-	})
-	return out
-}
-
-// migRequests lists the slices a pod needs (podrequest.ForPod, the rule every component uses).
-// A pod whose request is invalid is still listed, with no slices: the scheduler's message on
-// its PodScheduled condition says what is wrong.
-func migRequests(spec *corev1.PodSpec) ([]ResourceRequest, bool) {
-	if !podrequest.Mentions(spec) {
-		return nil, false
-	}
-	need, err := podrequest.ForPod(spec)
-	if err != nil {
-		return []ResourceRequest{}, true
-	}
-	out := make([]ResourceRequest, 0, len(need.Items))
-	for _, it := range need.Items {
-		out = append(out, ResourceRequest{Resource: mig.ResourceName(it.Profile), Profile: it.Profile, Count: int64(it.Count)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
-	return out, true
+	p.Terminating = pod != nil && pod.DeletionTimestamp != nil
+	return p
 }

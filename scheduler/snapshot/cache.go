@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
@@ -493,7 +492,7 @@ func (c *Cache) rebuild(name string) {
 		return
 	}
 	n := &Node{Name: name}
-	n.Reason = nodeReason(na)
+	n.Reason = migapi.NodeBlocked(na)
 
 	gpus := append([]slicerv1alpha1.GPUStatus(nil), na.Status.GPUs...)
 	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Index < gpus[j].Index })
@@ -515,16 +514,7 @@ func (c *Cache) rebuild(name string) {
 		gpu := GPU{Index: g.Index, UUID: g.UUID}
 		var state mig.GPUState
 		model, err := mig.ParseModel(string(g.Model))
-		switch {
-		case g.Model == "" || err != nil:
-			gpu.Reason = "not a supported MIG model"
-		case g.MIGMode != slicerv1alpha1.MIGModeEnabled:
-			gpu.Reason = "MIG mode is " + string(g.MIGMode)
-		case g.Health != slicerv1alpha1.GPUHealthy:
-			gpu.Reason = "GPU is " + string(g.Health)
-		case n.Reason != "":
-			gpu.Reason = n.Reason
-		}
+		_, gpu.Reason = migapi.GPUBlocked(na, &g)
 		if err == nil && g.Model != "" {
 			gpu.Model = model
 			state, err = c.gpuState(name, g, model, claims[g.UUID])
@@ -600,19 +590,4 @@ func (c *Cache) gpuState(node string, g slicerv1alpha1.GPUStatus, model mig.Mode
 		}
 	}
 	return state, nil
-}
-
-func nodeReason(na *slicerv1alpha1.NodeAccelerator) string {
-	for _, cond := range na.Status.Conditions {
-		if cond.Status != metav1.ConditionTrue {
-			continue
-		}
-		switch cond.Type {
-		case slicerv1alpha1.ConditionOwnershipConflict:
-			return "MIG is managed by another tool (" + cond.Reason + ")"
-		case slicerv1alpha1.ConditionDriverNotReady:
-			return "GPU driver not ready (" + cond.Reason + ")"
-		}
-	}
-	return ""
 }

@@ -37,8 +37,10 @@ const usage = `slicer: Slicer's command-line tool.
 Usage:
   slicer slice-map [--kubeconfig FILE] [--context NAME] [--node NAME] [-o text|json] [--timeout D]
       Print, per node and GPU, the MIG slice map: an occupancy bar of the memory
-      slices, each realized slice with its SliceAllocation and pod, the allocations
-      not realized yet, and the Pending pods that request slicer.dev/mig-* resources.
+      slices, each realized slice with what holds it (a SliceAllocation, or in DRA
+      mode a ResourceClaim) and its pod(s), the allocations not realized and the
+      claims not prepared yet, and the Pending pods that ask for MIG slices, each
+      with why no GPU can take it.
   slicer version
       Print the version.
   slicer help

@@ -50,7 +50,7 @@ func DeviceClasses(profiles []string, extendedResources bool) ([]resourceapi.Dev
 			}}},
 		}
 		if extendedResources {
-			c.Spec.ExtendedResourceName = ptr.To(mig.NVIDIAResourcePrefix + mig.LegalProfileName(n))
+			c.Spec.ExtendedResourceName = ptr.To(mig.NVIDIAResourceName(n))
 		}
 		out = append(out, c)
 	}

@@ -18,7 +18,22 @@ type DeviceRef struct {
 }
 
 // profileToken is how DeviceName spells a profile.
-func profileToken(p mig.Profile) string { return strings.ReplaceAll(p.LegalName(), ".", "-") }
+func profileToken(p mig.Profile) string { return tokenOf(p.LegalName()) }
+
+// tokenOf spells a profile name in Kubernetes spelling as device names do (dots as dashes).
+func tokenOf(legal string) string { return strings.ReplaceAll(legal, ".", "-") }
+
+// ProfileName is the profile (NVIDIA spelling) the reference names, found among the profiles
+// of every model: for a reader that does not know the GPU's model (Resolve needs it).
+func (r DeviceRef) ProfileName() (string, bool) {
+	for _, legal := range mig.KnownProfileNames() {
+		if tokenOf(legal) == r.ProfileToken {
+			name, err := mig.ParseProfileName(legal)
+			return name, err == nil
+		}
+	}
+	return "", false
+}
 
 // ParseDeviceName reads a name DeviceName made ("gpu-<i>-<profile>-at-<start>"). A whole-GPU
 // device name (WholeGPUDeviceName) is not a MIG device and is refused.

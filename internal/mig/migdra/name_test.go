@@ -65,3 +65,21 @@ func TestResolveRefuses(t *testing.T) {
 		}
 	}
 }
+
+// ProfileName reads every model's device names back without the model.
+func TestProfileNameWithoutModel(t *testing.T) {
+	for _, m := range mig.Models() {
+		for _, p := range m.Profiles() {
+			ref, err := ParseDeviceName(DeviceName(3, p, p.Placements()[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := ref.ProfileName(); !ok || got != p.Name {
+				t.Errorf("%s %s: ProfileName = %q, %v", m, p.Name, got, ok)
+			}
+		}
+	}
+	if got, ok := (DeviceRef{ProfileToken: "9g-1gb"}).ProfileName(); ok {
+		t.Errorf("ProfileName of an unknown token = %q", got)
+	}
+}

@@ -39,6 +39,19 @@ func setPodStatus(p *corev1.Pod, mutate func(*corev1.PodStatus)) {
 	Expect(k8s.Status().Update(ctx, p)).To(Succeed())
 }
 
+// createNodeAccelerator creates the node's NodeAccelerator with two H100s, a Ready driver and
+// the given slices on GPU 0.
+func createNodeAccelerator(node string, gpu0Slices ...slicerv1alpha1.MIGSlice) {
+	GinkgoHelper()
+	na := framework.MakeNodeAccelerator(node).GPUs("H100-80GB", 2).Obj()
+	status := na.Status
+	Expect(k8s.Create(ctx, na)).To(Succeed())
+	status.Driver, status.DriverVersion = slicerv1alpha1.DriverStateReady, "550.54.15"
+	status.GPUs[0].Slices = gpu0Slices
+	na.Status = status
+	Expect(k8s.Status().Update(ctx, na)).To(Succeed())
+}
+
 // unreachableKubeconfig writes a kubeconfig whose server refuses connections.
 func unreachableKubeconfig() string {
 	GinkgoHelper()
@@ -106,19 +119,12 @@ var _ = Describe("slicer slice-map", Ordered, func() {
 			Expect(k8s.Status().Update(ctx, a)).To(Succeed())
 		}
 
-		na := framework.MakeNodeAccelerator(node).GPUs("H100-80GB", 2).Obj()
-		status := na.Status
-		Expect(k8s.Create(ctx, na)).To(Succeed())
-		status.Driver, status.DriverVersion = slicerv1alpha1.DriverStateReady, "550.54.15"
-		status.GPUs[0].Slices = []slicerv1alpha1.MIGSlice{
-			{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 4}, GPUInstanceID: 2, ComputeInstanceID: 0,
+		createNodeAccelerator(node,
+			slicerv1alpha1.MIGSlice{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 4}, GPUInstanceID: 2, ComputeInstanceID: 0,
 				MIGDeviceUUID: mig0, State: slicerv1alpha1.SliceAllocated,
 				Allocation: &slicerv1alpha1.AllocationReference{Namespace: ns, Name: "train"}},
-			{Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 5, Size: 1}, GPUInstanceID: 13, ComputeInstanceID: 0,
-				MIGDeviceUUID: mig1, State: slicerv1alpha1.SliceOrphaned},
-		}
-		na.Status = status
-		Expect(k8s.Status().Update(ctx, na)).To(Succeed())
+			slicerv1alpha1.MIGSlice{Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 5, Size: 1}, GPUInstanceID: 13, ComputeInstanceID: 0,
+				MIGDeviceUUID: mig1, State: slicerv1alpha1.SliceOrphaned})
 	})
 
 	It("prints the node's slice map as text", func() {
@@ -139,6 +145,11 @@ PENDING PODS
   POD               REQUESTS    NODE                    REASON
   team-cli/infer    1g.10gb x1  cli-node-1              -
   team-cli/waiting  7g.80gb x1  cli-node-1 (nominated)  Unschedulable: 0/1 nodes are available: 1 Insufficient slicer.dev/mig-7g.80gb.
+
+WHY PENDING (Slicer's view of the GPUs above)
+  team-cli/waiting  7g.80gb: none of 2 GPUs can take one now
+    cli-node-1 GPU 0  full  only 3 compute slices free, 7g.80gb needs 7
+    cli-node-1 GPU 1  full  only 6 compute slices free, 7g.80gb needs 7
 `
 		Expect(cmp.Diff(want, stdout)).To(BeEmpty())
 	})
