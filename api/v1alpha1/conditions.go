@@ -82,6 +82,8 @@ const (
 	ReasonNVMLError          = "NVMLError"
 	ReasonGPUNotFound        = "GPUNotFound"
 	ReasonInUse              = "InUse"
+	// ReasonPluginNotServing: the agent's kubelet plugin (DRA frontend) is not serving.
+	ReasonPluginNotServing = "PluginNotServing"
 	// ReasonNotUsed: the component is not part of the selected frontend.
 	ReasonNotUsed = "NotUsed"
 	// ReasonPartitionableDevicesOff: the apiserver does not serve DRA partitionable devices.

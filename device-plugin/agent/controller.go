@@ -82,11 +82,8 @@ type Reconciler struct {
 	orphanSince map[string]time.Time
 	firstSeen   map[types.NamespacedName]time.Time
 	retries     int
-	clock       publishClock
+	status      statusWriter
 	own         ownWrites
-	// naReplacedRV is the NodeAccelerator resourceVersion the agent's last status write
-	// replaced (see publish).
-	naReplacedRV string
 }
 
 // New returns a reconciler.
@@ -104,7 +101,8 @@ func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconcil
 		opts.Metrics = NewMetrics(nil)
 	}
 	return &Reconciler{client: c, recorder: recorder, opts: opts, orphanSince: map[string]time.Time{},
-		firstSeen: map[types.NamespacedName]time.Time{}}
+		firstSeen: map[types.NamespacedName]time.Time{},
+		status:    statusWriter{client: c, recorder: recorder, node: opts.NodeName, every: opts.PublishInterval, now: opts.Now}}
 }
 
 // SetupWithManager registers the controller; every event maps to the node's
@@ -152,7 +150,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if err := r.opts.Library.Init(); err != nil {
 			r.opts.Metrics.nvmlError(err)
 			log.Error(err, "NVML unavailable")
-			if _, perr := r.publish(ctx, nodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
+			if _, perr := r.status.publish(ctx, nodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
 				return ctrl.Result{}, perr
 			}
 			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
@@ -168,7 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if nvml.IsDriverUnavailable(err) {
 			r.initialized = false
 		}
-		if _, perr := r.publish(ctx, nodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
+		if _, perr := r.status.publish(ctx, nodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
 			return ctrl.Result{}, errors.Join(err, perr)
 		}
 		return ctrl.Result{}, fmt.Errorf("observe GPUs: %w", err)
@@ -219,7 +217,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	view.Emulated = r.opts.Emulated
 	// The NodeAccelerator last: its writes are coalesced (publish.go), so a slice's Ready
 	// never waits for it, and a write still pending brings the next reconcile forward.
-	pending, err := r.publish(ctx, view)
+	pending, err := r.status.publish(ctx, view)
 	if err != nil {
 		if apierrors.IsConflict(err) {
 			// Our cache has not seen our previous write yet; try again.

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
@@ -117,33 +118,49 @@ func (c *publishClock) wrote(now time.Time) {
 	c.last, c.due = now, time.Time{}
 }
 
+// statusWriter writes the node's NodeAccelerator status for either frontend (the
+// Reconciler's, and device-plugin/dra's through StatusWriter): the status rendered by
+// renderStatus, written when it changed, coalesced by publishClock.
+type statusWriter struct {
+	client   client.Client
+	recorder events.EventRecorder
+	node     string
+	// every is Options.PublishInterval.
+	every time.Duration
+	now   func() time.Time
+	clock publishClock
+	// replacedRV is the NodeAccelerator resourceVersion the last status write replaced (see
+	// publish).
+	replacedRV string
+}
+
 // publish creates the node's NodeAccelerator if needed and writes its status when it
 // changed, coalesced by publishClock. It returns how long a pending write waits (0: none
-// pending); the caller reconciles again by then.
-func (r *Reconciler) publish(ctx context.Context, v nodeView) (time.Duration, error) {
+// pending); the caller publishes again by then.
+func (w *statusWriter) publish(ctx context.Context, v nodeView) (time.Duration, error) {
 	var na slicerv1alpha1.NodeAccelerator
-	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &na)
+	err := w.client.Get(ctx, types.NamespacedName{Name: w.node}, &na)
 	if apierrors.IsNotFound(err) {
 		na = slicerv1alpha1.NodeAccelerator{
-			ObjectMeta: metav1.ObjectMeta{Name: r.opts.NodeName},
-			Spec:       slicerv1alpha1.NodeAcceleratorSpec{NodeName: r.opts.NodeName},
+			ObjectMeta: metav1.ObjectMeta{Name: w.node},
+			Spec:       slicerv1alpha1.NodeAcceleratorSpec{NodeName: w.node},
 		}
-		if err := r.client.Create(ctx, &na); err != nil {
+		if err := w.client.Create(ctx, &na); err != nil {
 			return 0, fmt.Errorf("create NodeAccelerator: %w", err)
 		}
 	} else if err != nil {
 		return 0, fmt.Errorf("get NodeAccelerator: %w", err)
 	}
-	if na.ResourceVersion != "" && na.ResourceVersion == r.naReplacedRV {
+	if na.ResourceVersion != "" && na.ResourceVersion == w.replacedRV {
 		// The cached copy predates the agent's own last write (the watch has not delivered it
 		// yet): a write from it would only conflict. The watch event of that write brings
-		// the next reconcile.
+		// the next reconcile. (A client that reads from the API server never gets here.)
 		return 0, nil
 	}
 	st := renderStatus(na.Status, na.Generation, v)
-	now := r.opts.Now()
+	now := w.now()
 	k := classify(na.Status, st)
-	if wait := r.clock.wait(k, now, r.opts.PublishInterval); k == changeNone || wait > 0 {
+	if wait := w.clock.wait(k, now, w.every); k == changeNone || wait > 0 {
 		return wait, nil
 	}
 	wasConflict := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
@@ -151,18 +168,25 @@ func (r *Reconciler) publish(ctx context.Context, v nodeView) (time.Duration, er
 	patch := client.MergeFromWithOptions(na.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	replaced := na.ResourceVersion
 	na.Status = st
-	if err := r.client.Status().Patch(ctx, &na, patch); err != nil {
+	if err := w.client.Status().Patch(ctx, &na, patch); err != nil {
 		return 0, fmt.Errorf("NodeAccelerator status: %w", err)
 	}
-	r.naReplacedRV = replaced
-	r.clock.wrote(now)
+	w.replacedRV = replaced
+	w.clock.wrote(now)
 	if v.Conflict && !wasConflict {
-		r.event(&na, corev1.EventTypeWarning, slicerv1alpha1.ReasonForeignMIGManager, "node carries %s: the agent refuses to change MIG geometry", slicerv1alpha1.LabelNVIDIAMIGConfig)
+		emit(w.recorder, &na, corev1.EventTypeWarning, slicerv1alpha1.ReasonForeignMIGManager, "node carries %s: the agent refuses to change MIG geometry", slicerv1alpha1.LabelNVIDIAMIGConfig)
 	}
 	if v.DriverErr != nil && !wasDriverDown {
-		r.event(&na, corev1.EventTypeWarning, slicerv1alpha1.ReasonNVMLUnavailable, "%s", v.DriverErr.Error())
+		emit(w.recorder, &na, corev1.EventTypeWarning, slicerv1alpha1.ReasonNVMLUnavailable, "%s", v.DriverErr.Error())
 	}
 	return 0, nil
+}
+
+// emit records an event on obj (none without a recorder).
+func emit(rec events.EventRecorder, obj client.Object, typ, reason, format string, args ...any) {
+	if rec != nil && obj != nil {
+		rec.Eventf(obj, nil, typ, reason, "Reconcile", format, args...)
+	}
 }
 
 func hasTrue(conds []metav1.Condition, t string) bool {

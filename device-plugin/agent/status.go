@@ -15,10 +15,15 @@ type nodeView struct {
 	Emulated  bool
 	DriverErr error
 	Conflict  bool
-	Obs       *Observation
-	// SliceState and Holder per MIG UUID or orphan key.
+	// NotServing says why the frontend's kubelet endpoint does not serve (nil: it does; the
+	// device-plugin frontend always does, since its devices come and go with the slices).
+	NotServing error
+	Obs        *Observation
+	// SliceState and holder per MIG UUID or orphan key: an allocation (device-plugin
+	// frontend) or a claim (DRA frontend), never both.
 	States  map[string]slicerv1alpha1.SliceState
 	Holders map[string]types.NamespacedName
+	Claims  map[string]slicerv1alpha1.ClaimReference
 }
 
 func sliceKey(s Slice) string { return orphanKey(s) }
@@ -71,6 +76,8 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 				}
 				if h, ok := v.Holders[sliceKey(s)]; ok {
 					ms.Allocation = &slicerv1alpha1.AllocationReference{Namespace: h.Namespace, Name: h.Name}
+				} else if c, ok := v.Claims[sliceKey(s)]; ok {
+					ms.Claim = &c
 				}
 				gs.Slices = append(gs.Slices, ms)
 			}
@@ -98,6 +105,8 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, slicerv1alpha1.ReasonNVMLUnavailable, "NVML is not usable")
 	case v.Conflict:
 		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, slicerv1alpha1.ReasonForeignMIGManager, "another MIG manager owns the node")
+	case v.NotServing != nil:
+		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, slicerv1alpha1.ReasonPluginNotServing, truncate(v.NotServing.Error(), 1024))
 	default:
 		set(slicerv1alpha1.ConditionReady, metav1.ConditionTrue, slicerv1alpha1.ReasonAsExpected, "the agent manages the node's GPUs")
 	}

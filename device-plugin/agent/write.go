@@ -182,9 +182,7 @@ func (r *Reconciler) removeFinalizers(ctx context.Context, allocs map[types.Name
 }
 
 func (r *Reconciler) event(obj client.Object, typ, reason, format string, args ...any) {
-	if r.recorder != nil && obj != nil {
-		r.recorder.Eventf(obj, nil, typ, reason, "Reconcile", format, args...)
-	}
+	emit(r.recorder, obj, typ, reason, format, args...)
 }
 
 // record emits notes: on their allocation, or on the node's NodeAccelerator.

@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
@@ -33,9 +34,18 @@ type Options struct {
 	// NodeName is this node; it is also the pool's name.
 	NodeName string
 	Library  nvml.Library
+	// Emulated: Library is the emulated backend (the NodeAccelerator's driver state).
+	Emulated bool
 	Client   kubernetes.Interface
-	CDI      *cdi.Writer
-	Metrics  *agent.Metrics
+	// Status writes the node's NodeAccelerator status (agent.StatusWriter); nil: none is
+	// written. Events (may be nil) get the status writer's events.
+	Status client.Client
+	Events events.EventRecorder
+	// PublishInterval is the least time between two NodeAccelerator status writes that only
+	// move slices (agent.Options.PublishInterval).
+	PublishInterval time.Duration
+	CDI             *cdi.Writer
+	Metrics         *agent.Metrics
 	// OrphanGrace is how long an instance no allocated claim explains is kept.
 	OrphanGrace time.Duration
 	// Resync is how often orphans are swept and the pool checked (default one minute).
@@ -55,7 +65,11 @@ type Driver struct {
 	publisher   interface {
 		PublishResources(context.Context, resourceslice.DriverResources) error
 	}
-	kick chan struct{}
+	// notServing is why the kubelet plugin is not serving, while publisher is nil.
+	notServing  error
+	status      *agent.StatusWriter
+	claimLister resourcelisters.ResourceClaimLister
+	kick        chan struct{}
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -68,14 +82,24 @@ func New(opts Options) *Driver {
 	if opts.Resync <= 0 {
 		opts.Resync = time.Minute
 	}
-	return &Driver{opts: opts, orphanSince: map[string]time.Time{}, kick: make(chan struct{}, 1)}
+	d := &Driver{opts: opts, orphanSince: map[string]time.Time{}, kick: make(chan struct{}, 1),
+		notServing: errors.New("the kubelet plugin is not started")}
+	if opts.Status != nil {
+		d.status = agent.NewStatusWriter(opts.Status, opts.Events, opts.NodeName, opts.PublishInterval, opts.Now)
+	}
+	return d
 }
 
-// Run initialises NVML (retrying while it is unavailable), starts the kubelet plugin with
-// the helper's options (sockets, registrar) and serves until ctx ends: it sweeps orphans and
-// republishes the pool every Resync and after each prepare or unprepare (coalesced).
+// Run fills the claim cache, initialises NVML (retrying while it is unavailable, with the
+// NodeAccelerator saying so), starts the kubelet plugin with the helper's options (sockets,
+// registrar) and serves until ctx ends: it sweeps orphans, republishes the pool and writes the
+// NodeAccelerator status every Resync, after each prepare or unprepare and after each change
+// to a claim of the pool (coalesced), and when a coalesced status write is due.
 func (d *Driver) Run(ctx context.Context, helperOpts ...kubeletplugin.Option) error {
 	log := d.opts.Log
+	if err := d.startClaims(ctx); err != nil {
+		return err
+	}
 	for {
 		err := d.opts.Library.Init()
 		if err == nil {
@@ -83,6 +107,12 @@ func (d *Driver) Run(ctx context.Context, helperOpts ...kubeletplugin.Option) er
 		}
 		d.opts.Metrics.NVMLErrors.WithLabelValues(nvml.ReturnOf(err).String()).Inc()
 		log.Error(err, "NVML unavailable; retrying")
+		d.mu.Lock()
+		_, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, DriverErr: err, NotServing: d.notServing})
+		d.mu.Unlock()
+		if serr != nil {
+			log.Error(serr, "NodeAccelerator status")
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -102,24 +132,42 @@ func (d *Driver) Run(ctx context.Context, helperOpts ...kubeletplugin.Option) er
 	}, helperOpts...)
 	helper, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
-		return fmt.Errorf("start kubelet plugin: %w", err)
+		err = fmt.Errorf("start kubelet plugin: %w", err)
+		d.mu.Lock()
+		d.notServing = err
+		d.mu.Unlock()
+		if _, serr := d.sync(ctx); serr != nil {
+			log.Error(serr, "sync")
+		}
+		return err
 	}
 	defer helper.Stop()
 	d.mu.Lock()
-	d.publisher = helper
+	d.publisher, d.notServing = helper, nil
 	d.mu.Unlock()
 	log.Info("DRA plugin started", "driver", migdra.DriverName, "node", d.opts.NodeName)
 	t := time.NewTicker(d.opts.Resync)
 	defer t.Stop()
+	// due is armed while a coalesced status write waits.
+	due := time.NewTimer(time.Hour)
+	due.Stop()
+	defer due.Stop()
 	for {
-		if err := d.Sync(ctx); err != nil {
+		wait, err := d.sync(ctx)
+		if err != nil {
 			log.Error(err, "sync")
+		}
+		if wait > 0 {
+			due.Reset(wait)
+		} else {
+			due.Stop()
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		case <-d.kick:
+		case <-due.C:
 		}
 	}
 }
@@ -132,42 +180,41 @@ func (d *Driver) poke() {
 	}
 }
 
-// claims lists the allocated claims of the cluster (their allocation is the API's half of
-// the state; see state.go).
-func (d *Driver) claims(ctx context.Context) ([]resourceapi.ResourceClaim, error) {
-	l, err := d.opts.Client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list resource claims: %w", err)
-	}
-	return l.Items, nil
-}
-
 // Sync destroys the orphans whose grace has passed (never one in use: NVML refuses, and it
 // is tried again next time), removes the CDI specs of claims no longer allocated after the
-// same grace, and republishes the pool when the rule in republish says so.
+// same grace, republishes the pool when the rule in republish says so, and writes the
+// NodeAccelerator status (a write the status writer coalesces waits for Run's next sync).
 func (d *Driver) Sync(ctx context.Context) error {
+	_, err := d.sync(ctx)
+	return err
+}
+
+// sync is Sync; it returns how long a coalesced status write waits (0: none pending).
+func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	claims, err := d.claims(ctx)
+	claims, err := d.claims()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
 	if err != nil {
-		return fmt.Errorf("observe GPUs: %w", err)
+		err = fmt.Errorf("observe GPUs: %w", err)
+		wait, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, DriverErr: err, NotServing: d.notServing})
+		return wait, errors.Join(err, serr)
 	}
 	pool := d.opts.NodeName
 	held := explained(claims, pool)
 	keys := orphans(obs, held)
 	live := map[string]bool{}
-	for i := range claims {
-		if claims[i].Status.Allocation != nil {
-			live[string(claims[i].UID)] = true
+	for _, c := range claims {
+		if c.Status.Allocation != nil {
+			live[string(c.UID)] = true
 		}
 	}
 	specs, err := d.opts.CDI.ListClaims()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, uid := range specs {
 		if !live[uid] {
@@ -190,16 +237,27 @@ func (d *Driver) Sync(ctx context.Context) error {
 		d.opts.Log.Info("orphan MIG instance destroyed", "device", k)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return 0, err
 	}
 	if len(keys) > 0 {
 		// Re-read what the sweep changed before deciding on the order.
 		if obs, err = agent.ObserveGPUs(d.opts.Library, d.opts.Metrics); err != nil {
-			return fmt.Errorf("observe GPUs: %w", err)
+			return 0, fmt.Errorf("observe GPUs: %w", err)
 		}
 	}
-	recordMetrics(d.opts.Metrics, obs, holders(claims, pool))
-	return d.publish(ctx, obs, held)
+	hs := holders(claims, pool)
+	recordMetrics(d.opts.Metrics, obs, hs)
+	perr := d.publish(ctx, obs, held)
+	wait, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Obs: obs, Claim: claimView(hs)})
+	return wait, errors.Join(perr, serr)
+}
+
+// writeStatus writes the NodeAccelerator status when the driver has a status writer.
+func (d *Driver) writeStatus(ctx context.Context, v agent.ClaimView) (time.Duration, error) {
+	if d.status == nil {
+		return 0, nil
+	}
+	return d.status.Publish(ctx, v)
 }
 
 func cutSpec(k string) (string, bool) { return strings.CutPrefix(k, "spec:") }

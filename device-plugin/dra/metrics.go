@@ -2,7 +2,9 @@ package dra
 
 import (
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 )
@@ -14,20 +16,22 @@ const (
 	stateOrphaned  = "orphaned"
 )
 
-// holder is the claim holding a device, for the slice_info labels: its namespace and the pod
-// it is reserved for (empty when none).
-type holder struct{ Namespace, Pod string }
+// holder is the claim holding a device: the NodeAccelerator's claim reference, and for the
+// slice_info labels its namespace and the pod it is reserved for (empty when none).
+type holder struct {
+	Namespace, Name, Pod string
+	UID                  types.UID
+}
 
 // holders maps each device of pool held by an allocated claim to that claim.
-func holders(claims []resourceapi.ResourceClaim, pool string) map[string]holder {
+func holders(claims []*resourceapi.ResourceClaim, pool string) map[string]holder {
 	out := map[string]holder{}
-	for i := range claims {
-		c := &claims[i]
+	for _, c := range claims {
 		devs, err := claimDevices(c, pool)
 		if err != nil {
 			continue
 		}
-		h := holder{Namespace: c.Namespace}
+		h := holder{Namespace: c.Namespace, Name: c.Name, UID: c.UID}
 		for _, r := range c.Status.ReservedFor {
 			if r.Resource == "pods" && r.APIGroup == "" {
 				h.Pod = r.Name
@@ -41,6 +45,28 @@ func holders(claims []resourceapi.ResourceClaim, pool string) map[string]holder 
 	return out
 }
 
+// holderOf is the claim holding observed slice s of GPU g, and the slice's device name.
+func holderOf(held map[string]holder, g *agent.GPU, s agent.Slice) (holder, string, bool) {
+	name, ok := sliceDevice(g, s)
+	if !ok {
+		return holder{}, "", false
+	}
+	h, ok := held[name]
+	return h, name, ok
+}
+
+// claimView is the NodeAccelerator's view of the node (agent.StatusWriter): each instance
+// whose device an allocated claim holds is that claim's, as metrics count it allocated.
+func claimView(held map[string]holder) func(*agent.GPU, agent.Slice) (slicerv1alpha1.ClaimReference, bool) {
+	return func(g *agent.GPU, s agent.Slice) (slicerv1alpha1.ClaimReference, bool) {
+		h, name, ok := holderOf(held, g, s)
+		if !ok {
+			return slicerv1alpha1.ClaimReference{}, false
+		}
+		return slicerv1alpha1.ClaimReference{Namespace: h.Namespace, Name: h.Name, UID: string(h.UID), Device: name}, true
+	}
+}
+
 // recordMetrics sets the agent's per-GPU and per-slice gauges from an observation, with the
 // device-plugin frontend's recording (agent.Metrics): an instance whose device an allocated
 // claim holds is allocated, any other orphaned.
@@ -51,11 +77,10 @@ func recordMetrics(m *agent.Metrics, obs *agent.Observation, held map[string]hol
 			continue
 		}
 		for _, s := range g.Slices {
-			state, h := stateOrphaned, holder{}
-			if name, ok := sliceDevice(g, s); ok {
-				if hh, ok := held[name]; ok {
-					state, h = stateAllocated, hh
-				}
+			state := stateOrphaned
+			h, _, ok := holderOf(held, g, s)
+			if ok {
+				state = stateAllocated
 			}
 			m.RecordSlice(g.Index, s, state, h.Namespace, h.Pod)
 		}

@@ -20,7 +20,7 @@ func TestRecordMetrics(t *testing.T) {
 	}}}}
 	c := claim("a", "node-1", "gpu-0-3g-40gb-at-4")
 	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "u"}}
-	recordMetrics(m, obs, holders([]resourceapi.ResourceClaim{c}, "node-1"))
+	recordMetrics(m, obs, holders([]*resourceapi.ResourceClaim{&c}, "node-1"))
 	if got := testutil.ToFloat64(m.Instances.WithLabelValues("0", "3g.40gb", stateAllocated)); got != 1 {
 		t.Fatalf("allocated 3g.40gb = %v", got)
 	}

@@ -27,13 +27,14 @@ import (
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	held, obs, err := d.current(ctx)
+	all, obs, err := d.current(claims...)
 	if err != nil {
 		return nil, err
 	}
+	held := explained(all, d.opts.NodeName)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
-		devs, err := d.prepareClaim(obs, held, c)
+		devs, err := d.prepareClaim(ctx, obs, all, held, c)
 		if err != nil {
 			d.opts.Log.Error(err, "prepare failed", "claim", claimRef(c.Namespace, c.Name, c.UID))
 		} else {
@@ -45,7 +46,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-func (d *Driver) prepareClaim(obs *agent.Observation, held map[string][]string, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+func (d *Driver) prepareClaim(ctx context.Context, obs *agent.Observation, all []*resourceapi.ResourceClaim, held map[string][]string, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	allocs, err := claimDevices(c, d.opts.NodeName)
 	if err != nil {
 		return nil, err
@@ -55,7 +56,11 @@ func (d *Driver) prepareClaim(obs *agent.Observation, held map[string][]string, 
 		devs  []kubeletplugin.Device
 	)
 	for _, a := range allocs {
-		if others := otherClaims(held[a.Device], string(c.UID)); len(others) > 0 {
+		others, err := d.doubleAllocated(ctx, all, held[a.Device], string(c.UID), a.Device)
+		if err != nil {
+			return nil, fmt.Errorf("device %s: %w", a.Device, err)
+		}
+		if len(others) > 0 {
 			return nil, fmt.Errorf("device %s is also allocated to claims %v", a.Device, others)
 		}
 		slot, err := resolve(obs, a.Ref)
@@ -104,10 +109,27 @@ func (d *Driver) realize(obs *agent.Observation, g *agent.GPU, slot mig.Slot) (a
 	return obs.CreateSlice(slot, d.opts.Metrics)
 }
 
-// current reads what Prepare and Unprepare decide from, never from memory: which devices of
-// this node's pool the allocated claims hold (the API), and the GPUs' instances (NVML).
-func (d *Driver) current(ctx context.Context) (map[string][]string, *agent.Observation, error) {
-	all, err := d.claims(ctx)
+// doubleAllocated lists the claims other than uid that hold device, each confirmed by a live
+// read (the cache may still hold a claim deleted a moment ago).
+func (d *Driver) doubleAllocated(ctx context.Context, all []*resourceapi.ResourceClaim, holders []string, uid, device string) ([]string, error) {
+	var out []string
+	for _, o := range otherClaims(holders, uid) {
+		held, err := d.stillHolds(ctx, all, o, device)
+		if err != nil {
+			return nil, err
+		}
+		if held {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// current reads what Prepare and Unprepare decide from: the allocated claims (the claim
+// cache, with given in place of their cached copies; claims.go) and the GPUs' instances
+// (NVML).
+func (d *Driver) current(given ...*resourceapi.ResourceClaim) ([]*resourceapi.ResourceClaim, *agent.Observation, error) {
+	all, err := d.claims(given...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -115,7 +137,7 @@ func (d *Driver) current(ctx context.Context) (map[string][]string, *agent.Obser
 	if err != nil {
 		return nil, nil, fmt.Errorf("observe GPUs: %w", err)
 	}
-	return explained(all, d.opts.NodeName), obs, nil
+	return all, obs, nil
 }
 
 // UnprepareResourceClaims destroys what each claim was given. The claim's CDI spec says which
@@ -126,13 +148,18 @@ func (d *Driver) current(ctx context.Context) (map[string][]string, *agent.Obser
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	held, obs, err := d.current(ctx)
+	all, obs, err := d.current()
+	if err != nil {
+		return nil, err
+	}
+	held := explained(all, d.opts.NodeName)
+	recorded, err := d.recordedBy()
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
-		err := d.unprepareClaim(ctx, obs, held, c)
+		err := d.unprepareClaim(ctx, obs, held, recorded, c)
 		if err != nil {
 			d.opts.Log.Error(err, "unprepare failed", "claim", claimRef(c.Namespace, c.Name, c.UID))
 		} else {
@@ -144,7 +171,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return out, nil
 }
 
-func (d *Driver) unprepareClaim(ctx context.Context, obs *agent.Observation, held map[string][]string, c kubeletplugin.NamespacedObject) error {
+func (d *Driver) unprepareClaim(ctx context.Context, obs *agent.Observation, held, recordedBy map[string][]string, c kubeletplugin.NamespacedObject) error {
 	uid := string(c.UID)
 	recorded, ok, err := d.opts.CDI.ReadClaim(uid)
 	if err != nil {
@@ -170,6 +197,11 @@ func (d *Driver) unprepareClaim(ctx context.Context, obs *agent.Observation, hel
 			d.opts.Log.Info("instance kept: another claim holds its device", "device", name, "claims", others)
 			continue
 		}
+		if others := otherClaims(recordedBy[s.MIGUUID], uid); len(others) > 0 {
+			// A claim prepared a moment ago, not in the claim cache yet.
+			d.opts.Log.Info("instance kept: another claim's CDI spec records it", "device", name, "claims", others)
+			continue
+		}
 		if err := obs.DestroySlice(s, d.opts.Metrics); err != nil {
 			errs = append(errs, fmt.Errorf("destroy %s: %w", name, err))
 		}
@@ -178,6 +210,31 @@ func (d *Driver) unprepareClaim(ctx context.Context, obs *agent.Observation, hel
 		return err // the spec stays: the next Unprepare retries from it
 	}
 	return d.opts.CDI.RemoveClaim(uid)
+}
+
+// recordedBy maps each MIG device UUID the claims' CDI specs record to those claims' UIDs
+// (a spec that cannot be read is skipped).
+func (d *Driver) recordedBy() (map[string][]string, error) {
+	uids, err := d.opts.CDI.ListClaims()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, uid := range uids {
+		recorded, ok, err := d.opts.CDI.ReadClaim(uid)
+		if err != nil {
+			// That claim's own Unprepare reports it; it must not block this one.
+			d.opts.Log.Error(err, "unreadable claim spec", "claim", uid)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		for _, s := range recorded {
+			out[s.MIGUUID] = append(out[s.MIGUUID], uid)
+		}
+	}
+	return out, nil
 }
 
 // findRecorded is the observed instance a claim's spec recorded: the same MIG device at the

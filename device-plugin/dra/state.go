@@ -18,8 +18,9 @@ import (
 // derived from three sources, each read when needed:
 //   - NVML: the MIG instances on each GPU, each at a (GPU, profile, placement);
 //   - the API: every ResourceClaim whose status.allocation names a device of this driver and
-//     this node's pool; a device name is a (GPU index, profile, placement), so the instance a
-//     claim owns is the one at its device's placement;
+//     this node's pool, from the claim informer's memory (claims.go says how its lag is
+//     covered); a device name is a (GPU index, profile, placement), so the instance a claim
+//     owns is the one at its device's placement;
 //   - the claim's CDI spec on disk, written by Prepare, which records the MIG devices handed
 //     out, so Unprepare can undo a claim the API has already forgotten.
 // An instance that no allocated claim explains is an orphan; it is destroyed after a grace
@@ -54,10 +55,9 @@ func claimDevices(c *resourceapi.ResourceClaim, pool string) ([]allocated, error
 
 // explained maps each device name of this pool that some allocated claim holds to the UIDs
 // of the claims holding it (one, unless something went wrong).
-func explained(claims []resourceapi.ResourceClaim, pool string) map[string][]string {
+func explained(claims []*resourceapi.ResourceClaim, pool string) map[string][]string {
 	out := map[string][]string{}
-	for i := range claims {
-		c := &claims[i]
+	for _, c := range claims {
 		if c.Status.Allocation == nil {
 			continue
 		}

@@ -108,7 +108,7 @@ func TestClaimDevicesAndExplained(t *testing.T) {
 	if _, err := claimDevices(&bad, "node-1"); err == nil {
 		t.Fatal("a whole-GPU device name was read as a MIG device")
 	}
-	held := explained([]resourceapi.ResourceClaim{a, b, unallocated}, "node-1")
+	held := explained([]*resourceapi.ResourceClaim{&a, &b, &unallocated}, "node-1")
 	wantHeld := map[string][]string{"gpu-0-1g-10gb-at-3": {"uid-a"}, "gpu-1-7g-80gb-at-0": {"uid-a"}}
 	if diff := cmp.Diff(wantHeld, held); diff != "" {
 		t.Fatalf("explained (-want +got):\n%s", diff)

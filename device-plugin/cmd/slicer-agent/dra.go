@@ -10,9 +10,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/dra"
@@ -46,8 +48,16 @@ func runDRA(ctx context.Context, f flags, lib nvml.Library, metrics *agent.Metri
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
-	drv := dra.New(dra.Options{NodeName: f.node, Library: lib, Client: cs, CDI: &cdi.Writer{Dir: f.cdiDir, Real: f.emulate == ""},
-		Metrics: metrics, OrphanGrace: f.grace, Resync: f.resync, Log: log.WithName("dra")})
+	// The NodeAccelerator status is read and written through the API server, with no cache:
+	// one GET per sync, and no watch to keep (the plugin syncs on its own schedule, so a
+	// cached copy that lags its last write would hold the next write until a resync).
+	status, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return fmt.Errorf("status client: %w", err)
+	}
+	drv := dra.New(dra.Options{NodeName: f.node, Library: lib, Emulated: f.emulate != "", Client: cs,
+		Status: status, Events: mgr.GetEventRecorder(slicerv1alpha1.AgentName),
+		CDI: &cdi.Writer{Dir: f.cdiDir, Real: f.emulate == ""}, Metrics: metrics, OrphanGrace: f.grace, Resync: f.resync, Log: log.WithName("dra")})
 	run := func(ctx context.Context) error {
 		return drv.Run(ctx, kubeletplugin.PluginDataDirectoryPath(f.draPluginDir), kubeletplugin.RegistrarDirectoryPath(f.draRegistryDir))
 	}

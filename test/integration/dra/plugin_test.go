@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
@@ -56,20 +59,25 @@ type plugin struct {
 }
 
 type harness struct {
-	t      *testing.T
-	cs     kubernetes.Interface
-	lib    *emulated.Backend
-	dir    string
-	cdi    *cdi.Writer
-	clock  *clock
-	grace  time.Duration
-	plugin *plugin
+	t  *testing.T
+	cs kubernetes.Interface
+	// status is the plugin's NodeAccelerator client; statusWrites counts its status writes.
+	status       client.Client
+	statusWrites atomic.Int64
+	lib          *emulated.Backend
+	dir          string
+	cdi          *cdi.Writer
+	clock        *clock
+	grace        time.Duration
+	plugin       *plugin
 }
 
 func (h *harness) start() {
 	h.t.Helper()
-	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Client: h.cs, CDI: h.cdi,
-		Metrics: agent.NewMetrics(prometheus.NewRegistry()), OrphanGrace: h.grace, Resync: time.Hour,
+	// The plugin's clock only moves when the test moves it, so status writes are not
+	// coalesced (a deferred write would wait for a time that never comes).
+	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Emulated: true, Client: h.cs, Status: h.status, PublishInterval: -1,
+		CDI: h.cdi, Metrics: agent.NewMetrics(prometheus.NewRegistry()), OrphanGrace: h.grace, Resync: time.Hour,
 		Now: h.clock.Now, Log: testr.New(h.t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &plugin{drv: drv, cancel: cancel, done: make(chan error, 1)}
@@ -213,7 +221,7 @@ func (h *harness) instances() map[string]string {
 }
 
 func newHarness(t *testing.T) *harness {
-	cs := start(t, nil)
+	cs, env := startEnv(t, nil)
 	if _, err := cs.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +240,16 @@ func newHarness(t *testing.T) *harness {
 	}
 	h := &harness{t: t, cs: cs, lib: lib, dir: dir, cdi: &cdi.Writer{Dir: filepath.Join(dir, "cdi")},
 		clock: &clock{now: time.Unix(1_000_000, 0)}, grace: 5 * time.Minute}
+	direct, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.status = interceptor.NewClient(direct, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			h.statusWrites.Add(1)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
 	h.start()
 	t.Cleanup(func() {
 		if h.plugin != nil {

@@ -22,6 +22,14 @@ import (
 
 func start(t *testing.T, args map[string]string) kubernetes.Interface {
 	t.Helper()
+	cs, _ := startEnv(t, args)
+	return cs
+}
+
+// startEnv starts a control plane with Slicer's CRDs and returns a clientset and the
+// environment (its controller-runtime client knows Slicer's types).
+func startEnv(t *testing.T, args map[string]string) (kubernetes.Interface, *framework.Env) {
+	t.Helper()
 	env, err := framework.Start(framework.Options{WithoutExternalCRDs: true, APIServerArgs: args})
 	if err != nil {
 		if os.Getenv("KUBEBUILDER_ASSETS") == "" {
@@ -34,7 +42,7 @@ func start(t *testing.T, args map[string]string) kubernetes.Interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cs
+	return cs, env
 }
 
 func eightH100s() []migdra.GPU {

@@ -151,6 +151,22 @@ var _ = Describe("DRA frontend", Ordered, func() {
 		Expect(admin.Get(ctx, client.ObjectKey{Name: migdra.ClassName("3g.40gb")}, &c)).To(Succeed())
 		Expect(*c.Spec.ExtendedResourceName).To(Equal("nvidia.com/mig-3g.40gb"))
 
+		By("the summary counts a slice a claim holds as in use (the DRA plugin's NodeAccelerator)")
+		na := framework.MakeNodeAccelerator(node).GPUs("H100-80GB", 1).Obj()
+		na.Status.GPUs[0].Slices = []slicerv1alpha1.MIGSlice{
+			{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 4, Size: 4}, State: slicerv1alpha1.SliceAllocated, MIGDeviceUUID: "MIG-1",
+				Claim: &slicerv1alpha1.ClaimReference{Namespace: "ns", Name: "c", UID: "uid-c", Device: "gpu-0-3g-40gb-at-4"}},
+			{Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 1}, State: slicerv1alpha1.SliceOrphaned, MIGDeviceUUID: "MIG-2"},
+		}
+		na.Status.Conditions = []metav1.Condition{{Type: slicerv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: slicerv1alpha1.ReasonAsExpected, LastTransitionTime: metav1.Now()}}
+		Expect(framework.CreateNodeAccelerator(ctx, admin, na)).To(Succeed())
+		DeferCleanup(func() {
+			Expect(admin.DeleteAllOf(ctx, &slicerv1alpha1.NodeAccelerator{})).To(Succeed())
+		})
+		Eventually(func(g Gomega) {
+			g.Expect(getSlicer(g).Status.Summary).To(Equal(slicerv1alpha1.SlicerSummary{Nodes: 1, ReadyNodes: 1, GPUs: 1, SlicesInUse: 1}))
+		}).Should(Succeed())
+
 		By("no scheduler, no webhook, no webhook registration; the agent runs the DRA plugin")
 		for _, name := range []string{render.SchedulerName, render.WebhookName} {
 			err := admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: name}, &appsv1.Deployment{})
