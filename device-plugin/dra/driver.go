@@ -69,6 +69,7 @@ type Driver struct {
 	notServing  error
 	status      *agent.StatusWriter
 	claimLister resourcelisters.ResourceClaimLister
+	health      *healthBook
 	kick        chan struct{}
 }
 
@@ -83,7 +84,7 @@ func New(opts Options) *Driver {
 		opts.Resync = time.Minute
 	}
 	d := &Driver{opts: opts, orphanSince: map[string]time.Time{}, kick: make(chan struct{}, 1),
-		notServing: errors.New("the kubelet plugin is not started")}
+		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook()}
 	if opts.Status != nil {
 		d.status = agent.NewStatusWriter(opts.Status, opts.Events, opts.NodeName, opts.PublishInterval, opts.Now)
 	}
@@ -128,7 +129,7 @@ func (d *Driver) Run(ctx context.Context, helperOpts ...kubeletplugin.Option) er
 		kubeletplugin.DriverName(migdra.DriverName),
 		kubeletplugin.NodeName(d.opts.NodeName),
 		kubeletplugin.KubeClient(d.opts.Client),
-		kubeletplugin.HealthService(false),
+		kubeletplugin.HealthService(true),
 	}, helperOpts...)
 	helper, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
@@ -197,13 +198,14 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	pool := d.opts.NodeName
 	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
 	if err != nil {
 		err = fmt.Errorf("observe GPUs: %w", err)
+		d.health.set(deviceHealth(nil, explained(claims, pool), pool, d.opts.Now(), healthTimeout))
 		wait, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, DriverErr: err, NotServing: d.notServing})
 		return wait, errors.Join(err, serr)
 	}
-	pool := d.opts.NodeName
 	held := explained(claims, pool)
 	keys := orphans(obs, held)
 	live := map[string]bool{}
@@ -247,6 +249,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	}
 	hs := holders(claims, pool)
 	recordMetrics(d.opts.Metrics, obs, hs)
+	d.health.set(deviceHealth(obs, held, pool, d.opts.Now(), healthTimeout))
 	perr := d.publish(ctx, obs, held)
 	wait, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Obs: obs, Claim: claimView(hs)})
 	return wait, errors.Join(perr, serr)
@@ -307,9 +310,12 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	d.opts.Log.Error(err, msg, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
 }
 
-// WatchHealthStatus is not served (HealthService(false)): an unhealthy GPU leaves the pool.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
+// WatchHealthStatus serves the kubelet's health stream from the last sync's report (health.go):
+// the devices that allocated claims hold, each Healthy or Unhealthy as its GPU is, re-sent every
+// healthResend and at once on a change; a report no sync refreshed within two resync periods
+// is sent as Unknown.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	return d.health.stream(ctx, reports, healthResend, 2*d.opts.Resync+healthResend, d.opts.Now)
 }
 
 // claimRef names a claim in logs.

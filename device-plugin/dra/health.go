@@ -18,18 +18,24 @@ import (
 // kubelet is answered without touching NVML, and a stream never waits for the driver's lock.
 
 // healthResend is how often the stream repeats the last report when nothing changed; the
-// kubelet treats a device as Unknown when it is not refreshed within HealthCheckTimeout.
-const healthResend = 10 * time.Second
+// kubelet treats a device as Unknown when it is not refreshed within healthTimeout.
+const (
+	healthResend  = 10 * time.Second
+	healthTimeout = 30 * time.Second
+)
 
 // deviceHealth is the health of every device of pool that an allocated claim holds, as the
 // observation shows it (pure): a device is Healthy when its GPU is there, healthy, in MIG
-// mode and of a model Slicer knows; otherwise Unhealthy, with the reason. Sorted by name.
+// mode and of a model Slicer knows; otherwise Unhealthy, with the reason; Unknown when there
+// is no observation (NVML unavailable). Sorted by name.
 func deviceHealth(obs *agent.Observation, held map[string][]string, pool string, at time.Time, timeout time.Duration) []kubeletplugin.DeviceHealth {
 	out := make([]kubeletplugin.DeviceHealth, 0, len(held))
 	for name := range held {
 		h := kubeletplugin.DeviceHealth{PoolName: pool, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy, LastUpdated: at, HealthCheckTimeout: timeout}
 		ref, err := migdra.ParseDeviceName(name)
-		if err != nil {
+		if obs == nil {
+			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, "the GPUs cannot be observed: NVML is unavailable"
+		} else if err != nil {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, err.Error()
 		} else if why := usable(gpuByIndex(obs, ref.GPU)); why != "" {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, why

@@ -48,6 +48,11 @@ func TestDeviceHealthFollowsTheHoldingGPU(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("health (-want +got):\n%s", d)
 	}
+	for _, h := range deviceHealth(nil, held, "node-a", at, time.Minute) {
+		if h.Health != kubeletplugin.HealthStatusUnknown {
+			t.Fatalf("%s without an observation: %s, want Unknown", h.DeviceName, h.Health)
+		}
+	}
 }
 
 func TestHealthStreamSendsAtOnceOnChangeAndMarksStaleReportsUnknown(t *testing.T) {

@@ -294,6 +294,11 @@ func (b *Backend) begin(op string) error {
 		time.Sleep(b.opts.Latency)
 		b.mu.Lock()
 	}
+	return b.fault(op)
+}
+
+// fault returns the next fault injected for op, if any. Called with b.mu held.
+func (b *Backend) fault(op string) error {
 	if q := b.faults[op]; len(q) > 0 {
 		r := q[0]
 		b.faults[op] = q[1:]
@@ -302,11 +307,13 @@ func (b *Backend) begin(op string) error {
 	return nil
 }
 
+// checkInit fails a query when NVML is not initialized, or with a fault injected for op (e.g.
+// "DeviceGetMigMode", which makes the agent see that GPU as unhealthy). Called with b.mu held.
 func (b *Backend) checkInit(op string) error {
 	if !b.initialized {
 		return nvml.NewError(op, nvml.ErrorUninitialized, "")
 	}
-	return nil
+	return b.fault(op)
 }
 
 // Init implements nvml.Library.
