@@ -39,7 +39,9 @@ type ClaimView struct {
 	DriverErr error
 	// NotServing is why the kubelet plugin does not serve (nil: it does).
 	NotServing error
-	Obs        *Observation
+	// Conflict: another MIG manager owns the node (NVIDIA's MIG manager label).
+	Conflict bool
+	Obs      *Observation
 	// Claim names the allocated claim that holds observed slice s of GPU g (false: none).
 	Claim func(g *GPU, s Slice) (slicerv1alpha1.ClaimReference, bool)
 }
@@ -53,7 +55,7 @@ func (s *StatusWriter) Publish(ctx context.Context, v ClaimView) (time.Duration,
 }
 
 func (v ClaimView) nodeView() nodeView {
-	nv := nodeView{Emulated: v.Emulated, DriverErr: v.DriverErr, NotServing: v.NotServing, Obs: v.Obs,
+	nv := nodeView{Emulated: v.Emulated, DriverErr: v.DriverErr, NotServing: v.NotServing, Conflict: v.Conflict, Obs: v.Obs,
 		States: map[string]slicerv1alpha1.SliceState{}, Claims: map[string]slicerv1alpha1.ClaimReference{}}
 	if v.Obs == nil || v.Claim == nil {
 		return nv

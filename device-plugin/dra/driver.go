@@ -199,11 +199,15 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	pool := d.opts.NodeName
+	conflict, err := d.foreignManager(ctx)
+	if err != nil {
+		return 0, err
+	}
 	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
 	if err != nil {
 		err = fmt.Errorf("observe GPUs: %w", err)
 		d.health.set(deviceHealth(nil, explained(claims, pool), pool, d.opts.Now(), healthTimeout))
-		wait, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, DriverErr: err, NotServing: d.notServing})
+		wait, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, DriverErr: err, NotServing: d.notServing, Conflict: conflict})
 		return wait, errors.Join(err, serr)
 	}
 	held := explained(claims, pool)
@@ -230,6 +234,9 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 			d.opts.Log.Info("CDI spec of a claim no longer allocated removed", "claim", uid)
 			continue
 		}
+		if conflict {
+			continue // another MIG manager owns the node: its instances are not Slicer's to destroy
+		}
 		if err := d.destroyDevice(obs, k); err != nil {
 			errs = append(errs, err)
 			continue
@@ -250,8 +257,8 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	hs := holders(claims, pool)
 	recordMetrics(d.opts.Metrics, obs, hs)
 	d.health.set(deviceHealth(obs, held, pool, d.opts.Now(), healthTimeout))
-	perr := d.publish(ctx, obs, held)
-	wait, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Obs: obs, Claim: claimView(hs)})
+	perr := d.publish(ctx, obs, held, conflict)
+	wait, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Conflict: conflict, Obs: obs, Claim: claimView(hs)})
 	return wait, errors.Join(perr, serr)
 }
 
@@ -282,11 +289,14 @@ func (d *Driver) destroyDevice(obs *agent.Observation, name string) error {
 
 // publish writes the pool if republish says so; before Run has started the helper it only
 // remembers nothing (the first Sync publishes).
-func (d *Driver) publish(ctx context.Context, obs *agent.Observation, held map[string][]string) error {
+func (d *Driver) publish(ctx context.Context, obs *agent.Observation, held map[string][]string, conflict bool) error {
 	if d.publisher == nil {
 		return nil
 	}
-	gpus := poolGPUs(obs, held)
+	var gpus []migdra.GPU
+	if !conflict { // another MIG manager owns the node: an empty pool, so nothing is allocated here
+		gpus = poolGPUs(obs, held)
+	}
 	write, next := republish(d.last, gpus)
 	if !write {
 		return nil

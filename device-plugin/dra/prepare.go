@@ -31,10 +31,18 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	if err != nil {
 		return nil, err
 	}
+	conflict, err := d.foreignManager(ctx)
+	if err != nil {
+		return nil, err
+	}
 	held := explained(all, d.opts.NodeName)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
-		devs, err := d.prepareClaim(ctx, obs, all, held, c)
+		var devs []kubeletplugin.Device
+		err := errForeignMIGManager
+		if !conflict {
+			devs, err = d.prepareClaim(ctx, obs, all, held, c)
+		}
 		if err != nil {
 			d.opts.Log.Error(err, "prepare failed", "claim", claimRef(c.Namespace, c.Name, c.UID))
 		} else {
@@ -152,6 +160,10 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	if err != nil {
 		return nil, err
 	}
+	conflict, err := d.foreignManager(ctx)
+	if err != nil {
+		return nil, err
+	}
 	held := explained(all, d.opts.NodeName)
 	recorded, err := d.recordedBy()
 	if err != nil {
@@ -159,7 +171,14 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	}
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
-		err := d.unprepareClaim(ctx, obs, held, recorded, c)
+		var err error
+		if conflict {
+			// The claim is released, its instances are left (they show as orphans, and are
+			// collected once the node is Slicer's again).
+			err = d.opts.CDI.RemoveClaim(string(c.UID))
+		} else {
+			err = d.unprepareClaim(ctx, obs, held, recorded, c)
+		}
 		if err != nil {
 			d.opts.Log.Error(err, "unprepare failed", "claim", claimRef(c.Namespace, c.Name, c.UID))
 		} else {
