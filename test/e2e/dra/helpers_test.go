@@ -17,9 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 	"github.com/slicer-operator/slicer/operator/render"
 	"github.com/slicer-operator/slicer/test/builder"
@@ -230,6 +232,25 @@ func expectPrepared(ctx context.Context, ns, name, profile string) string {
 	Expect(saw).To(HaveKeyWithValue("profile", profile), "pod %s", name)
 	Expect(saw).To(HaveKeyWithValue("gpu", dev.gpu), "pod %s", name)
 	Expect(saw).To(HaveKeyWithValue("placement", fmt.Sprintf("%d:%d", dev.placement.Start, dev.placement.Size)), "pod %s", name)
+
+	// The agent reports the slice in the node's NodeAccelerator, held by the claim.
+	Eventually(func(g Gomega) {
+		var na slicerv1alpha1.NodeAccelerator
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, &na)).To(Succeed())
+		var found *slicerv1alpha1.MIGSlice
+		for _, gs := range na.Status.GPUs {
+			for i, sl := range gs.Slices {
+				if gs.UUID == dev.gpu && sl.MIGDeviceUUID == migUUID {
+					found = &gs.Slices[i]
+				}
+			}
+		}
+		g.Expect(found).NotTo(BeNil(), "NodeAccelerator %s does not report %s on %s", node, migUUID, dev.gpu)
+		g.Expect(found.State).To(Equal(slicerv1alpha1.SliceAllocated))
+		g.Expect(found.Placement).To(Equal(migapi.APIPlacement(dev.placement)))
+		g.Expect(found.Allocation).To(BeNil())
+		g.Expect(found.Claim).To(Equal(&slicerv1alpha1.ClaimReference{Namespace: ns, Name: claimName, UID: string(c.UID), Device: devName}))
+	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 	return migUUID
 }
 
@@ -307,6 +328,11 @@ func expectNothingPrepared(ctx context.Context, namespaces ...string) {
 		g.Expect(k8s.List(ctx, &claims)).To(Succeed())
 		for _, c := range claims.Items {
 			g.Expect(slices.Contains(namespaces, c.Namespace)).To(BeFalse(), "claim %s/%s left", c.Namespace, c.Name)
+		}
+		var na slicerv1alpha1.NodeAccelerator
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, &na)).To(Succeed())
+		for _, gs := range na.Status.GPUs {
+			g.Expect(gs.Slices).To(BeEmpty(), "NodeAccelerator %s still reports slices on %s", node, gs.UUID)
 		}
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
 }
