@@ -37,6 +37,7 @@ type Metrics struct {
 	PodGone         prometheus.Counter
 	Registrations   *prometheus.CounterVec
 	AllocateResults *prometheus.CounterVec
+	DRARequests     *prometheus.CounterVec
 	CDIWrites       *prometheus.CounterVec
 	FreeCompute     *prometheus.GaugeVec
 	FreeMemory      *prometheus.GaugeVec
@@ -80,6 +81,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		AllocateResults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slicer_agent_device_plugin_allocate_total", Help: "Device plugin Allocate calls by result (success, unknown_device, error).",
 		}, []string{"result"}),
+		DRARequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slicer_agent_dra_claims_total", Help: "ResourceClaims the kubelet asked the DRA plugin to prepare or unprepare, by operation (prepare, unprepare) and result (success, error).",
+		}, []string{"operation", "result"}),
 		CDIWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slicer_agent_cdi_spec_writes_total", Help: "CDI spec writes and removals by result.",
 		}, []string{"result"}),
@@ -99,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "slicer_agent_gpu_fragmentation_ratio", Help: "1 - (compute slices of the largest profile that still fits / free compute slices); 0 when the GPU is full or unfragmented.",
 		}, []string{"gpu"}),
 		RealizeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "slicer_agent_realize_duration_seconds", Help: "Time from the agent first seeing an allocation to its slice being Ready.",
+			Name: "slicer_agent_realize_duration_seconds", Help: "Time from the agent first seeing an allocation to its slice being Ready (DRA: from the kubelet's prepare call to the claim prepared).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
 		}),
 	}
@@ -114,7 +118,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Collectors lists every collector (for registration and docs generation).
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Instances, m.SliceInfo, m.Operations, m.OpDuration, m.NVMLErrors, m.OrphansReclaim,
-		m.Conflicts, m.PodGone, m.Registrations, m.AllocateResults, m.CDIWrites, m.FreeCompute, m.FreeMemory,
+		m.Conflicts, m.PodGone, m.Registrations, m.AllocateResults, m.DRARequests, m.CDIWrites, m.FreeCompute, m.FreeMemory,
 		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration}
 }
 

@@ -25,6 +25,7 @@ import (
 // that another allocated claim also holds fails the claim: the plugin is the last line of
 // defense against a double allocation (kubeletplugin.DRAPlugin).
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	start := d.opts.Now() // the kubelet's call, before waiting for the lock
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	all, obs, err := d.current(claims...)
@@ -43,9 +44,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		if !conflict {
 			devs, err = d.prepareClaim(ctx, obs, all, held, c)
 		}
+		d.opts.Metrics.DRARequests.WithLabelValues("prepare", result(err)).Inc()
 		if err != nil {
 			d.opts.Log.Error(err, "prepare failed", "claim", claimRef(c.Namespace, c.Name, c.UID))
 		} else {
+			d.opts.Metrics.RealizeDuration.Observe(d.opts.Now().Sub(start).Seconds())
 			d.opts.Log.Info("claim prepared", "claim", claimRef(c.Namespace, c.Name, c.UID), "devices", len(devs))
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
@@ -179,6 +182,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		} else {
 			err = d.unprepareClaim(ctx, obs, held, recorded, c)
 		}
+		d.opts.Metrics.DRARequests.WithLabelValues("unprepare", result(err)).Inc()
 		if err != nil {
 			d.opts.Log.Error(err, "unprepare failed", "claim", claimRef(c.Namespace, c.Name, c.UID))
 		} else {

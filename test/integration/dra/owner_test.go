@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -79,6 +80,11 @@ func TestForeignMIGManagerOwnsTheNode(t *testing.T) {
 	r := h.prepareResult(b)
 	if !strings.Contains(r.Error, slicerv1alpha1.LabelNVIDIAMIGConfig) {
 		t.Fatalf("prepare on a node another MIG manager owns: %q", r.Error)
+	}
+	for op, want := range map[[2]string]float64{{"prepare", "success"}: 1, {"prepare", "error"}: 1} {
+		if got := testutil.ToFloat64(h.plugin.metrics.DRARequests.WithLabelValues(op[0], op[1])); got != want {
+			t.Fatalf("slicer_agent_dra_claims_total%v = %v, want %v", op, got, want)
+		}
 	}
 	if inst := h.instances(); len(inst) != 1 || inst["gpu-0-1g-10gb-at-0"] == "" {
 		t.Fatalf("instances while another manager owns the node: %v", inst)

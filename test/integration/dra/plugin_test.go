@@ -52,6 +52,7 @@ func (c *clock) Add(d time.Duration) {
 // and a kubelet-side gRPC client of it.
 type plugin struct {
 	drv     *dra.Driver
+	metrics *agent.Metrics
 	cancel  context.CancelFunc
 	done    chan error
 	conn    *grpc.ClientConn
@@ -76,11 +77,12 @@ func (h *harness) start() {
 	h.t.Helper()
 	// The plugin's clock only moves when the test moves it, so status writes are not
 	// coalesced (a deferred write would wait for a time that never comes).
+	metrics := agent.NewMetrics(prometheus.NewRegistry())
 	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Emulated: true, Client: h.cs, Status: h.status, PublishInterval: -1,
-		CDI: h.cdi, Metrics: agent.NewMetrics(prometheus.NewRegistry()), OrphanGrace: h.grace, Resync: time.Hour,
+		CDI: h.cdi, Metrics: metrics, OrphanGrace: h.grace, Resync: time.Hour,
 		Now: h.clock.Now, Log: testr.New(h.t)})
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &plugin{drv: drv, cancel: cancel, done: make(chan error, 1)}
+	p := &plugin{drv: drv, metrics: metrics, cancel: cancel, done: make(chan error, 1)}
 	sock := filepath.Join(h.dir, "dra.sock")
 	_ = os.Remove(sock)
 	go func() {
