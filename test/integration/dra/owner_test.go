@@ -63,8 +63,11 @@ func TestForeignMIGManagerOwnsTheNode(t *testing.T) {
 	}
 	waitFor(t, "an empty pool and OwnershipConflict", func() (bool, error) {
 		n, err := h.poolDeviceCount(ctx)
-		if err != nil || n != 0 {
-			return false, fmt.Errorf("%d devices published: %v", n, err)
+		if err != nil {
+			return false, err
+		}
+		if n != 0 {
+			return false, fmt.Errorf("%d devices published", n)
 		}
 		na, err := h.nodeAccelerator()
 		if err != nil {
