@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,8 +25,8 @@ import (
 
 // reconcileDRA runs the DRA frontend: the device-plugin frontend's objects go, the webhook
 // and scheduler conditions say they are not used, the apiserver is probed for partitionable
-// devices, and one DeviceClass per profile of the cluster's GPU models is applied (stale ones
-// deleted). It reports whether the agent may roll out.
+// devices, and one DeviceClass per profile of the cluster's GPU models (node labels and
+// NodeAccelerators, clusterGPUModels) is applied, the classes of other profiles deleted. It reports whether the agent may roll out.
 func (r *SlicerReconciler) reconcileDRA(ctx context.Context, o render.Options, st *status, res *result, apply applyFunc) bool {
 	const cond = slicerv1alpha1.ConditionDeviceClassesReady
 	const notUsed = "spec.frontend is DRA: pods get their slices through DeviceClasses and the stock kube-scheduler, "
@@ -72,10 +71,10 @@ func (r *SlicerReconciler) reconcileDRA(ctx context.Context, o render.Options, s
 	}
 	msg := fmt.Sprintf("%d DeviceClasses for the MIG profiles of %s", len(classes), strings.Join(models, ", "))
 	if len(models) == 0 {
-		msg = "no node is labelled " + slicerv1alpha1.LabelGPUModel + " yet, so no DeviceClass is needed"
+		msg = "no node is labelled " + slicerv1alpha1.LabelGPUModel + " and no NodeAccelerator reports a GPU model yet, so no DeviceClass is needed"
 	}
 	if len(unknown) > 0 {
-		msg += fmt.Sprintf("; nodes labelled with GPU models Slicer does not know get none: %s", strings.Join(unknown, ", "))
+		msg += fmt.Sprintf("; GPU models Slicer does not know get none: %s", strings.Join(unknown, ", "))
 	}
 	if len(classes) > 0 && !r.bridgeServed(ctx, classes[0]) {
 		msg += "; the apiserver dropped extendedResourceName (the extended-resource bridge is off), so pods must ask through ResourceClaims, not nvidia.com/mig-<profile>"
@@ -118,20 +117,22 @@ func (r *SlicerReconciler) bridgeServed(ctx context.Context, applied client.Obje
 	return c.Spec.ExtendedResourceName != nil
 }
 
-// gpuModels lists the GPU models the node labelling reports (slicer.dev/gpu-model), sorted.
+// gpuModels observes the GPU models of the cluster: the nodes' slicer.dev/gpu-model labels
+// and the NodeAccelerators' GPUs (clusterGPUModels).
 func (r *SlicerReconciler) gpuModels(ctx context.Context) ([]string, error) {
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes, client.HasLabels{slicerv1alpha1.LabelGPUModel}); err != nil {
 		return nil, fmt.Errorf("list GPU nodes: %w", err)
 	}
-	var models []string
+	labels := make([]string, 0, len(nodes.Items))
 	for _, n := range nodes.Items {
-		if m := n.Labels[slicerv1alpha1.LabelGPUModel]; m != "" && !slices.Contains(models, m) {
-			models = append(models, m)
-		}
+		labels = append(labels, n.Labels[slicerv1alpha1.LabelGPUModel])
 	}
-	slices.Sort(models)
-	return models, nil
+	accels, err := r.observeAccelerators(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return clusterGPUModels(labels, accels), nil
 }
 
 // staleClasses are the classes of every known profile but the wanted ones.

@@ -129,8 +129,8 @@ type SlicerReconciler struct {
 
 // SetupWithManager registers the controller. Every managed kind it can
 // watch triggers a reconcile of the Slicer (drift is reverted at once), and
-// so do NodeAccelerators (status summary) and CRDs (optional APIs
-// installed at run time).
+// so do NodeAccelerators (status summary, GPU models), Nodes (GPU model
+// label), the DRA agent's pods and CRDs (optional APIs installed at run time).
 func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	toSlicer := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: slicerv1alpha1.SlicerName}}}
@@ -154,7 +154,9 @@ func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&admissionregistrationv1.ValidatingAdmissionPolicy{}).
 		Owns(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}).
 		Owns(&resourceapi.DeviceClass{}).
-		Watches(&slicerv1alpha1.NodeAccelerator{}, toSlicer).
+		// The summary counts and the GPU models (DRA frontend) come from NodeAccelerators;
+		// their slice and health reports that change neither do not reconcile.
+		Watches(&slicerv1alpha1.NodeAccelerator{}, toSlicer, builder.WithPredicates(acceleratorFactsChanged())).
 		// The GPU models of the nodes decide the DeviceClasses (DRA frontend).
 		Watches(&corev1.Node{}, toSlicer, builder.WithPredicates(gpuModelChanged())).
 		// An agent pod that ran the DRA plugin is gone: its driver's ResourceSlices may go.
@@ -363,28 +365,25 @@ type applyFunc func(component string, objs []client.Object) bool
 
 // summarize counts nodes, GPUs and slices in use from NodeAccelerators.
 func (r *SlicerReconciler) summarize(ctx context.Context, st *status) error {
+	accels, err := r.observeAccelerators(ctx)
+	if err != nil {
+		return err
+	}
+	st.next.Summary = summaryOf(accels)
+	return nil
+}
+
+// observeAccelerators reads the facts of every NodeAccelerator.
+func (r *SlicerReconciler) observeAccelerators(ctx context.Context) ([]acceleratorFacts, error) {
 	var list slicerv1alpha1.NodeAcceleratorList
 	if err := r.Client.List(ctx, &list); err != nil {
-		return fmt.Errorf("list NodeAccelerators: %w", err)
+		return nil, fmt.Errorf("list NodeAccelerators: %w", err)
 	}
-	sum := slicerv1alpha1.SlicerSummary{}
+	out := make([]acceleratorFacts, 0, len(list.Items))
 	for i := range list.Items {
-		na := &list.Items[i]
-		sum.Nodes++
-		if meta.IsStatusConditionTrue(na.Status.Conditions, slicerv1alpha1.ConditionReady) {
-			sum.ReadyNodes++
-		}
-		for _, g := range na.Status.GPUs {
-			sum.GPUs++
-			for _, sl := range g.Slices {
-				if sl.State == slicerv1alpha1.SliceAllocated {
-					sum.SlicesInUse++
-				}
-			}
-		}
+		out = append(out, factsOf(&list.Items[i]))
 	}
-	st.next.Summary = sum
-	return nil
+	return out, nil
 }
 
 // updateStatus writes the status only when it changed, and emits an Event

@@ -46,9 +46,9 @@ func RunsDRAPlugin(pod *corev1.Pod) bool {
 	return false
 }
 
-// ProfilesOfModels lists the MIG profiles of the named GPU models (the values of the
-// slicer.dev/gpu-model node label), deduplicated and sorted; names that are not a model
-// Slicer knows are returned in unknown.
+// ProfilesOfModels lists the MIG profiles of the named GPU models (the cluster's models: the
+// slicer.dev/gpu-model node labels and the NodeAccelerators' GPUs), deduplicated and sorted;
+// names that are not a model Slicer knows are returned in unknown.
 func ProfilesOfModels(models []string) (profiles, unknown []string) {
 	seen := map[string]bool{}
 	for _, name := range models {
