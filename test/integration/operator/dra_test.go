@@ -65,6 +65,16 @@ func setGPUModel(node, model string) {
 	}).Should(Succeed())
 }
 
+// setAcceleratorGPUs writes the GPUs of node's NodeAccelerator status, as its agent would.
+func setAcceleratorGPUs(node string, gpus []slicerv1alpha1.GPUStatus) {
+	Eventually(func(g Gomega) {
+		var na slicerv1alpha1.NodeAccelerator
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: node}, &na)).To(Succeed())
+		na.Status.GPUs = gpus
+		g.Expect(admin.Status().Update(ctx, &na)).To(Succeed())
+	}).Should(Succeed())
+}
+
 // driverSlice is a one-device ResourceSlice of driver on node.
 func driverSlice(name, driver, node string) *resourceapi.ResourceSlice {
 	return &resourceapi.ResourceSlice{
@@ -179,8 +189,9 @@ var _ = Describe("DRA frontend", Ordered, func() {
 		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.AgentName}, &ds)).To(Succeed())
 		Expect(ds.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--frontend=dra"))
 
-		By("the node's GPU model changes: the classes follow")
+		By("the node's GPU model changes (its label and its NodeAccelerator): the classes follow")
 		setGPUModel(node, "A100-40GB")
+		setAcceleratorGPUs(node, framework.MakeNodeAccelerator(node).GPUs("A100-40GB", 1).Obj().Status.GPUs)
 		Eventually(deviceClassNames).Should(Equal(classesOf("A100-40GB")))
 
 		By("the agent publishes its node's slices; another driver publishes its own")
@@ -204,6 +215,35 @@ var _ = Describe("DRA frontend", Ordered, func() {
 		Expect(admin.Delete(ctx, agent, client.GracePeriodSeconds(0))).To(Succeed())
 		Eventually(sliceNames).Should(ConsistOf(theirs))
 		setGPUModel(node, "H100-80GB")
+	})
+
+	It("installs the classes of every GPU model the NodeAccelerators report, not only the node label's", func() {
+		defer cleanSlate()
+		ns := nextAgentNamespace()
+		op := startOperator(operatorOptions{agentNamespace: ns})
+		defer op.stop()
+		Expect(admin.Create(ctx, newSlicer(draSlicer))).To(Succeed())
+		waitAvailable(ns)
+		Eventually(deviceClassNames).Should(Equal(classesOf("H100-80GB")))
+
+		By("the node, labelled H100-80GB, also holds an A100-40GB: the classes of both models' profiles")
+		na := framework.MakeNodeAccelerator(node).GPUs("H100-80GB", 1).GPUs("A100-40GB", 1).Obj()
+		Expect(framework.CreateNodeAccelerator(ctx, admin, na)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, na))).To(Succeed()) })
+		both := append(classesOf("H100-80GB"), classesOf("A100-40GB")...)
+		slices.Sort(both)
+		both = slices.Compact(both)
+		Expect(both).NotTo(Equal(classesOf("H100-80GB")), "the A100-40GB has profiles the H100-80GB lacks")
+		Eventually(deviceClassNames).Should(Equal(both))
+		Eventually(func(g Gomega) {
+			dc := condition(getSlicer(g), slicerv1alpha1.ConditionDeviceClassesReady)
+			g.Expect(dc).NotTo(BeNil())
+			g.Expect(dc.Message).To(And(ContainSubstring("A100-40GB"), ContainSubstring("H100-80GB")))
+		}).Should(Succeed())
+
+		By("the A100 is gone from the NodeAccelerator: the classes only it offered go")
+		setAcceleratorGPUs(node, framework.MakeNodeAccelerator(node).GPUs("H100-80GB", 1).Obj().Status.GPUs)
+		Eventually(deviceClassNames).Should(Equal(classesOf("H100-80GB")))
 	})
 
 	It("deletes its DeviceClasses on uninstall, and its driver's ResourceSlices once the agent is gone", func() {
