@@ -173,10 +173,10 @@ test-nested: ## Nested modules: NFD's rule engine, BuildKit's Containerfile pars
 
 # Per minor in TEST_MINORS: the packages the scheduler is built from, unit-tested in that
 # minor's module, and the scheduler integration suite against a kube-apiserver and etcd of that
-# minor (built from hack/k8s-bin-1.N into bin/k8s-1.N, once). internal/mig/migdra is left out:
-# it spells DRA objects in the main module's resource.k8s.io/v1 (1.37), which the scheduler
-# builds do not import.
-MINOR_UNIT_PKGS = $$($(GO) list $(addprefix $(SLICER_MOD)/,scheduler/... api/... internal/...) | grep -v /internal/mig/migdra)
+# minor (built from hack/k8s-bin-1.N into bin/k8s-1.N, once). internal/mig/migdra and
+# internal/slicemap (which reads claims through it) are left out: they spell DRA objects in the
+# main module's resource.k8s.io/v1 (1.37), and the scheduler builds import neither.
+MINOR_UNIT_PKGS = $$($(GO) list $(addprefix $(SLICER_MOD)/,scheduler/... api/... internal/...) | grep -v -e /internal/mig/migdra -e /internal/slicemap)
 MINOR_IT_PKGS = $(SLICER_MOD)/test/integration/scheduler
 
 .PHONY: test-minors
