@@ -28,11 +28,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	start := d.opts.Now() // the kubelet's call, before waiting for the lock
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	all, obs, err := d.current(claims...)
-	if err != nil {
-		return nil, err
-	}
-	conflict, err := d.foreignManager(ctx)
+	all, obs, conflict, err := d.current(ctx, claims...)
 	if err != nil {
 		return nil, err
 	}
@@ -137,18 +133,22 @@ func (d *Driver) doubleAllocated(ctx context.Context, all []*resourceapi.Resourc
 }
 
 // current reads what Prepare and Unprepare decide from: the allocated claims (the claim
-// cache, with given in place of their cached copies; claims.go) and the GPUs' instances
-// (NVML).
-func (d *Driver) current(given ...*resourceapi.ResourceClaim) ([]*resourceapi.ResourceClaim, *agent.Observation, error) {
+// cache, with given in place of their cached copies; claims.go), the GPUs' instances (NVML)
+// and whether another MIG manager owns the node (owner.go).
+func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClaim) ([]*resourceapi.ResourceClaim, *agent.Observation, bool, error) {
 	all, err := d.claims(given...)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
+	}
+	conflict, err := d.foreignManager(ctx)
+	if err != nil {
+		return nil, nil, false, err
 	}
 	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
 	if err != nil {
-		return nil, nil, fmt.Errorf("observe GPUs: %w", err)
+		return nil, nil, false, fmt.Errorf("observe GPUs: %w", err)
 	}
-	return all, obs, nil
+	return all, obs, conflict, nil
 }
 
 // UnprepareResourceClaims destroys what each claim was given. The claim's CDI spec says which
@@ -159,11 +159,7 @@ func (d *Driver) current(given ...*resourceapi.ResourceClaim) ([]*resourceapi.Re
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	all, obs, err := d.current()
-	if err != nil {
-		return nil, err
-	}
-	conflict, err := d.foreignManager(ctx)
+	all, obs, conflict, err := d.current(ctx)
 	if err != nil {
 		return nil, err
 	}
