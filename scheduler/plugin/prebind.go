@@ -63,6 +63,9 @@ func (p *Plugin) preBind(ctx context.Context, pod *corev1.Pod, nodeName string) 
 		if err := p.create(ctx, want); err != nil {
 			return err
 		}
+		// It exists now: its slot stays taken in the snapshot until the informer
+		// shows it, even if the reservation goes first (snapshot.Cache.Created).
+		p.cache.Created(pod.UID, s.Index)
 		names = append(names, want.Name)
 	}
 	p.cache.Commit(pod.UID)

@@ -107,6 +107,10 @@ type Cache struct {
 	// waiters maps a pod to the channel closed at the next change of its allocations
 	// (PodChanged); the entry goes with the close, or with the pod's reservation.
 	waiters map[types.UID]chan struct{}
+	// written tracks the allocations PreBind created per reservation; unseen keeps
+	// the slots of created allocations the informer has not shown yet (unseen.go).
+	written map[types.UID]*written
+	unseen  map[types.NamespacedName]unseenClaim
 }
 
 // New returns an empty cache.
@@ -124,6 +128,8 @@ func New(log logr.Logger, events Events) *Cache {
 		reservations: map[types.UID]*Reservation{},
 		conflicted:   map[string]bool{},
 		waiters:      map[types.UID]chan struct{}{},
+		written:      map[types.UID]*written{},
+		unseen:       map[types.NamespacedName]unseenClaim{},
 	}
 }
 
@@ -220,6 +226,9 @@ func (c *Cache) SetAllocation(a *Allocation) {
 	c.allocs[key] = a
 	addTo(c.nodeAllocs, a.NodeName, key, a)
 	addTo(c.podAllocs, a.PodUID, key, a)
+	if n := c.sawAllocation(key, a.PodUID, a.Slot.Index); n != "" && n != a.NodeName {
+		c.rebuild(n) // the allocation holds its slot now, wherever it is
+	}
 	if old != nil && old.NodeName != a.NodeName {
 		c.rebuild(old.NodeName)
 	}
@@ -368,6 +377,7 @@ func (c *Cache) Reserve(r *Reservation) error {
 		states[s.GPU] = next
 	}
 	c.reservations[r.PodUID] = r
+	c.trackWrites(r)
 	c.rebuild(r.NodeName)
 	c.reportReservations()
 	return nil
@@ -398,7 +408,9 @@ func (c *Cache) Reservation(uid types.UID) *Reservation {
 
 // Unreserve drops a pod's reservation and returns it (nil when there was
 // none: Unreserve is idempotent). Dropping one frees room unless the pod's
-// allocations hold every slot of it (PostBind's case).
+// allocations hold every slot of it (PostBind's case). A slot whose allocation
+// PreBind created (Created) but the snapshot does not show yet stays taken
+// until the informer shows it (unseen.go).
 func (c *Cache) Unreserve(uid types.UID) *Reservation {
 	c.mu.Lock()
 	c.notify(uid) // the pod's waiters are done (PostBind, Unreserve): wake any left, drop the channel
@@ -408,7 +420,10 @@ func (c *Cache) Unreserve(uid types.UID) *Reservation {
 		return nil
 	}
 	delete(c.reservations, uid)
-	held := map[Slot]bool{}
+	held := c.keepUnseen(r) // created allocations the informer has not shown yet hold theirs
+	if held == nil {
+		held = map[Slot]bool{}
+	}
 	for _, a := range c.podAllocs[uid] {
 		if a.NodeName == r.NodeName {
 			held[a.Slot] = true
@@ -464,7 +479,8 @@ func (c *Cache) rebuild(name string) {
 
 	gpus := append([]slicerv1alpha1.GPUStatus(nil), na.Status.GPUs...)
 	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Index < gpus[j].Index })
-	// Claims by the scheduler's side (committed allocations, reservations), per GPU.
+	// Claims by the scheduler's side (committed allocations, reservations, created
+	// allocations not shown yet), per GPU.
 	claims := map[string][]holder{}
 	for _, a := range c.nodeAllocs[name] {
 		claims[a.Slot.GPU] = append(claims[a.Slot.GPU], holder{slot: a.Slot, pod: a.PodUID})
@@ -476,6 +492,9 @@ func (c *Cache) rebuild(name string) {
 		for _, s := range r.Slots {
 			claims[s.GPU] = append(claims[s.GPU], holder{slot: s, pod: r.PodUID})
 		}
+	}
+	for _, u := range c.unseenOn(name) {
+		claims[u.slot.GPU] = append(claims[u.slot.GPU], holder{slot: u.slot, pod: u.pod})
 	}
 	anyUsable := false
 	for _, g := range gpus {

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -273,4 +274,90 @@ func TestPodChangedWakesOnlyThatPod(t *testing.T) {
 	if left != 0 {
 		t.Errorf("%d waiter channels left, want 0", left)
 	}
+}
+
+// A reservation dropped after PreBind created its allocation, but before the
+// informer showed it (the pod deleted during PreBind), leaves the slot taken:
+// the allocation exists in the API. Without that, another pod reserved the
+// slot and the allocation's late add event was a double allocation.
+func TestUnreserveKeepsSlotsOfUnseenAllocations(t *testing.T) {
+	slot := Slot{Slot: mig.Slot{GPU: "GPU-n1-a", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}}
+	created := alloc(slicerv1alpha1.AllocationName("p", "p-uid", 0), "p", "n1", "GPU-n1-a", "7g.80gb", 0, 8)
+	other := &Reservation{PodUID: "q-uid", Namespace: "ns", PodName: "q", NodeName: "n1", Slots: []Slot{slot}}
+	reserveCreated := func(t *testing.T, c *Cache, commit bool) {
+		t.Helper()
+		if err := c.Reserve(&Reservation{PodUID: "p-uid", Namespace: "ns", PodName: "p", NodeName: "n1", Slots: []Slot{slot}}); err != nil {
+			t.Fatal(err)
+		}
+		c.Created("p-uid", 0)
+		if commit {
+			c.Commit("p-uid")
+		}
+	}
+
+	for _, commit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("committed=%t", commit), func(t *testing.T) {
+			ev := &countEvents{}
+			c := New(logr.Discard(), ev)
+			c.SetNodeAccelerator(accel("n1", 1))
+			reserveCreated(t, c, commit)
+			freed := 0
+			c.OnFreed(func() { freed++ })
+			c.Unreserve("p-uid")
+			if got := free(c.Node("n1")); got[0] != 0 {
+				t.Errorf("free %v after Unreserve with the allocation not shown yet, want [0]", got)
+			}
+			if freed != 0 {
+				t.Errorf("Unreserve reported room freed %d times, want 0", freed)
+			}
+			if h := c.Holders("n1")["GPU-n1-a"]; !cmp.Equal(h, []string{"ns/p"}) {
+				t.Errorf("holders %v, want the pod of the unseen allocation", h)
+			}
+			if err := c.Reserve(other); err == nil {
+				t.Fatal("another pod reserved the slot of an allocation not shown yet")
+			}
+			c.SetAllocation(created) // the informer catches up
+			if got := free(c.Node("n1")); got[0] != 0 {
+				t.Errorf("free %v with the allocation shown, want [0]", got)
+			}
+			c.DeleteAllocation(created.Namespace, created.Name)
+			if freed != 1 {
+				t.Errorf("room freed %d times after the allocation went, want 1", freed)
+			}
+			if err := c.Reserve(other); err != nil {
+				t.Errorf("slot still taken after the allocation went: %v", err)
+			}
+			if ev.conflicts != 0 {
+				t.Errorf("conflicts %d, want 0", ev.conflicts)
+			}
+		})
+	}
+
+	t.Run("shown and gone before the reservation is dropped", func(t *testing.T) {
+		c := New(logr.Discard(), nil)
+		c.SetNodeAccelerator(accel("n1", 1))
+		if err := c.Reserve(&Reservation{PodUID: "p-uid", Namespace: "ns", PodName: "p", NodeName: "n1", Slots: []Slot{slot}}); err != nil {
+			t.Fatal(err)
+		}
+		c.SetAllocation(created)
+		c.DeleteAllocation(created.Namespace, created.Name)
+		c.Created("p-uid", 0) // PreBind's create returned after the informer showed both
+		c.Commit("p-uid")
+		c.Unreserve("p-uid")
+		if got := free(c.Node("n1")); got[0] != 7 {
+			t.Errorf("free %v, want [7]: nothing holds the slot", got)
+		}
+	})
+
+	t.Run("not created", func(t *testing.T) {
+		c := New(logr.Discard(), nil)
+		c.SetNodeAccelerator(accel("n1", 1))
+		if err := c.Reserve(&Reservation{PodUID: "p-uid", Namespace: "ns", PodName: "p", NodeName: "n1", Slots: []Slot{slot}}); err != nil {
+			t.Fatal(err)
+		}
+		c.Unreserve("p-uid") // PreBind's create failed, or PreBind never ran
+		if got := free(c.Node("n1")); got[0] != 7 {
+			t.Errorf("free %v, want [7]", got)
+		}
+	})
 }

@@ -24,6 +24,9 @@ func (c *Cache) Holders(node string) map[string][]string {
 			}
 		}
 	}
+	for _, u := range c.unseenOn(node) {
+		add(u.slot.GPU, u.podName)
+	}
 	out := map[string][]string{}
 	for gpu, set := range sets {
 		for h := range set {
