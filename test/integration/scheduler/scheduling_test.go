@@ -142,6 +142,45 @@ var _ = Describe("Scheduling MIG pods", func() {
 		Expect(s.allocationsOf(s.get(waiting.Name))).To(HaveLen(1))
 	})
 
+	It("keeps the slot of a pod deleted in PreBind until its snapshot shows the allocation (S1, snapshot lag)", func() {
+		// PreBind creates the allocation; the pod is deleted before the
+		// snapshot's informer shows it (held here), so PreBind fails and
+		// Unreserve drops the reservation. The allocation exists in the API:
+		// its slot must stay taken, or the waiting pod would be placed on it.
+		node := s.ns + "-n1"
+		s.addNode(node, 1)
+		var holding atomic.Bool
+		gate := make(chan struct{})
+		var release sync.Once
+		open := func() { release.Do(func() { close(gate) }) }
+		defer open()
+		start(plugin.Options{Hooks: plugin.Hooks{
+			BeforeSnapshotEvent: func(obj client.Object, deleted bool) {
+				if a, ok := obj.(*slicerv1alpha1.SliceAllocation); ok && !deleted && a.Spec.PodName == "gone" && holding.Load() {
+					<-gate
+				}
+			},
+		}})
+		holding.Store(true)
+		gone := s.create(s.pod("gone", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() []slicerv1alpha1.SliceAllocation { return s.allocationsOf(gone) }).Should(HaveLen(1))
+		waiting := s.create(s.pod("waiting", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() string { return unschedulable(s.get(waiting.Name)) }).Should(ContainSubstring("no GPU has a free slot"))
+
+		Expect(k8s.Delete(ctx, s.get(gone.Name), client.GracePeriodSeconds(0))).To(Succeed())
+		deleted := r.plugin.Metrics().Unreserve.WithLabelValues(plugin.UnreserveDeleted)
+		Eventually(func() float64 { return testutil.ToFloat64(deleted) }).Should(Equal(1.0))
+		By("the reservation is gone, the allocation not yet in the snapshot: its slot is still taken")
+		n := r.plugin.Cache().Node(node)
+		Expect(n.MIG.GPUs[0].State.FreeComputeSlices()).To(BeZero())
+		Expect(r.plugin.Cache().Holders(node)[n.GPUs[0].UUID]).To(Equal([]string{s.ns + "/gone"}))
+
+		By("the snapshot catches up; the allocation is released and the waiting pod binds")
+		open()
+		Eventually(func() string { return s.get(waiting.Name).Spec.NodeName }).Should(Equal(node))
+		Expect(s.allocationsOf(s.get(waiting.Name))).To(HaveLen(1))
+	})
+
 	It("packs mixed profiles where internal/mig places them", func() {
 		node := s.ns + "-n1"
 		s.addNode(node, 1)
