@@ -37,14 +37,19 @@ var _ = Describe("Scheduling MIG pods", func() {
 		s = newScenario(fmt.Sprintf("sched-%d", cnt))
 	})
 	AfterEach(func() {
+		cur := r
+		r = nil
+		if cur != nil {
+			// Stopped after this AfterEach even when a check below fails: left running, this
+			// spec's scheduler would also schedule the next specs' pods.
+			DeferCleanup(cur.stop)
+		}
 		checkInvariants()
 		s.cleanup()
 		checkInvariants()
-		if r != nil {
-			Expect(r.plugin.Cache().ReservationCount()).To(BeZero(), "no reservation left behind")
-			Expect(testutil.ToFloat64(r.plugin.Metrics().AllocationConflicts)).To(BeZero())
-			r.stop()
-			r = nil
+		if cur != nil {
+			Expect(cur.plugin.Cache().ReservationCount()).To(BeZero(), "no reservation left behind")
+			Expect(testutil.ToFloat64(cur.plugin.Metrics().AllocationConflicts)).To(BeZero())
 		}
 	})
 
