@@ -5,13 +5,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,10 +17,9 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/e2e/localnode"
 )
 
 var (
@@ -68,13 +65,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	runScript(ctx, "hack/local-cluster", "up", "--default-scheduler")
 	runScript(ctx, "hack/demo", "install")
 
-	restConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	Expect(err).NotTo(HaveOccurred())
-	restConfig.QPS, restConfig.Burst = 200, 400
-	k8s, err = client.New(restConfig, client.Options{Scheme: framework.NewScheme()})
-	Expect(err).NotTo(HaveOccurred())
-	clientset, err = kubernetes.NewForConfig(restConfig)
-	Expect(err).NotTo(HaveOccurred())
+	restConfig, k8s, clientset = localnode.Connect(kubeconfig)
 	// The latency watch outlives this node's context: it runs until the suite ends.
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	DeferCleanup(stopWatch)
@@ -94,31 +85,8 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// skipLoudly skips every spec and says why on stderr too: `go test` without
-// -v hides Ginkgo's skip messages, and a silently skipped suite looks green.
-func skipLoudly(reason string) {
-	fmt.Fprintf(os.Stderr, "\n*** e2e SKIPPED: %s ***\n\n", reason)
-	Skip(reason)
-}
+func skipLoudly(reason string) { localnode.SkipLoudly("e2e", reason) }
 
-// runScript runs a repository script, its output going to the Ginkgo log; a
-// failure fails the spec with the output's tail.
 func runScript(ctx context.Context, script string, args ...string) {
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, script), args...)
-	cmd.Dir = repoRoot
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	start := time.Now()
-	err := cmd.Run()
-	GinkgoWriter.Printf("$ %s %s (%s)\n%s\n", script, strings.Join(args, " "), time.Since(start).Round(time.Millisecond), out.String())
-	Expect(err).NotTo(HaveOccurred(), "%s %s failed:\n%s", script, strings.Join(args, " "), tail(out.String(), 40))
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
+	localnode.RunScript(ctx, repoRoot, nil, script, args...)
 }

@@ -16,8 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -29,6 +27,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/test/builder"
+	"github.com/slicer-operator/slicer/test/e2e/localnode"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -52,24 +51,6 @@ func slicePod(ns, name, profile string) *corev1.Pod {
 
 func plainPod(ns, name string) *corev1.Pod {
 	return builder.Pod(ns, name).RestartNever().Container("main", builder.None).Shell(printDevice + waitForTerm).Obj()
-}
-
-func createNamespace(ctx context.Context, name string) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	Expect(k8s.Create(ctx, ns)).To(Succeed())
-	// the namespace's default ServiceAccount must exist before pods are admitted
-	Eventually(func() error {
-		_, err := clientset.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err
-	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
-}
-
-func deleteNamespace(ctx context.Context, name string) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	Expect(client.IgnoreNotFound(k8s.Delete(ctx, ns))).To(Succeed())
-	Eventually(func() bool {
-		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ns), ns))
-	}).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeTrue(), "namespace %s not deleted", name)
 }
 
 // createPod creates a pod and records its creation for the latency log.
@@ -103,14 +84,9 @@ func containerSaw(ctx context.Context, ns, name string, container ...string) (ma
 	if err != nil {
 		return nil, fmt.Errorf("logs of %s/%s %v: %w", ns, name, container, err)
 	}
-	line := strings.SplitN(strings.TrimSpace(string(raw)), "\n", 2)[0]
-	if !strings.HasPrefix(line, "visible=") {
-		return nil, fmt.Errorf("pod %s/%s has not printed yet: %q", ns, name, line)
-	}
-	out := map[string]string{}
-	for _, f := range strings.Fields(line) {
-		k, v, _ := strings.Cut(f, "=")
-		out[k] = v
+	out, ok := localnode.PrintedFields(raw, "visible")
+	if !ok {
+		return nil, fmt.Errorf("pod %s/%s has not printed yet: %q", ns, name, localnode.Tail(string(raw), 1))
 	}
 	return out, nil
 }
@@ -409,3 +385,9 @@ func pct(sorted []time.Duration, p int) string {
 	}
 	return fmt.Sprintf("%.2fs", sorted[i].Seconds())
 }
+
+func createNamespace(ctx context.Context, name string) {
+	localnode.CreateNamespace(ctx, k8s, clientset, name)
+}
+
+func deleteNamespace(ctx context.Context, name string) { localnode.DeleteNamespace(ctx, k8s, name) }

@@ -12,7 +12,6 @@ package olm
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/slicer-operator/slicer/test/e2e/localnode"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -260,13 +260,6 @@ func releaseVersion() string {
 	return ""
 }
 
-// skipLoudly skips every spec and says why on stderr too: `go test` without -v hides
-// Ginkgo's skip messages, and a silently skipped suite looks green.
-func skipLoudly(reason string) {
-	fmt.Fprintf(os.Stderr, "\n*** olm SKIPPED: %s ***\n\n", reason)
-	Skip(reason)
-}
-
 // run runs a repository command (path relative to the root) to completion; a failure fails the
 // spec with the output's tail.
 func run(ctx context.Context, name string, args ...string) string {
@@ -302,14 +295,8 @@ func outputIn(ctx context.Context, dir string, env []string, bin string, args ..
 	start := time.Now()
 	err := cmd.Run()
 	GinkgoWriter.Printf("$ %s %s (%s)\n%s%s\n", bin, strings.Join(args, " "), time.Since(start).Round(time.Millisecond), out.String(), errb.String())
-	Expect(err).NotTo(HaveOccurred(), "%s %s failed:\n%s", bin, strings.Join(args, " "), tail(out.String()+errb.String(), 40))
+	Expect(err).NotTo(HaveOccurred(), "%s %s failed:\n%s", bin, strings.Join(args, " "), localnode.Tail(out.String()+errb.String(), 40))
 	return out.String()
 }
 
-func tail(s string, lines int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
-}
+func skipLoudly(reason string) { localnode.SkipLoudly("olm", reason) }

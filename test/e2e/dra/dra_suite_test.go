@@ -9,24 +9,21 @@
 package dra
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/e2e/localnode"
 )
 
 var (
@@ -66,34 +63,12 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	runScript(ctx, []string{"SLICER_FRONTEND=DRA"}, "hack/demo", "install")
 
 	ctrllog.SetLogger(GinkgoLogr)
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	Expect(err).NotTo(HaveOccurred())
-	cfg.QPS, cfg.Burst = 200, 400
-	k8s, err = client.New(cfg, client.Options{Scheme: framework.NewScheme()})
-	Expect(err).NotTo(HaveOccurred())
-	clientset, err = kubernetes.NewForConfig(cfg)
-	Expect(err).NotTo(HaveOccurred())
+	_, k8s, clientset = localnode.Connect(kubeconfig)
 }, NodeTimeout(20*time.Minute))
 
-// skipLoudly skips every spec and says why on stderr too: `go test` without
-// -v hides Ginkgo's skip messages, and a silently skipped suite looks green.
-func skipLoudly(reason string) {
-	fmt.Fprintf(os.Stderr, "\n*** e2e/dra SKIPPED: %s ***\n\n", reason)
-	Skip(reason)
-}
+func skipLoudly(reason string) { localnode.SkipLoudly("e2e/dra", reason) }
 
-// runScript runs a repository script with env added to the suite's, its output
-// going to the Ginkgo log; a failure fails the spec with the output's tail.
+// runScript runs a repository script with env added to the suite's environment.
 func runScript(ctx context.Context, env []string, script string, args ...string) {
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, script), args...)
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	start := time.Now()
-	err := cmd.Run()
-	GinkgoWriter.Printf("$ %s %s (%s)\n%s\n", script, strings.Join(args, " "), time.Since(start).Round(time.Millisecond), out.String())
-	l := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
-	Expect(err).NotTo(HaveOccurred(), "%s %s failed:\n%s", script, strings.Join(args, " "), strings.Join(l[max(0, len(l)-40):], "\n"))
+	localnode.RunScript(ctx, repoRoot, env, script, args...)
 }

@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +23,7 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 	"github.com/slicer-operator/slicer/operator/render"
 	"github.com/slicer-operator/slicer/test/builder"
+	"github.com/slicer-operator/slicer/test/e2e/localnode"
 )
 
 const (
@@ -68,23 +67,6 @@ func claimTemplate(ns, name, profile string) *resourceapi.ResourceClaimTemplate 
 	}
 }
 
-func createNamespace(ctx context.Context, name string) {
-	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
-	// the namespace's default ServiceAccount must exist before pods are admitted
-	Eventually(func() error {
-		_, err := clientset.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err
-	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
-}
-
-func deleteNamespace(ctx context.Context, name string) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	Expect(client.IgnoreNotFound(k8s.Delete(ctx, ns))).To(Succeed())
-	Eventually(func() bool {
-		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ns), ns))
-	}).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeTrue(), "namespace %s not deleted", name)
-}
-
 func getPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 	var p corev1.Pod
 	err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p)
@@ -106,14 +88,9 @@ func containerSaw(ctx context.Context, ns, name string) (map[string]string, erro
 	if err != nil {
 		return nil, fmt.Errorf("logs of %s/%s: %w", ns, name, err)
 	}
-	line := strings.SplitN(strings.TrimSpace(string(raw)), "\n", 2)[0]
-	if !strings.HasPrefix(line, "device=") {
-		return nil, fmt.Errorf("pod %s/%s has not printed yet: %q", ns, name, line)
-	}
-	out := map[string]string{}
-	for _, f := range strings.Fields(line) {
-		k, v, _ := strings.Cut(f, "=")
-		out[k] = v
+	out, ok := localnode.PrintedFields(raw, "device")
+	if !ok {
+		return nil, fmt.Errorf("pod %s/%s has not printed yet: %q", ns, name, localnode.Tail(string(raw), 1))
 	}
 	return out, nil
 }
@@ -375,3 +352,9 @@ func downNodeSlice(nodeName, driver string) *resourceapi.ResourceSlice {
 		},
 	}
 }
+
+func createNamespace(ctx context.Context, name string) {
+	localnode.CreateNamespace(ctx, k8s, clientset, name)
+}
+
+func deleteNamespace(ctx context.Context, name string) { localnode.DeleteNamespace(ctx, k8s, name) }
