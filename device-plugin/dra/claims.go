@@ -71,15 +71,7 @@ func (d *Driver) inPool(obj any) bool {
 		obj = t.Obj
 	}
 	c, ok := obj.(*resourceapi.ResourceClaim)
-	if !ok || c.Status.Allocation == nil {
-		return false
-	}
-	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver == migdra.DriverName && r.Pool == d.opts.NodeName {
-			return true
-		}
-	}
-	return false
+	return ok && len(migdra.AllocatedDevices(c, d.opts.NodeName)) > 0
 }
 
 // claims are the cached claims of the cluster (shared with the informer: read only), with

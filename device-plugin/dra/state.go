@@ -40,10 +40,7 @@ func claimDevices(c *resourceapi.ResourceClaim, pool string) ([]allocated, error
 		return nil, fmt.Errorf("claim %s/%s is not allocated", c.Namespace, c.Name)
 	}
 	var out []allocated
-	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver != migdra.DriverName || r.Pool != pool {
-			continue
-		}
+	for _, r := range migdra.AllocatedDevices(c, pool) {
 		ref, err := migdra.ParseDeviceName(r.Device)
 		if err != nil {
 			return nil, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
@@ -58,13 +55,8 @@ func claimDevices(c *resourceapi.ResourceClaim, pool string) ([]allocated, error
 func explained(claims []*resourceapi.ResourceClaim, pool string) map[string][]string {
 	out := map[string][]string{}
 	for _, c := range claims {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver == migdra.DriverName && r.Pool == pool {
-				out[r.Device] = append(out[r.Device], string(c.UID))
-			}
+		for _, r := range migdra.AllocatedDevices(c, pool) {
+			out[r.Device] = append(out[r.Device], string(c.UID))
 		}
 	}
 	return out

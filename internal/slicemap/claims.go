@@ -67,7 +67,7 @@ func (j *joiner) sliceClaim(node string, gpu int32, s slicerv1alpha1.MIGSlice) C
 	}
 	out.UID = string(c.UID)
 	// A reference without a device (an older writer) accounts for all the claim's devices here.
-	for _, r := range slicerResults(c) {
+	for _, r := range migdra.AllocatedDevices(c, "") {
 		if r.Pool == node && (ref.Device == "" || r.Device == ref.Device) {
 			out.Allocated = true
 			j.prepared[claimDevice{c.Namespace, c.Name, r.Device}] = true
@@ -97,20 +97,6 @@ func reservedPods(c *resourceapi.ResourceClaim) []resourceapi.ResourceClaimConsu
 	return out
 }
 
-// slicerResults are the devices of Slicer's DRA driver in a claim's allocation.
-func slicerResults(c *resourceapi.ResourceClaim) []resourceapi.DeviceRequestAllocationResult {
-	if c.Status.Allocation == nil {
-		return nil
-	}
-	var out []resourceapi.DeviceRequestAllocationResult
-	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver == migdra.DriverName {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // unpreparedClaim is a claim device with no slice yet, on a node (the pool's name).
 type unpreparedClaim struct {
 	node  string
@@ -131,7 +117,7 @@ func (j *joiner) unprepared(accels []slicerv1alpha1.NodeAccelerator) []unprepare
 	}
 	var out []unpreparedClaim
 	for _, c := range j.claims {
-		for _, r := range slicerResults(c) {
+		for _, r := range migdra.AllocatedDevices(c, "") {
 			if j.prepared[claimDevice{c.Namespace, c.Name, r.Device}] {
 				continue
 			}

@@ -76,7 +76,7 @@ func placedPods(in Input) map[podKey]bool {
 	}
 	for i := range in.ResourceClaims {
 		c := &in.ResourceClaims[i]
-		if len(slicerResults(c)) == 0 {
+		if len(migdra.AllocatedDevices(c, "")) == 0 {
 			continue
 		}
 		for _, r := range reservedPods(c) {
