@@ -54,6 +54,7 @@ func main() {
 	profile := flag.String("profile", "1g.10gb", "MIG profile each MIG pod asks for")
 	draProfiles := flag.String("dra-profiles", "", "dra-sched: publish only these profiles' devices (comma-separated NVIDIA spellings; default all)")
 	phases := flag.String("phases", "plain,mig-sched,mig-e2e,burst", "phases to run, in order (plain is needed for the ratios)")
+	repeat := flag.Int("repeat", 1, "run the phases this many times, interleaved (plain, mig-sched, …, plain, mig-sched, …); prints each round and the ratios' and CPU's median and spread")
 	burstRounds := flag.Int("burst-rounds", 3, "burst: rounds of 56 allocations (released between rounds)")
 	burstLatency := flag.Duration("burst-nvml-latency", 0, "burst: latency the emulated NVML adds to each MIG create/destroy call")
 	klog.InitFlags(nil)
@@ -64,7 +65,11 @@ func main() {
 	if p.warmup < 0 {
 		p.warmup = max(1, p.pods/10)
 	}
-	if err := run(context.Background(), p, *profile, strings.Split(*phases, ","), *burstRounds, *burstLatency); err != nil {
+	if *repeat < 1 {
+		fmt.Fprintln(os.Stderr, "error: -repeat must be at least 1")
+		os.Exit(2)
+	}
+	if err := run(context.Background(), p, *profile, strings.Split(*phases, ","), *repeat, *burstRounds, *burstLatency); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
@@ -74,7 +79,7 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }
 
-func run(ctx context.Context, p params, profile string, phases []string, burstRounds int, burstLatency time.Duration) error {
+func run(ctx context.Context, p params, profile string, phases []string, repeat, burstRounds int, burstLatency time.Duration) error {
 	migRes := corev1.ResourceName(mig.ResourceName(profile))
 	draRes := corev1.ResourceName(mig.NVIDIAResourceName(profile))
 	specs := map[string]phaseSpec{
@@ -85,34 +90,47 @@ func run(ctx context.Context, p params, profile string, phases []string, burstRo
 	}
 	fmt.Printf("bench/scheduler: %d nodes × %d H100-80GB, %d measured + %d warm-up pods per phase, realize-delay %s, precreate %v\n",
 		p.nodes, p.gpus, p.pods, p.warmup, p.realizeDelay, p.precreate)
-	results := map[string]result{}
-	var order []string
-	var bursts []burstRound
 	for _, ph := range phases {
-		if ph == "burst" {
-			logf("burst: %d rounds", burstRounds)
-			b, err := runBurst(ctx, burstRounds, burstLatency)
-			if err != nil {
-				return fmt.Errorf("burst: %w", err)
-			}
-			bursts = b
-			continue
-		}
-		spec, ok := specs[ph]
-		if !ok {
+		if _, ok := specs[ph]; !ok && ph != "burst" {
 			return fmt.Errorf("unknown phase %q", ph)
 		}
-		logf("%s: starting", ph)
-		p.measureHeap = len(order) == 0
-		r, err := runPhase(ctx, p, spec)
-		if err != nil {
-			return fmt.Errorf("phase %s: %w", ph, err)
-		}
-		logf("%s: %d pods in %s", ph, p.pods, r.elapsed.Round(time.Millisecond))
-		results[ph] = r
-		order = append(order, ph)
 	}
-	printResults(p, order, results)
+	var rounds []map[string]result
+	var order []string
+	var bursts []burstRound
+	for round := range repeat {
+		results := map[string]result{}
+		order = order[:0]
+		for _, ph := range phases {
+			if ph == "burst" {
+				if round > 0 {
+					continue // its own rounds (-burst-rounds) repeat it
+				}
+				logf("burst: %d rounds", burstRounds)
+				b, err := runBurst(ctx, burstRounds, burstLatency)
+				if err != nil {
+					return fmt.Errorf("burst: %w", err)
+				}
+				bursts = b
+				continue
+			}
+			logf("round %d/%d, %s: starting", round+1, repeat, ph)
+			p.measureHeap = round == 0 && len(order) == 0
+			r, err := runPhase(ctx, p, specs[ph])
+			if err != nil {
+				return fmt.Errorf("phase %s: %w", ph, err)
+			}
+			logf("%s: %d pods in %s", ph, p.pods, r.elapsed.Round(time.Millisecond))
+			results[ph] = r
+			order = append(order, ph)
+		}
+		if repeat > 1 {
+			fmt.Printf("\n--- round %d of %d\n", round+1, repeat)
+		}
+		printResults(p, order, results)
+		rounds = append(rounds, results)
+	}
+	printRepeated(p, order, rounds)
 	printBurst(bursts, burstLatency)
 	return nil
 }
@@ -139,6 +157,12 @@ func printResults(p params, order []string, results map[string]result) {
 		r := results[k]
 		fmt.Printf("  %-10s scheduler %.2f (%s)\n", k, float64(total(r.schedW))/float64(p.pods), perPod(r.schedW, p.pods))
 		fmt.Printf("  %-10s agent     %.2f (%s)\n", "", float64(total(r.agentW))/float64(p.pods), perPod(r.agentW, p.pods))
+	}
+	fmt.Println("\nCPU per measured pod in the measured window (apiserver, etcd: their processes; scheduler: the bench process's")
+	fmt.Println("profile samples of goroutines labelled component=scheduler; process: all of the bench process):")
+	for _, k := range order {
+		c := results[k].cpu.perPod(p.pods)
+		fmt.Printf("  %-10s apiserver %s  etcd %s  scheduler %s  process %s\n", k, ms(c.apiserver), ms(c.etcd), ms(c.scheduler), ms(c.process))
 	}
 	gpus := p.nodes * p.gpus
 	fmt.Println("\nScheduler heap once synced and warm (after GC, minus before its start; includes the warm-up pods and the pod watch):")

@@ -73,6 +73,7 @@ type result struct {
 	agentW     map[string]int
 	heap       int64 // scheduler heap once synced and warm, minus before its start (-1: not measured)
 	boundTotal int
+	cpu        cpuUse // spent in the measured window (cpu.go)
 }
 
 func (r result) podsPerSec(pods int) float64 { return float64(pods) / r.elapsed.Seconds() }
@@ -145,7 +146,8 @@ func runPhase(ctx context.Context, p params, spec phaseSpec) (res result, err er
 	heapBefore := heapAfterGC()
 	// server.Start returns once the plugin's snapshot has synced; the
 	// scheduler's own informers have synced once it binds the warm-up pods.
-	sched, err := server.Start(ctx, file, opts)
+	var sched *server.Scheduler
+	withSchedulerLabels(ctx, func(ctx context.Context) { sched, err = server.Start(ctx, file, opts) })
 	if err != nil {
 		return res, err
 	}
@@ -173,13 +175,21 @@ func runPhase(ctx context.Context, p params, spec phaseSpec) (res result, err er
 	preBindBefore := gather(preBindReg, "slicer_scheduler_prebind_wait_seconds", "", "")
 	schedBefore, agentBefore := cl.schedProxy.Writes(), cl.agentProxy.Writes()
 
+	profilePath := ""
 	if p.cpuProfile != "" {
-		stop, err := startCPUProfile(p.cpuProfile + "." + spec.key)
-		if err != nil {
-			return res, err
-		}
-		defer func() { err = errors.Join(err, stop()) }()
+		profilePath = p.cpuProfile + "." + spec.key
 	}
+	meter, err := startCPUMeter(profilePath)
+	if err != nil {
+		return res, err
+	}
+	metering := true
+	defer func() {
+		if metering {
+			_, merr := meter.stop()
+			err = errors.Join(err, merr)
+		}
+	}()
 	start := time.Now()
 	if p.precreate {
 		start = bw.nthBound(p.warmup)
@@ -191,6 +201,10 @@ func runPhase(ctx context.Context, p params, spec phaseSpec) (res result, err er
 	}
 	if err := bw.wait(ctx, p.warmup+p.pods, p.timeout); err != nil {
 		return res, fmt.Errorf("%s: %w", spec.key, err)
+	}
+	metering = false
+	if res.cpu, err = meter.stop(); err != nil {
+		return res, err
 	}
 	var last time.Time
 	res.e2e, last = bw.latencies("p-")

@@ -224,22 +224,3 @@ func writeHeapProfile(path string) error {
 	}
 	return nil
 }
-
-// startCPUProfile starts a pprof CPU profile into path; the returned function stops it.
-func startCPUProfile(path string) (func() error, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		return nil
-	}, nil
-}
