@@ -165,6 +165,7 @@ type defragRun struct {
 	fitCount [numModels + 1][maxProfiles]int      // usable GPUs where the profile fits now
 	fitList  [numModels + 1][maxProfiles][]gpuRef // those GPUs, built only for scarce profiles
 	fitBuilt [numModels + 1][maxProfiles]bool
+	movCache []uint32 // per GPU in node then GPU order, see movableSlots
 
 	k        int
 	examined int
@@ -187,8 +188,10 @@ type defragRun struct {
 func (r *defragRun) survey() DefragOutcome {
 	var tabs [numModels + 1]*modelTable
 	var want [numModels + 1]int
+	ngpus := 0
 	for n := range r.nodes {
 		gpus := r.nodes[n].GPUs
+		ngpus += len(gpus)
 		for i := range gpus {
 			g := &gpus[i]
 			m := g.State.model
@@ -237,6 +240,7 @@ func (r *defragRun) survey() DefragOutcome {
 	if !room {
 		return DefragNoCapacity
 	}
+	r.movCache = make([]uint32, ngpus)
 	return ""
 }
 
@@ -245,14 +249,16 @@ func (r *defragRun) survey() DefragOutcome {
 func (r *defragRun) scan(budget int) {
 	r.examined, r.stopped = 0, false
 	var tabs [numModels + 1]*modelTable
-	var lbs [numModels + 1][]int8
+	var dts [numModels + 1]*defragTable
 	for m := Model(1); m <= numModels; m++ {
 		if r.present[m] && r.req.prof[m][0] >= 0 {
-			tabs[m], lbs[m] = tableFor(m), minRemovals(m)
+			tabs[m], dts[m] = tableFor(m), defragTableFor(m)
 		}
 	}
+	gi := -1
 	for n := range r.nodes {
 		for g := range r.nodes[n].GPUs {
+			gi++
 			gpu := &r.nodes[n].GPUs[g]
 			m := gpu.State.model
 			if !gpu.Usable || m == 0 || m > numModels || tabs[m] == nil {
@@ -261,21 +267,18 @@ func (r *defragRun) scan(budget int) {
 			p := int(r.req.prof[m][0])
 			t := tabs[m]
 			st := int(gpu.State.idx)
-			if int(lbs[m][st*t.nprof()+p]) > r.k {
+			if int(dts[m].minRemovals[st*t.nprof()+p]) > r.k {
+				continue
+			}
+			mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
+			if mov&movHopeless != 0 || bits.OnesCount32(mov&^movKnown) < r.k {
 				continue
 			}
 			var pos [32]int
 			npos := 0
-			for mask := t.states[st]; mask != 0; mask &= mask - 1 {
-				s := bits.TrailingZeros32(mask)
-				sl := t.slots[s]
-				if r.movable != nil && r.movable(n, g, t.profiles[sl.prof], Placement{Start: int(sl.start), Size: int(sl.size)}) {
-					pos[npos] = s
-					npos++
-				}
-			}
-			if npos < r.k {
-				continue
+			for mask := mov &^ movKnown; mask != 0; mask &= mask - 1 {
+				pos[npos] = bits.TrailingZeros32(mask)
+				npos++
 			}
 			// Every k-subset of the npos movable slots, as a bitmask over pos (Gosper's hack).
 			for c := uint32(1)<<r.k - 1; c < 1<<npos; {
@@ -293,6 +296,42 @@ func (r *defragRun) scan(budget int) {
 			}
 		}
 	}
+}
+
+const (
+	movKnown    = 1 << 30 // movCache entry computed
+	movHopeless = 1 << 31 // the profile does not fit even with every movable slice gone
+)
+
+// movableSlots is the slot mask of GPU gi's movable instances, asked of the callback once per
+// call and kept in r.movCache, with movHopeless set when removing all of them would not open
+// the profile.
+func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, st, p int) uint32 {
+	if e := r.movCache[gi]; e&movKnown != 0 {
+		return e
+	}
+	mask := t.states[st]
+	var mov uint32
+	if r.movable != nil {
+		for rest := mask; rest != 0; rest &= rest - 1 {
+			s := bits.TrailingZeros32(rest)
+			sl := t.slots[s]
+			if r.movable(n, g, t.profiles[sl.prof], Placement{Start: int(sl.start), Size: int(sl.size)}) {
+				mov |= 1 << s
+			}
+		}
+	}
+	e := mov | movKnown
+	switch {
+	case mov == 0: // the GPU as it is, which does not fit the profile
+		e |= movHopeless
+	case mov != mask: // mov == mask: the empty GPU fits every profile
+		if fixed := dt.index[mask&^mov]; t.nvmlSlot[int(fixed)*t.nprof()+p] == noSlot {
+			e |= movHopeless
+		}
+	}
+	r.movCache[gi] = e
+	return e
 }
 
 // tryRemoval checks one removal set (c over pos) on GPU (n, g). It returns true when enough
@@ -531,17 +570,26 @@ func (r *defragRun) bestUntouched(m Model, q int) SliceAt {
 		Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
 }
 
-// minRemovals is, per model, [state*nprof+profile] -> the fewest instances to destroy so the
-// profile fits (ignoring which may move): a lower bound on a plan's moves through that GPU.
-func minRemovals(m Model) []int8 {
-	d := &removalTables[m]
+// defragTable is derived once per model from its state table.
+type defragTable struct {
+	// minRemovals[state*nprof+profile] is the fewest instances to destroy so the profile fits
+	// (ignoring which may move): a lower bound on a plan's moves through a GPU in that state.
+	minRemovals []int8
+	// index finds a state by its slot bitmask.
+	index map[uint32]uint16
+}
+
+func defragTableFor(m Model) *defragTable {
+	d := &defragTables[m]
 	d.once.Do(func() {
 		t := tableFor(m)
 		ns, np := t.nslots(), t.nprof()
 		out := make([]int8, len(t.states)*np)
+		index := make(map[uint32]uint16, len(t.states))
 		// enumerate() lists the states breadth first from the empty GPU, so every state with
 		// one instance fewer comes before.
 		for st, mask := range t.states {
+			index[mask] = uint16(st)
 			for p := 0; p < np; p++ {
 				if t.nvmlSlot[st*np+p] != noSlot {
 					continue
@@ -554,12 +602,12 @@ func minRemovals(m Model) []int8 {
 				out[st*np+p] = best
 			}
 		}
-		d.table = out
+		d.table = &defragTable{minRemovals: out, index: index}
 	})
 	return d.table
 }
 
-var removalTables [numModels + 1]struct {
+var defragTables [numModels + 1]struct {
 	once  sync.Once
-	table []int8
+	table *defragTable
 }
