@@ -1,9 +1,6 @@
 package mig
 
-import (
-	"math/bits"
-	"sync"
-)
+import "math/bits"
 
 // Defragmentation planning: a pending single-slice request fits the cluster's free compute and
 // memory but no legal placement is left. PlanDefrag finds the fewest moves of movable slices,
@@ -98,9 +95,9 @@ type DefragResult struct {
 // opt.MaxRemovalSets removal sets are examined.
 //
 // Search: for k = 1, 2, ... it looks at every usable GPU whose fewest removals for the profile
-// (a table lookup that ignores movability) is at most k, in node then GPU order, and at each
-// set of k of its movable slices whose removal makes the profile fit, at each legal placement
-// of the profile there. A set is feasible when its slices can all be re-created elsewhere:
+// (a table lookup that ignores movability) is at most k and which the removal of all its
+// movable slices would open, in node then GPU order; at each set of k of its movable slices
+// whose removal makes the profile fit; at each legal placement of the profile there. A set is feasible when its slices can all be re-created elsewhere:
 // exactly decided by trying every destination of the slices whose profile fits on fewer than k
 // other GPUs (there are few), the others then always finding an untouched GPU. Among the first
 // 16 feasible candidates with k moves it takes the one moving the fewest compute slices, then
@@ -568,46 +565,4 @@ func (r *defragRun) bestUntouched(m Model, q int) SliceAt {
 	sl := t.slots[slot]
 	return SliceAt{Node: int(best.node), GPU: int(best.gpu), Profile: t.profiles[q],
 		Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
-}
-
-// defragTable is derived once per model from its state table.
-type defragTable struct {
-	// minRemovals[state*nprof+profile] is the fewest instances to destroy so the profile fits
-	// (ignoring which may move): a lower bound on a plan's moves through a GPU in that state.
-	minRemovals []int8
-	// index finds a state by its slot bitmask.
-	index map[uint32]uint16
-}
-
-func defragTableFor(m Model) *defragTable {
-	d := &defragTables[m]
-	d.once.Do(func() {
-		t := tableFor(m)
-		ns, np := t.nslots(), t.nprof()
-		out := make([]int8, len(t.states)*np)
-		index := make(map[uint32]uint16, len(t.states))
-		// enumerate() lists the states breadth first from the empty GPU, so every state with
-		// one instance fewer comes before.
-		for st, mask := range t.states {
-			index[mask] = uint16(st)
-			for p := 0; p < np; p++ {
-				if t.nvmlSlot[st*np+p] != noSlot {
-					continue
-				}
-				best := int8(127)
-				for rest := mask; rest != 0; rest &= rest - 1 {
-					prev := int(t.release[st*ns+bits.TrailingZeros32(rest)])
-					best = min(best, out[prev*np+p]+1)
-				}
-				out[st*np+p] = best
-			}
-		}
-		d.table = &defragTable{minRemovals: out, index: index}
-	})
-	return d.table
-}
-
-var defragTables [numModels + 1]struct {
-	once  sync.Once
-	table *defragTable
 }
