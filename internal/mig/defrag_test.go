@@ -269,6 +269,42 @@ func TestPlanDefragAgainstBruteForce(t *testing.T) {
 	}
 }
 
+// On clusters too large for the oracle: every plan is legal, no plan exists with one move
+// fewer, and the same input gives the same plan.
+func TestPlanDefragLargerClusters(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 2))
+	planned := 0
+	for c := 0; c < 1000; c++ {
+		nodes, movable := randomCluster(rng, []Model{H100_80GB}, 3, 4, 0.6)
+		large := []string{"3g.40gb", "4g.40gb", "7g.80gb"}
+		req := MustRequest(RequestItem{Profile: large[rng.IntN(len(large))], Count: 1})
+		opt := DefragOptions{MaxMoves: 1 + rng.IntN(MaxDefragMoves)}
+		res := PlanDefrag(nodes, req, movableSet(movable), opt)
+		if res.Outcome != DefragPlanned {
+			continue
+		}
+		planned++
+		checkPlan(t, nodes, req, movable, res.Plan)
+		k := len(res.Plan.Moves)
+		if k < 1 || k > opt.MaxMoves || res.Bounded {
+			t.Fatalf("case %d: %d moves with MaxMoves %d, bounded %v", c, k, opt.MaxMoves, res.Bounded)
+		}
+		if k > 1 {
+			if fewer := PlanDefrag(nodes, req, movableSet(movable), DefragOptions{MaxMoves: k - 1}); fewer.Outcome != DefragNoPlan {
+				t.Fatalf("case %d: %d moves, but MaxMoves %d gives %s", c, k, k-1, fewer.Outcome)
+			}
+		}
+		again := PlanDefrag(nodes, req, movableSet(movable), opt)
+		if fmt.Sprint(again) != fmt.Sprint(res) {
+			t.Fatalf("case %d: two calls, two answers:\n%+v\n%+v", c, res, again)
+		}
+	}
+	if planned < 50 {
+		t.Errorf("only %d of 1000 cases planned", planned)
+	}
+	t.Logf("%d of 1000 cases planned", planned)
+}
+
 func h100(t testing.TB, ins ...Instance) GPU {
 	t.Helper()
 	s, err := NewGPUState(H100_80GB, ins)
