@@ -407,6 +407,13 @@ type SlicerSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Network NetworkSpec `json:"network,omitempty"`
+
+	// defragmentation moves movable pods so a pending pod that fits the free
+	// compute and memory but no legal MIG placement can run (see
+	// docs/design/defragmentation.md).
+	// +optional
+	// +kubebuilder:default={}
+	Defragmentation DefragmentationSpec `json:"defragmentation,omitempty"`
 }
 
 // SlicerSummary counts what the agents report.

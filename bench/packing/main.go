@@ -5,7 +5,7 @@
 // prints Markdown tables.
 //
 //	go run ./bench/packing [-seed 1] [-events 4000] [-batches 1000] [-loads 0.7,0.9,1.1,1.2]
-//	    [-sections online,elastic,static,dra] [-out DIR]
+//	    [-sections online,elastic,static,dra] [-moves 2] [-out DIR]
 package main
 
 import (
@@ -46,6 +46,7 @@ func main() {
 	out := flag.String("out", "", "also write the traces as JSONL to this folder")
 	loadList := flag.String("loads", "0.7,0.9,1.1,1.2", "offered loads of the loss-mode traces")
 	sections := flag.String("sections", "online,elastic,static,dra", "which tables to print")
+	moves := flag.Int("moves", 2, "also replay the online traces with the Slicer policy and up to this many moves per placement (defragmentation; 0: not)")
 	flag.Parse()
 	m, err := mig.ParseModel(model)
 	if err != nil {
@@ -65,7 +66,7 @@ func main() {
 	}
 	pols := []mig.PolicyKind{mig.Slicer, mig.FirstFit, mig.DASLike}
 	if want["online"] {
-		online(m, pols, loads, *seed, *events, *out)
+		online(m, pols, loads, *seed, *events, *moves, *out)
 	}
 	if want["elastic"] {
 		elastic(m, pols, *seed, *events)
@@ -123,27 +124,34 @@ func loadIndex(load float64) int {
 
 var defaultLoads = []float64{0.7, 0.9, 1.1, 1.2}
 
-func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, events int, out string) {
+func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, events, moves int, out string) {
 	fmt.Printf("Online, loss mode: %s, %d nodes × %d GPUs, %d arrivals per trace, seed %d.\n", model, nodes, gpusPerNode, events, seed)
-	fmt.Println("acceptance = accepted slice-time ÷ offered; pool = the same trace on one pool of the cluster's compute and memory slices with no MIG geometry (a reference for the headroom, not a strict bound); GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use.")
+	fmt.Println("acceptance = accepted slice-time ÷ offered; pool = the same trace on one pool of the cluster's compute and memory slices with no MIG geometry (a reference for the headroom, not a strict bound); GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use; + moves = a request that fits nowhere may move running slices (mig.PlanDefrag, every pod movable); moves/acc = moves per accepted request.")
 	fmt.Println()
-	fmt.Println("| trace | load | policy | acceptance | accepted (count) | GPUs/LB | frag | decision p50/p99 µs |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| trace | load | policy | acceptance | accepted (count) | GPUs/LB | frag | decision p50/p99 µs | moves/acc |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for mi, mx := range mixes {
 		for _, load := range loads {
 			tr := generate(m, mx, load, events, seed+uint64(mi*100+loadIndex(load)))
 			if out != "" {
 				writeTrace(out, fmt.Sprintf("%s-%.1f.jsonl", mx.name, load), tr)
 			}
+			opts := make([]sim.Options, 0, len(pols)+1)
 			for _, p := range pols {
-				res, err := sim.Run(tr, sim.Options{Policy: p})
+				opts = append(opts, sim.Options{Policy: p})
+			}
+			if moves > 0 {
+				opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: moves})
+			}
+			for _, o := range opts {
+				res, err := sim.Run(tr, o)
 				if err != nil {
 					fail(err)
 				}
-				fmt.Printf("| %s | %.1f | %s | %.1f%% | %.1f%% | %.3f | %.3f | %.1f / %.1f |\n", mx.name, load, p.Name(),
-					100*res.Acceptance, 100*res.AcceptanceCount, res.GPUsOverLB, res.Fragmentation, res.DecisionP50, res.DecisionP99)
+				fmt.Printf("| %s | %.1f | %s | %.1f%% | %.1f%% | %.3f | %.3f | %.1f / %.1f | %.3f |\n", mx.name, load, res.Policy,
+					100*res.Acceptance, 100*res.AcceptanceCount, res.GPUsOverLB, res.Fragmentation, res.DecisionP50, res.DecisionP99, res.MovesPerAccepted)
 			}
-			fmt.Printf("| %s | %.1f | (pool, no geometry) | %.1f%% | | | | |\n", mx.name, load, 100*poolAcceptance(m, tr))
+			fmt.Printf("| %s | %.1f | (pool, no geometry) | %.1f%% | | | | | |\n", mx.name, load, 100*poolAcceptance(m, tr))
 		}
 	}
 	fmt.Println()

@@ -3,6 +3,7 @@
 // last line of stdout.
 //
 //	slicer-sim [--policy slicer|first-fit|das-like] [--decisions FILE] [--elastic] TRACE.jsonl
+//	slicer-sim --moves N ... TRACE.jsonl   (a request that fits nowhere may move up to N running slices)
 //	slicer-sim --dra-order name-order|slicer-order [--seed N] ... TRACE.jsonl   (stock DRA allocator)
 //	slicer-sim pack --model H100-80GB --requests 1g.10gb:3,3g.40gb:2 [--policy P]
 package main
@@ -38,6 +39,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	elastic := fs.Bool("elastic", false, "add nodes when a request fits nowhere (measures consolidation instead of loss)")
 	draOrder := fs.String("dra-order", "", "replay through the stock scheduler's DRA allocator with devices published in this order ("+mig.NameOrder.Name()+"|"+mig.PreferredOrder.Name()+") instead of --policy")
 	seed := fs.Uint64("seed", 1, "the stock scheduler's tie-break seed (--dra-order)")
+	moves := fs.Int("moves", 0, "let a request that fits nowhere move up to this many running slices (defragmentation; 0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,7 +59,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", fs.Arg(0), err)
 	}
-	opt := sim.Options{Policy: pol, Elastic: *elastic, Seed: *seed}
+	if *moves < 0 || *moves > mig.MaxDefragMoves {
+		return fmt.Errorf("--moves %d: want 0..%d", *moves, mig.MaxDefragMoves)
+	}
+	opt := sim.Options{Policy: pol, Elastic: *elastic, Seed: *seed, DefragMoves: *moves}
 	switch *draOrder {
 	case "":
 	case mig.NameOrder.Name():

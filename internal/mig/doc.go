@@ -43,4 +43,8 @@
 // Bounds: LowerBound(m, items) (at least docs/design/geometry.md's formula), Optimum(m, items) (exact,
 // up to MaxExactRequests slices), PackStatic(policy, m, items) and StaticOrder(m, items) (the
 // order PackStatic feeds a static batch to the policy in).
+//
+// Defragmentation: PlanDefrag(nodes, req, movable, opts) DefragResult — the fewest moves of
+// movable slices, each to a placement free now, that open a legal placement for a pending
+// single-slice request (docs/design/defragmentation.md).
 package mig

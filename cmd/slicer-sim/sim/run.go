@@ -24,6 +24,10 @@ type Options struct {
 	Order    mig.DeviceOrder
 	// Seed drives the stock scheduler's tie-break among equally scored nodes.
 	Seed uint64
+	// DefragMoves, when positive, lets a request that fits nowhere be placed after moving up
+	// to that many running slices (mig.PlanDefrag; every running pod counts as movable, and a
+	// moved pod keeps its departure time). Slicer scheduler frontend only, not elastic.
+	DefragMoves int
 }
 
 // Decision is one arrival's outcome.
@@ -34,6 +38,8 @@ type Decision struct {
 	GPU      *int   `json:"gpu,omitempty"`
 	Start    *int   `json:"start,omitempty"`
 	Profile  string `json:"profile"`
+	// Moves is how many running slices were moved to place this one.
+	Moves int `json:"moves,omitempty"`
 }
 
 // Result is the summary printed as the last line of slicer-sim's output.
@@ -56,6 +62,15 @@ type Result struct {
 	// SliceWritesPerEvent is the DRA driver's ResourceSlice republishes per arrival or
 	// departure (StockDRA only; zero when the order never changes).
 	SliceWritesPerEvent float64 `json:"sliceWritesPerEvent,omitempty"`
+	// Moves is how many running slices were moved (DefragMoves only); MovesPerAccepted is
+	// Moves per accepted request, and DefragPlans how many arrivals were placed by a plan.
+	Moves            int     `json:"moves,omitempty"`
+	MovesPerAccepted float64 `json:"movesPerAccepted,omitempty"`
+	DefragPlans      int     `json:"defragPlans,omitempty"`
+	// DefragNoPlan and DefragNoCapacity count the arrivals that fit nowhere and got no plan:
+	// none within the move bound, or too little free compute or memory for any.
+	DefragNoPlan     int `json:"defragNoPlan,omitempty"`
+	DefragNoCapacity int `json:"defragNoCapacity,omitempty"`
 }
 
 type live struct {
@@ -138,6 +153,14 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 		dra = newDRAFrontend(opt.Order, opt.Seed)
 		res.Policy = dra.name()
 	}
+	if opt.DefragMoves > 0 {
+		if dra != nil || opt.Elastic {
+			return nil, fmt.Errorf("moves are modelled only for the Slicer scheduler frontend in loss mode")
+		}
+		res.Policy = fmt.Sprintf("%s + moves ≤%d", res.Policy, opt.DefragMoves)
+	}
+	// where holds the running request of every slice, for moves.
+	where := map[sliceKey]string{}
 	events := 0
 	active := map[string]*live{}
 	activeCount := map[string]int{}
@@ -166,7 +189,7 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 			res.Requests++
 			t0 := time.Now()
 			var as []mig.Assignment
-			var idx int
+			var idx, moves int
 			if dra != nil {
 				idx, as = dra.place(nodes, ev.Profile)
 				if idx < 0 && opt.Elastic {
@@ -183,11 +206,15 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 					if as, err = pol.Place(nodes[idx], req); err != nil {
 						return nil, fmt.Errorf("request %q: Score said node %d fits but Place failed: %w", ev.Arrive, idx, err)
 					}
+				} else if opt.DefragMoves > 0 {
+					if idx, as, moves, err = defrag(nodes, req, where, active, opt.DefragMoves, res); err != nil {
+						return nil, fmt.Errorf("request %q: %w", ev.Arrive, err)
+					}
 				}
 			}
 			// The decision ends here; a DRA driver's republish happens after it.
 			decided := time.Since(t0)
-			if idx >= 0 {
+			if idx >= 0 && moves == 0 { // a plan has placed the request already
 				if err := mig.Apply(nodes[idx], as); err != nil {
 					return nil, fmt.Errorf("request %q: %w", ev.Arrive, err)
 				}
@@ -199,6 +226,14 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 			lat = append(lat, float64(decided.Nanoseconds())/1e3)
 			d := Decision{ID: ev.Arrive, Accepted: idx >= 0, Profile: ev.Profile}
 			if idx >= 0 {
+				for _, a := range as {
+					where[sliceKey{idx, a.GPU, a.Placement.Start}] = ev.Arrive
+				}
+				if moves > 0 {
+					res.Moves += moves
+					res.DefragPlans++
+					d.Moves = moves
+				}
 				res.Accepted++
 				accepted += float64(c) * duration[ev.Arrive]
 				active[ev.Arrive] = &live{node: idx, as: as, compute: c, profile: ev.Profile, t: ev.T}
@@ -213,6 +248,7 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 			}
 		} else if l, ok := active[ev.Depart]; ok {
 			for _, a := range l.as {
+				delete(where, sliceKey{l.node, a.GPU, a.Placement.Start})
 				g := &nodes[l.node].GPUs[a.GPU]
 				next, err := g.State.Release(a.Profile, a.Placement)
 				if err != nil {
@@ -255,6 +291,9 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 		if integ.lb > 0 {
 			res.GPUsOverLB = round4(integ.gpus / integ.lb)
 		}
+	}
+	if res.Accepted > 0 {
+		res.MovesPerAccepted = round4(float64(res.Moves) / float64(res.Accepted))
 	}
 	if dra != nil && events > 0 {
 		res.SliceWritesPerEvent = round4(float64(dra.writes) / float64(events))
@@ -307,3 +346,59 @@ func percentile(sorted []float64, q float64) float64 {
 }
 
 func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
+
+type sliceKey struct{ node, gpu, start int }
+
+// defrag plans moves for a request that fits nowhere and, when there is a plan, carries it out
+// on the nodes: each moved slice is released and re-created at its destination (its running
+// request follows it), and the request is placed at the plan's target. It returns the node and
+// assignments of the request (-1 when no plan), and the number of moves.
+func defrag(nodes []mig.Node, req *mig.Request, where map[sliceKey]string, active map[string]*live, maxMoves int, res *Result) (int, []mig.Assignment, int, error) {
+	movable := func(n, g int, _ mig.Profile, pl mig.Placement) bool {
+		_, ok := where[sliceKey{n, g, pl.Start}]
+		return ok
+	}
+	out := mig.PlanDefrag(nodes, req, movable, mig.DefragOptions{MaxMoves: maxMoves})
+	switch out.Outcome {
+	case mig.DefragPlanned:
+	case mig.DefragNoCapacity:
+		res.DefragNoCapacity++
+		return -1, nil, 0, nil
+	default:
+		res.DefragNoPlan++
+		return -1, nil, 0, nil
+	}
+	plan := out.Plan
+	ids := make([]string, len(plan.Moves))
+	for i, mv := range plan.Moves {
+		f := mv.From
+		g := &nodes[f.Node].GPUs[f.GPU]
+		next, err := g.State.Release(f.Profile, f.Placement)
+		if err != nil {
+			return -1, nil, 0, fmt.Errorf("move from %+v: %w", f, err)
+		}
+		g.State = next
+		k := sliceKey{f.Node, f.GPU, f.Placement.Start}
+		ids[i] = where[k]
+		delete(where, k)
+	}
+	tg := plan.Target
+	as := []mig.Assignment{{Slice: 0, GPU: tg.GPU, Profile: tg.Profile, Placement: tg.Placement}}
+	if err := mig.Apply(nodes[tg.Node], as); err != nil {
+		return -1, nil, 0, fmt.Errorf("plan target: %w", err)
+	}
+	for i, mv := range plan.Moves {
+		to := mv.To
+		if err := mig.Apply(nodes[to.Node], []mig.Assignment{{GPU: to.GPU, Profile: to.Profile, Placement: to.Placement}}); err != nil {
+			return -1, nil, 0, fmt.Errorf("move to %+v: %w", to, err)
+		}
+		l := active[ids[i]]
+		if l == nil || len(l.as) != 1 {
+			return -1, nil, 0, fmt.Errorf("moved slice %+v has no single-slice running request", mv.From)
+		}
+		l.node = to.Node
+		l.as = []mig.Assignment{{GPU: to.GPU, Profile: to.Profile, Placement: to.Placement}}
+		where[sliceKey{to.Node, to.GPU, to.Placement.Start}] = ids[i]
+	}
+	return tg.Node, as, len(plan.Moves), nil
+}

@@ -179,6 +179,53 @@ var _ = Describe("Slicer validation", func() {
 			s.Spec.Network.EndpointMode = slicerv1alpha1.EndpointModeHostNetwork
 			s.Spec.Network.ListenAddress = "node-1.example"
 		}, rejected("spec.network.listenAddress", "must be an IP address")),
+		// defragmentation
+		Entry("defragmentation evicts within a cap", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Defragmentation = slicerv1alpha1.DefragmentationSpec{
+				Mode: slicerv1alpha1.DefragmentationEvict, MaxMovesPerPlan: 3, MaxEvictions: 3, WindowSeconds: 600,
+				NamespaceSelector: &metav1.LabelSelector{
+					MatchLabels: map[string]string{"team": "batch"},
+					MatchExpressions: []metav1.LabelSelectorRequirement{
+						{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"dev", "test"}},
+						{Key: "pinned", Operator: metav1.LabelSelectorOpDoesNotExist},
+					},
+				},
+			}
+		}, nil),
+		Entry("defragmentation disabled", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Defragmentation.Mode = slicerv1alpha1.DefragmentationDisabled
+		}, nil),
+		Entry("defragmentation mode unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.Defragmentation.Mode = "Always" },
+			rejected("spec.defragmentation.mode", "Unsupported value")),
+		Entry("defragmentation 5 moves per plan", func(s *slicerv1alpha1.Slicer) { s.Spec.Defragmentation.MaxMovesPerPlan = 5 },
+			rejected("spec.defragmentation.maxMovesPerPlan", "less than or equal to 4")),
+		Entry("defragmentation more moves per plan than evictions per window", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Defragmentation.MaxMovesPerPlan = 3
+			s.Spec.Defragmentation.MaxEvictions = 2
+		}, rejected("spec.defragmentation.maxMovesPerPlan", "must not exceed maxEvictions")),
+		Entry("defragmentation no evictions", func(s *slicerv1alpha1.Slicer) { s.Spec.Defragmentation.MaxEvictions = -1 },
+			rejected("spec.defragmentation.maxEvictions", "greater than or equal to 1")),
+		Entry("defragmentation 1001 evictions", func(s *slicerv1alpha1.Slicer) { s.Spec.Defragmentation.MaxEvictions = 1001 },
+			rejected("spec.defragmentation.maxEvictions", "less than or equal to 1000")),
+		Entry("defragmentation window of 59 s", func(s *slicerv1alpha1.Slicer) { s.Spec.Defragmentation.WindowSeconds = 59 },
+			rejected("spec.defragmentation.windowSeconds", "greater than or equal to 60")),
+		Entry("defragmentation window over a day", func(s *slicerv1alpha1.Slicer) { s.Spec.Defragmentation.WindowSeconds = 86401 },
+			rejected("spec.defragmentation.windowSeconds", "less than or equal to 86400")),
+		Entry("defragmentation namespace selector with an unknown operator", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Defragmentation.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "team", Operator: "Matches", Values: []string{"a"}},
+			}}
+		}, rejected("spec.defragmentation.namespaceSelector.matchExpressions", "operator must be In, NotIn, Exists or DoesNotExist")),
+		Entry("defragmentation namespace selector In without values", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Defragmentation.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "team", Operator: metav1.LabelSelectorOpIn},
+			}}
+		}, rejected("spec.defragmentation.namespaceSelector.matchExpressions", "non-empty for In and NotIn")),
+		Entry("defragmentation namespace selector Exists with values", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Defragmentation.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "team", Operator: metav1.LabelSelectorOpExists, Values: []string{"a"}},
+			}}
+		}, rejected("spec.defragmentation.namespaceSelector.matchExpressions", "values must be empty for Exists")),
 	)
 
 	It("defaults every section of an empty spec", func() {
@@ -199,6 +246,11 @@ var _ = Describe("Slicer validation", func() {
 		Expect(s.Spec.Agent.OrphanGracePeriodSeconds).To(Equal(int32(300)))
 		Expect(s.Spec.Monitoring.ServiceMonitors).To(Equal(slicerv1alpha1.FeatureEnabled))
 		Expect(s.Spec.Network.EndpointMode).To(Equal(slicerv1alpha1.EndpointModePodNetwork))
+		Expect(s.Spec.Defragmentation.Mode).To(Equal(slicerv1alpha1.DefragmentationRecommend))
+		Expect(s.Spec.Defragmentation.MaxMovesPerPlan).To(Equal(int32(2)))
+		Expect(s.Spec.Defragmentation.MaxEvictions).To(Equal(int32(10)))
+		Expect(s.Spec.Defragmentation.WindowSeconds).To(Equal(int32(3600)))
+		Expect(s.Spec.Defragmentation.NamespaceSelector).To(BeNil())
 	})
 
 	It("rejects unknown fields under strict field validation", func() {

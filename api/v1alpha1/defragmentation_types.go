@@ -1,0 +1,71 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AnnotationMovable on a pod, with value "false", keeps defragmentation from
+// ever moving it. Any other value, or none, leaves the decision to the other
+// rules (a controller owns the pod, no PodDisruptionBudget forbids its eviction).
+const AnnotationMovable = "slicer.dev/movable"
+
+// DefragmentationMode says what Slicer does when a pending pod would fit the
+// cluster's free compute and memory but no legal MIG placement is left.
+// +kubebuilder:validation:Enum=Disabled;Recommend;Evict
+type DefragmentationMode string
+
+const (
+	// DefragmentationDisabled plans nothing: a fragmented pod stays Pending.
+	DefragmentationDisabled DefragmentationMode = "Disabled"
+	// DefragmentationRecommend plans the fewest moves that would open a
+	// placement and reports the plan on the pending pod; it evicts nothing.
+	DefragmentationRecommend DefragmentationMode = "Recommend"
+	// DefragmentationEvict executes the plan: it reserves the opened placement
+	// and the moved pods' new placements, then evicts the moved pods through
+	// the Eviction API.
+	DefragmentationEvict DefragmentationMode = "Evict"
+)
+
+// DefragmentationSpec is the policy for moving movable pods so a pending pod
+// fits. A pod is movable only when a controller owns it, it is not annotated
+// slicer.dev/movable: "false", no PodDisruptionBudget forbids its eviction,
+// and its namespace matches namespaceSelector.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxMovesPerPlan) || !has(self.maxEvictions) || self.maxMovesPerPlan <= self.maxEvictions",message="maxMovesPerPlan must not exceed maxEvictions: a plan that needs more evictions than one window allows could never run",fieldPath=".maxMovesPerPlan"
+type DefragmentationSpec struct {
+	// mode is Disabled, Recommend (plan and report, evict nothing) or Evict.
+	// +optional
+	// +kubebuilder:default=Recommend
+	Mode DefragmentationMode `json:"mode,omitempty"`
+
+	// maxMovesPerPlan is the most pods one plan may move to open a placement
+	// for one pending pod. The planner finds the fewest moves up to this bound.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4
+	MaxMovesPerPlan int32 `json:"maxMovesPerPlan,omitempty"`
+
+	// maxEvictions is the most pods defragmentation evicts within any
+	// windowSeconds, cluster-wide (Evict mode). A plan that would go over the
+	// cap waits.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxEvictions int32 `json:"maxEvictions,omitempty"`
+
+	// windowSeconds is the sliding window maxEvictions counts over.
+	// +optional
+	// +kubebuilder:default=3600
+	// +kubebuilder:validation:Minimum=60
+	// +kubebuilder:validation:Maximum=86400
+	WindowSeconds int32 `json:"windowSeconds,omitempty"`
+
+	// namespaceSelector limits the pods that may be moved to those in the
+	// namespaces it matches. Unset, pods of every namespace may be moved.
+	// It does not limit which pending pods a plan is made for.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="operator must be In, NotIn, Exists or DoesNotExist",fieldPath=".matchExpressions"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['Exists', 'DoesNotExist'] ? (!has(e.values) || size(e.values) == 0) : (has(e.values) && size(e.values) > 0))",message="values must be empty for Exists and DoesNotExist, and non-empty for In and NotIn",fieldPath=".matchExpressions"
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+}
