@@ -98,6 +98,9 @@ func Generate(root string) (map[string][]byte, error) {
 	if rel.Version == "" {
 		return nil, errors.New("hack/bundle/release.yaml: version is required")
 	}
+	if err := checkDefault(root); err != nil {
+		return nil, err
+	}
 	files := map[string][]byte{}
 
 	// CRDs: verbatim, as Helm installs crds/ (before the templates, never on upgrade).
@@ -232,6 +235,32 @@ func Generate(root string) (map[string][]byte, error) {
 	}
 	files["README.md"] = []byte(readme(tree))
 	return files, nil
+}
+
+// defaultParts are what config/default is made of, each read here as
+// config/default reads it; anything else there (another resource, a patch, a
+// transformer) would make the chart differ from it, so it is refused.
+var defaultParts = []string{"../crd", "../manager", "../rbac", "../samples"}
+
+func checkDefault(root string) error {
+	var k obj
+	if err := readYAML(filepath.Join(root, "config/default/kustomization.yaml"), &k); err != nil {
+		return err
+	}
+	for key := range k {
+		if key != "apiVersion" && key != "kind" && key != "resources" {
+			return fmt.Errorf("config/default/kustomization.yaml: %s is not rendered into the chart (hack/chart)", key)
+		}
+	}
+	var got []string
+	for _, r := range asList(k["resources"]) {
+		got = append(got, fmt.Sprint(r))
+	}
+	sort.Strings(got)
+	if strings.Join(got, " ") != strings.Join(defaultParts, " ") {
+		return fmt.Errorf("config/default/kustomization.yaml: resources %v, hack/chart renders %v", got, defaultParts)
+	}
+	return nil
 }
 
 // setImages applies a kustomization's images transformer to a Deployment's
@@ -464,7 +493,19 @@ Helm keeps the CRDs (crds/); upgrades do not change them either:
 
 func readKustomization(root, dir string) (kustomization, error) {
 	var k kustomization
-	if err := readYAML(filepath.Join(root, dir, "kustomization.yaml"), &k); err != nil {
+	var raw obj
+	path := filepath.Join(root, dir, "kustomization.yaml")
+	if err := readYAML(path, &raw); err != nil {
+		return k, err
+	}
+	for key := range raw {
+		switch key {
+		case "apiVersion", "kind", "resources", "images":
+		default:
+			return k, fmt.Errorf("%s/kustomization.yaml: %s is not rendered into the chart (hack/chart)", dir, key)
+		}
+	}
+	if err := readYAML(path, &k); err != nil {
 		return k, err
 	}
 	if len(k.Resources) == 0 {
