@@ -54,10 +54,10 @@ func valuesTree(ns string, images map[string]string, d operatorDefaults, sampleS
 	}
 	resourceList := obj{"type": "object", "additionalProperties": quantity}
 	return []value{
-		{key: "namespace", doc: "Where the operator runs; its operands follow it, and the agent runs in <name>-agent, which the operator creates.", children: []value{
-			{key: "name", doc: "The operator's namespace, whatever the release's namespace (DNS label of at most 57 characters, so <name>-agent fits 63).", def: ns,
+		{key: "namespace", doc: "Where the operator runs; its operands follow it, and the agent runs in NAME-agent, which the operator creates.", children: []value{
+			{key: "name", doc: "The operator's namespace, whatever the release's namespace (DNS label of at most 57 characters, so NAME-agent fits 63).", def: ns,
 				schema: obj{"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 57}},
-			{key: "create", doc: "Create the namespace, with Pod Security restricted as config/default does. The release must then be stored in another namespace (helm install without -n, or -n default); false: the namespace must exist (helm -n <name> --create-namespace).", def: true,
+			{key: "create", doc: "Create the namespace, with Pod Security restricted as config/default does. The release must then be stored in another namespace (helm install without -n, or -n default); false: the namespace must exist (helm -n NAME --create-namespace).", def: true,
 				schema: obj{"type": "boolean"}},
 		}},
 		{key: "images", doc: "Image references: [registry/]repository[:tag][@sha256:digest]. The operator passes the operand images to what it deploys.", children: imgs},
