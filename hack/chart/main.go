@@ -141,9 +141,7 @@ func Generate(root string) (map[string][]byte, error) {
 				return nil, err
 			}
 			for _, d := range docs {
-				if err := setImages(d, k); err != nil {
-					return nil, fmt.Errorf("%s/%s: %w", dir, r, err)
-				}
+				setImages(d, k)
 			}
 			objs = append(objs, docs...)
 		}
@@ -265,9 +263,9 @@ func checkDefault(root string) error {
 
 // setImages applies a kustomization's images transformer to a Deployment's
 // containers, as kustomize does.
-func setImages(o obj, k kustomization) error {
+func setImages(o obj, k kustomization) {
 	if str(o, "kind") != "Deployment" {
-		return nil
+		return
 	}
 	for _, c := range asList(dig(o, "spec", "template", "spec", "containers")) {
 		c := c.(obj)
@@ -286,7 +284,6 @@ func setImages(o obj, k kustomization) error {
 			c["image"] = name + ":" + tag
 		}
 	}
-	return nil
 }
 
 // operatorImages maps each image value's key (values.go) to its reference
@@ -454,7 +451,7 @@ func slicerTemplate(sample obj) (string, error) {
 	}
 	text, err := h.fill(o)
 	if err != nil {
-		return "", fmt.Errorf("Slicer: %w", err)
+		return "", fmt.Errorf("the Slicer template: %w", err)
 	}
 	return header + "{{- if .Values.slicer.create }}\n" + text + "{{- end }}\n", nil
 }
