@@ -253,7 +253,7 @@ $(KUSTOMIZE): hack/tools/kustomize/go.mod hack/tools/kustomize/go.sum
 
 $(HELM): hack/tools/helm/go.mod hack/tools/helm/go.sum
 	@mkdir -p $(TOOLS)
-	cd hack/tools/helm && $(GO) build -o $@ helm.sh/helm/v4/cmd/helm
+	cd hack/tools/helm && $(GO) build -ldflags "-X helm.sh/helm/v4/internal/version.version=$$(awk '$$1=="helm.sh/helm/v4"{print $$2}' go.mod)" -o $@ helm.sh/helm/v4/cmd/helm
 
 .PHONY: helm
 helm: $(HELM) ## bin/tools/helm, the Helm CLI the chart's tests lint, render and install with.
