@@ -116,3 +116,25 @@ func TestForeignNamespaceRefused(t *testing.T) {
 		t.Fatalf("want an error naming the namespace, got %v", err)
 	}
 }
+
+// config/default with anything the generator does not render (a patch, another part) is refused.
+func TestConfigDefaultItDoesNotRenderRefused(t *testing.T) {
+	for name, k := range map[string]string{
+		"patch":      "resources: [../crd, ../rbac, ../manager, ../samples]\npatches: [{path: p.yaml}]\n",
+		"other part": "resources: [../crd, ../rbac, ../manager, ../samples, ../monitoring]\n",
+	} {
+		root := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(root, "config/default"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "config/default/kustomization.yaml"), []byte(k), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkDefault(root); err == nil {
+			t.Errorf("%s: config/default accepted", name)
+		}
+	}
+	if err := checkDefault(repoRoot); err != nil {
+		t.Errorf("this repository's config/default: %v", err)
+	}
+}
