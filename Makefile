@@ -18,6 +18,7 @@ CONTROLLER_GEN := $(TOOLS)/controller-gen
 GOLANGCI_LINT  := $(TOOLS)/golangci-lint
 DASHBOARD_LINTER := $(TOOLS)/dashboard-linter
 KUSTOMIZE      := $(TOOLS)/kustomize
+HELM           := $(TOOLS)/helm
 MKIMAGE        := $(TOOLS)/mkimage
 RELAY          := $(TOOLS)/relay
 CONTAINER_ENGINE ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
@@ -84,6 +85,10 @@ metrics-doc: ## Regenerate docs/metrics.md from the components' metrics.
 bundle: ## Generate the OLM bundle (bundle/) from config/ and hack/bundle.
 	$(GO) run ./hack/bundle
 
+.PHONY: chart
+chart: ## Generate the Helm chart (charts/slicer) from config/ and hack/bundle/release.yaml.
+	$(GO) run ./hack/chart
+
 .PHONY: external-crds
 external-crds: ## Copy NFD, KMM and Prometheus-operator CRDs from the pinned modules.
 	hack/sync-external-crds.sh
@@ -96,9 +101,9 @@ verify-generated: $(CONTROLLER_GEN) ## Regenerate everything and fail if any gen
 	hack/verify-clean.sh
 
 .PHONY: vet
-vet: ## go mod tidy check (main and per-minor modules) and go vet every package.
+vet: ## go mod tidy check (main, per-minor and listed nested modules) and go vet every package.
 	$(GO) mod tidy -diff
-	for d in $(wildcard scheduler/k8s-1.* hack/k8s-bin-1.*) hack/olm; do (cd $$d && $(GO) mod tidy -diff) || exit 1; done
+	for d in $(wildcard scheduler/k8s-1.* hack/k8s-bin-1.*) hack/olm hack/tools/helm; do (cd $$d && $(GO) mod tidy -diff) || exit 1; done
 	$(GO) vet ./...
 
 .PHONY: lint
@@ -121,7 +126,7 @@ test: test-go test-minors test-nested test-e2e ## Unit, integration and (as root
 GO_TEST_PKGS ?= $$($(GO) list ./... | grep -v -e /test/e2e -e /test/olm)
 
 .PHONY: test-go
-test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) ## The main module's tests but test/e2e and test/olm (GO_TEST_PKGS).
+test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) $(HELM) ## The main module's tests but test/e2e and test/olm (GO_TEST_PKGS).
 	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PKGS)
 
 # The e2e suite runs the stack as pods on the local node (root only; as any other user it
@@ -245,6 +250,13 @@ $(DASHBOARD_LINTER): hack/tools/dashboard-linter/go.mod hack/tools/dashboard-lin
 $(KUSTOMIZE): hack/tools/kustomize/go.mod hack/tools/kustomize/go.sum
 	@mkdir -p $(TOOLS)
 	cd hack/tools/kustomize && $(GO) build -o $@ sigs.k8s.io/kustomize/kustomize/v5
+
+$(HELM): hack/tools/helm/go.mod hack/tools/helm/go.sum
+	@mkdir -p $(TOOLS)
+	cd hack/tools/helm && $(GO) build -ldflags "-X helm.sh/helm/v4/internal/version.version=$$(awk '$$1=="helm.sh/helm/v4"{print $$2}' go.mod)" -o $@ helm.sh/helm/v4/cmd/helm
+
+.PHONY: helm
+helm: $(HELM) ## bin/tools/helm, the Helm CLI the chart's tests lint, render and install with.
 
 $(MKIMAGE): hack/tools/mkimage/go.mod hack/tools/mkimage/go.sum $(wildcard hack/tools/mkimage/*.go)
 	@mkdir -p $(TOOLS)

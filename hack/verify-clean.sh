@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Generated paths and the make targets that produce them.
-generated=(api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/crd/external config/rbac docs/metrics.md bundle)
-targets=(generate manifests external-crds metrics-doc bundle)
+generated=(api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/crd/external config/rbac docs/metrics.md bundle charts/slicer)
+targets=(generate manifests external-crds metrics-doc bundle chart)
 
 snap=$(mktemp -d)
 trap 'rm -rf "$snap"' EXIT

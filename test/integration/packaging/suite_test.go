@@ -4,7 +4,10 @@
 // kube-apiserver; the operator pod fits the namespace's Pod Security level;
 // every alm-example and the CSV's Deployment are accepted by the apiserver;
 // and the bundle meets the static OperatorHub rules the validators do not
-// check (relatedImages, feature annotations, size, OpenShift versions).
+// check (relatedImages, feature annotations, size, OpenShift versions); and
+// the Helm chart (charts/slicer, with the pinned bin/tools/helm) lints
+// strictly, renders what config/default renders, refuses bad values, and
+// installs, upgrades and uninstalls against the apiserver.
 package packaging_test
 
 import (
