@@ -120,18 +120,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan event.Gen
 		b = b.WatchesRawSource(source.Channel(trigger, toNode))
 	}
 	if r.opts.Live != nil {
-		// A deleted pod may leave an allocation behind (podsGone); other pod changes do not
-		// concern the agent.
-		deletes := predicate.Funcs{
-			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
-			DeleteFunc: func(event.DeleteEvent) bool { return true }, GenericFunc: func(event.GenericEvent) bool { return false },
-		}
-		b = b.Watches(&corev1.Pod{}, toNode, builder.WithPredicates(deletes))
+		b = b.Watches(&corev1.Pod{}, toNode, builder.WithPredicates(podEnds))
 	}
 	if err := b.Complete(r); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
 	}
 	return nil
+}
+
+// podEnds passes the pod events that may leave an allocation to release (podsGone): a
+// pod deleted, or one whose phase turned Succeeded or Failed. Other pod changes do not
+// concern the agent. An agent that starts finds the pods already finished by its first
+// reconcile, which lists every allocation.
+var podEnds = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		return ok1 && ok2 && !finished(o) && finished(n)
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // Reconcile observes (observe.go), decides (decide.go: decide, then settle after the GPU
@@ -180,7 +189,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 
 	d := decide(w)
 	r.trackOrphans(d.Plan, now)
-	if err := r.collect(ctx, allocs, d.Collect); err != nil {
+	if err := r.collect(ctx, allocs, d.Collect, gone); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.record(allocs, d.Notes)

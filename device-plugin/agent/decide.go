@@ -24,8 +24,8 @@ type world struct {
 	// Usage maps a MIG UUID to the "namespace/name" of the pod the kubelet assigned it to
 	// (nil when unknown).
 	Usage map[string]string
-	// PodGone maps a live allocation whose pod does not exist (podsGone) to why.
-	PodGone     map[types.NamespacedName]string
+	// PodGone maps a live allocation whose pod does not exist or finished (podsGone) to why.
+	PodGone     map[types.NamespacedName]podEnd
 	OrphanSince map[string]time.Time
 	Now         time.Time
 	Grace       time.Duration
@@ -52,8 +52,8 @@ type decision struct {
 	Jobs []*job
 	// Released allocations lose their finalizer: they hold no slice to destroy.
 	Released map[types.NamespacedName]bool
-	// Collect lists live allocations whose pod is gone, to delete: they get no slice, and
-	// once deleting, the slice they hold is destroyed and their finalizer removed.
+	// Collect lists live allocations whose pod is gone or finished, to delete: they get no
+	// slice, and once deleting, the slice they hold is destroyed and their finalizer removed.
 	Collect []types.NamespacedName
 	// Notes are events to record before the GPU work.
 	Notes []note
@@ -69,9 +69,9 @@ func decide(w world) decision {
 	for _, k := range sortedKeys(w.Allocs) {
 		a := w.Allocs[k]
 		wt := wantFromAllocation(a)
-		if why, gone := w.PodGone[k]; gone && !wt.Deleting {
+		if end, gone := w.PodGone[k]; gone && !wt.Deleting {
 			d.Collect = append(d.Collect, k)
-			d.Notes = append(d.Notes, notef(k, corev1.EventTypeNormal, "PodGone", "releasing the allocation: %s", why))
+			d.Notes = append(d.Notes, notef(k, corev1.EventTypeNormal, end.Reason(), "releasing the allocation: %s", end.Why))
 			continue
 		}
 		if !wt.Deleting {

@@ -158,8 +158,15 @@ func TestDecide(t *testing.T) {
 			name: "an allocation whose pod is gone is collected and gets no slice; a deleting one is released as usual",
 			w: world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 2, 1), allocation("b", "1g.10gb", 0, 1, holding("MIG-0")),
 				allocation("c", "1g.10gb", 3, 1, deleting)),
-				PodGone: map[types.NamespacedName]string{key("a"): "pod ns/p-a does not exist", key("b"): "pod ns/p-b is another pod", key("c"): "gone too"}},
+				PodGone: map[types.NamespacedName]podEnd{key("a"): {Why: "pod ns/p-a does not exist"}, key("b"): {Why: "pod ns/p-b is another pod"}, key("c"): {Why: "gone too"}}},
 			want: decided{Collect: []string{"a", "b"}, Notes: []string{"a PodGone", "b PodGone"}, Released: []string{"c"}},
+		},
+		{
+			// Issue 26: a Succeeded or Failed pod uses no device; its slice goes to the next pod.
+			name: "an allocation whose pod finished is collected with a PodFinished note; its neighbour's slice is kept",
+			w: world{Obs: h100(s0, s4), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, holding("MIG-0")), allocation("b", "1g.10gb", 4, 1, holding("MIG-4"))),
+				PodGone: map[types.NamespacedName]podEnd{key("a"): {Finished: true, Why: "pod ns/p-a (UID uid-a) finished (phase Succeeded)"}}},
+			want: decided{Bound: []string{"b=MIG-4"}, Collect: []string{"a"}, Notes: []string{"a PodFinished"}},
 		},
 	}
 	for _, tc := range tests {

@@ -35,6 +35,7 @@ type Metrics struct {
 	OrphansReclaim  *prometheus.CounterVec
 	Conflicts       prometheus.Counter
 	PodGone         prometheus.Counter
+	PodFinished     prometheus.Counter
 	Registrations   *prometheus.CounterVec
 	AllocateResults *prometheus.CounterVec
 	DRARequests     *prometheus.CounterVec
@@ -74,6 +75,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		PodGone: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slicer_agent_allocations_pod_gone_total", Help: "Allocations the agent released because their pod does not exist (no pod of that name, or one with another UID), as read from the API server.",
+		}),
+		PodFinished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slicer_agent_allocations_pod_finished_total", Help: "Allocations the agent released because their pod finished (phase Succeeded or Failed, with the allocation's pod UID), as read from the API server.",
 		}),
 		Registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slicer_agent_device_plugin_registrations_total", Help: "Device plugin registrations with the kubelet by result.",
@@ -118,7 +122,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Collectors lists every collector (for registration and docs generation).
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Instances, m.SliceInfo, m.Operations, m.OpDuration, m.NVMLErrors, m.OrphansReclaim,
-		m.Conflicts, m.PodGone, m.Registrations, m.AllocateResults, m.DRARequests, m.CDIWrites, m.FreeCompute, m.FreeMemory,
+		m.Conflicts, m.PodGone, m.PodFinished, m.Registrations, m.AllocateResults, m.DRARequests, m.CDIWrites, m.FreeCompute, m.FreeMemory,
 		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration}
 }
 

@@ -108,17 +108,60 @@ func (r *Reconciler) trackOrphans(p Plan, now time.Time) {
 	}
 }
 
-// podsGone returns the live allocations whose pod does not exist, with why: no pod of the
-// allocation's pod name, or one with another UID (the pod was deleted and another created
-// with its name). The cache (the pods bound to the node) clears the allocations whose pod
-// it has; for the rest the evidence is a GET from the API server, never the cache alone:
+// podEnd is why an allocation's pod no longer holds its slices (podsGone).
+type podEnd struct {
+	// Finished: the pod exists, with the allocation's UID, in phase Succeeded or Failed.
+	// Otherwise it does not exist (no pod of that name, or one with another UID).
+	Finished bool
+	Why      string
+}
+
+// Reason is the Event reason of the release.
+func (e podEnd) Reason() string {
+	if e.Finished {
+		return "PodFinished"
+	}
+	return "PodGone"
+}
+
+// finished reports whether the pod is in a terminal phase: its containers have stopped
+// and will not start again, so it uses no device. A pod whose containers restart
+// (restartPolicy OnFailure or Always) stays Running or Pending meanwhile.
+func finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// holds reports whether pod is the allocation's pod (UID uid) and may still use its slices.
+func holds(pod *corev1.Pod, uid string) bool {
+	return string(pod.UID) == uid && !finished(pod)
+}
+
+// podEndOf says, from the API server's copy of the pod named key (nil: none), whether the
+// allocation of pod UID uid is to be released, and why.
+func podEndOf(key types.NamespacedName, uid string, pod *corev1.Pod) (podEnd, bool) {
+	switch {
+	case pod == nil:
+		return podEnd{Why: fmt.Sprintf("pod %s (UID %s) does not exist", key, uid)}, true
+	case string(pod.UID) != uid:
+		return podEnd{Why: fmt.Sprintf("pod %s is another pod (UID %s) than the allocation's (UID %s)", key, pod.UID, uid)}, true
+	case finished(pod):
+		return podEnd{Finished: true, Why: fmt.Sprintf("pod %s (UID %s) finished (phase %s)", key, uid, pod.Status.Phase)}, true
+	}
+	return podEnd{}, false
+}
+
+// podsGone returns the live allocations whose pod no longer holds its slices, with why: no
+// pod of the allocation's pod name, one with another UID (the pod was deleted and another
+// created with its name), or the allocation's pod in phase Succeeded or Failed. The cache
+// (the pods bound to the node) clears the allocations whose pod it has, with that UID, not
+// finished; for the rest the evidence is a GET from the API server, never the cache alone:
 // the scheduler commits an allocation just before it binds the pod, so the cache may not
-// have that pod yet.
-func (r *Reconciler) podsGone(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation) (map[types.NamespacedName]string, error) {
+// have that pod yet, and a cache that shows the pod finished is confirmed the same way.
+func (r *Reconciler) podsGone(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation) (map[types.NamespacedName]podEnd, error) {
 	if r.opts.Live == nil {
 		return nil, nil
 	}
-	gone := map[types.NamespacedName]string{}
+	gone := map[types.NamespacedName]podEnd{}
 	for _, k := range sortedKeys(allocs) {
 		a := allocs[k]
 		if a.DeletionTimestamp != nil {
@@ -127,21 +170,23 @@ func (r *Reconciler) podsGone(ctx context.Context, allocs map[types.NamespacedNa
 		key := types.NamespacedName{Namespace: a.Namespace, Name: a.Spec.PodName}
 		var pod corev1.Pod
 		err := r.client.Get(ctx, key, &pod)
-		if err == nil && string(pod.UID) == a.Spec.PodUID {
-			continue
-		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("get cached pod %s: %w", key, err)
 		}
+		if err == nil && holds(&pod, a.Spec.PodUID) {
+			continue
+		}
 		pod = corev1.Pod{}
-		err = r.opts.Live.Get(ctx, key, &pod)
+		live := &pod
+		err = r.opts.Live.Get(ctx, key, live)
 		switch {
 		case apierrors.IsNotFound(err):
-			gone[k] = fmt.Sprintf("pod %s (UID %s) does not exist", key, a.Spec.PodUID)
+			live = nil
 		case err != nil:
 			return nil, fmt.Errorf("get pod %s: %w", key, err)
-		case string(pod.UID) != a.Spec.PodUID:
-			gone[k] = fmt.Sprintf("pod %s is another pod (UID %s) than the allocation's (UID %s)", key, pod.UID, a.Spec.PodUID)
+		}
+		if end, ok := podEndOf(key, a.Spec.PodUID, live); ok {
+			gone[k] = end
 		}
 	}
 	return gone, nil

@@ -219,7 +219,13 @@ func plan(in planInput) Plan {
 		}
 	}
 	// 3. Deleting allocations release the slice they really held, unless a
-	// live allocation holds it now or a pod uses it.
+	// live allocation holds it now or a pod uses it. A finished pod's slice is not held
+	// here for long: the kubelet's PodResources List first drops the devices of every pod
+	// that is not active (terminal or terminated) and then lists active pods only, or, with
+	// the deprecated gate KubeletPodResourcesListUseActivePods off, every pod with what is
+	// left (k8s.io/kubernetes pkg/kubelet/apis/podresources/server_v1.go, List;
+	// pkg/kubelet/cm/devicemanager/manager.go, UpdateAllocatedDevices). Only while the
+	// kubelet's sources are not ready yet, just after it starts, may it still report one.
 	for j := range wants {
 		w := &wants[j]
 		if !w.Deleting {

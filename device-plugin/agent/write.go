@@ -135,23 +135,30 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.Slic
 	return false, nil
 }
 
-// collect deletes allocations whose pod is gone (decision.Collect); the agent's finalizer
+// collect deletes allocations whose pod is gone or finished (decision.Collect); the agent's finalizer
 // keeps each until its slice is destroyed. The delete is conditional on the allocation's
 // UID, so an allocation recreated under the same name is not touched.
-func (r *Reconciler) collect(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, keys []types.NamespacedName) error {
+func (r *Reconciler) collect(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, keys []types.NamespacedName, ends map[types.NamespacedName]podEnd) error {
 	var doomed []*slicerv1alpha1.SliceAllocation
 	for _, k := range keys {
 		doomed = append(doomed, allocs[k])
 	}
 	return parallel(doomed, func(a *slicerv1alpha1.SliceAllocation) error {
+		end := ends[client.ObjectKeyFromObject(a)]
 		err := r.client.Delete(ctx, a, client.Preconditions{UID: &a.UID})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("delete %s/%s, whose pod is gone: %w", a.Namespace, a.Name, err)
+			return fmt.Errorf("delete %s/%s (%s): %w", a.Namespace, a.Name, end.Why, err)
 		}
-		if err == nil {
-			r.opts.Metrics.PodGone.Inc()
-			r.log(ctx).Info("allocation released: its pod is gone", "allocation", client.ObjectKeyFromObject(a), "pod", a.Spec.PodName, "podUID", a.Spec.PodUID)
+		if err != nil {
+			return nil
 		}
+		if end.Finished {
+			r.opts.Metrics.PodFinished.Inc()
+			r.log(ctx).Info("allocation released: its pod finished", "allocation", client.ObjectKeyFromObject(a), "pod", a.Spec.PodName, "podUID", a.Spec.PodUID)
+			return nil
+		}
+		r.opts.Metrics.PodGone.Inc()
+		r.log(ctx).Info("allocation released: its pod is gone", "allocation", client.ObjectKeyFromObject(a), "pod", a.Spec.PodName, "podUID", a.Spec.PodUID)
 		return nil
 	})
 }

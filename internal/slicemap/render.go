@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // WriteJSON writes m as indented JSON (the stable form for scripts).
@@ -189,6 +191,10 @@ func podText(p *Pod, holder string) string {
 	}
 	if p.UIDMismatch {
 		detail += ", other UID: " + holder + " is stale"
+	} else if p.Phase == string(corev1.PodSucceeded) || p.Phase == string(corev1.PodFailed) {
+		// A finished pod uses no device: its slice goes to the next pod (the agent deletes
+		// its allocations, Kubernetes deallocates its claims), so seeing one is transient.
+		detail += ", finished: " + holder + " is being released"
 	}
 	return s + " (" + detail + ")"
 }

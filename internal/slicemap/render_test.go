@@ -243,3 +243,22 @@ func TestShortUUID(t *testing.T) {
 		t.Errorf("short UUIDs (-want +got):\n%s", diff)
 	}
 }
+
+// TestPodTextFinished: a slice still held by a finished pod says it is being released
+// (issue 26: a finished pod frees its slices); a pod of another UID stays "stale".
+func TestPodTextFinished(t *testing.T) {
+	cases := map[string]struct {
+		p    Pod
+		want string
+	}{
+		"running":               {p: Pod{Namespace: "ns", Name: "a", Phase: "Running"}, want: "ns/a (Running)"},
+		"succeeded":             {p: Pod{Namespace: "ns", Name: "a", Phase: "Succeeded"}, want: "ns/a (Succeeded, finished: allocation is being released)"},
+		"failed":                {p: Pod{Namespace: "ns", Name: "a", Phase: "Failed"}, want: "ns/a (Failed, finished: allocation is being released)"},
+		"another pod, finished": {p: Pod{Namespace: "ns", Name: "a", Phase: "Failed", UIDMismatch: true}, want: "ns/a (Failed, other UID: allocation is stale)"},
+	}
+	for name, tc := range cases {
+		if got := podText(&tc.p, "allocation"); got != tc.want {
+			t.Errorf("%s: podText = %q, want %q", name, got, tc.want)
+		}
+	}
+}

@@ -27,7 +27,8 @@ import (
 )
 
 // benchNode starts a control plane and an emulated node's agent for a benchmark.
-func benchNode(b *testing.B, name string, gpus int) (*framework.Env, *agent.Metrics) {
+// podGone turns on the agent's release of allocations whose pod is gone or finished.
+func benchNode(b *testing.B, name string, gpus int, podGone ...bool) (*framework.Env, *agent.Metrics) {
 	b.Helper()
 	e, err := framework.Start(framework.Options{WithoutExternalCRDs: true})
 	if err != nil {
@@ -60,7 +61,8 @@ func benchNode(b *testing.B, name string, gpus int) (*framework.Env, *agent.Metr
 		log = zap.New(zap.UseDevMode(true))
 	}
 	ctrllog.SetLogger(log)
-	a, err := e.StartAgent(framework.AgentOptions{Node: name, Library: be, CDIDir: filepath.Join(b.TempDir(), "cdi"), OrphanGrace: time.Hour, Metrics: m}, log)
+	a, err := e.StartAgent(framework.AgentOptions{Node: name, Library: be, CDIDir: filepath.Join(b.TempDir(), "cdi"), OrphanGrace: time.Hour, Metrics: m,
+		PodGone: len(podGone) > 0 && podGone[0]}, log)
 	if err != nil {
 		b.Fatal(err)
 	}
