@@ -95,10 +95,10 @@ type SlicerReconciler struct {
 // +kubebuilder:rbac:groups=slicer.dev,resources=slicers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=slicer.dev,resources=slicers/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=slicer.dev,resources=slicers/finalizers,verbs=update
-// +kubebuilder:rbac:groups=slicer.dev,resources=nodeaccelerators,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups=slicer.dev,resources=nodeaccelerators/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=slicer.dev,resources=sliceallocations,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=slicer.dev,resources=sliceallocations/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=slicer.dev,resources=nodeaccelerators,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=slicer.dev,resources=nodeaccelerators/status,verbs=patch
+// +kubebuilder:rbac:groups=slicer.dev,resources=sliceallocations,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=slicer.dev,resources=sliceallocations/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=serviceaccounts;services;configmaps;namespaces,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=slicer-system,resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch;update
