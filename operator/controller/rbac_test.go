@@ -38,7 +38,6 @@ var operatorClusterWrites = []string{
 	"authentication.k8s.io/tokenreviews create", "authorization.k8s.io/subjectaccessreviews create",
 	"cert-manager.io/certificates create", "cert-manager.io/certificates delete", "cert-manager.io/certificates patch", "cert-manager.io/certificates update",
 	"cert-manager.io/issuers create", "cert-manager.io/issuers delete", "cert-manager.io/issuers patch", "cert-manager.io/issuers update",
-	"coordination.k8s.io/leases create", "coordination.k8s.io/leases delete", "coordination.k8s.io/leases patch", "coordination.k8s.io/leases update",
 	"events.k8s.io/events create", "events.k8s.io/events patch", "events.k8s.io/events update",
 	"kmm.sigs.x-k8s.io/modules create", "kmm.sigs.x-k8s.io/modules delete", "kmm.sigs.x-k8s.io/modules patch", "kmm.sigs.x-k8s.io/modules update",
 	"monitoring.coreos.com/prometheusrules create", "monitoring.coreos.com/prometheusrules delete", "monitoring.coreos.com/prometheusrules patch", "monitoring.coreos.com/prometheusrules update",
