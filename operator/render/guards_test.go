@@ -201,6 +201,8 @@ func TestAgentNodeGuard(t *testing.T) {
 		{"node B's allocation's status", allocationsGVR, admissionCase{op: admission.Update, sub: "status", old: allocation("node-b"), obj: allocation("node-b")}, agentA, foreign + "sliceallocations of node 'node-b'"},
 		{"node B's allocation deleted", allocationsGVR, admissionCase{op: admission.Delete, old: allocation("node-b")}, agentA, foreign + "sliceallocations of node 'node-b'"},
 		{"node B's allocation labelled as A's", allocationsGVR, admissionCase{op: admission.Delete, old: allocation("node-b", relabelTo("node-a"))}, agentA, foreign + "sliceallocations of node 'node-b'"},
+		{"own allocation without the node label", allocationsGVR, admissionCase{op: admission.Delete, old: allocation("node-a", func(a *slicerv1alpha1.SliceAllocation) { a.Labels = nil })}, agentA, ""},
+		{"node B's allocation without the node label", allocationsGVR, admissionCase{op: admission.Delete, old: allocation("node-b", func(a *slicerv1alpha1.SliceAllocation) { a.Labels = nil })}, agentA, foreign + "sliceallocations of node 'node-b'"},
 		{"own allocation given to B", allocationsGVR, admissionCase{op: admission.Update, old: allocation("node-a"), obj: allocation("node-a", relabelTo("node-b"))}, agentA, foreign + "sliceallocations of node 'node-b'"},
 		{"own NodeAccelerator created", acceleratorGVR, admissionCase{op: admission.Create, obj: accel("node-a", "node-a")}, agentA, ""},
 		{"own NodeAccelerator status", acceleratorGVR, admissionCase{op: admission.Update, sub: "status", old: accel("node-a", "node-a"), obj: accel("node-a", "node-a")}, agentA, ""},

@@ -36,9 +36,9 @@ const AgentForeignNodeMessage = "Slicer's agent may write only its own node's ob
 // all nodes share one ServiceAccount; the token of each agent pod names its node. The
 // objects and what ties each to a node:
 //
-//   - SliceAllocations and their status: spec.nodeName and the slicer.dev/node label (the
-//     old object's and the new one's alike, so an allocation is neither taken over nor
-//     given away);
+//   - SliceAllocations and their status: spec.nodeName and the slicer.dev/node label where
+//     there is one (the old object's and the new one's alike, so an allocation is neither
+//     taken over nor given away);
 //   - NodeAccelerators and their status: the name and spec.nodeName;
 //   - ResourceSlices (DRA frontend): spec.nodeName; a slice of no node (allNodes, a node
 //     selector) is nobody's.
@@ -49,7 +49,7 @@ func AgentNodeGuard(o Options) []client.Object {
 	// nodesOf lists the node names an object carries; every one must be the caller's.
 	// (string(): a list literal's elements must have one type.)
 	nodesOf := fmt.Sprintf("request.resource.resource == 'nodeaccelerators' ? [string(o.metadata.name), string(o.?spec.?nodeName.orValue(o.metadata.name))] : "+
-		"request.resource.resource == 'sliceallocations' ? [string(o.?spec.?nodeName.orValue('')), string(o.metadata.?labels[?'%s'].orValue(''))] : "+
+		"request.resource.resource == 'sliceallocations' ? [string(o.?spec.?nodeName.orValue('')), string(o.metadata.?labels[?'%s'].orValue(o.?spec.?nodeName.orValue('')))] : "+
 		"[string(o.?spec.?nodeName.orValue(''))]", slicerv1alpha1.LabelNode)
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		TypeMeta:   typeMeta(admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy")),
