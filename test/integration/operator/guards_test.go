@@ -10,7 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -44,6 +46,7 @@ func placed(namespace, name, node string) *slicerv1alpha1.SliceAllocation {
 	a := framework.MakeSliceAllocation(namespace, name).Node(node).Obj()
 	a.Labels = map[string]string{slicerv1alpha1.LabelNode: node, slicerv1alpha1.LabelPodUID: a.Spec.PodUID}
 	a.Finalizers = []string{slicerv1alpha1.AllocationFinalizer}
+	a.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: a.Spec.PodName, UID: types.UID(a.Spec.PodUID)}}
 	return a
 }
 
@@ -117,10 +120,10 @@ var _ = Describe("Guards of a shared cluster", Ordered, func() {
 		refusedBy(agentA.Delete(ctx, onB.DeepCopy()), foreign+"sliceallocations of node 'node-b'")
 		refusedBy(agentA.Create(ctx, framework.MakeNodeAccelerator("node-b").Obj()), foreign+"nodeaccelerators of node 'node-b'")
 		refusedBy(patch(agentA, framework.MakeNodeAccelerator("node-b").Obj(), true, func(na *slicerv1alpha1.NodeAccelerator) {
-			na.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Forged", LastTransitionTime: metav1.Now()}}
+			na.Status.DriverVersion = "forged"
 		}), foreign+"nodeaccelerators of node 'node-b'")
 		refusedBy(agentOn(ns, "").Create(ctx, framework.MakeNodeAccelerator("node-a").Obj()), render.AgentNoNodeMessage)
-		refusedBy(agentA.Create(ctx, placed(apps, "forged", "node-a")), "created only by Slicer's scheduler")
+		Expect(apierrors.IsForbidden(agentA.Create(ctx, placed(apps, "forged", "node-a")))).To(BeTrue(), "the agent creates no allocation")
 		Expect(admin.Get(ctx, client.ObjectKeyFromObject(onB), onB)).To(Succeed())
 		Expect(onB.Status.State).To(BeEmpty())
 		Expect(onB.Finalizers).To(ConsistOf(slicerv1alpha1.AllocationFinalizer))
@@ -129,7 +132,7 @@ var _ = Describe("Guards of a shared cluster", Ordered, func() {
 		By("node A's objects: every write the agent makes passes")
 		Expect(agentA.Create(ctx, framework.MakeNodeAccelerator("node-a").Obj())).To(Succeed())
 		Expect(patch(agentA, framework.MakeNodeAccelerator("node-a").Obj(), true, func(na *slicerv1alpha1.NodeAccelerator) {
-			na.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Reported", LastTransitionTime: metav1.Now()}}
+			na.Status.DriverVersion = "580.65.06"
 		})).To(Succeed())
 		Expect(patch(agentA, onA, true, readyStatus)).To(Succeed())
 		Expect(agentA.Delete(ctx, onA.DeepCopy())).To(Succeed(), "the agent deletes an allocation whose pod is gone")
@@ -316,9 +319,14 @@ var _ = Describe("Device access guard", Ordered, func() {
 		waitAvailable(ns)
 		apps := "guard-pods"
 		createNamespace(apps)
+		// envtest runs no ServiceAccount controller: the pods' ServiceAccount by hand.
+		for _, n := range []string{apps, "kube-system", operatorNamespace} {
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: n, Name: "default"}}
+			Expect(client.IgnoreAlreadyExists(admin.Create(ctx, sa))).To(Succeed())
+		}
 		pod := func(namespace, name string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "cuda"}}}}
+				Spec: corev1.PodSpec{AutomountServiceAccountToken: ptr.To(false), Containers: []corev1.Container{{Name: "app", Image: "cuda"}}}}
 			for _, m := range mutate {
 				m(p)
 			}
