@@ -21,6 +21,12 @@ const (
 	// LabelNVIDIAMIGConfig is the label of NVIDIA's MIG manager; a node that
 	// carries it is owned by that tool and the agent refuses to manage MIG there.
 	LabelNVIDIAMIGConfig = "nvidia.com/mig.config"
+	// LabelDirectGPUAccess on a namespace, with value "allowed", lets its pods
+	// select NVIDIA devices themselves (NVIDIA_VISIBLE_DEVICES and the like, CDI
+	// device annotations), which Slicer's device-access policy refuses everywhere
+	// else: for GPU system software (NVIDIA's GPU operator, monitoring) on nodes
+	// Slicer does not manage. Only who may label namespaces can set it.
+	LabelDirectGPUAccess = "slicer.dev/direct-gpu-access"
 	// DomainPrefix is the prefix of every Slicer label and annotation; users
 	// may not set such keys on their pods.
 	DomainPrefix = "slicer.dev/"

@@ -21,7 +21,7 @@ import (
 // operator holds them too).
 //
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=deviceclasses,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices,verbs=get;list;watch;create;update;patch;delete;deletecollection
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices,verbs=get;list;watch;create;update;delete;deletecollection
 
 // reconcileDRA runs the DRA frontend: the device-plugin frontend's objects go, the webhook
 // and scheduler conditions say they are not used, the apiserver is probed for partitionable

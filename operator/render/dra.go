@@ -21,9 +21,11 @@ const ComponentDRA = "dra"
 const AgentFrontendDRAArg = "--frontend=dra"
 
 // AgentDRARules are what the agent's kubelet DRA plugin needs on top of AgentRules: publish
-// its node's ResourceSlices and read the claims it prepares.
+// its node's ResourceSlices (k8s.io/dynamic-resource-allocation resourceslice's controller
+// lists, watches, creates, updates and deletes them one by one; AgentNodeGuard confines it to
+// its node's) and read the claims it prepares.
 var AgentDRARules = []rbacv1.PolicyRule{
-	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
+	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: readWatch},
 }
 

@@ -41,15 +41,20 @@ var (
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update"}},
 	}
 
-	// AgentRules let the agent report its node and realize its allocations.
+	// AgentRules let the agent report its node and realize its allocations. Every write is
+	// confined to the agent's own node by AgentNodeGuard.
 	AgentRules = append([]rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: readWatch},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
-		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
-		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators/status"}, Verbs: []string{"get", "update", "patch"}},
-		{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations"}, Verbs: []string{"get", "list", "watch", "update", "patch", "delete"}}, // finalizer on the allocations it realizes; delete those whose pod is gone
-		{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations/status"}, Verbs: []string{"get", "update", "patch"}},
+		// Its node's NodeAccelerator: created once, then only its status is written
+		// (device-plugin/agent/publish.go).
+		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators"}, Verbs: []string{"get", "list", "watch", "create"}},
+		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators/status"}, Verbs: []string{"patch"}},
+		// The finalizer of the allocations it realizes, their status; delete those whose pod
+		// is gone (device-plugin/agent/write.go: patches and deletes only).
+		{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations"}, Verbs: []string{"get", "list", "watch", "patch", "delete"}},
+		{APIGroups: []string{"slicer.dev"}, Resources: []string{"sliceallocations/status"}, Verbs: []string{"patch"}},
 	}, metricsAuthRules...)
 
 	// WebhookRules only serve authenticated metrics: the webhook reads
@@ -92,7 +97,7 @@ func RBAC(o Options) []client.Object {
 				role(o.AgentNamespace, AgentName, ComponentAgent, SCCRules),
 				roleBinding(o.AgentNamespace, AgentName, ComponentAgent, o.AgentNamespace))
 		}
-		return append(objs, AllocationGuard(o)...)
+		return append(objs, Guards(o)...)
 	}
 	if SchedulerSupported(o) {
 		objs = append(objs,
@@ -111,7 +116,7 @@ func RBAC(o Options) []client.Object {
 			role(o.AgentNamespace, AgentName, ComponentAgent, SCCRules),
 			roleBinding(o.AgentNamespace, AgentName, ComponentAgent, o.AgentNamespace))
 	}
-	return append(objs, AllocationGuard(o)...)
+	return append(objs, Guards(o)...)
 }
 
 func clusterRole(name, component string, rules []rbacv1.PolicyRule) *rbacv1.ClusterRole {

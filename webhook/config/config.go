@@ -225,6 +225,26 @@ func matchConditions(prefixes ...string) []admissionregistrationv1.MatchConditio
 	}
 }
 
+// policyMatchConditions are the webhook's, in every namespace.
+func policyMatchConditions(prefixes ...string) []admissionregistrationv1.MatchCondition {
+	var out []admissionregistrationv1.MatchCondition
+	for _, c := range matchConditions(prefixes...) {
+		if c.Name != conditionNotSystem {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// celList is a CEL list of string literals (namespace names hold no quote).
+func celList(values []string) string {
+	q := make([]string, len(values))
+	for i, v := range values {
+		q[i] = "'" + v + "'"
+	}
+	return strings.Join(q, ", ")
+}
+
 // celMentions is a CEL expression, true when a container, init container or ephemeral
 // container of the pod (object) has a resource key starting with one of prefixes in its
 // limits or requests.

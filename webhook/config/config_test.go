@@ -169,20 +169,24 @@ func TestRenderValidatingAdmissionPolicy(t *testing.T) {
 	if diff := cmp.Diff([]admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, binding.Spec.ValidationActions); diff != "" {
 		t.Errorf("actions (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(excludedNamespaces(o), policy.Spec.MatchConstraints.NamespaceSelector); diff != "" {
+	// Every namespace: kube-* and Slicer's own are no way around the policy.
+	if diff := cmp.Diff(&metav1.LabelSelector{}, policy.Spec.MatchConstraints.NamespaceSelector); diff != "" {
 		t.Errorf("namespaces (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(&metav1.LabelSelector{}, policy.Spec.MatchConstraints.ObjectSelector); diff != "" {
 		t.Errorf("the policy must not exclude pods by label (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(RenderMutatingWebhookConfiguration(o).Webhooks[0].MatchConditions, policy.Spec.MatchConditions); diff != "" {
-		t.Errorf("match conditions differ from the webhook's (-want +got):\n%s", diff)
+	if diff := cmp.Diff(RenderMutatingWebhookConfiguration(o).Webhooks[0].MatchConditions[1:], policy.Spec.MatchConditions); diff != "" {
+		t.Errorf("match conditions differ from the webhook's but the system-namespace one (-want +got):\n%s", diff)
 	}
 	if got := policy.Spec.Validations[1].Expression; !strings.Contains(got, "object.spec.schedulerName == 'my-sched'") {
 		t.Errorf("scheduler rule %q", got)
 	}
-	if got := policy.Spec.Variables[2].Expression; !strings.Contains(got, "namespaceObject.metadata.labels['slicer.dev/translate-nvidia-resources'] != 'disabled'") {
-		t.Errorf("translated variable %q", got)
+	for _, want := range []string{"namespaceObject.metadata.labels['slicer.dev/translate-nvidia-resources'] != 'disabled'",
+		"!request.namespace.startsWith('kube-')", "!(request.namespace in ['kube-node-lease', 'kube-public', 'kube-system', 'slicer-system'])"} {
+		if got := policy.Spec.Variables[2].Expression; !strings.Contains(got, want) {
+			t.Errorf("translated variable %q lacks %q (nvidia.com/mig-* is NVIDIA's where the webhook does not translate)", got, want)
+		}
 	}
 
 	o.TranslateNVIDIA = TranslateDisabled
@@ -190,8 +194,8 @@ func TestRenderValidatingAdmissionPolicy(t *testing.T) {
 	if got := policy.Spec.Variables[2].Expression; got != "false" {
 		t.Errorf("translation off cluster-wide: translated = %q, want false", got)
 	}
-	if diff := cmp.Diff(RenderMutatingWebhookConfiguration(o).Webhooks[0].MatchConditions, policy.Spec.MatchConditions); diff != "" {
-		t.Errorf("match conditions differ from the webhook's (-want +got):\n%s", diff)
+	if diff := cmp.Diff(RenderMutatingWebhookConfiguration(o).Webhooks[0].MatchConditions[1:], policy.Spec.MatchConditions); diff != "" {
+		t.Errorf("match conditions differ from the webhook's but the system-namespace one (-want +got):\n%s", diff)
 	}
 }
 

@@ -21,9 +21,14 @@ import (
 //   - a pod with slicer.dev/mig-* must have Slicer's schedulerName, no spec.nodeName and
 //     no slicer.dev/ labels or annotations.
 //
-// It matches the same namespaces and pods (match conditions) as the webhook, except that
-// it has no object selector: a pod cannot escape it by forging Slicer's component label,
-// and Slicer's own pods never ask for MIG, so they are never matched.
+// It matches the same pods as the webhook (match conditions) in every namespace, and has no
+// object selector: a pod cannot escape it by forging Slicer's component label, nor by being
+// created in a namespace the webhook leaves alone (kube-*, openshift-*, Slicer's own), where
+// it could otherwise pin a node and ask for slicer.dev/mig-* directly; Slicer's own pods
+// never ask for MIG, so they are never matched. The webhook needs the exclusions (a
+// webhook that cannot be reached must not hold up the system's own pods); an admission
+// policy, evaluated in the apiserver, does not. nvidia.com/mig-* stays NVIDIA's where the
+// webhook does not translate it, excluded namespaces included.
 func RenderValidatingAdmissionPolicy(o Options) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	o = o.withDefaults()
 	noDomainKeys := func(field string) string {
@@ -84,8 +89,8 @@ func renderPolicy(o Options, validations []admissionregistrationv1.Validation) (
 	translated := "false"
 	if o.TranslateNVIDIA == TranslateEnabled {
 		prefixes = append(prefixes, mig.NVIDIAResourcePrefix)
-		translated = fmt.Sprintf(`!has(namespaceObject.metadata.labels) || !('%[1]s' in namespaceObject.metadata.labels) || namespaceObject.metadata.labels['%[1]s'] != '%[2]s'`,
-			slicerv1alpha1.LabelTranslateNVIDIAResources, TranslateDisabled)
+		translated = fmt.Sprintf(`%[3]s && !(request.namespace in [%[4]s]) && (!has(namespaceObject.metadata.labels) || !('%[1]s' in namespaceObject.metadata.labels) || namespaceObject.metadata.labels['%[1]s'] != '%[2]s')`,
+			slicerv1alpha1.LabelTranslateNVIDIAResources, TranslateDisabled, celNotSystem, celList(excludedNamespaces(o).MatchExpressions[0].Values))
 	}
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
@@ -93,7 +98,7 @@ func renderPolicy(o Options, validations []admissionregistrationv1.Validation) (
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: excludedNamespaces(o),
+				NamespaceSelector: &metav1.LabelSelector{},
 				ObjectSelector:    &metav1.LabelSelector{},
 				MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
@@ -106,7 +111,7 @@ func renderPolicy(o Options, validations []admissionregistrationv1.Validation) (
 					},
 				}},
 			},
-			MatchConditions: matchConditions(prefixes...),
+			MatchConditions: policyMatchConditions(prefixes...),
 			Variables: []admissionregistrationv1.Variable{
 				{Name: "slicerMIG", Expression: celMentions(mig.ResourcePrefix)},
 				{Name: "nvidiaMIG", Expression: celMentions(mig.NVIDIAResourcePrefix)},

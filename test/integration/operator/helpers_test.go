@@ -295,6 +295,10 @@ var (
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), "", admName},
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicy{}), "", render.AllocationGuardName},
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), "", render.AllocationGuardName},
+			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicy{}), "", render.AgentNodeGuardName},
+			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), "", render.AgentNodeGuardName},
+			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicy{}), "", render.DeviceAccessGuardName},
+			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), "", render.DeviceAccessGuardName},
 			ref{nfrGVK, "", render.NodeFeatureRuleKey},
 			ref{moduleGVK, agentNamespace, render.ModuleName},
 		)

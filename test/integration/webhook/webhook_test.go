@@ -225,6 +225,10 @@ var _ = Describe("pod admission", Ordered, func() {
 				`spec.schedulerName is not "slicer-scheduler"`),
 			Entry("slicer.dev/mig-* with a pinned node", makePod(userNS).Scheduler(scheduler).Node("n1").Container("app", builder.Limits(sl1g, "1")).Obj(),
 				"pins spec.nodeName"),
+			Entry("slicer.dev/mig-* with a pinned node in kube-system, which the webhook skips", makePod("kube-system").Scheduler(scheduler).Node("n1").Container("app", builder.Limits(sl1g, "1")).Obj(),
+				"pins spec.nodeName"),
+			Entry("slicer.dev/mig-* with the default scheduler in Slicer's namespace", makePod(slicerNS).Container("app", builder.Limits(sl1g, "1")).Obj(),
+				`spec.schedulerName is not "slicer-scheduler"`),
 			Entry("a forged Slicer label, even the component label (W7)", makePod(userNS).Scheduler(scheduler).Label(slicerv1alpha1.LabelComponent, "agent").Container("app", builder.Limits(sl1g, "1")).Obj(),
 				"reserved for Slicer's own allocation data"),
 		)
