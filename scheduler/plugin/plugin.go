@@ -80,7 +80,7 @@ type Plugin struct {
 	// nominations are the placements preemption cleared (nominations.go); dryRun the
 	// placements planned per node during a preemption dry run (preempt.go).
 	nominations map[types.UID]nomination
-	dryRun      map[types.UID]map[string][]snapshot.Slot
+	dryRun      map[types.UID]map[string]dryPlan
 	// evaluator is kube-scheduler's preemption with Slicer's victims (preempt.go).
 	evaluator *preemption.Evaluator
 }
@@ -153,7 +153,7 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 			prebindFailed: map[types.UID]bool{},
 			rejected:      map[types.UID]*corev1.Pod{},
 			nominations:   map[types.UID]nomination{},
-			dryRun:        map[types.UID]map[string][]snapshot.Slot{},
+			dryRun:        map[types.UID]map[string]dryPlan{},
 		}
 		p.evaluator = newEvaluator(h, &preemptor{p: p})
 		// Room freed in the snapshot (an allocation or reservation gone, a

@@ -41,11 +41,11 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 	if st.IsSuccess() && res != nil && res.NominatingInfo != nil {
 		node = res.NominatingInfo.NominatedNodeName
 	}
-	p.keepDryRun(pod.UID, node)
+	plan := p.keepDryRun(pod.UID, node)
 	switch {
 	case st.IsSuccess():
-		log.V(2).Info("preempting for MIG slices", "pod", klog.KObj(pod), "node", node, "slots", p.nominatedSlots(pod.UID, node))
-		return res, st
+		log.V(2).Info("preempting for MIG slices", "pod", klog.KObj(pod), "node", node, "slots", plan.slots, "victims", plan.victims)
+		return res, fwk.NewStatus(fwk.Success, preemptingMessage(node, plan))
 	case st.Code() == fwk.Error:
 		return nil, st
 	}
@@ -117,4 +117,19 @@ func offersAll(m mig.Model, profiles []string) bool {
 		}
 	}
 	return true
+}
+
+// preemptingMessage is the Pending reason of a pod right after it preempted: where its slices
+// go and the pods it waits for.
+func preemptingMessage(node string, plan dryPlan) string {
+	var where []string
+	for _, sl := range plan.slots {
+		where = append(where, sl.String())
+	}
+	victims := plan.victims
+	if len(victims) > maxWaits {
+		victims = append(victims[:maxWaits:maxWaits], fmt.Sprintf("%d more", len(plan.victims)-maxWaits))
+	}
+	return fmt.Sprintf("preemption: room cleared on node %s at %s; waiting for %d pods of lower priority to terminate: %s",
+		node, strings.Join(where, ", "), len(plan.victims), strings.Join(victims, ", "))
 }

@@ -208,11 +208,13 @@ func (p *Plugin) selectVictims(ctx context.Context, cs fwk.CycleState, pod *core
 		slots = append(slots, snapshot.Slot{Slot: mig.Slot{GPU: n.GPUs[a.GPU].UUID, Profile: a.Profile.Name, Placement: a.Placement},
 			Index: s.missing[a.Slice]})
 	}
-	p.putDryRun(pod.UID, name, slots)
 	pods := make([]*corev1.Pod, 0, len(victims))
+	names := make([]string, 0, len(victims))
 	for _, v := range victims {
 		pods = append(pods, v.GetPod())
+		names = append(names, v.GetPod().Namespace+"/"+v.GetPod().Name)
 	}
+	p.putDryRun(pod.UID, name, dryPlan{slots: slots, victims: names})
 	return pods, pdbViolations(pods, pdbs), nil
 }
 
@@ -338,26 +340,33 @@ func pdbViolations(victims []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) 
 	return n
 }
 
-// putDryRun keeps the placement planned for the pod on a node during a dry run; keepDryRun
-// makes the chosen node's the pod's nomination and forgets the others.
-func (p *Plugin) putDryRun(uid types.UID, node string, slots []snapshot.Slot) {
+// dryPlan is what a dry run planned for the pod on one node.
+type dryPlan struct {
+	slots   []snapshot.Slot
+	victims []string // namespace/name
+}
+
+// putDryRun keeps the plan for the pod on a node during a dry run; keepDryRun makes the chosen
+// node's slots the pod's nomination, forgets the others and returns the chosen plan.
+func (p *Plugin) putDryRun(uid types.UID, node string, plan dryPlan) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dryRun == nil {
-		p.dryRun = map[types.UID]map[string][]snapshot.Slot{}
+		p.dryRun = map[types.UID]map[string]dryPlan{}
 	}
 	if p.dryRun[uid] == nil {
-		p.dryRun[uid] = map[string][]snapshot.Slot{}
+		p.dryRun[uid] = map[string]dryPlan{}
 	}
-	p.dryRun[uid][node] = slots
+	p.dryRun[uid][node] = plan
 }
 
-func (p *Plugin) keepDryRun(uid types.UID, node string) {
+func (p *Plugin) keepDryRun(uid types.UID, node string) dryPlan {
 	p.mu.Lock()
-	slots := p.dryRun[uid][node]
+	plan := p.dryRun[uid][node]
 	delete(p.dryRun, uid)
 	p.mu.Unlock()
-	if node != "" && slots != nil {
-		p.setNomination(uid, node, slots)
+	if node != "" && plan.slots != nil {
+		p.setNomination(uid, node, plan.slots)
 	}
+	return plan
 }
