@@ -111,7 +111,7 @@ func (p *Plugin) awaited(pod *corev1.Pod, node string) []string {
 	if ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node); err == nil && ni != nil {
 		for _, pi := range ni.GetPods() {
 			q := pi.GetPod()
-			if corev1helpers.PodPriority(q) < prio && preemption.PodTerminatingByPreemption(q) {
+			if corev1helpers.PodPriority(q) < prio && terminatingByPreemption(q) {
 				waits = append(waits, "pod "+q.Namespace+"/"+q.Name+" to terminate")
 			}
 		}
@@ -126,6 +126,21 @@ func (p *Plugin) awaited(pod *corev1.Pod, node string) []string {
 	}
 	sort.Strings(waits)
 	return waits
+}
+
+// terminatingByPreemption reports whether the pod is being deleted because a scheduler
+// preempted it (what k8s.io/kubernetes/pkg/scheduler/framework/preemption's
+// PodTerminatingByPreemption answers since 1.37; older minors lack it).
+func terminatingByPreemption(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget {
+			return c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonPreemptionByScheduler
+		}
+	}
+	return false
 }
 
 func overlapsAny(s snapshot.Slot, slots []snapshot.Slot) bool {
