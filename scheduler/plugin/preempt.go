@@ -103,8 +103,9 @@ func (pr *preemptor) PodEligibleToPreemptOthers(_ context.Context, pod *corev1.P
 }
 
 // awaited lists what a pod nominated to node waits for: lower-priority pods terminating by
-// preemption there, and slices being released that overlap the placement cleared for it (any
-// slice being released on the node when none is recorded).
+// preemption there, slices being released that overlap the placement cleared for it (any slice
+// being released on the node when none is recorded), and slices there that the agent still
+// reports once their allocation is gone.
 func (p *Plugin) awaited(pod *corev1.Pod, node string) []string {
 	prio := corev1helpers.PodPriority(pod)
 	var waits []string
@@ -119,8 +120,13 @@ func (p *Plugin) awaited(pod *corev1.Pod, node string) []string {
 	mine := p.nominatedSlots(pod.UID, node)
 	for _, claims := range p.cache.Claims(node) {
 		for _, c := range claims {
-			if c.Leaving && (mine == nil || overlapsAny(c.Slot, mine)) {
+			switch {
+			case c.Leaving && (mine == nil || overlapsAny(c.Slot, mine)):
 				waits = append(waits, fmt.Sprintf("the slice %s of %s to be released", c.Slot, c.Pod))
+			case c.PodUID == "" && mine != nil && overlapsAny(c.Slot, mine):
+				// A victim's allocation is gone and the agent's report still shows its slice:
+				// preempting again now would evict more pods for room that is about to free.
+				waits = append(waits, fmt.Sprintf("the slice %s the node's agent still reports to be destroyed", c.Slot))
 			}
 		}
 	}
