@@ -39,7 +39,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 	res, st := p.evaluator.Preempt(ctx, cs, pod, m)
 	node := ""
 	if st.IsSuccess() && res != nil && res.NominatingInfo != nil {
-		node = res.NominatingInfo.NominatedNodeName
+		node = res.NominatedNodeName
 	}
 	plan := p.keepDryRun(pod.UID, node)
 	switch {
