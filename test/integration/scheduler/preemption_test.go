@@ -52,12 +52,13 @@ func withPriority(p *corev1.Pod, class string) *corev1.Pod {
 }
 
 // fakeKubelet finishes the graceful deletion of the namespace's pods once they have been
-// terminating for delay (there is no kubelet: a bound pod deleted gracefully stays
-// terminating otherwise). It stops with ctx.
-func fakeKubelet(c context.Context, ns string, delay time.Duration) {
+// terminating for delay, at most one every interval when interval > 0 (there is no kubelet: a
+// bound pod deleted gracefully stays terminating otherwise). It stops with ctx.
+func fakeKubelet(c context.Context, ns string, delay, interval time.Duration) {
 	go func() {
 		defer GinkgoRecover()
 		seen := map[string]time.Time{} // pod UID -> first seen terminating
+		var last time.Time
 		for c.Err() == nil {
 			var list corev1.PodList
 			if err := k8s.List(c, &list, client.InNamespace(ns)); err == nil {
@@ -71,8 +72,9 @@ func fakeKubelet(c context.Context, ns string, delay time.Duration) {
 						first = time.Now()
 						seen[string(p.UID)] = first
 					}
-					if time.Since(first) >= delay {
+					if time.Since(first) >= delay && time.Since(last) >= interval {
 						_ = k8s.Delete(c, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &p.UID})
+						last = time.Now()
 					}
 				}
 			}
@@ -135,17 +137,17 @@ var _ = Describe("Preempting for MIG slices", func() {
 		sort.Strings(out)
 		return out
 	}
-	startAll := func(kubeletDelay time.Duration) {
+	startAll := func(kubeletDelay, interval time.Duration) {
 		r = startScheduler(ctx, plugin.Options{}, timeout)
 		var c context.Context
 		c, stop = context.WithCancel(ctx)
-		fakeKubelet(c, s.ns, kubeletDelay)
+		fakeKubelet(c, s.ns, kubeletDelay, interval)
 	}
 
 	It("evicts the fewest pods of lower priority, and the preemptor lands on the cleared placement", func() {
 		node := s.ns + "-n1"
 		s.addNode(node, 1)
-		startAll(0)
+		startAll(0, 0)
 		byStart := fill()
 		high := s.create(withPriority(s.pod("high", map[string]int64{"3g.40gb": 1}), prioHigh))
 		Eventually(func() string { return s.get(high.Name).Spec.NodeName }).Should(Equal(node))
@@ -158,7 +160,9 @@ var _ = Describe("Preempting for MIG slices", func() {
 	It("keeps a nominated pod's cleared placement against a stream of lower-priority pods", func() {
 		node := s.ns + "-n1"
 		s.addNode(node, 1)
-		startAll(3 * time.Second) // victims terminate slowly
+		// The victims terminate one by one: each frees a slot that fits a 1g.10gb while the
+		// 7g.80gb still does not fit, and the pending pods of lower priority are retried on it.
+		startAll(2*time.Second, time.Second)
 		fill()
 		high := s.create(withPriority(s.pod("high", map[string]int64{"7g.80gb": 1}), prioHigh))
 		Eventually(func() string { return s.get(high.Name).Status.NominatedNodeName }).Should(Equal(node))
@@ -167,22 +171,28 @@ var _ = Describe("Preempting for MIG slices", func() {
 		By("lower-priority pods keep arriving while the victims terminate")
 		for i := 0; i < 6; i++ {
 			s.create(withPriority(s.pod(fmt.Sprintf("mid-%d", i), map[string]int64{"1g.10gb": 1}), prioMid))
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond)
 		}
 		Eventually(func() string { return s.get(high.Name).Spec.NodeName }, 60*time.Second).Should(Equal(node))
 		Expect(s.allocationsOf(s.get(high.Name))).To(HaveLen(1))
+		// None was placed there, not even for a while: a pod placed and preempted again would
+		// be gone or terminating.
+		mids := 0
 		for _, p := range s.pods() {
 			if p.Spec.PriorityClassName == prioMid {
+				mids++
 				Expect(p.Spec.NodeName).To(BeEmpty(), "pod %s took room cleared for the nominated pod", p.Name)
+				Expect(p.DeletionTimestamp).To(BeNil(), "pod %s was placed, then preempted", p.Name)
 			}
 		}
+		Expect(mids).To(Equal(6), "pods of lower priority were placed on the cleared room, then preempted")
 		Expect(remaining()).To(BeEmpty())
 	})
 
 	It("spares a pod a PodDisruptionBudget protects when another victim will do", func() {
 		node := s.ns + "-n1"
 		s.addNode(node, 1)
-		startAll(0)
+		startAll(0, 0)
 		a := s.create(withPriority(s.pod("low-a", map[string]int64{"3g.40gb": 1}), prioLow))
 		b := s.create(withPriority(s.pod("low-b", map[string]int64{"3g.40gb": 1}), prioLow))
 		Eventually(s.bound).Should(Equal(2))
@@ -211,7 +221,7 @@ var _ = Describe("Preempting for MIG slices", func() {
 
 	It("never preempts for a pod whose preemptionPolicy is Never", func() {
 		s.addNode(s.ns+"-n1", 1)
-		startAll(0)
+		startAll(0, 0)
 		fill()
 		// The Priority admission sets preemptionPolicy from the class.
 		never := s.create(withPriority(s.pod("never", map[string]int64{"7g.80gb": 1}), prioNever))
