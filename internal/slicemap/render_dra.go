@@ -96,12 +96,15 @@ func requestText(r ResourceRequest) string {
 func writeExplanations(ew *errWriter, pods []PendingPod) {
 	header := false
 	for _, p := range pods {
-		for _, e := range p.Explanations {
+		for k, e := range p.Explanations {
 			if !header {
 				ew.printf("\nWHY PENDING (Slicer's view of the GPUs above)\n")
 				header = true
 			}
 			ew.printf("  %s/%s  %s: %s\n", p.Namespace, p.Name, e.Profile, explanationSummary(e))
+			if k == 0 && p.Preemption != "" {
+				ew.printf("    %s\n", p.Preemption)
+			}
 			tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 			for i, v := range e.GPUs {
 				if i == maxVerdicts {

@@ -153,6 +153,9 @@ type PendingPod struct {
 	// slice of it now and why the others cannot; only for pods not bound to a node that hold
 	// no allocation or allocated claim yet (for the others the binding is under way).
 	Explanations []Explanation `json:"explanations,omitempty"`
+	// Preemption is set in DRA mode when no GPU can take the pod now but evicting pods of
+	// lower priority would: kube-scheduler does not preempt for claims (preemption.go).
+	Preemption string `json:"preemption,omitempty"`
 }
 
 // ResourceRequest is how many slices of one profile a pod asks for, through a resource or
@@ -277,6 +280,7 @@ func Build(in Input, opts Options) Map {
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
 	out.PendingPods = pendingPods(in, opts, rooms(accels, nodes))
+	addPreemptionNotes(out.PendingPods, in, out.Nodes)
 	return out
 }
 

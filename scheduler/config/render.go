@@ -146,8 +146,10 @@ func Build(o Options) (*schedconfigv1.KubeSchedulerConfiguration, error) {
 			MultiPoint: schedconfigv1.PluginSet{Enabled: one},
 			PreFilter:  schedconfigv1.PluginSet{Enabled: one},
 			Filter:     schedconfigv1.PluginSet{Enabled: one},
-			// Ours first: it only explains, and its explanation leads the Pending message;
-			// DefaultPreemption may still preempt.
+			// Ours first: for a pod that asks for slices it explains and preempts with
+			// Slicer's choice of victims, and ends the chain when it cannot help
+			// (UnschedulableAndUnresolvable); DefaultPreemption preempts for the other pods
+			// of the profile.
 			PostFilter: schedconfigv1.PluginSet{
 				Enabled: []schedconfigv1.Plugin{{Name: PluginName}, {Name: "DefaultPreemption"}},
 			},

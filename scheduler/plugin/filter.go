@@ -17,7 +17,8 @@ const (
 	reasonPinned         = "the pod's slices are already allocated on another node"
 )
 
-// Filter answers from the snapshot alone: no API call, no allocation.
+// Filter answers from the snapshot, as the cycle state's overlay changes it (overlay.go): no
+// API call, and no allocation unless the framework simulates pods on the node.
 func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, err := readState(cs)
 	if err != nil {
@@ -43,7 +44,7 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, nod
 	if n.Reason != "" {
 		return fwk.NewStatus(fwk.Unschedulable, n.Reason)
 	}
-	if _, ok := mig.Score(n.MIG, s.req); !ok {
+	if _, ok := mig.Score(p.nodeView(cs, n), s.req); !ok {
 		return fwk.NewStatus(fwk.Unschedulable, s.noRoom)
 	}
 	return nil

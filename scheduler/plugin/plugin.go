@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -76,18 +77,25 @@ type Plugin struct {
 	prebindFailed map[types.UID]bool
 	// rejected are MIG pods that found no room, activated when room appears.
 	rejected map[types.UID]*corev1.Pod
+	// nominations are the placements preemption cleared (nominations.go); dryRun the
+	// placements planned per node during a preemption dry run (preempt.go).
+	nominations map[types.UID]nomination
+	dryRun      map[types.UID]map[string]dryPlan
+	// evaluator is kube-scheduler's preemption with Slicer's victims (preempt.go).
+	evaluator *preemption.Evaluator
 }
 
 var (
-	_ fwk.PreFilterPlugin   = &Plugin{}
-	_ fwk.FilterPlugin      = &Plugin{}
-	_ fwk.PostFilterPlugin  = &Plugin{}
-	_ fwk.ScorePlugin       = &Plugin{}
-	_ fwk.PreScorePlugin    = &Plugin{}
-	_ fwk.ReservePlugin     = &Plugin{}
-	_ fwk.PreBindPlugin     = &Plugin{}
-	_ fwk.PostBindPlugin    = &Plugin{}
-	_ fwk.EnqueueExtensions = &Plugin{}
+	_ fwk.PreFilterPlugin     = &Plugin{}
+	_ fwk.PreFilterExtensions = &Plugin{}
+	_ fwk.FilterPlugin        = &Plugin{}
+	_ fwk.PostFilterPlugin    = &Plugin{}
+	_ fwk.ScorePlugin         = &Plugin{}
+	_ fwk.PreScorePlugin      = &Plugin{}
+	_ fwk.ReservePlugin       = &Plugin{}
+	_ fwk.PreBindPlugin       = &Plugin{}
+	_ fwk.PostBindPlugin      = &Plugin{}
+	_ fwk.EnqueueExtensions   = &Plugin{}
 )
 
 // Name implements fwk.Plugin.
@@ -144,7 +152,10 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 			cache:         snapshot.New(log, m),
 			prebindFailed: map[types.UID]bool{},
 			rejected:      map[types.UID]*corev1.Pod{},
+			nominations:   map[types.UID]nomination{},
+			dryRun:        map[types.UID]map[string]dryPlan{},
 		}
+		p.evaluator = newEvaluator(h, &preemptor{p: p})
 		// Room freed in the snapshot (an allocation or reservation gone, a
 		// NodeAccelerator changed) retries the pods it turned away.
 		p.cache.OnFreed(func() { p.activateRejected(log) })

@@ -17,15 +17,39 @@ import (
 const maxHolders = 5
 
 // PostFilter explains, in words, why a MIG pod fits nowhere: the closest
-// node and GPU, what is free there and which pods hold the rest. It never
-// makes a pod schedulable (DefaultPreemption, after it, may).
-func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+// node and GPU, what is free there and which pods hold the rest. Then it
+// preempts, as kube-scheduler's DefaultPreemption would but with Slicer's
+// choice of victims (preempt.go): on success the pod is nominated to the node
+// and the placement cleared for it is kept (nominations.go). Otherwise it
+// answers UnschedulableAndUnresolvable, so DefaultPreemption, after it in
+// the profile for pods that ask for no slice, does not preempt for a MIG pod
+// by another choice; the reason then says what preemption waits for or why
+// it cannot help.
+func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	s, err := readState(cs)
 	if err != nil || s.req == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	p.reject(klog.FromContext(ctx), pod, s.freedGen)
-	return nil, fwk.NewStatus(fwk.Unschedulable, p.explain(s))
+	log := klog.FromContext(ctx)
+	p.reject(log, pod, s.freedGen)
+	why := p.explain(s)
+	if p.evaluator == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, why)
+	}
+	res, st := p.evaluator.Preempt(ctx, cs, pod, m)
+	node := ""
+	if st.IsSuccess() && res != nil && res.NominatingInfo != nil {
+		node = res.NominatedNodeName
+	}
+	plan := p.keepDryRun(pod.UID, node)
+	switch {
+	case st.IsSuccess():
+		log.V(2).Info("preempting for MIG slices", "pod", klog.KObj(pod), "node", node, "slots", plan.slots, "victims", plan.victims)
+		return res, fwk.NewStatus(fwk.Success, preemptingMessage(node, plan))
+	case st.Code() == fwk.Error:
+		return nil, st
+	}
+	return res, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why+"; preemption: "+st.Message())
 }
 
 // explain names the closest node: the one with the most free compute slices
@@ -93,4 +117,19 @@ func offersAll(m mig.Model, profiles []string) bool {
 		}
 	}
 	return true
+}
+
+// preemptingMessage is the Pending reason of a pod right after it preempted: where its slices
+// go and the pods it waits for.
+func preemptingMessage(node string, plan dryPlan) string {
+	var where []string
+	for _, sl := range plan.slots {
+		where = append(where, sl.String())
+	}
+	victims := plan.victims
+	if len(victims) > maxWaits {
+		victims = append(victims[:maxWaits:maxWaits], fmt.Sprintf("%d more", len(plan.victims)-maxWaits))
+	}
+	return fmt.Sprintf("preemption: room cleared on node %s at %s; waiting for %d pods of lower priority to terminate: %s",
+		node, strings.Join(where, ", "), len(plan.victims), strings.Join(victims, ", "))
 }

@@ -166,6 +166,7 @@ func (p *Plugin) PostBind(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 	p.mu.Lock()
 	delete(p.prebindFailed, pod.UID)
 	delete(p.rejected, pod.UID)
+	delete(p.nominations, pod.UID)
 	p.mu.Unlock()
 	p.cache.Unreserve(pod.UID)
 }

@@ -87,7 +87,3 @@ func adopt(s *podState, existing []*snapshot.Allocation) *fwk.Status {
 	}
 	return nil
 }
-
-// PreFilterExtensions implements fwk.PreFilterPlugin: none, slices do
-// not depend on the other pods of the NodeInfo.
-func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }

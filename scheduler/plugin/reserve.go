@@ -3,9 +3,12 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,7 +35,7 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		if n == nil {
 			return fwk.NewStatus(fwk.Unschedulable, reasonNoAccelerator)
 		}
-		as, err := mig.Place(n.MIG, s.req)
+		as, err := p.place(pod, n, s)
 		if err != nil {
 			p.reject(klog.FromContext(ctx), pod, s.freedGen)
 			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %s: %v", nodeName, err))
@@ -53,6 +56,66 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		}
 	}
 	return nil
+}
+
+// place chooses the pod's slots on the node: the placement preemption cleared for it when it
+// is still free, else the policy's; either way off the placements cleared for other nominated
+// pods of equal or higher priority (the framework filtered the node with them added).
+func (p *Plugin) place(pod *corev1.Pod, n *snapshot.Node, s *podState) ([]mig.Assignment, error) {
+	ov := &nodeOverlay{removed: map[types.UID]bool{}, added: map[types.UID]addedPod{}}
+	if p.handle != nil {
+		prio := corev1helpers.PodPriority(pod)
+		for _, pi := range p.handle.NominatedPodsForNode(n.Name) {
+			q := pi.GetPod()
+			if q.UID != pod.UID && corev1helpers.PodPriority(q) >= prio && hasMIGRequest(q) {
+				p.addPod(ov, n.Name, q)
+			}
+		}
+	}
+	view := p.applyOverlay(n, ov)
+	if as := nominatedAssignments(n, view, s, p.nominatedSlots(pod.UID, n.Name)); as != nil {
+		return as, nil
+	}
+	return mig.Place(view, s.req)
+}
+
+// nominatedAssignments turns the cleared slots into assignments of s.req when every one of
+// them can still be taken on view; nil otherwise.
+func nominatedAssignments(n *snapshot.Node, view mig.Node, s *podState, slots []snapshot.Slot) []mig.Assignment {
+	if len(slots) == 0 || len(slots) != s.req.Len() {
+		return nil
+	}
+	gpu := map[string]int{}
+	for i, g := range n.GPUs {
+		gpu[g.UUID] = i
+	}
+	slice := map[int32]int{}
+	for k, idx := range s.missing {
+		slice[idx] = k
+	}
+	var as []mig.Assignment
+	for _, sl := range slots {
+		g, ok1 := gpu[sl.GPU]
+		k, ok2 := slice[sl.Index]
+		if !ok1 || !ok2 {
+			return nil
+		}
+		prof, err := n.GPUs[g].Model.Profile(sl.Profile)
+		if err != nil {
+			return nil
+		}
+		as = append(as, mig.Assignment{Slice: k, GPU: g, Profile: prof, Placement: sl.Placement})
+	}
+	try := mig.Node{GPUs: slices.Clone(view.GPUs)}
+	for _, g := range try.GPUs {
+		if !g.Usable {
+			return nil
+		}
+	}
+	if err := mig.Apply(try, as); err != nil {
+		return nil
+	}
+	return as
 }
 
 // Unreserve drops the pod's reservation (idempotent). When PreBind had

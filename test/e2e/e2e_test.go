@@ -147,6 +147,8 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 
 	It("frees the slices of two finished 7g.80gb pods (one Succeeded, one Failed, objects kept) for the next two; a restarting pod keeps its slice", expectFinishedPodsFreeTheirSlices)
 
+	It("preempts by geometry: a high-priority pod evicts the fewest pods of lower priority and runs (I13)", preemptionSpec)
+
 	It("converges with no double allocation and no leak when the agent, the scheduler and the kubelet restart during a churn of 120 pods (I5)", func(ctx SpecContext) {
 		const ns, total, inFlight = "e2e-churn", 120, 10
 		createNamespace(ctx, ns)

@@ -1,0 +1,96 @@
+package snapshot
+
+import (
+	"sort"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
+)
+
+// Claim is one taken slot of a node and who holds it: what preemption and the plugin's
+// per-cycle overlay need to take a pod's slices away from, or give them back to, a node's
+// state. The slots of a node's claims are exactly the instances of its snapshot (rebuild).
+type Claim struct {
+	Slot Slot
+	// PodUID holds the slot; "" for a slice the agent reports with no allocation, reservation
+	// or created allocation of the scheduler's.
+	PodUID types.UID
+	// Pod is namespace/name ("" with PodUID).
+	Pod string
+	// Leaving: the allocation is being deleted; its slot frees without anyone being evicted.
+	Leaving bool
+}
+
+// Claims returns the claims of a node's GPUs by GPU UUID, each sorted by start (one claim per
+// slot: an allocation before the reservation and the created-allocation record of the same
+// slot). Off the hot path: preemption and nominated pods only.
+func (c *Cache) Claims(node string) map[string][]Claim {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := map[string][]Claim{}
+	seen := map[mig.Slot]bool{}
+	add := func(cl Claim) {
+		if seen[cl.Slot.Slot] {
+			return
+		}
+		seen[cl.Slot.Slot] = true
+		out[cl.Slot.GPU] = append(out[cl.Slot.GPU], cl)
+	}
+	allocs := make([]*Allocation, 0, len(c.nodeAllocs[node]))
+	for _, a := range c.nodeAllocs[node] {
+		allocs = append(allocs, a)
+	}
+	sort.Slice(allocs, func(i, j int) bool { return allocs[i].Name < allocs[j].Name })
+	for _, a := range allocs {
+		add(Claim{Slot: a.Slot, PodUID: a.PodUID, Pod: a.Namespace + "/" + a.PodName, Leaving: a.Deleting})
+	}
+	for _, r := range c.reservations {
+		if r.NodeName == node {
+			for _, s := range r.Slots {
+				add(Claim{Slot: s, PodUID: r.PodUID, Pod: r.Namespace + "/" + r.PodName})
+			}
+		}
+	}
+	for _, u := range c.unseenOn(node) {
+		add(Claim{Slot: u.slot, PodUID: u.pod, Pod: u.podName})
+	}
+	if na := c.accels[node]; na != nil {
+		for _, g := range na.Status.GPUs {
+			for _, s := range g.Slices {
+				prof, err := migapi.Profile(s.Profile)
+				if err != nil {
+					continue // the snapshot makes such a GPU unusable (gpuState)
+				}
+				add(Claim{Slot: Slot{Slot: mig.Slot{GPU: g.UUID, Profile: prof, Placement: migapi.Placement(s.Placement)}}})
+			}
+		}
+	}
+	for gpu := range out {
+		cl := out[gpu]
+		sort.SliceStable(cl, func(i, j int) bool { return cl[i].Slot.Placement.Start < cl[j].Slot.Placement.Start })
+	}
+	return out
+}
+
+// PodClaimsOn reports whether the pod holds any slot of the node (an allocation, a
+// reservation or a created allocation not shown yet).
+func (c *Cache) PodClaimsOn(uid types.UID, node string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, a := range c.podAllocs[uid] {
+		if a.NodeName == node {
+			return true
+		}
+	}
+	if r := c.reservations[uid]; r != nil && r.NodeName == node && len(r.Slots) > 0 {
+		return true
+	}
+	for _, u := range c.unseenOn(node) {
+		if u.pod == uid {
+			return true
+		}
+	}
+	return false
+}

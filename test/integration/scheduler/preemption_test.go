@@ -1,0 +1,232 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/scheduler/plugin"
+)
+
+// Priority classes of the preemption specs (cluster-scoped, created once).
+const (
+	prioLow  = "it-slicer-low"
+	prioMid  = "it-slicer-mid"
+	prioHigh = "it-slicer-high"
+	// prioNever is prioHigh's value with preemptionPolicy: Never.
+	prioNever = "it-slicer-high-never"
+)
+
+func ensurePriorityClasses() {
+	GinkgoHelper()
+	for name, v := range map[string]int32{prioLow: 10, prioMid: 100, prioHigh: 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
+		if err := k8s.Create(ctx, pc); err != nil && !apierrors.IsAlreadyExists(err) {
+			Expect(err).NotTo(HaveOccurred())
+		}
+	}
+	never := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: prioNever}, Value: 1000,
+		PreemptionPolicy: ptr.To(corev1.PreemptNever)}
+	if err := k8s.Create(ctx, never); err != nil && !apierrors.IsAlreadyExists(err) {
+		Expect(err).NotTo(HaveOccurred())
+	}
+}
+
+// withPriority sets the pod's PriorityClass; the apiserver's Priority admission fills in the value.
+func withPriority(p *corev1.Pod, class string) *corev1.Pod {
+	p.Spec.PriorityClassName = class
+	return p
+}
+
+// fakeKubelet finishes the graceful deletion of the namespace's pods once they have been
+// terminating for delay, at most one every interval when interval > 0 (there is no kubelet: a
+// bound pod deleted gracefully stays terminating otherwise). It stops with ctx.
+func fakeKubelet(c context.Context, ns string, delay, interval time.Duration) {
+	go func() {
+		defer GinkgoRecover()
+		seen := map[string]time.Time{} // pod UID -> first seen terminating
+		var last time.Time
+		for c.Err() == nil {
+			var list corev1.PodList
+			if err := k8s.List(c, &list, client.InNamespace(ns)); err == nil {
+				for i := range list.Items {
+					p := &list.Items[i]
+					if p.DeletionTimestamp == nil {
+						continue
+					}
+					first, ok := seen[string(p.UID)]
+					if !ok {
+						first = time.Now()
+						seen[string(p.UID)] = first
+					}
+					if time.Since(first) >= delay && time.Since(last) >= interval {
+						_ = k8s.Delete(c, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &p.UID})
+						last = time.Now()
+					}
+				}
+			}
+			select {
+			case <-c.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+var _ = Describe("Preempting for MIG slices", func() {
+	var (
+		s    *scenario
+		r    *running
+		cnt  int
+		stop context.CancelFunc
+	)
+	BeforeEach(func() {
+		ensurePriorityClasses()
+		cnt++
+		s = newScenario(fmt.Sprintf("preempt-%d", cnt))
+	})
+	AfterEach(func() {
+		cur := r
+		r = nil
+		if cur != nil {
+			DeferCleanup(cur.stop)
+		}
+		if stop != nil {
+			DeferCleanup(stop)
+		}
+		checkInvariants()
+		s.cleanup()
+		checkInvariants()
+	})
+
+	// fill binds seven low-priority 1g.10gb pods on the pool's one H100 and returns them by
+	// placement start.
+	fill := func() map[int]string {
+		GinkgoHelper()
+		for i := 0; i < 7; i++ {
+			s.create(withPriority(s.pod(fmt.Sprintf("low-%d", i), map[string]int64{"1g.10gb": 1}), prioLow))
+		}
+		Eventually(s.bound).Should(Equal(7))
+		byStart := map[int]string{}
+		Eventually(func() int { return len(s.allocations()) }).Should(Equal(7))
+		for _, a := range s.allocations() {
+			byStart[int(a.Spec.Placement.Start)] = a.Spec.PodName
+		}
+		return byStart
+	}
+	remaining := func() []string {
+		var out []string
+		for _, p := range s.pods() {
+			if p.DeletionTimestamp == nil && p.Spec.PriorityClassName == prioLow && p.Spec.NodeName != "" {
+				out = append(out, p.Name)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	startAll := func(kubeletDelay, interval time.Duration) {
+		r = startScheduler(ctx, plugin.Options{}, timeout)
+		var c context.Context
+		c, stop = context.WithCancel(ctx)
+		fakeKubelet(c, s.ns, kubeletDelay, interval)
+	}
+
+	It("evicts the fewest pods of lower priority, and the preemptor lands on the cleared placement", func() {
+		node := s.ns + "-n1"
+		s.addNode(node, 1)
+		startAll(0, 0)
+		byStart := fill()
+		high := s.create(withPriority(s.pod("high", map[string]int64{"3g.40gb": 1}), prioHigh))
+		Eventually(func() string { return s.get(high.Name).Spec.NodeName }).Should(Equal(node))
+		By("three 1g.10gb pods went (at 4, 5 and 6), not four or seven")
+		Expect(remaining()).To(ConsistOf(byStart[0], byStart[1], byStart[2], byStart[3]))
+		Eventually(func() []slicerv1alpha1.SliceAllocation { return s.allocationsOf(s.get(high.Name)) }).Should(HaveLen(1))
+		Expect(s.allocationsOf(s.get(high.Name))[0].Spec.Placement.Start).To(BeEquivalentTo(4))
+	})
+
+	It("keeps a nominated pod's cleared placement against a stream of lower-priority pods", func() {
+		node := s.ns + "-n1"
+		s.addNode(node, 1)
+		// The victims terminate one by one: each frees a slot that fits a 1g.10gb while the
+		// 7g.80gb still does not fit, and the pending pods of lower priority are retried on it.
+		startAll(2*time.Second, time.Second)
+		fill()
+		high := s.create(withPriority(s.pod("high", map[string]int64{"7g.80gb": 1}), prioHigh))
+		Eventually(func() string { return s.get(high.Name).Status.NominatedNodeName }).Should(Equal(node))
+		By("the preemptor's reason says what it waits for")
+		Eventually(func() string { return unschedulable(s.get(high.Name)) }).Should(MatchRegexp("preemption: .*waiting .*to terminate"))
+		By("lower-priority pods keep arriving while the victims terminate")
+		for i := 0; i < 6; i++ {
+			s.create(withPriority(s.pod(fmt.Sprintf("mid-%d", i), map[string]int64{"1g.10gb": 1}), prioMid))
+			time.Sleep(300 * time.Millisecond)
+		}
+		Eventually(func() string { return s.get(high.Name).Spec.NodeName }, 60*time.Second).Should(Equal(node))
+		Expect(s.allocationsOf(s.get(high.Name))).To(HaveLen(1))
+		// None was placed there, not even for a while: a pod placed and preempted again would
+		// be gone or terminating.
+		mids := 0
+		for _, p := range s.pods() {
+			if p.Spec.PriorityClassName == prioMid {
+				mids++
+				Expect(p.Spec.NodeName).To(BeEmpty(), "pod %s took room cleared for the nominated pod", p.Name)
+				Expect(p.DeletionTimestamp).To(BeNil(), "pod %s was placed, then preempted", p.Name)
+			}
+		}
+		Expect(mids).To(Equal(6), "pods of lower priority were placed on the cleared room, then preempted")
+		Expect(remaining()).To(BeEmpty())
+	})
+
+	It("spares a pod a PodDisruptionBudget protects when another victim will do", func() {
+		node := s.ns + "-n1"
+		s.addNode(node, 1)
+		startAll(0, 0)
+		a := s.create(withPriority(s.pod("low-a", map[string]int64{"3g.40gb": 1}), prioLow))
+		b := s.create(withPriority(s.pod("low-b", map[string]int64{"3g.40gb": 1}), prioLow))
+		Eventually(s.bound).Should(Equal(2))
+		// Without a PDB the tie (one victim each, equal priority) goes to the lower UID:
+		// protect that one.
+		a, b = s.get(a.Name), s.get(b.Name)
+		protected, other := a, b
+		if b.UID < a.UID {
+			protected, other = b, a
+		}
+		protected.Labels = map[string]string{"protect": "yes"}
+		Expect(k8s.Update(ctx, protected)).To(Succeed())
+		// No disruption controller runs here: the PDB's status allows no disruption.
+		Expect(k8s.Create(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "protect"},
+			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"protect": "yes"}}}})).To(Succeed())
+		DeferCleanup(func() {
+			Expect(client.IgnoreNotFound(k8s.Delete(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "protect"}}))).To(Succeed())
+		})
+		time.Sleep(time.Second) // the scheduler's PDB informer
+		high := s.create(withPriority(s.pod("high", map[string]int64{"3g.40gb": 1}), prioHigh))
+		Eventually(func() string { return s.get(high.Name).Spec.NodeName }).Should(Equal(node))
+		Expect(remaining()).To(Equal([]string{protected.Name}))
+		Eventually(func() error { return k8s.Get(ctx, client.ObjectKeyFromObject(other), &corev1.Pod{}) }).Should(Satisfy(apierrors.IsNotFound))
+	})
+
+	It("never preempts for a pod whose preemptionPolicy is Never", func() {
+		s.addNode(s.ns+"-n1", 1)
+		startAll(0, 0)
+		fill()
+		// The Priority admission sets preemptionPolicy from the class.
+		never := s.create(withPriority(s.pod("never", map[string]int64{"7g.80gb": 1}), prioNever))
+		Eventually(func() string { return unschedulable(s.get(never.Name)) }).Should(ContainSubstring("preemptionPolicy is Never"))
+		Consistently(remaining, 3*time.Second).Should(HaveLen(7))
+		Expect(s.get(never.Name).Spec.NodeName).To(BeEmpty())
+	})
+})
