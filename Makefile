@@ -121,7 +121,7 @@ prometheus-bin: ## Debian's prometheus + promtool into bin/prometheus (once).
 	hack/install-prometheus.sh
 
 .PHONY: test
-test: test-go test-minors test-nested test-e2e ## Unit, integration and (as root) end-to-end tests.
+test: test-go test-minors test-nested test-e2e ## Everything: test-go, test-minors (oldest minor), test-nested, then (as root) test-e2e.
 
 GO_TEST_PKGS ?= $$($(GO) list ./... | grep -v -e /test/e2e -e /test/olm)
 
@@ -137,7 +137,7 @@ test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) $(HELM) ## 
 # bundle pins every image it names); the released binaries only for OLM_FROM=released.
 # test/e2e/dra brings its own node: one Slicer per cluster, there with spec.frontend DRA.
 .PHONY: test-e2e
-test-e2e: ## End-to-end suites on the local single-node cluster: test/e2e, test/e2e/dra (DRA frontend), then test/olm (root; see test/e2e, test/olm).
+test-e2e: ## End-to-end suites on the local single-node cluster: test/e2e, test/e2e/dra (DRA frontend), test/olm, then test-kmm (root; see test/e2e, test/olm).
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay; fi
 	$(GO) test -v -count=1 -timeout 40m ./test/e2e/ -ginkgo.v
 	$(GO) test -v -count=1 -timeout 20m ./test/e2e/dra/ -ginkgo.v
