@@ -48,9 +48,12 @@ func NewServer(o ServerOptions, m *Metrics, log logr.Logger) (ctrlwebhook.Server
 	srv := ctrlwebhook.NewServer(ctrlwebhook.Options{
 		Host: o.Host,
 		Port: o.Port,
+		// controller-runtime offers h2 by default; HTTP/1.1 only, as on every Slicer listener
+		// (internal/serving: CVE-2023-44487, CVE-2023-39325).
 		TLSOpts: []func(*tls.Config){func(c *tls.Config) {
 			c.GetCertificate = watcher.GetCertificate
 			c.MinVersion = tls.VersionTLS12
+			c.NextProtos = []string{"http/1.1"}
 		}},
 	})
 	Register(srv, o.Settings, m, log)

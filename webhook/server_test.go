@@ -83,6 +83,18 @@ func TestServerReloadsCertificate(t *testing.T) {
 		}
 	}
 	check(first)
+
+	// HTTP/2 is refused (CVE-2023-44487, CVE-2023-39325), as on every other Slicer listener
+	// (internal/serving): a client that offers h2 first gets HTTP/1.1.
+	conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := conn.ConnectionState().NegotiatedProtocol; got != "http/1.1" {
+		t.Errorf("negotiated protocol %q with a client offering h2, want http/1.1", got)
+	}
+	_ = conn.Close()
+
 	second, err := ca.ServingCert(time.Now().Add(5 * time.Hour))
 	if err != nil {
 		t.Fatal(err)
