@@ -109,6 +109,7 @@ func Webhook(o Options) ([]client.Object, error) {
 	pod := corev1.PodSpec{
 		ServiceAccountName: WebhookName,
 		SecurityContext:    restrictedPod(),
+		PriorityClassName:  "system-cluster-critical",
 		Affinity:           preferSpread(ComponentWebhook),
 		HostNetwork:        o.hostNetwork(),
 		Containers: []corev1.Container{{
