@@ -22,7 +22,9 @@ const (
 	// AllocationReady: the MIG device exists and is advertised to the kubelet. It is
 	// normally the first status the agent writes.
 	AllocationReady AllocationState = "Ready"
-	// AllocationReleasing: the agent is destroying the MIG device.
+	// AllocationReleasing: the allocation is being deleted and the agent cannot destroy its
+	// MIG device yet (in use, or NVML failed); reason says why. A release that succeeds is
+	// not written: the allocation goes.
 	AllocationReleasing AllocationState = "Releasing"
 	// AllocationFailed: the slice could not be realized; reason says why.
 	AllocationFailed AllocationState = "Failed"

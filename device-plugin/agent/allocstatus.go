@@ -57,6 +57,15 @@ func creating(a *slicerv1alpha1.SliceAllocation, reason, msg string) slicerv1alp
 	return s
 }
 
+// releasing is a deleting allocation whose slice could not be destroyed yet (in use, or
+// NVML failed): SlicerMIGSliceStuck fires when it stays so. A release that goes through is
+// never written as Releasing: the finalizer goes and the allocation with it.
+func releasing(a *slicerv1alpha1.SliceAllocation, reason, msg string) slicerv1alpha1.SliceAllocationStatus {
+	s := a.Status
+	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationReleasing, reason, truncate(msg, 1024)
+	return s
+}
+
 func ready(a *slicerv1alpha1.SliceAllocation, sl Slice) slicerv1alpha1.SliceAllocationStatus {
 	s := base(a)
 	gi, ci := int32(sl.GI), int32(sl.CI)

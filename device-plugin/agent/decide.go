@@ -200,6 +200,7 @@ func settle(w world, d decision, log logr.Logger) outcome {
 			a := w.Allocs[k]
 			switch {
 			case !a.DeletionTimestamp.IsZero():
+				o.Statuses[k] = releasing(a, reason, msg)
 			case nvml.ReturnOf(j.result.Err) == nvml.ErrorInvalidArgument:
 				o.Statuses[k] = failed(a, slicerv1alpha1.ReasonInvalidPlacement, msg)
 			default:
@@ -210,6 +211,7 @@ func settle(w world, d decision, log logr.Logger) outcome {
 	for _, k := range sortedKeys(d.Plan.ReleaseWait) {
 		o.Retry = true
 		o.Notes = append(o.Notes, notef(k, corev1.EventTypeWarning, slicerv1alpha1.ReasonInUse, "not destroying: %s", d.Plan.ReleaseWait[k]))
+		o.Statuses[k] = releasing(w.Allocs[k], slicerv1alpha1.ReasonInUse, "not destroying: "+d.Plan.ReleaseWait[k])
 	}
 	for k, why := range d.Plan.Blocked {
 		o.Retry = true

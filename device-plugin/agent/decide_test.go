@@ -236,12 +236,12 @@ func TestSettle(t *testing.T) {
 				Mutated: true, Reclaimed: map[string]int{"pod_gone": 1, "no_allocation": 1}},
 		},
 		{
-			name: "a failed destroy keeps the finalizer and retries",
+			name: "a failed destroy keeps the finalizer, retries, and says Releasing",
 			w:    world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, deleting, holding("MIG-0")))},
 			results: func(*job) opResult {
 				return opResult{Err: errors.Join(errors.New("boom"), nvml.NewError("destroy", nvml.ErrorUnknown, ""))}
 			},
-			want: settled{Notes: []string{"a NVMLError"}, Retry: true, Mutated: true},
+			want: settled{Statuses: []string{"a=Releasing/NVMLError"}, Notes: []string{"a NVMLError"}, Retry: true, Mutated: true},
 		},
 		{
 			name: "a double allocation fails, with one event and one count; an allocation already Failed gets neither",
@@ -251,10 +251,10 @@ func TestSettle(t *testing.T) {
 				Notes: []string{"b PlacementConflict"}, Retry: true, Conflicts: 1},
 		},
 		{
-			name: "a deleting allocation whose slice is in use waits, with a warning",
+			name: "a deleting allocation whose slice is in use waits as Releasing, with a warning",
 			w: world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, deleting, holding("MIG-0"))),
 				Usage: map[string]string{"MIG-0": "ns/p-a"}},
-			want: settled{Notes: []string{"a InUse"}, Retry: true},
+			want: settled{Statuses: []string{"a=Releasing/InUse"}, Notes: []string{"a InUse"}, Retry: true},
 		},
 	}
 	for _, tc := range tests {

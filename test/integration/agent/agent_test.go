@@ -188,11 +188,19 @@ var _ = Describe("node agent", func() {
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 		Consistently(func() int { return len(n.backend.Instances()) }).WithTimeout(2 * time.Second).Should(Equal(1))
 		Expect(n.get(a).Finalizers).To(ContainElement(slicerv1alpha1.AllocationFinalizer))
+		// A blocked release is visible (SlicerMIGSliceStuck fires on it when it lasts).
+		releasingInUse := func(g Gomega) {
+			st := n.get(a).Status
+			g.Expect(st.State).To(Equal(slicerv1alpha1.AllocationReleasing))
+			g.Expect(st.Reason).To(Equal(slicerv1alpha1.ReasonInUse))
+		}
+		Eventually(releasingInUse).WithTimeout(30 * time.Second).Should(Succeed())
 
 		// The kubelet's view also protects it: a pod still holds the device.
 		n.usage.Set(map[string]string{uuid: "some-pod"})
 		n.backend.SetInUse(uuid, false)
 		Consistently(func() int { return len(n.backend.Instances()) }).WithTimeout(2 * time.Second).Should(Equal(1))
+		Eventually(releasingInUse).WithTimeout(30 * time.Second).Should(Succeed())
 		n.usage.Set(nil)
 		n.waitGone(a)
 		Expect(n.backend.Instances()).To(BeEmpty())
