@@ -16,7 +16,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -24,11 +23,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/slicer-operator/slicer/hack/internal/genfiles"
 	"github.com/slicer-operator/slicer/internal/kubeversion"
 )
 
@@ -78,31 +77,14 @@ func run(root, out string, digests map[string]string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(out); err != nil {
-		return fmt.Errorf("clean %s: %w", out, err)
-	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		p := filepath.Join(out, n)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("mkdir: %w", err)
-		}
-		if err := os.WriteFile(p, files[n], 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", p, err)
-		}
-	}
-	return nil
+	return genfiles.WriteTree(out, files)
 }
 
 // Generate returns the bundle's files by path relative to the bundle root.
 // With digests (see the command's doc), every image is pinned by digest.
 func Generate(root string, digests map[string]string) (map[string][]byte, error) {
 	var rel Release
-	if err := readYAML(filepath.Join(root, "hack/bundle/release.yaml"), &rel); err != nil {
+	if err := genfiles.ReadYAML(filepath.Join(root, "hack/bundle/release.yaml"), &rel); err != nil {
 		return nil, err
 	}
 	if rel.Version == "" || rel.CreatedAt == "" || rel.Channels == "" {
@@ -129,19 +111,19 @@ func Generate(root string, digests map[string]string) (map[string][]byte, error)
 		files["manifests/"+filepath.Base(f)] = raw
 	}
 
-	manager, err := readDocs(filepath.Join(root, "config/manager/manager.yaml"))
+	manager, err := genfiles.ReadDocs(filepath.Join(root, "config/manager/manager.yaml"))
 	if err != nil {
 		return nil, err
 	}
-	roles, err := readDocs(filepath.Join(root, "config/rbac/role.yaml"))
+	roles, err := genfiles.ReadDocs(filepath.Join(root, "config/rbac/role.yaml"))
 	if err != nil {
 		return nil, err
 	}
-	extra, err := readDocs(filepath.Join(root, "config/manager/metrics_service.yaml"))
+	extra, err := genfiles.ReadDocs(filepath.Join(root, "config/manager/metrics_service.yaml"))
 	if err != nil {
 		return nil, err
 	}
-	bindings, err := readDocs(filepath.Join(root, "config/rbac/service_account_binding.yaml"))
+	bindings, err := genfiles.ReadDocs(filepath.Join(root, "config/rbac/service_account_binding.yaml"))
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +174,7 @@ func Generate(root string, digests map[string]string) (map[string][]byte, error)
 
 func buildCSV(root string, rel Release, manager, roles []obj, crdNames map[string]bool) (obj, error) {
 	var csv obj
-	if err := readYAML(filepath.Join(root, "hack/bundle/csv.base.yaml"), &csv); err != nil {
+	if err := genfiles.ReadYAML(filepath.Join(root, "hack/bundle/csv.base.yaml"), &csv); err != nil {
 		return nil, err
 	}
 	meta := csv["metadata"].(obj)
@@ -232,7 +214,7 @@ func buildCSV(root string, rel Release, manager, roles []obj, crdNames map[strin
 		kind := str(o.(obj), "kind")
 		p := filepath.Join(root, "config/samples", "slicer_v1alpha1_"+strings.ToLower(kind)+".yaml")
 		var ex obj
-		if err := readYAML(p, &ex); err != nil {
+		if err := genfiles.ReadYAML(p, &ex); err != nil {
 			return nil, fmt.Errorf("alm-example for %s: %w", kind, err)
 		}
 		if s, ok := ex["spec"].(obj); !ok || len(s) == 0 {
@@ -320,36 +302,6 @@ LABEL com.redhat.openshift.versions=` + kubeversion.OpenShiftVersions() + `
 COPY manifests /manifests/
 COPY metadata /metadata/
 `
-}
-
-func readYAML(path string, into any) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read: %w", err)
-	}
-	if err := yaml.Unmarshal(raw, into); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
-}
-
-// readDocs reads a multi-document YAML file.
-func readDocs(path string) ([]obj, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	var docs []obj
-	for _, d := range bytes.Split(raw, []byte("\n---")) {
-		var o obj
-		if err := yaml.Unmarshal(d, &o); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if len(o) > 0 {
-			docs = append(docs, o)
-		}
-	}
-	return docs, nil
 }
 
 func str(o obj, path ...string) string {

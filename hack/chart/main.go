@@ -27,6 +27,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/slicer-operator/slicer/hack/internal/genfiles"
 	"github.com/slicer-operator/slicer/internal/kubeversion"
 )
 
@@ -57,24 +58,7 @@ func run(root, out string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(out); err != nil {
-		return fmt.Errorf("clean %s: %w", out, err)
-	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		p := filepath.Join(out, n)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("mkdir: %w", err)
-		}
-		if err := os.WriteFile(p, files[n], 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", p, err)
-		}
-	}
-	return nil
+	return genfiles.WriteTree(out, files)
 }
 
 // kustomization is the part of a kustomization.yaml the generator reads.
@@ -92,7 +76,7 @@ func Generate(root string) (map[string][]byte, error) {
 	var rel struct {
 		Version string `json:"version"`
 	}
-	if err := readYAML(filepath.Join(root, "hack/bundle/release.yaml"), &rel); err != nil {
+	if err := genfiles.ReadYAML(filepath.Join(root, "hack/bundle/release.yaml"), &rel); err != nil {
 		return nil, err
 	}
 	if rel.Version == "" {
@@ -136,7 +120,7 @@ func Generate(root string) (map[string][]byte, error) {
 			return nil, err
 		}
 		for _, r := range k.Resources {
-			docs, err := readDocs(filepath.Join(root, dir, r))
+			docs, err := genfiles.ReadDocs(filepath.Join(root, dir, r))
 			if err != nil {
 				return nil, err
 			}
@@ -177,7 +161,7 @@ func Generate(root string) (map[string][]byte, error) {
 	var sample obj
 	for _, r := range samples.Resources {
 		var s obj
-		if err := readYAML(filepath.Join(root, "config/samples", r), &s); err != nil {
+		if err := genfiles.ReadYAML(filepath.Join(root, "config/samples", r), &s); err != nil {
 			return nil, err
 		}
 		if str(s, "kind") == "Slicer" {
@@ -242,7 +226,7 @@ var defaultParts = []string{"../crd", "../manager", "../rbac", "../samples"}
 
 func checkDefault(root string) error {
 	var k obj
-	if err := readYAML(filepath.Join(root, "config/default/kustomization.yaml"), &k); err != nil {
+	if err := genfiles.ReadYAML(filepath.Join(root, "config/default/kustomization.yaml"), &k); err != nil {
 		return err
 	}
 	for key := range k {
@@ -492,7 +476,7 @@ func readKustomization(root, dir string) (kustomization, error) {
 	var k kustomization
 	var raw obj
 	path := filepath.Join(root, dir, "kustomization.yaml")
-	if err := readYAML(path, &raw); err != nil {
+	if err := genfiles.ReadYAML(path, &raw); err != nil {
 		return k, err
 	}
 	for key := range raw {
@@ -502,43 +486,13 @@ func readKustomization(root, dir string) (kustomization, error) {
 			return k, fmt.Errorf("%s/kustomization.yaml: %s is not rendered into the chart (hack/chart)", dir, key)
 		}
 	}
-	if err := readYAML(path, &k); err != nil {
+	if err := genfiles.ReadYAML(path, &k); err != nil {
 		return k, err
 	}
 	if len(k.Resources) == 0 {
 		return k, fmt.Errorf("%s/kustomization.yaml lists no resources", dir)
 	}
 	return k, nil
-}
-
-func readYAML(path string, into any) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read: %w", err)
-	}
-	if err := yaml.Unmarshal(raw, into); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
-}
-
-// readDocs reads a multi-document YAML file.
-func readDocs(path string) ([]obj, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	var docs []obj
-	for _, d := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(raw), -1) {
-		var o obj
-		if err := yaml.Unmarshal([]byte(d), &o); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if len(o) > 0 {
-			docs = append(docs, o)
-		}
-	}
-	return docs, nil
 }
 
 func dig(o obj, path ...string) any {

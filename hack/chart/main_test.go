@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/slicer-operator/slicer/hack/internal/genfiles"
 )
 
 const repoRoot = "../.."
@@ -92,7 +94,7 @@ func TestSlicerSpecFromSampleAndCRD(t *testing.T) {
 	if err := yaml.Unmarshal(files["values.yaml"], &values); err != nil {
 		t.Fatal(err)
 	}
-	if err := readYAML(filepath.Join(repoRoot, "config/samples/slicer_v1alpha1_slicer.yaml"), &sample); err != nil {
+	if err := genfiles.ReadYAML(filepath.Join(repoRoot, "config/samples/slicer_v1alpha1_slicer.yaml"), &sample); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := json.Marshal(dig(values, "slicer", "spec"))
