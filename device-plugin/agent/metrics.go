@@ -25,10 +25,14 @@ const (
 // gpu is the device index (0–15), profile a table profile name, state one of
 // four slice states, return an NVML return-code name. slicer_agent_slice_info
 // is the one kube-state-metrics-style object-state gauge: one series per
-// existing slice (at most 7 per GPU, 16 GPUs per node) carrying its pod.
+// existing slice (at most 7 per GPU, 16 GPUs per node) carrying its pod, and the GPU's UUID and
+// the GPU instance id under DCGM exporter's label names (UUID, GPU_I_ID) so its per-MIG series
+// join to a slice and its pod (docs/monitoring.md). StepDown has one series per profile of
+// each MIG GPU that has a smaller one (at most 10 per GPU).
 type Metrics struct {
 	Instances       *prometheus.GaugeVec
 	SliceInfo       *prometheus.GaugeVec
+	StepDown        *prometheus.GaugeVec
 	Operations      *prometheus.CounterVec
 	OpDuration      *prometheus.HistogramVec
 	NVMLErrors      *prometheus.CounterVec
@@ -55,8 +59,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "slicer_agent_mig_instances", Help: "MIG instances on the node's GPUs by GPU index, profile and state (allocated, free, pending_delete, orphaned).",
 		}, []string{"gpu", "profile", "state"}),
 		SliceInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "slicer_agent_slice_info", Help: "One series (value 1) per existing MIG slice with its placement, state and holder pod (object-state metric; at most 7 slices per GPU).",
-		}, []string{"gpu", "profile", "placement", "state", "namespace", "pod"}),
+			Name: "slicer_agent_slice_info", Help: "One series (value 1) per existing MIG slice with its placement, state, holder pod, and its GPU's UUID and GPU instance id as DCGM exporter labels them (UUID, GPU_I_ID; object-state metric; at most 7 slices per GPU).",
+		}, []string{"gpu", "profile", "placement", "state", "namespace", "pod", "UUID", "GPU_I_ID"}),
+		StepDown: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_mig_profile_step_down_memory_bytes", Help: "Per MIG GPU and profile, the nominal memory of the next smaller profile of the GPU's model (smaller_profile: the most compute among the largest memory below); absent for the smallest profiles. Right-sizing rules compare peak framebuffer use with it.",
+		}, []string{"gpu", "profile", "smaller_profile"}),
 		Operations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slicer_agent_mig_operations_total", Help: "MIG operations by operation (create_gi, create_ci, destroy_ci, destroy_gi) and result (success, error, in_use).",
 		}, []string{"operation", "result"}),
@@ -121,7 +128,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Collectors lists every collector (for registration and docs generation).
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Instances, m.SliceInfo, m.Operations, m.OpDuration, m.NVMLErrors, m.OrphansReclaim,
+	return []prometheus.Collector{m.Instances, m.SliceInfo, m.StepDown, m.Operations, m.OpDuration, m.NVMLErrors, m.OrphansReclaim,
 		m.Conflicts, m.PodGone, m.PodFinished, m.Registrations, m.AllocateResults, m.DRARequests, m.CDIWrites, m.FreeCompute, m.FreeMemory,
 		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration}
 }
@@ -185,17 +192,19 @@ func (r *Reconciler) recordMetrics(obs *Observation, v nodeView, allocs map[type
 // ResetGPUs drops every per-GPU and per-slice series; each frontend's recording pass starts
 // with it, so slices and GPUs that went away lose theirs.
 func (m *Metrics) ResetGPUs() {
-	for _, v := range []interface{ Reset() }{m.Instances, m.SliceInfo, m.FreeCompute, m.FreeMemory, m.ComputeSlices, m.MemorySlices, m.Fragmentation} {
+	for _, v := range []interface{ Reset() }{m.Instances, m.SliceInfo, m.StepDown, m.FreeCompute, m.FreeMemory, m.ComputeSlices, m.MemorySlices, m.Fragmentation} {
 		v.Reset()
 	}
 }
 
 // RecordSlice counts one MIG instance of GPU gpu in state (its metric spelling) and sets its
-// info series, with the namespace and pod it serves ("" when none).
+// info series, with the namespace and pod it serves ("" when none), its GPU's UUID (the
+// slot's GPU) and its GPU instance id.
 func (m *Metrics) RecordSlice(gpu int, s Slice, state, namespace, pod string) {
 	gl, profile := gpuLabel(gpu), mig.LegalProfileName(s.Profile)
 	m.Instances.WithLabelValues(gl, profile, state).Inc()
-	m.SliceInfo.WithLabelValues(gl, profile, fmt.Sprintf("%d:%d", s.Placement.Start, s.Placement.Size), state, namespace, pod).Set(1)
+	m.SliceInfo.WithLabelValues(gl, profile, fmt.Sprintf("%d:%d", s.Placement.Start, s.Placement.Size), state, namespace, pod,
+		s.GPU, strconv.Itoa(s.GI)).Set(1)
 }
 
 // RecordGPU sets a MIG-enabled GPU's capacity, free room and fragmentation gauges from its
@@ -205,6 +214,11 @@ func (m *Metrics) RecordGPU(g *GPU) {
 	gl := gpuLabel(g.Index)
 	m.ComputeSlices.WithLabelValues(gl).Set(float64(g.Model.ComputeSlices()))
 	m.MemorySlices.WithLabelValues(gl).Set(float64(g.Model.MemorySlices()))
+	for _, p := range g.Model.Profiles() {
+		if q, ok := p.StepDown(); ok {
+			m.StepDown.WithLabelValues(gl, mig.LegalProfileName(p.Name), mig.LegalProfileName(q.Name)).Set(float64(q.MemoryBytes()))
+		}
+	}
 	insts := make([]mig.Instance, 0, len(g.Slices))
 	for _, s := range g.Slices {
 		insts = append(insts, mig.Instance{Profile: s.Profile, Placement: s.Placement})
