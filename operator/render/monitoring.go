@@ -63,22 +63,29 @@ func ServiceMonitors(o Options) []client.Object {
 	var objs []client.Object
 	for _, svc := range MetricsServices(o) {
 		component := svc.GetLabels()[slicerv1alpha1.LabelComponent]
+		endpoint := map[string]any{
+			"port":            "metrics",
+			"scheme":          "https",
+			"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+			"tlsConfig":       map[string]any{"insecureSkipVerify": true},
+			"relabelings": []any{map[string]any{
+				"sourceLabels": []any{"__meta_kubernetes_pod_node_name"},
+				"targetLabel":  "node",
+			}},
+		}
+		if component == ComponentAgent {
+			// slicer_agent_slice_info's namespace and pod are the slice's holder, not the
+			// agent's pod the scrape would name (it would rename them exported_*); the DCGM
+			// recording rules and the slice map join on them (docs/monitoring.md).
+			endpoint["honorLabels"] = true
+		}
 		objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": MonitoringGroupVersion,
 			"kind":       "ServiceMonitor",
 			"metadata":   map[string]any{"name": svc.GetName(), "namespace": svc.GetNamespace(), "labels": toAny(labels(component))},
 			"spec": map[string]any{
-				"selector": map[string]any{"matchLabels": toAny(selectorLabels(component))},
-				"endpoints": []any{map[string]any{
-					"port":            "metrics",
-					"scheme":          "https",
-					"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
-					"tlsConfig":       map[string]any{"insecureSkipVerify": true},
-					"relabelings": []any{map[string]any{
-						"sourceLabels": []any{"__meta_kubernetes_pod_node_name"},
-						"targetLabel":  "node",
-					}},
-				}},
+				"selector":  map[string]any{"matchLabels": toAny(selectorLabels(component))},
+				"endpoints": []any{endpoint},
 			},
 		}})
 	}

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -472,8 +473,20 @@ func TestMonitoring(t *testing.T) {
 	if err != nil || len(pr) != 1 || pr[0].GetNamespace() != "slicer-system" || pr[0].GetName() != "slicer-rules" {
 		t.Fatalf("PrometheusRule = %v, %v", pr, err)
 	}
-	if sm := ServiceMonitors(o); len(sm) != len(MetricsServices(o)) {
-		t.Errorf("%d ServiceMonitors for %d metrics Services", len(sm), len(MetricsServices(o)))
+	sms := ServiceMonitors(o)
+	if len(sms) != len(MetricsServices(o)) {
+		t.Errorf("%d ServiceMonitors for %d metrics Services", len(sms), len(MetricsServices(o)))
+	}
+	// Only the agent's scrape keeps the labels it exposes (slice_info's holder namespace and pod).
+	for _, sm := range sms {
+		eps, _, _ := unstructured.NestedSlice(sm.(*unstructured.Unstructured).Object, "spec", "endpoints")
+		if len(eps) != 1 {
+			t.Fatalf("ServiceMonitor %s has %d endpoints", sm.GetName(), len(eps))
+		}
+		honor, _, _ := unstructured.NestedBool(eps[0].(map[string]any), "honorLabels")
+		if want := sm.GetLabels()[slicerv1alpha1.LabelComponent] == ComponentAgent; honor != want {
+			t.Errorf("ServiceMonitor %s honorLabels = %v, want %v", sm.GetName(), honor, want)
+		}
 	}
 	o.Slicer.Spec.Monitoring = slicerv1alpha1.MonitoringSpec{ServiceMonitors: slicerv1alpha1.FeatureDisabled, PrometheusRule: slicerv1alpha1.FeatureDisabled, Dashboards: slicerv1alpha1.FeatureDisabled}
 	pr, _ = PrometheusRule(o)
