@@ -2,6 +2,7 @@
 // cluster: per node and GPU, which MIG slices exist, who holds them, and what waits.
 //
 //	slicer slice-map [--kubeconfig FILE] [--context NAME] [--node NAME] [-o text|json] [--timeout D]
+//	slicer right-size --prometheus URL [--window D] [-o text|json] [--timeout D]
 //	slicer version
 //	slicer help
 package main

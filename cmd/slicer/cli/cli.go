@@ -41,6 +41,11 @@ Usage:
       mode a ResourceClaim) and its pod(s), the allocations not realized and the
       claims not prepared yet, and the Pending pods that ask for MIG slices, each
       with why no GPU can take it.
+  slicer right-size --prometheus URL [--window D] [-o text|json] [--timeout D]
+      Print the pods whose peak framebuffer use over the window (default 6h), from
+      DCGM exporter joined to Slicer's slices by the shipped recording rules, fits a
+      smaller MIG profile of their GPU: the next smaller profile and the smallest
+      that still holds the peak (nominal memory, internal/mig).
   slicer version
       Print the version.
   slicer help
@@ -58,6 +63,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "slice-map":
 		return sliceMap(ctx, args[1:], stdout, stderr)
+	case "right-size":
+		return rightSize(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "slicer", version())
 		return ExitOK

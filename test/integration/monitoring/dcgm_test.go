@@ -1,6 +1,8 @@
 package monitoring_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/cmd/slicer/cli"
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
@@ -129,5 +132,26 @@ var _ = Describe("Prometheus joining DCGM exporter's series to the agent's slice
 		v, err := queryValue(base, `slicer_agent_mig_profile_step_down_memory_bytes{gpu="0",profile="3g.40gb",smaller_profile="2g.20gb"}`)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(v).To(Equal(20e9))
+
+		By("slicer right-size names big (12.9 GB on 3g.40gb fits 2g.20gb, not 1g.10gb), not small (1g.10gb is the smallest)")
+		// A 45s window: the slicer.dcgm group records every 30s, and the agent must have been
+		// scraped 45s ago.
+		Eventually(func(g Gomega) {
+			var stdout, stderr bytes.Buffer
+			code := cli.Run(ctx, []string{"right-size", "--prometheus", base, "--window", "45s", "-o", "json"}, &stdout, &stderr)
+			g.Expect(code).To(Equal(cli.ExitOK), stderr.String())
+			var hints []map[string]any
+			g.Expect(json.Unmarshal(stdout.Bytes(), &hints)).To(Succeed())
+			g.Expect(hints).To(HaveLen(1), stdout.String())
+			g.Expect(hints[0]).To(HaveKeyWithValue("pod", "big"))
+			g.Expect(hints[0]).To(HaveKeyWithValue("namespace", ns))
+			g.Expect(hints[0]).To(HaveKeyWithValue("profile", "3g.40gb"))
+			g.Expect(hints[0]).To(HaveKeyWithValue("smallestFittingProfile", "2g.20gb"))
+			g.Expect(hints[0]).To(HaveKeyWithValue("peakBytes", 12288.0*1048576))
+		}).WithTimeout(120 * time.Second).WithPolling(2 * time.Second).Should(Succeed())
+		var stdout, stderr bytes.Buffer
+		Expect(cli.Run(ctx, []string{"right-size", "--prometheus", base, "--window", "45s"}, &stdout, &stderr)).To(Equal(cli.ExitOK), stderr.String())
+		GinkgoWriter.Print(stdout.String())
+		Expect(stdout.String()).To(MatchRegexp(`team-d\s+big\s+gpu-node-dcgm\s+0\s+4:4\s+3g.40gb\s+12.9 GB\s+2g.20gb \(20.0 GB\)\s+2g.20gb \(20.0 GB\)`))
 	})
 })
