@@ -22,8 +22,8 @@ var External = map[string]string{
 	"kube_daemonset_status_number_unavailable": "kube-state-metrics",
 	"kube_node_labels":                         "kube-state-metrics (needs --metric-labels-allowlist=nodes=[slicer.dev/mig-capable])",
 
-	// NVIDIA DCGM exporter (etc/default-counters.csv of NVIDIA/dcgm-exporter 4.5.3-4.8.2; labels
-	// in docs/monitoring.md). The slicer.dcgm rules join them to slicer_agent_slice_info.
+	// NVIDIA DCGM exporter, default counters (docs/monitoring.md: their labels, units and the
+	// release read). The slicer.dcgm rules join them to slicer_agent_slice_info.
 	"DCGM_FI_PROF_GR_ENGINE_ACTIVE": "NVIDIA DCGM exporter (default counters; ratio)",
 	"DCGM_FI_DEV_FB_USED":           "NVIDIA DCGM exporter (default counters; MiB)",
 	"DCGM_FI_DEV_FB_FREE":           "NVIDIA DCGM exporter (default counters; MiB)",
