@@ -13,6 +13,9 @@
 //	ResourceName(name) string; Profile.ResourceName(); ProfileNameFromResource(res)
 //	KnownProfileNames() []string; ModelsSupporting(name) []Model
 //	ResourcePrefix = "slicer.dev/mig-"; NVIDIAResourcePrefix = "nvidia.com/mig-"
+//	Profile.MemoryBytes() uint64              // nominal: the GB in the name × 10^9
+//	Profile.StepDown() (Profile, bool)         // the next smaller profile in memory (right-sizing)
+//	Profile.SmallestFit(peakBytes) (Profile, bool)
 //
 // Kubernetes resource names cannot hold '+': the one legal spelling of a +me profile in
 // resource names and CRD enums is the ".me" suffix (slicer.dev/mig-1g.10gb.me). Profile.Name
