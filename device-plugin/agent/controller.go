@@ -32,8 +32,8 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/plugin"
 )
 
-// UsageSource reports which MIG devices the kubelet assigned to which pod
-// (device ID → "namespace/name" of the pod), e.g. from the PodResources API.
+// UsageSource reports which devices the kubelet assigned to which pod (device ID, a slot's
+// mig.Slot.DeviceID → "namespace/name" of the pod), e.g. from the PodResources API.
 type UsageSource interface {
 	DeviceUsage(ctx context.Context) (map[string]string, error)
 }
@@ -184,7 +184,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	w := world{Node: r.opts.NodeName, Conflict: conflict, Obs: obs, Allocs: allocs, Usage: r.usage(ctx), PodGone: gone,
+	w := world{Node: r.opts.NodeName, Conflict: conflict, Obs: obs, Allocs: allocs, Usage: usageByMIGUUID(obs.slices(), r.usage(ctx)), PodGone: gone,
 		OrphanSince: r.orphanSince, Now: now, Grace: r.opts.OrphanGrace}
 
 	d := decide(w)

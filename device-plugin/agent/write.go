@@ -209,7 +209,10 @@ func (r *Reconciler) record(allocs map[types.NamespacedName]*slicerv1alpha1.Slic
 
 // writeDevices writes the CDI spec of every complete bound slice, marks its allocation
 // Ready (or Creating on a CDI error), removes stale specs and advertises the devices to the
-// kubelet. It returns whether something must be retried.
+// kubelet. A slice's device ID and CDI device name are its slot's (mig.Slot.DeviceID), not
+// its MIG UUID: the spec of a slice recreated at its slot after a reboot takes the name the
+// kubelet checkpointed for the pod and points at the new instance. It returns whether
+// something must be retried.
 func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation, o outcome, inUse map[string]string) bool {
 	retry := false
 	var devices []plugin.Device
@@ -218,7 +221,7 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 		if _, bad := o.Statuses[k]; bad || !s.Complete() {
 			continue
 		}
-		keep[s.MIGUUID] = true
+		keep[s.DeviceID()] = true
 		if err := r.writeCDI(obs, s); err != nil {
 			retry = true
 			o.Statuses[k] = creating(w.Allocs[k], "CDIError", err.Error())
@@ -227,8 +230,10 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 		devices = append(devices, deviceFor(obs, s))
 		o.Statuses[k] = ready(w.Allocs[k], s)
 	}
-	for uuid := range inUse {
-		keep[uuid] = true
+	for _, s := range obs.slices() {
+		if _, used := inUse[s.MIGUUID]; used && s.MIGUUID != "" {
+			keep[s.DeviceID()] = true
+		}
 	}
 	if removed, err := r.opts.CDI.RemoveStale(keep); err != nil {
 		r.opts.Metrics.CDIWrites.WithLabelValues("error").Inc()
@@ -245,7 +250,7 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 
 func (r *Reconciler) writeCDI(obs *Observation, s Slice) error {
 	g := obs.gpu(s.GPU)
-	_, err := r.opts.CDI.Write(cdi.Slice{MIGUUID: s.MIGUUID, GPUUUID: s.GPU, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
+	_, err := r.opts.CDI.Write(cdi.Slice{Name: s.DeviceID(), MIGUUID: s.MIGUUID, GPUUUID: s.GPU, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
 		PlacementStart: s.Placement.Start, PlacementSize: s.Placement.Size, GPUInstance: s.GI, ComputeInst: s.CI})
 	result := "success"
 	if err != nil {
@@ -253,7 +258,7 @@ func (r *Reconciler) writeCDI(obs *Observation, s Slice) error {
 	}
 	r.opts.Metrics.CDIWrites.WithLabelValues(result).Inc()
 	if err != nil {
-		return fmt.Errorf("CDI spec for %s: %w", s.MIGUUID, err)
+		return fmt.Errorf("CDI spec for %s (%s): %w", s.Slot, s.MIGUUID, err)
 	}
 	return nil
 }
@@ -261,7 +266,7 @@ func (r *Reconciler) writeCDI(obs *Observation, s Slice) error {
 func deviceFor(obs *Observation, s Slice) plugin.Device {
 	g := obs.gpu(s.GPU)
 	return plugin.Device{
-		ID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.MIGUUID),
+		ID: s.DeviceID(), MIGUUID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.DeviceID()),
 		Healthy: g != nil && g.Healthy,
 	}
 }
