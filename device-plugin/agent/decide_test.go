@@ -251,8 +251,8 @@ func TestSettle(t *testing.T) {
 				Notes: []string{"b PlacementConflict"}, Retry: true, Conflicts: 1},
 		},
 		{
-			name: "after a reboot: a Ready allocation's slice, gone, is recreated at its slot with an event",
-			w: world{Obs: h100(), Allocs: allocMap(allocation("a", "1g.10gb", 2, 1, holding("MIG-before"), inState(slicerv1alpha1.AllocationReady)))},
+			name:    "after a reboot: a Ready allocation's slice, gone, is recreated at its slot with an event",
+			w:       world{Obs: h100(), Allocs: allocMap(allocation("a", "1g.10gb", 2, 1, holding("MIG-before"), inState(slicerv1alpha1.AllocationReady)))},
 			results: func(*job) opResult { return opResult{Slice: created} },
 			want:    settled{Bound: []string{"a=MIG-new"}, Notes: []string{"a SliceRecreated"}, Mutated: true},
 		},
