@@ -32,7 +32,7 @@ type world struct {
 }
 
 // Event reasons of an allocation whose slice vanished (a node reboot destroys every MIG
-// instance; docs/design/invariants.md, I12).
+// instance; docs/design/invariants.md, I14).
 const (
 	// ReasonSliceRecreated: the slice was recreated at its slot, under the same device ID.
 	ReasonSliceRecreated = "SliceRecreated"

@@ -26,7 +26,7 @@ func (s Slot) Overlaps(o Slot) bool {
 // profile in Kubernetes spelling (a valid CDI device name for the GPU UUIDs NVML gives). It
 // names the placement, not the instance: an instance recreated at the slot (after a node
 // reboot) gets a new MIG UUID but keeps its device ID, which is what the kubelet's
-// checkpoint remembers for the pod (docs/design/invariants.md, I12).
+// checkpoint remembers for the pod (docs/design/invariants.md, I14).
 func (s Slot) DeviceID() string {
 	return fmt.Sprintf("%s_%s_%d", s.GPU, LegalProfileName(s.Profile), s.Placement.Start)
 }

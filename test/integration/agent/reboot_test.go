@@ -19,7 +19,7 @@ import (
 
 // A node reboot destroys every MIG instance (MIG mode stays) while the kubelet keeps, in its
 // device manager checkpoint, which device IDs each pod got, and starts the pods' containers
-// again with the CDI device names it was given at Allocate (docs/design/invariants.md, I12).
+// again with the CDI device names it was given at Allocate (docs/design/invariants.md, I14).
 var _ = Describe("A rebooted node gets its slices back", func() {
 	// reboot stops the agent, empties the emulated GPUs, and starts the agent again; the
 	// kubelet reports the devices its checkpoint gives each pod (usage by device ID).

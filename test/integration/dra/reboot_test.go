@@ -15,7 +15,7 @@ import (
 // pkg/kubelet/cm/dra/claiminfo.go, newClaimInfoFromState; manager.go, PrepareResources).
 // Prepare recreates each device's instance at its placement and answers with CDI device IDs
 // naming the new instances; a placement something else took fails the claim with the
-// reason, and nothing is handed over (docs/design/invariants.md, I12). The stale spec of
+// reason, and nothing is handed over (docs/design/invariants.md, I14). The stale spec of
 // the run before is kept here (a real /var/run/cdi is a tmpfs, emptied by the reboot): the
 // harder case.
 func TestRebootPreparesAgain(t *testing.T) {
