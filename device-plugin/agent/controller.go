@@ -184,7 +184,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	w := world{Node: r.opts.NodeName, Conflict: conflict, Obs: obs, Allocs: allocs, Usage: usageByMIGUUID(obs.slices(), r.usage(ctx)), PodGone: gone,
+	w := world{Node: r.opts.NodeName, Conflict: conflict, Obs: obs, Allocs: allocs, Usage: r.usage(ctx), PodGone: gone,
 		OrphanSince: r.orphanSince, Now: now, Grace: r.opts.OrphanGrace}
 
 	d := decide(w)
@@ -215,7 +215,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 
 	// CDI specs, then the kubelet, then Ready.
-	retry := r.writeDevices(ctx, w, obs, o, d.Plan.InUse) || o.Retry
+	retry := r.writeDevices(ctx, w, obs, o) || o.Retry
 	if err := r.writeStatuses(ctx, allocs, o.Statuses); err != nil {
 		return ctrl.Result{}, err
 	}

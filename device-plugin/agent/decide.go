@@ -21,8 +21,9 @@ type world struct {
 	Obs      *Observation
 	// Allocs are the node's allocations that exist (finalizer ensured), by key.
 	Allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation
-	// Usage maps a MIG UUID to the "namespace/name" of the pod the kubelet assigned it to
-	// (nil when unknown).
+	// Usage maps a device ID to the "namespace/name" of the pod the kubelet assigned it to
+	// (nil when unknown): the slot's ID (mig.Slot.DeviceID), or the MIG UUID for a pod
+	// admitted by an agent that named devices so (usageByMIGUUID).
 	Usage map[string]string
 	// PodGone maps a live allocation whose pod does not exist or finished (podsGone) to why.
 	PodGone     map[types.NamespacedName]podEnd
@@ -91,7 +92,7 @@ func decide(w world) decision {
 		}
 		wants = append(wants, wt)
 	}
-	d.Plan = plan(planInput{Slices: w.Obs.slices(), Wants: wants, Use: w.Usage, OrphanSince: w.OrphanSince, Now: w.Now, Grace: w.Grace})
+	d.Plan = plan(planInput{Slices: w.Obs.slices(), Wants: wants, Use: usageByMIGUUID(w.Obs.slices(), w.Usage), OrphanSince: w.OrphanSince, Now: w.Now, Grace: w.Grace})
 	p := d.Plan
 	for k, s := range p.Release {
 		if s == nil {

@@ -211,9 +211,10 @@ func (r *Reconciler) record(allocs map[types.NamespacedName]*slicerv1alpha1.Slic
 // Ready (or Creating on a CDI error), removes stale specs and advertises the devices to the
 // kubelet. A slice's device ID and CDI device name are its slot's (mig.Slot.DeviceID), not
 // its MIG UUID: the spec of a slice recreated at its slot after a reboot takes the name the
-// kubelet checkpointed for the pod and points at the new instance. It returns whether
-// something must be retried.
-func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation, o outcome, inUse map[string]string) bool {
+// kubelet checkpointed for the pod and points at the new instance. A slice the kubelet knows
+// by its MIG UUID (a pod admitted when the agent named devices so) keeps a spec under that
+// name too, for its containers' restarts. It returns whether something must be retried.
+func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation, o outcome) bool {
 	retry := false
 	var devices []plugin.Device
 	keep := map[string]bool{}
@@ -221,8 +222,16 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 		if _, bad := o.Statuses[k]; bad || !s.Complete() {
 			continue
 		}
-		keep[s.DeviceID()] = true
-		if err := r.writeCDI(obs, s); err != nil {
+		names := []string{s.DeviceID()}
+		if _, legacy := w.Usage[s.MIGUUID]; legacy {
+			names = append(names, s.MIGUUID)
+		}
+		var err error
+		for _, name := range names {
+			keep[name] = true
+			err = errors.Join(err, r.writeCDI(obs, s, name))
+		}
+		if err != nil {
 			retry = true
 			o.Statuses[k] = creating(w.Allocs[k], "CDIError", err.Error())
 			continue
@@ -231,8 +240,11 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 		o.Statuses[k] = ready(w.Allocs[k], s)
 	}
 	for _, s := range obs.slices() {
-		if _, used := inUse[s.MIGUUID]; used && s.MIGUUID != "" {
-			keep[s.DeviceID()] = true
+		// A slice a pod uses keeps its spec (under either name) even without an allocation.
+		for _, name := range []string{s.DeviceID(), s.MIGUUID} {
+			if _, used := w.Usage[name]; used && s.MIGUUID != "" {
+				keep[name] = true
+			}
 		}
 	}
 	if removed, err := r.opts.CDI.RemoveStale(keep); err != nil {
@@ -248,9 +260,9 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 	return retry
 }
 
-func (r *Reconciler) writeCDI(obs *Observation, s Slice) error {
+func (r *Reconciler) writeCDI(obs *Observation, s Slice, name string) error {
 	g := obs.gpu(s.GPU)
-	_, err := r.opts.CDI.Write(cdi.Slice{Name: s.DeviceID(), MIGUUID: s.MIGUUID, GPUUUID: s.GPU, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
+	_, err := r.opts.CDI.Write(cdi.Slice{Name: name, MIGUUID: s.MIGUUID, GPUUUID: s.GPU, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
 		PlacementStart: s.Placement.Start, PlacementSize: s.Placement.Size, GPUInstance: s.GI, ComputeInst: s.CI})
 	result := "success"
 	if err != nil {

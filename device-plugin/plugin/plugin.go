@@ -131,11 +131,19 @@ func equalDevices(a, b []Device) bool {
 	return true
 }
 
+// lookup finds an advertised device by its ID or, for a container of a pod the kubelet
+// admitted when the agent named devices by MIG UUID, by its MIG UUID (the kubelet asks
+// PreStartContainer with the IDs it checkpointed then; the agent keeps a spec under that name).
 func (m *Manager) lookup(resource, id string) (Device, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, d := range m.devices[resource] {
 		if d.ID == id {
+			return d, true
+		}
+	}
+	for _, d := range m.devices[resource] {
+		if d.MIGUUID != "" && d.MIGUUID == id {
 			return d, true
 		}
 	}

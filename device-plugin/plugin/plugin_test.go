@@ -254,6 +254,10 @@ func TestDevicePluginWithFakeKubelet(t *testing.T) {
 	if got := setEnv(t, cdiW, set); got != "NVIDIA_VISIBLE_DEVICES=MIG-v1,MIG-v2" {
 		t.Errorf("set spec env after PreStartContainer %q", got)
 	}
+	// A container of a pod admitted when device IDs were MIG UUIDs starts again.
+	if _, err := c.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: []string{"MIG-v1"}}); err != nil {
+		t.Errorf("PreStartContainer by MIG UUID: %v", err)
+	}
 	// A device whose instance is not (yet) recreated: the container does not start.
 	m.SetDevices([]plugin.Device{dev})
 	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Healthy})

@@ -261,7 +261,7 @@ func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []Device
 				continue
 			}
 			have[d] = true
-			if !readyID[d] && !extraID[d] {
+			if !readyID[d] && !extraID[d] && !allowedExtra[d] {
 				errs = append(errs, fmt.Errorf("I2: CDI spec for %s, which no Ready allocation holds", d))
 			}
 		}

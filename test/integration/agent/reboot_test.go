@@ -151,4 +151,30 @@ var _ = Describe("A rebooted node gets its slices back", func() {
 		Expect(n.backend.Instances()).To(HaveLen(2))
 		n.invariants(foreignUUID)
 	})
+
+	It("keeps a spec under the MIG UUID for a pod the kubelet admitted when device IDs were MIG UUIDs (upgrade)", func() {
+		n := newNode("n-legacy-ids", mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		n.start()
+		a := n.allocate(0, "2g.20gb", 2, 2)
+		got := n.waitReady(a)
+		uuid, id := got.Status.MIGDeviceUUID, framework.DeviceIDOf(got)
+		// The kubelet's checkpoint names the device as the agent before slot IDs did.
+		n.usage.Set(map[string]string{uuid: "team-a/" + a.Spec.PodName})
+		Eventually(func(g Gomega) {
+			names, err := (&cdi.Writer{Dir: n.cdiDir}).List()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(names).To(ConsistOf(id, uuid))
+			g.Expect(specEnv(g, n, uuid)).To(HaveKeyWithValue(cdi.EnvMIGDevice, uuid))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		Expect(n.adv.IDs()).To(Equal(map[string]string{id: "slicer.dev/mig-2g.20gb"}), "only the slot's ID is advertised")
+		n.invariants(uuid)
+		// The pod is replaced: the legacy spec goes.
+		n.usage.Set(nil)
+		Eventually(func(g Gomega) {
+			names, err := (&cdi.Writer{Dir: n.cdiDir}).List()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(names).To(ConsistOf(id))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+	})
 })
