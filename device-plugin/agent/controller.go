@@ -32,8 +32,8 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/plugin"
 )
 
-// UsageSource reports which MIG devices the kubelet assigned to which pod
-// (device ID → "namespace/name" of the pod), e.g. from the PodResources API.
+// UsageSource reports which devices the kubelet assigned to which pod (device ID, a slot's
+// mig.Slot.DeviceID → "namespace/name" of the pod), e.g. from the PodResources API.
 type UsageSource interface {
 	DeviceUsage(ctx context.Context) (map[string]string, error)
 }
@@ -215,7 +215,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 
 	// CDI specs, then the kubelet, then Ready.
-	retry := r.writeDevices(ctx, w, obs, o, d.Plan.InUse) || o.Retry
+	retry := r.writeDevices(ctx, w, obs, o) || o.Retry
 	if err := r.writeStatuses(ctx, allocs, o.Statuses); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -21,8 +21,9 @@ type world struct {
 	Obs      *Observation
 	// Allocs are the node's allocations that exist (finalizer ensured), by key.
 	Allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation
-	// Usage maps a MIG UUID to the "namespace/name" of the pod the kubelet assigned it to
-	// (nil when unknown).
+	// Usage maps a device ID to the "namespace/name" of the pod the kubelet assigned it to
+	// (nil when unknown): the slot's ID (mig.Slot.DeviceID), or the MIG UUID for a pod
+	// admitted by an agent that named devices so (usageByMIGUUID).
 	Usage map[string]string
 	// PodGone maps a live allocation whose pod does not exist or finished (podsGone) to why.
 	PodGone     map[types.NamespacedName]podEnd
@@ -30,6 +31,15 @@ type world struct {
 	Now         time.Time
 	Grace       time.Duration
 }
+
+// Event reasons of an allocation whose slice vanished (a node reboot destroys every MIG
+// instance; docs/design/invariants.md, I14).
+const (
+	// ReasonSliceRecreated: the slice was recreated at its slot, under the same device ID.
+	ReasonSliceRecreated = "SliceRecreated"
+	// ReasonSliceLost: the slot cannot be recreated now (something overlaps it).
+	ReasonSliceLost = "SliceLost"
+)
 
 // note is an Event to record: on the allocation Key, or on the node's NodeAccelerator
 // when Key is zero.
@@ -82,7 +92,7 @@ func decide(w world) decision {
 		}
 		wants = append(wants, wt)
 	}
-	d.Plan = plan(planInput{Slices: w.Obs.slices(), Wants: wants, Use: w.Usage, OrphanSince: w.OrphanSince, Now: w.Now, Grace: w.Grace})
+	d.Plan = plan(planInput{Slices: w.Obs.slices(), Wants: wants, Use: usageByMIGUUID(w.Obs.slices(), w.Usage), OrphanSince: w.OrphanSince, Now: w.Now, Grace: w.Grace})
 	p := d.Plan
 	for k, s := range p.Release {
 		if s == nil {
@@ -186,6 +196,12 @@ func settle(w world, d decision, log logr.Logger) outcome {
 		case j.result.Err == nil:
 			o.Bound[k] = j.result.Slice
 			log.Info("slice created", "allocation", k, "gpu", j.slot.GPU, "profile", j.slot.Profile, "start", j.slot.Placement.Start, "device", j.result.Slice.MIGUUID)
+			if old := w.Allocs[k].Status.MIGDeviceUUID; old != "" && old != j.result.Slice.MIGUUID {
+				// A slice it had is gone (a node reboot destroys every instance): recreated at
+				// its slot, under the same device ID (writeDevices).
+				o.Notes = append(o.Notes, notef(k, corev1.EventTypeNormal, ReasonSliceRecreated,
+					"recreated %s (%s) at its slot, device %s: its instance %s was gone (a node reboot?)", j.slot, j.result.Slice.MIGUUID, j.slot.DeviceID(), old))
+			}
 		default:
 			o.Retry = true
 			log.Error(j.result.Err, "MIG operation failed", "allocation", k, "slot", j.slot)
@@ -213,9 +229,20 @@ func settle(w world, d decision, log logr.Logger) outcome {
 		o.Notes = append(o.Notes, notef(k, corev1.EventTypeWarning, slicerv1alpha1.ReasonInUse, "not destroying: %s", d.Plan.ReleaseWait[k]))
 		o.Statuses[k] = releasing(w.Allocs[k], slicerv1alpha1.ReasonInUse, "not destroying: "+d.Plan.ReleaseWait[k])
 	}
-	for k, why := range d.Plan.Blocked {
+	for _, k := range sortedKeys(d.Plan.Blocked) {
+		why := d.Plan.Blocked[k]
 		o.Retry = true
-		o.Statuses[k] = pending(w.Allocs[k], why[0], why[1])
+		a := w.Allocs[k]
+		if a.Status.State == slicerv1alpha1.AllocationReady {
+			// Its slice is gone (a node reboot) and its slot cannot be recreated now. Its device
+			// is not advertised: the kubelet refuses to start the pod's containers (admission
+			// fails, or PreStartContainer refuses) rather than start them without it.
+			slot := wantFromAllocation(a).desired()
+			o.Notes = append(o.Notes, notef(k, corev1.EventTypeWarning, ReasonSliceLost,
+				"its instance %s is gone and its slot cannot be recreated now: %s; the kubelet does not start pod %s's containers without device %s",
+				a.Status.MIGDeviceUUID, why[1], a.Spec.PodName, slot.DeviceID()))
+		}
+		o.Statuses[k] = pending(a, why[0], why[1])
 	}
 	for _, k := range sortedKeys(d.Plan.Conflict) {
 		msg := d.Plan.Conflict[k]

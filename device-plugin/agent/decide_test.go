@@ -251,6 +251,19 @@ func TestSettle(t *testing.T) {
 				Notes: []string{"b PlacementConflict"}, Retry: true, Conflicts: 1},
 		},
 		{
+			name:    "after a reboot: a Ready allocation's slice, gone, is recreated at its slot with an event",
+			w:       world{Obs: h100(), Allocs: allocMap(allocation("a", "1g.10gb", 2, 1, holding("MIG-before"), inState(slicerv1alpha1.AllocationReady)))},
+			results: func(*job) opResult { return opResult{Slice: created} },
+			want:    settled{Bound: []string{"a=MIG-new"}, Notes: []string{"a SliceRecreated"}, Mutated: true},
+		},
+		{
+			name: "after a reboot: a Ready allocation whose slot an orphan overlaps waits, with one warning (none once Pending)",
+			w: world{Obs: h100(Slice{Slot: slot(testGPU, "1g.20gb", 2, 2), GI: 5, CI: 0, MIGUUID: "MIG-foreign"}), Now: now, Grace: time.Hour,
+				Allocs: allocMap(allocation("a", "1g.10gb", 2, 1, holding("MIG-before"), inState(slicerv1alpha1.AllocationReady)),
+					allocation("b", "1g.10gb", 3, 1, holding("MIG-b"), inState(slicerv1alpha1.AllocationPending)))},
+			want: settled{Statuses: []string{"a=Pending/WaitingForOrphan", "b=Pending/WaitingForOrphan"}, Notes: []string{"a SliceLost"}, Retry: true},
+		},
+		{
 			name: "a deleting allocation whose slice is in use waits as Releasing, with a warning",
 			w: world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, deleting, holding("MIG-0"))),
 				Usage: map[string]string{"MIG-0": "ns/p-a"}},

@@ -90,6 +90,29 @@ func (r *Reconciler) usage(ctx context.Context) map[string]string {
 	return u
 }
 
+// usageByMIGUUID turns the kubelet's usage (device ID → pod) into the plan's (MIG UUID →
+// pod) for the slices that exist. A device ID is a slot's (mig.Slot.DeviceID), or, for a pod
+// the kubelet admitted when the agent named devices by MIG UUID (before v0.3), the MIG UUID
+// itself. A device ID whose slot has no instance (after a reboot, before the agent recreates
+// it) names no MIG device and is left out. Nil stays nil (the kubelet could not say).
+func usageByMIGUUID(slices []Slice, byID map[string]string) map[string]string {
+	if byID == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, s := range slices {
+		if s.MIGUUID == "" {
+			continue
+		}
+		if pod, ok := byID[s.DeviceID()]; ok {
+			out[s.MIGUUID] = pod
+		} else if pod, ok := byID[s.MIGUUID]; ok {
+			out[s.MIGUUID] = pod
+		}
+	}
+	return out
+}
+
 // trackOrphans records when each orphan was first seen and forgets those that are not
 // orphans any more.
 func (r *Reconciler) trackOrphans(p Plan, now time.Time) {

@@ -215,7 +215,7 @@ type preferCandidate struct {
 // mustInclude the ones it reuses from the pod's finished init containers
 // (internal/podrequest describes the kubelet's reuse rules). Candidates are pods that
 //   - have a live allocation of this node for the resource that is Ready with
-//     its MIG device in available,
+//     its device (its slot's device ID) in available,
 //   - exist with the allocation's UID, are bound to this node, not terminal
 //     nor deleting,
 //   - are listed by the kubelet (it knows the pod: admitted or being
@@ -265,8 +265,8 @@ func preferred(in preferInput) ([]string, string) {
 	var cands []*preferCandidate
 	for _, a := range allocs {
 		key := a.Namespace + "/" + a.Spec.PodName
-		dev := a.Status.MIGDeviceUUID
-		if a.Status.State != slicerv1alpha1.AllocationReady || dev == "" || !avail[dev] {
+		dev := wantFromAllocation(a).desired().DeviceID() // the device ID of its slot (writeDevices)
+		if a.Status.State != slicerv1alpha1.AllocationReady || a.Status.MIGDeviceUUID == "" || !avail[dev] {
 			continue
 		}
 		promised[dev] = true

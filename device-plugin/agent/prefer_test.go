@@ -36,7 +36,7 @@ func TestPreferred(t *testing.T) {
 	alloc := func(name, pod, profile, dev string, state slicerv1alpha1.AllocationState) slicerv1alpha1.SliceAllocation {
 		return slicerv1alpha1.SliceAllocation{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
-			Spec: slicerv1alpha1.SliceAllocationSpec{PodName: pod, PodUID: "uid-" + pod, NodeName: node, GPUUUID: "GPU-0",
+			Spec: slicerv1alpha1.SliceAllocationSpec{PodName: pod, PodUID: "uid-" + pod, NodeName: node, GPUUUID: "GPU-" + dev,
 				Profile: slicerv1alpha1.MIGProfile(profile)},
 			Status: slicerv1alpha1.SliceAllocationStatus{State: state, MIGDeviceUUID: dev},
 		}
@@ -262,6 +262,30 @@ func TestPreferred(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.in.Node, tc.in.Resource = node, res
+			// The kubelet knows a slice by its slot's device ID: the table names it by the
+			// allocation's MIG device, each on its own GPU.
+			ids := map[string]string{}
+			for i := range tc.in.Allocs {
+				if d := tc.in.Allocs[i].Status.MIGDeviceUUID; d != "" {
+					ids[d] = wantFromAllocation(&tc.in.Allocs[i]).desired().DeviceID()
+				}
+			}
+			byID := func(l []string) []string {
+				var out []string
+				for _, d := range l {
+					if id, ok := ids[d]; ok {
+						d = id
+					}
+					out = append(out, d)
+				}
+				return out
+			}
+			tc.in.Available, tc.in.MustInclude, tc.want = byID(tc.in.Available), byID(tc.in.MustInclude), byID(tc.want)
+			for _, per := range tc.in.Kubelet {
+				for r, l := range per {
+					per[r] = byID(l)
+				}
+			}
 			got, gotPod := preferred(tc.in)
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("preferred (-want +got):\n%s", d)

@@ -209,8 +209,12 @@ func (r *Reconciler) record(allocs map[types.NamespacedName]*slicerv1alpha1.Slic
 
 // writeDevices writes the CDI spec of every complete bound slice, marks its allocation
 // Ready (or Creating on a CDI error), removes stale specs and advertises the devices to the
-// kubelet. It returns whether something must be retried.
-func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation, o outcome, inUse map[string]string) bool {
+// kubelet. A slice's device ID and CDI device name are its slot's (mig.Slot.DeviceID), not
+// its MIG UUID: the spec of a slice recreated at its slot after a reboot takes the name the
+// kubelet checkpointed for the pod and points at the new instance. A slice the kubelet knows
+// by its MIG UUID (a pod admitted when the agent named devices so) keeps a spec under that
+// name too, for its containers' restarts. It returns whether something must be retried.
+func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation, o outcome) bool {
 	retry := false
 	var devices []plugin.Device
 	keep := map[string]bool{}
@@ -218,8 +222,16 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 		if _, bad := o.Statuses[k]; bad || !s.Complete() {
 			continue
 		}
-		keep[s.MIGUUID] = true
-		if err := r.writeCDI(obs, s); err != nil {
+		names := []string{s.DeviceID()}
+		if _, legacy := w.Usage[s.MIGUUID]; legacy {
+			names = append(names, s.MIGUUID)
+		}
+		var err error
+		for _, name := range names {
+			keep[name] = true
+			err = errors.Join(err, r.writeCDI(obs, s, name))
+		}
+		if err != nil {
 			retry = true
 			o.Statuses[k] = creating(w.Allocs[k], "CDIError", err.Error())
 			continue
@@ -227,8 +239,13 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 		devices = append(devices, deviceFor(obs, s))
 		o.Statuses[k] = ready(w.Allocs[k], s)
 	}
-	for uuid := range inUse {
-		keep[uuid] = true
+	for _, s := range obs.slices() {
+		// A slice a pod uses keeps its spec (under either name) even without an allocation.
+		for _, name := range []string{s.DeviceID(), s.MIGUUID} {
+			if _, used := w.Usage[name]; used && s.MIGUUID != "" {
+				keep[name] = true
+			}
+		}
 	}
 	if removed, err := r.opts.CDI.RemoveStale(keep); err != nil {
 		r.opts.Metrics.CDIWrites.WithLabelValues("error").Inc()
@@ -243,9 +260,9 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 	return retry
 }
 
-func (r *Reconciler) writeCDI(obs *Observation, s Slice) error {
+func (r *Reconciler) writeCDI(obs *Observation, s Slice, name string) error {
 	g := obs.gpu(s.GPU)
-	_, err := r.opts.CDI.Write(cdi.Slice{MIGUUID: s.MIGUUID, GPUUUID: s.GPU, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
+	_, err := r.opts.CDI.Write(cdi.Slice{Name: name, MIGUUID: s.MIGUUID, GPUUUID: s.GPU, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
 		PlacementStart: s.Placement.Start, PlacementSize: s.Placement.Size, GPUInstance: s.GI, ComputeInst: s.CI})
 	result := "success"
 	if err != nil {
@@ -253,7 +270,7 @@ func (r *Reconciler) writeCDI(obs *Observation, s Slice) error {
 	}
 	r.opts.Metrics.CDIWrites.WithLabelValues(result).Inc()
 	if err != nil {
-		return fmt.Errorf("CDI spec for %s: %w", s.MIGUUID, err)
+		return fmt.Errorf("CDI spec for %s (%s): %w", s.Slot, s.MIGUUID, err)
 	}
 	return nil
 }
@@ -261,7 +278,7 @@ func (r *Reconciler) writeCDI(obs *Observation, s Slice) error {
 func deviceFor(obs *Observation, s Slice) plugin.Device {
 	g := obs.gpu(s.GPU)
 	return plugin.Device{
-		ID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.MIGUUID),
+		ID: s.DeviceID(), MIGUUID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.DeviceID()),
 		Healthy: g != nil && g.Healthy,
 	}
 }

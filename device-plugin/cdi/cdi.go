@@ -1,13 +1,17 @@
 // Package cdi writes one Container Device Interface spec per realized MIG
-// slice (kind slicer.dev/mig, device name = the MIG device UUID), atomically
+// slice (kind slicer.dev/mig, device name = Slice.Name: the device plugin's device ID, its
+// slot's, so that it survives the instance's recreation after a reboot), atomically
 // (temp file + rename), and removes specs of slices that no longer exist.
 //
 // Emulated mode: the device's containerEdits only set environment variables
 // (SLICER_MIG_DEVICE, SLICER_MIG_PROFILE, SLICER_MIG_PLACEMENT, SLICER_GPU_UUID), each
 // naming that one MIG device. NVIDIA_VISIBLE_DEVICES (EnvVisibleDevices) lists all the MIG
-// devices a container received: the device plugin's Allocate sets it (it sees all of a
-// container's devices), and a claim's spec sets it in its spec-level edits (claim.go), which
-// the runtime applies once for the spec, before the devices' own. Real mode adds what NVIDIA's own CDI specs give
+// devices a container received. Nothing the kubelet checkpoints names a MIG UUID (it changes
+// when an instance is recreated): a device plugin slice's own spec sets it to its MIG device
+// (Write), and a container that receives several devices of a resource also gets a set
+// device (set.go) whose spec lists them all, rewritten before each start of the container; a
+// claim's spec sets it in its spec-level edits (claim.go), which the runtime applies once
+// for the spec, before the devices' own. Real mode adds what NVIDIA's own CDI specs give
 // a MIG device: /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, the
 // parent GPU's /dev/nvidia<minor>, and the two MIG capability nodes
 // /dev/nvidia-caps/nvidia-cap<N> whose minors the driver publishes in
@@ -57,7 +61,9 @@ func VisibleDevices(migUUIDs []string) string { return strings.Join(migUUIDs, ",
 
 // Slice is what a spec describes.
 type Slice struct {
-	// MIGUUID is the MIG device UUID; it is also the CDI device name.
+	// Name is the CDI device name (default: MIGUUID).
+	Name string
+	// MIGUUID is the MIG device UUID.
 	MIGUUID string
 	GPUUUID string
 	// GPUMinor is the parent GPU's /dev/nvidia<minor> (real mode).
@@ -79,25 +85,32 @@ type Writer struct {
 	ProcRoot string
 }
 
-// QualifiedName is the fully qualified CDI device name of a slice, e.g.
-// "slicer.dev/mig=MIG-…", as the kubelet passes it to the runtime.
-func QualifiedName(migUUID string) string { return parser.QualifiedName(Vendor, Class, migUUID) }
+// QualifiedName is the fully qualified CDI device name of a device name, e.g.
+// "slicer.dev/mig=GPU-…_1g.10gb_3", as the kubelet passes it to the runtime.
+func QualifiedName(name string) string { return parser.QualifiedName(Vendor, Class, name) }
 
 // fileName is the spec file of a device (a transient spec per slice).
-func fileName(migUUID string) string {
-	return cdiapi.GenerateTransientSpecName(Vendor, Class, migUUID) + ".yaml"
+func fileName(name string) string {
+	return cdiapi.GenerateTransientSpecName(Vendor, Class, name) + ".yaml"
+}
+
+func (s Slice) name() string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return s.MIGUUID
 }
 
 const filePrefix = Vendor + "-" + Class + "_"
 
-// Path is where the spec of a device is written.
-func (w *Writer) Path(migUUID string) string { return filepath.Join(w.Dir, fileName(migUUID)) }
+// Path is where the spec of a device name is written.
+func (w *Writer) Path(name string) string { return filepath.Join(w.Dir, fileName(name)) }
 
 // Spec renders the CDI spec of a slice (pure, except real mode reads the
 // driver's capability files).
 func (w *Writer) Spec(s Slice) (*cdispec.Spec, error) {
-	if err := parser.ValidateDeviceName(s.MIGUUID); err != nil {
-		return nil, fmt.Errorf("CDI device name %q: %w", s.MIGUUID, err)
+	if err := parser.ValidateDeviceName(s.name()); err != nil {
+		return nil, fmt.Errorf("CDI device name %q: %w", s.name(), err)
 	}
 	edits := cdispec.ContainerEdits{Env: []string{
 		EnvMIGDevice + "=" + s.MIGUUID,
@@ -114,7 +127,7 @@ func (w *Writer) Spec(s Slice) (*cdispec.Spec, error) {
 	}
 	spec := &cdispec.Spec{
 		Kind:    Kind,
-		Devices: []cdispec.Device{{Name: s.MIGUUID, ContainerEdits: edits}},
+		Devices: []cdispec.Device{{Name: s.name(), ContainerEdits: edits}},
 	}
 	v, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
@@ -172,16 +185,20 @@ func capMinor(path string) (int, error) {
 }
 
 // Write renders and writes the spec of a slice atomically and returns the
-// qualified device name.
+// qualified device name. The device's edits also set EnvVisibleDevices to its MIG device:
+// what a container that receives this one device of the resource sees (a set device
+// overrides it for one that receives several: set.go).
 func (w *Writer) Write(s Slice) (string, error) {
 	spec, err := w.Spec(s)
 	if err != nil {
 		return "", err
 	}
-	if err := w.writeSpec(w.Path(s.MIGUUID), spec); err != nil {
+	d := &spec.Devices[0]
+	d.ContainerEdits.Env = append(d.ContainerEdits.Env, EnvVisibleDevices+"="+s.MIGUUID)
+	if err := w.writeSpec(w.Path(s.name()), spec); err != nil {
 		return "", err
 	}
-	return QualifiedName(s.MIGUUID), nil
+	return QualifiedName(s.name()), nil
 }
 
 // writeSpec writes a spec atomically (temp file + rename) at path.
@@ -212,9 +229,9 @@ func (w *Writer) writeSpec(path string, spec *cdispec.Spec) error {
 	return nil
 }
 
-// Remove deletes the spec of a device; a missing spec is not an error.
-func (w *Writer) Remove(migUUID string) error {
-	if err := os.Remove(w.Path(migUUID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+// Remove deletes the spec of a device name; a missing spec is not an error.
+func (w *Writer) Remove(name string) error {
+	if err := os.Remove(w.Path(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove CDI spec: %w", err)
 	}
 	return nil
@@ -242,7 +259,9 @@ func (w *Writer) List() ([]string, error) {
 }
 
 // RemoveStale removes every Slicer spec (and leftover temp file) whose device
-// is not in keep, and returns the removed device names.
+// is not in keep, and returns the removed device names. Set specs (set.go) are the device
+// plugin's and stay: it rewrites one before each start of a container that uses it, and
+// /var/run/cdi, a tmpfs, loses them at the next reboot.
 func (w *Writer) RemoveStale(keep map[string]bool) ([]string, error) {
 	entries, err := os.ReadDir(w.Dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -262,7 +281,7 @@ func (w *Writer) RemoveStale(keep map[string]bool) ([]string, error) {
 			}
 		case strings.HasPrefix(n, filePrefix) && strings.HasSuffix(n, ".yaml"):
 			dev := strings.TrimSuffix(strings.TrimPrefix(n, filePrefix), ".yaml")
-			if keep[dev] {
+			if keep[dev] || IsSet(dev) {
 				continue
 			}
 			if err := os.Remove(filepath.Join(w.Dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -41,7 +41,7 @@ func TestWriteValidatesWithCDILibrary(t *testing.T) {
 	}
 	got := append([]string(nil), dev.ContainerEdits.Env...)
 	sort.Strings(got)
-	want := []string{"SLICER_GPU_UUID=GPU-1234", "SLICER_MIG_DEVICE=MIG-aaaa-bbbb", "SLICER_MIG_PLACEMENT=6:1", "SLICER_MIG_PROFILE=1g.10gb.me"}
+	want := []string{"NVIDIA_VISIBLE_DEVICES=MIG-aaaa-bbbb", "SLICER_GPU_UUID=GPU-1234", "SLICER_MIG_DEVICE=MIG-aaaa-bbbb", "SLICER_MIG_PLACEMENT=6:1", "SLICER_MIG_PROFILE=1g.10gb.me"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("env (-want +got):\n%s", d)
 	}
@@ -229,5 +229,69 @@ func TestClaimSpecVisibleDevices(t *testing.T) {
 				t.Errorf("slices (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A slice's spec is named after its device ID, not its MIG UUID: rewritten for a new
+// instance at the slot (a reboot), the same name points at the new MIG device.
+func TestNamedSpecFollowsTheInstance(t *testing.T) {
+	w := &cdi.Writer{Dir: t.TempDir()}
+	const id = "GPU-1234_1g.10gb.me_6"
+	for _, u := range []string{"MIG-old", "MIG-new"} {
+		s := slice(u)
+		s.Name = id
+		name, err := w.Write(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name != "slicer.dev/mig="+id {
+			t.Errorf("qualified name %q", name)
+		}
+	}
+	spec, err := cdiapi.ReadSpec(w.Path(id), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := append([]string(nil), spec.GetDevice(id).ContainerEdits.Env...)
+	sort.Strings(got)
+	if got[0] != "NVIDIA_VISIBLE_DEVICES=MIG-new" || got[2] != "SLICER_MIG_DEVICE=MIG-new" {
+		t.Errorf("env %v, want the new MIG device", got)
+	}
+	if l, _ := w.List(); !cmp.Equal(l, []string{id}) {
+		t.Errorf("specs %v, want only %s", l, id)
+	}
+}
+
+// A set's name does not depend on the order of its device IDs (the kubelet gives them in no
+// particular order), its spec lists the MIG devices in the order of the sorted IDs, and
+// RemoveStale leaves it to the device plugin.
+func TestSetSpec(t *testing.T) {
+	w := &cdi.Writer{Dir: t.TempDir()}
+	if cdi.SetName([]string{"b", "a"}) != cdi.SetName([]string{"a", "b"}) || cdi.SetName([]string{"a", "b"}) == cdi.SetName([]string{"a", "c"}) {
+		t.Error("SetName depends on order, or two sets share a name")
+	}
+	name, err := w.WriteSet([]string{"id-b", "id-a"}, []string{"MIG-b", "MIG-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := cdi.SetName([]string{"id-a", "id-b"})
+	if name != cdi.QualifiedName(set) || !cdi.IsSet(set) {
+		t.Errorf("qualified name %q, set %q", name, set)
+	}
+	if err := cdi.Validate(w.Path(set)); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cdiapi.ReadSpec(w.Path(set), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"NVIDIA_VISIBLE_DEVICES=MIG-a,MIG-b"}, spec.GetDevice(set).ContainerEdits.Env); d != "" {
+		t.Errorf("set env (-want +got):\n%s", d)
+	}
+	if _, err := w.WriteSet([]string{"a"}, nil); err == nil {
+		t.Error("a set with fewer MIG devices than IDs was written")
+	}
+	if removed, err := w.RemoveStale(nil); err != nil || len(removed) != 0 {
+		t.Errorf("RemoveStale removed %v (%v), want the set kept", removed, err)
 	}
 }

@@ -5,11 +5,14 @@ package plugin
 
 // Device is one advertised MIG slice.
 type Device struct {
-	// ID is the MIG device UUID.
+	// ID is the device ID: its slot's (mig.Slot.DeviceID), which the kubelet checkpoints
+	// for the pod; it outlives the instance, recreated at the slot after a reboot.
 	ID string
+	// MIGUUID is the MIG device of the instance now at the slot.
+	MIGUUID string
 	// Resource is the extended resource name, e.g. slicer.dev/mig-1g.10gb.
 	Resource string
-	// CDIName is the fully qualified CDI device name (slicer.dev/mig=MIG-…).
+	// CDIName is the fully qualified CDI device name (slicer.dev/mig=<ID>).
 	CDIName string
 	Healthy bool
 }

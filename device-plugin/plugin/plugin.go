@@ -45,6 +45,10 @@ type Options struct {
 	// Preferrer, when set, answers the kubelet's GetPreferredAllocation (the
 	// plugins then offer it in their options); nil: the kubelet chooses.
 	Preferrer Preferrer
+	// CDI writes the set specs of containers that receive several devices of a resource
+	// (cdi/set.go); nil: such a container gets only its devices' own specs, and
+	// EnvVisibleDevices names the last of them.
+	CDI *cdi.Writer
 }
 
 // Preferrer tells the kubelet which devices of a resource to hand to the
@@ -120,18 +124,26 @@ func equalDevices(a, b []Device) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].ID != b[i].ID || a[i].Healthy != b[i].Healthy || a[i].CDIName != b[i].CDIName {
+		if a[i] != b[i] {
 			return false
 		}
 	}
 	return true
 }
 
+// lookup finds an advertised device by its ID or, for a container of a pod the kubelet
+// admitted when the agent named devices by MIG UUID, by its MIG UUID (the kubelet asks
+// PreStartContainer with the IDs it checkpointed then; the agent keeps a spec under that name).
 func (m *Manager) lookup(resource, id string) (Device, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, d := range m.devices[resource] {
 		if d.ID == id {
+			return d, true
+		}
+	}
+	for _, d := range m.devices[resource] {
+		if d.MIGUUID != "" && d.MIGUUID == id {
 			return d, true
 		}
 	}
@@ -315,7 +327,7 @@ func (s *server) notify() {
 }
 
 func (m *Manager) options() *pluginapi.DevicePluginOptions {
-	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: m.opts.Preferrer != nil}
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: m.opts.Preferrer != nil, PreStartRequired: true}
 }
 
 // GetDevicePluginOptions implements the device plugin API.
@@ -346,25 +358,30 @@ func (s *server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_
 	}
 }
 
-// Allocate answers with the CDI device of each requested slice and cdi.EnvVisibleDevices
-// listing them all: the one place that sees all of a container's devices (the CDI spec of
-// one device cannot, and CDI edits of several devices would overwrite each other). An
-// unknown device ID is an error.
+// Allocate answers with the CDI device of each requested slice, and for a container that
+// receives several, their set device last (cdi/set.go). The answer names no MIG UUID: the
+// kubelet checkpoints it and, after a reboot, starts the container with it again, while the
+// instances are recreated with new MIG UUIDs. An unknown device ID is an error.
 func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
 	for _, cr := range req.ContainerRequests {
-		car := &pluginapi.ContainerAllocateResponse{}
-		var visible []string
-		for _, id := range cr.DevicesIds {
-			d, ok := s.m.lookup(s.resource, id)
-			if !ok {
-				s.m.count(s.m.opts.Allocates, "unknown_device")
-				return nil, status.Errorf(codes.NotFound, "%s: unknown device %q (not a realized slice on this node)", s.resource, id)
-			}
-			car.CdiDevices = append(car.CdiDevices, &pluginapi.CDIDevice{Name: d.CDIName})
-			visible = append(visible, d.ID)
+		devs, err := s.realized(cr.DevicesIds)
+		if err != nil {
+			s.m.count(s.m.opts.Allocates, "unknown_device")
+			return nil, err
 		}
-		car.Envs = map[string]string{cdi.EnvVisibleDevices: cdi.VisibleDevices(visible)}
+		car := &pluginapi.ContainerAllocateResponse{}
+		for _, d := range devs {
+			car.CdiDevices = append(car.CdiDevices, &pluginapi.CDIDevice{Name: d.CDIName})
+		}
+		set, err := s.writeSet(devs)
+		if err != nil {
+			s.m.count(s.m.opts.Allocates, "error")
+			return nil, err
+		}
+		if set != "" {
+			car.CdiDevices = append(car.CdiDevices, &pluginapi.CDIDevice{Name: set})
+		}
 		resp.ContainerResponses = append(resp.ContainerResponses, car)
 	}
 	s.m.count(s.m.opts.Allocates, "success")
@@ -372,6 +389,37 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		s.m.opts.OnAllocate()
 	}
 	return resp, nil
+}
+
+// realized looks the device IDs up among the advertised (realized) devices.
+func (s *server) realized(ids []string) ([]Device, error) {
+	devs := make([]Device, 0, len(ids))
+	for _, id := range ids {
+		d, ok := s.m.lookup(s.resource, id)
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "%s: device %q is not a realized slice on this node (after a reboot: its instance is not recreated at its placement)", s.resource, id)
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// writeSet writes the set spec of a container's devices when there are several and returns
+// its qualified name ("" for one device, or without a CDI writer).
+func (s *server) writeSet(devs []Device) (string, error) {
+	if len(devs) < 2 || s.m.opts.CDI == nil {
+		return "", nil
+	}
+	ids := make([]string, 0, len(devs))
+	uuids := make([]string, 0, len(devs))
+	for _, d := range devs {
+		ids, uuids = append(ids, d.ID), append(uuids, d.MIGUUID)
+	}
+	name, err := s.m.opts.CDI.WriteSet(ids, uuids)
+	if err != nil {
+		return "", status.Errorf(codes.Internal, "%s: %v", s.resource, err)
+	}
+	return name, nil
 }
 
 // GetPreferredAllocation asks the Preferrer which devices each container
@@ -426,8 +474,21 @@ func sanitize(pref, available, mustInclude []string, size int) []string {
 	return out
 }
 
-// PreStartContainer is not required (the options say so).
-func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+// PreStartContainer runs before every start of a container, also the first after a node
+// reboot, when the kubelet reuses the devices and CDI names it checkpointed and calls no
+// Allocate. It refuses to let a container start unless each of its devices is realized (the
+// agent recreated its instance at its slot and wrote its spec), and rewrites the container's
+// set spec with the MIG UUIDs of now. A refusal fails the container's start; the kubelet
+// retries it.
+func (s *server) PreStartContainer(_ context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	devs, err := s.realized(req.DevicesIds)
+	if err == nil {
+		_, err = s.writeSet(devs)
+	}
+	if err != nil {
+		s.m.log.Info("refusing a container start", "resource", s.resource, "devices", req.DevicesIds, "reason", err.Error())
+		return nil, err
+	}
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 

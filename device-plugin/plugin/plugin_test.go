@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +20,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/plugin"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
@@ -185,8 +188,9 @@ func TestDevicePluginWithFakeKubelet(t *testing.T) {
 	allocs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a"}, []string{"result"})
 	allocated := make(chan struct{}, 8)
 	res := mig.ResourceName("1g.10gb+me")
+	cdiW := &cdi.Writer{Dir: t.TempDir()}
 	m := plugin.NewManager(plugin.Options{Dir: dir, Resources: []string{res}, Registrations: regs, Allocates: allocs,
-		CheckInterval: 50 * time.Millisecond, OnAllocate: func() { allocated <- struct{}{} }}, testr.New(t))
+		CheckInterval: 50 * time.Millisecond, OnAllocate: func() { allocated <- struct{}{} }, CDI: cdiW}, testr.New(t))
 	ctx := runManager(t, m)
 
 	r := waitReg(t, k)
@@ -195,7 +199,7 @@ func TestDevicePluginWithFakeKubelet(t *testing.T) {
 	}
 	waitList(t, k, res, map[string]string{})
 
-	dev := plugin.Device{ID: "MIG-1", Resource: res, CDIName: "slicer.dev/mig=MIG-1", Healthy: true}
+	dev := plugin.Device{ID: "MIG-1", MIGUUID: "MIG-u1", Resource: res, CDIName: "slicer.dev/mig=MIG-1", Healthy: true}
 	m.SetDevices([]plugin.Device{dev})
 	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Healthy})
 	dev.Healthy = false
@@ -210,26 +214,56 @@ func TestDevicePluginWithFakeKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-1"}, CdiDevices: []*pluginapi.CDIDevice{{Name: "slicer.dev/mig=MIG-1"}}}
+	// No MIG UUID in what the kubelet checkpoints: the device's own spec names it.
+	want := &pluginapi.ContainerAllocateResponse{CdiDevices: []*pluginapi.CDIDevice{{Name: "slicer.dev/mig=MIG-1"}}}
 	if d := cmp.Diff(want.String(), resp.ContainerResponses[0].String()); d != "" {
 		t.Errorf("Allocate (-want +got):\n%s", d)
 	}
 	<-allocated
-	// Two slices in one container: both CDI devices, and one list of visible devices.
-	m.SetDevices([]plugin.Device{dev, {ID: "MIG-2", Resource: res, CDIName: "slicer.dev/mig=MIG-2", Healthy: true}})
+	// Two slices in one container: both CDI devices, and their set's, whose spec lists
+	// both MIG devices.
+	dev2 := plugin.Device{ID: "MIG-2", MIGUUID: "MIG-u2", Resource: res, CDIName: "slicer.dev/mig=MIG-2", Healthy: true}
+	m.SetDevices([]plugin.Device{dev, dev2})
 	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Healthy, "MIG-2": pluginapi.Healthy})
 	resp, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"MIG-2", "MIG-1"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = &pluginapi.ContainerAllocateResponse{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-2,MIG-1"},
-		CdiDevices: []*pluginapi.CDIDevice{{Name: "slicer.dev/mig=MIG-2"}, {Name: "slicer.dev/mig=MIG-1"}}}
+	set := cdi.SetName([]string{"MIG-1", "MIG-2"})
+	want = &pluginapi.ContainerAllocateResponse{
+		CdiDevices: []*pluginapi.CDIDevice{{Name: "slicer.dev/mig=MIG-2"}, {Name: "slicer.dev/mig=MIG-1"}, {Name: cdi.QualifiedName(set)}}}
 	if d := cmp.Diff(want.String(), resp.ContainerResponses[0].String()); d != "" {
 		t.Errorf("Allocate of two devices (-want +got):\n%s", d)
 	}
 	<-allocated
+	if got := setEnv(t, cdiW, set); got != "NVIDIA_VISIBLE_DEVICES=MIG-u1,MIG-u2" {
+		t.Errorf("set spec env %q", got)
+	}
+	// Reboot: the instances are recreated with new MIG UUIDs at their slots (same IDs). The
+	// kubelet starts the container with its checkpointed answer after PreStartContainer,
+	// which rewrites the set's spec.
+	opts, err := c.GetDevicePluginOptions(ctx, &pluginapi.Empty{})
+	if err != nil || !opts.PreStartRequired {
+		t.Errorf("options %v (%v): PreStartContainer must be required", opts, err)
+	}
+	dev.MIGUUID, dev2.MIGUUID = "MIG-v1", "MIG-v2"
+	m.SetDevices([]plugin.Device{dev, dev2})
+	if _, err := c.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: []string{"MIG-2", "MIG-1"}}); err != nil {
+		t.Fatalf("PreStartContainer: %v", err)
+	}
+	if got := setEnv(t, cdiW, set); got != "NVIDIA_VISIBLE_DEVICES=MIG-v1,MIG-v2" {
+		t.Errorf("set spec env after PreStartContainer %q", got)
+	}
+	// A container of a pod admitted when device IDs were MIG UUIDs starts again.
+	if _, err := c.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: []string{"MIG-v1"}}); err != nil {
+		t.Errorf("PreStartContainer by MIG UUID: %v", err)
+	}
+	// A device whose instance is not (yet) recreated: the container does not start.
 	m.SetDevices([]plugin.Device{dev})
 	waitList(t, k, res, map[string]string{"MIG-1": pluginapi.Healthy})
+	if _, err := c.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: []string{"MIG-2", "MIG-1"}}); status.Code(err) != codes.NotFound {
+		t.Errorf("PreStartContainer with a device not realized: %v, want NotFound", err)
+	}
 	_, err = c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"MIG-404"}}}})
 	if status.Code(err) != codes.NotFound {
 		t.Errorf("Allocate of an unknown device: %v, want NotFound", err)
@@ -261,6 +295,20 @@ func TestDevicePluginWithFakeKubelet(t *testing.T) {
 	// Devices go away: an empty list is sent.
 	m.SetDevices(nil)
 	waitList(t, k, res, map[string]string{})
+}
+
+// setEnv is the environment a set's spec gives, read back with the CDI library.
+func setEnv(t *testing.T, w *cdi.Writer, set string) string {
+	t.Helper()
+	spec, err := cdiapi.ReadSpec(w.Path(set), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := spec.GetDevice(set)
+	if d == nil {
+		t.Fatalf("spec of %s has no device %s", w.Path(set), set)
+	}
+	return strings.Join(d.ContainerEdits.Env, " ")
 }
 
 // waitRegistrations polls until the success counter reaches want: it moves

@@ -21,3 +21,12 @@ func (s Slot) Overlaps(o Slot) bool {
 	return s.GPU == o.GPU && s.Placement.Start < o.Placement.Start+o.Placement.Size &&
 		o.Placement.Start < s.Placement.Start+s.Placement.Size
 }
+
+// DeviceID names the slot to the kubelet and in CDI: "<GPU UUID>_<profile>_<start>", the
+// profile in Kubernetes spelling (a valid CDI device name for the GPU UUIDs NVML gives). It
+// names the placement, not the instance: an instance recreated at the slot (after a node
+// reboot) gets a new MIG UUID but keeps its device ID, which is what the kubelet's
+// checkpoint remembers for the pod (docs/design/invariants.md, I14).
+func (s Slot) DeviceID() string {
+	return fmt.Sprintf("%s_%s_%d", s.GPU, LegalProfileName(s.Profile), s.Placement.Start)
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/podrequest"
 	"github.com/slicer-operator/slicer/test/builder"
+	"github.com/slicer-operator/slicer/test/framework"
 )
 
 // printDevice is what every container of a containerPod runs first: one line with the MIG
@@ -71,9 +72,11 @@ func checkContainerCase(ctx context.Context, ns string, tc containerCase) error 
 		return fmt.Errorf("pod %s: ForPod counts %d slices, the case expects %d", tc.name, need.Slices(), tc.slices)
 	}
 	allocated := sets.New[string]()
+	uuidOf := map[string]string{} // the kubelet's device ID (the slot's) → MIG UUID
 	for _, a := range allocationsIn(ctx, ns) {
 		if a.Spec.PodName == tc.name {
 			allocated.Insert(a.Status.MIGDeviceUUID)
+			uuidOf[framework.DeviceIDOf(&a)] = a.Status.MIGDeviceUUID
 		}
 	}
 	if allocated.Len() != tc.slices || allocated.Has("") {
@@ -110,7 +113,7 @@ func checkContainerCase(ctx context.Context, ns string, tc containerCase) error 
 	var kubelet []string
 	for id, holder := range v.assigned {
 		if holder == ns+"/"+tc.name {
-			kubelet = append(kubelet, id)
+			kubelet = append(kubelet, uuidOf[id])
 		}
 	}
 	if !sets.New(kubelet...).Equal(running) {

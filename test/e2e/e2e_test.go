@@ -149,6 +149,8 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 
 	It("preempts by geometry: a high-priority pod evicts the fewest pods of lower priority and runs (I13)", preemptionSpec)
 
+	It("after an emulated reboot, restartable slice pods run again at their slots or are rejected and replaced; none without its device (I14)", expectRebootGivesSlicesBack)
+
 	It("converges with no double allocation and no leak when the agent, the scheduler and the kubelet restart during a churn of 120 pods (I5)", func(ctx SpecContext) {
 		const ns, total, inFlight = "e2e-churn", 120, 10
 		createNamespace(ctx, ns)

@@ -181,7 +181,7 @@ func checkInvariants(ctx context.Context) error {
 	holder := map[string]string{}
 	for _, a := range allocs {
 		if a.Status.MIGDeviceUUID != "" && a.DeletionTimestamp == nil {
-			holder[a.Status.MIGDeviceUUID] = a.Namespace + "/" + a.Spec.PodName
+			holder[framework.DeviceIDOf(&a)] = a.Namespace + "/" + a.Spec.PodName
 		}
 	}
 	for id, pod := range v.assigned {

@@ -167,7 +167,9 @@ type DeviceInstance struct {
 // on the device at its actual slot, and every device instance is held by an
 // allocation or listed in allowedExtra (I1, I2); each GPU's instances form a
 // legal state (I3); the advertised devices are exactly the Ready allocations'
-// (I4); CDI specs exist exactly for the Ready devices (I2).
+// (I4); CDI specs exist exactly for the Ready devices (I2). The kubelet and CDI know a device
+// by its slot's device ID (mig.Slot.DeviceID, DeviceIDOf), not its MIG UUID; allowedExtra
+// lists MIG UUIDs, and set specs (cdi.IsSet) are the device plugin's.
 func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []DeviceInstance, models map[string]mig.Model,
 	advertised map[string]string, cdiDevices []string, allowedExtra map[string]bool,
 ) error {
@@ -183,7 +185,8 @@ func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []Device
 			byUUID[d.MIGUUID] = d
 		}
 	}
-	ready := map[string]bool{}
+	ready := map[string]bool{}   // MIG UUIDs of Ready allocations
+	readyID := map[string]bool{} // their device IDs
 	for _, a := range allocs {
 		if a.DeletionTimestamp != nil || a.Status.State == slicerv1alpha1.AllocationFailed {
 			continue
@@ -212,6 +215,7 @@ func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []Device
 				errs = append(errs, fmt.Errorf("I1: %s/%s says %s %d:%d, device %s is on %s at %s", a.Namespace, a.Name, gpu, pl.Start, pl.Size, d.MIGUUID, d.GPUUUID, d.Placement))
 			}
 			ready[a.Status.MIGDeviceUUID] = true
+			readyID[DeviceIDOf(&a)] = true
 		}
 	}
 	wanted := map[string]bool{}
@@ -232,13 +236,19 @@ func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []Device
 			errs = append(errs, fmt.Errorf("I3: GPU %s: %w", g, err))
 		}
 	}
+	extraID := map[string]bool{}
+	for _, d := range devs {
+		if d.MIGUUID != "" && allowedExtra[d.MIGUUID] {
+			extraID[mig.Slot{GPU: d.GPUUUID, Profile: d.Profile, Placement: d.Placement}.DeviceID()] = true
+		}
+	}
 	if advertised != nil {
 		for id := range advertised {
-			if !ready[id] {
+			if !readyID[id] {
 				errs = append(errs, fmt.Errorf("I4: %s advertised but no allocation is Ready with it", id))
 			}
 		}
-		for id := range ready {
+		for id := range readyID {
 			if _, ok := advertised[id]; !ok {
 				errs = append(errs, fmt.Errorf("I4: %s is Ready but not advertised", id))
 			}
@@ -247,18 +257,34 @@ func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []Device
 	if cdiDevices != nil {
 		have := map[string]bool{}
 		for _, d := range cdiDevices {
+			if cdi.IsSet(d) {
+				continue
+			}
 			have[d] = true
-			if !ready[d] && !allowedExtra[d] {
+			if !readyID[d] && !extraID[d] && !allowedExtra[d] {
 				errs = append(errs, fmt.Errorf("I2: CDI spec for %s, which no Ready allocation holds", d))
 			}
 		}
-		for id := range ready {
+		for id := range readyID {
 			if !have[id] {
 				errs = append(errs, fmt.Errorf("I2: no CDI spec for Ready device %s", id))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// DeviceIDOf is the device ID (mig.Slot.DeviceID) of the slot where an allocation's slice is:
+// its actual GPU and placement when the status has them.
+func DeviceIDOf(a *slicerv1alpha1.SliceAllocation) string {
+	s := mig.Slot{GPU: a.Spec.GPUUUID, Profile: string(a.Spec.Profile), Placement: mig.Placement{Start: int(a.Spec.Placement.Start), Size: int(a.Spec.Placement.Size)}}
+	if a.Status.ActualGPUUUID != "" {
+		s.GPU = a.Status.ActualGPUUUID
+	}
+	if p := a.Status.ActualPlacement; p != nil {
+		s.Placement = mig.Placement{Start: int(p.Start), Size: int(p.Size)}
+	}
+	return s.DeviceID()
 }
 
 // ListAllocations lists a node's SliceAllocations.

@@ -136,10 +136,11 @@ func run(ctx context.Context, f flags) error {
 			return fmt.Errorf("pod informer: %w", err)
 		}
 	}
+	cdiWriter := &cdi.Writer{Dir: f.cdiDir, Real: f.emulate == ""}
 	pm := plugin.NewManager(plugin.Options{Dir: f.pluginDir, Resources: resources, Registrations: metrics.Registrations,
-		Allocates: metrics.AllocateResults, OnAllocate: poke, Preferrer: preferrer}, log.WithName("device-plugin"))
+		Allocates: metrics.AllocateResults, OnAllocate: poke, Preferrer: preferrer, CDI: cdiWriter}, log.WithName("device-plugin"))
 	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder(slicerv1alpha1.AgentName), agent.Options{
-		NodeName: f.node, Library: lib, Emulated: f.emulate != "", CDI: &cdi.Writer{Dir: f.cdiDir, Real: f.emulate == ""},
+		NodeName: f.node, Library: lib, Emulated: f.emulate != "", CDI: cdiWriter,
 		Usage: usage, Advertiser: pm, OrphanGrace: f.grace, Resync: f.resync, Metrics: metrics, Live: mgr.GetAPIReader(),
 	})
 	if err := r.SetupWithManager(mgr, trigger); err != nil {

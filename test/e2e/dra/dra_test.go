@@ -130,6 +130,8 @@ var _ = Describe("Slicer's DRA frontend on the local node, stock kube-scheduler 
 
 	It("gives both H100s of two finished 7g.80gb pods (one Succeeded, one Failed, objects kept) to the next two", expectFinishedPodsFreeTheirClaims)
 
+	It("after an emulated reboot, prepares the claims again: both pods run again at their placements on recreated instances (I14)", expectRebootPreparesAgain)
+
 	It("survives a churn of 120 bridge pods of mixed profiles in waves: no two allocated slices or instances ever overlap, all destroyed at the end", func(ctx SpecContext) {
 		const ns = "e2e-dra-churn"
 		createNamespace(ctx, ns)

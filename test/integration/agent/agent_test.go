@@ -47,8 +47,8 @@ var _ = Describe("node agent", func() {
 		Expect(ins[1].Profile).To(Equal("3g.40gb"))
 		Expect(ins[1].Placement).To(Equal(mig.Placement{Start: 4, Size: 4}))
 		Expect(ins[1].MIGUUID).To(Equal(got.Status.MIGDeviceUUID))
-		Expect(cdi.Validate((&cdi.Writer{Dir: n.cdiDir}).Path(got.Status.MIGDeviceUUID))).To(Succeed())
-		Expect(n.adv.IDs()).To(HaveKeyWithValue(got.Status.MIGDeviceUUID, "slicer.dev/mig-3g.40gb"))
+		Expect(cdi.Validate((&cdi.Writer{Dir: n.cdiDir}).Path(framework.DeviceIDOf(got)))).To(Succeed())
+		Expect(n.adv.IDs()).To(HaveKeyWithValue(framework.DeviceIDOf(got), "slicer.dev/mig-3g.40gb"))
 		n.invariants()
 		Eventually(func(g Gomega) {
 			na := n.nodeAccelerator(g)
@@ -172,7 +172,8 @@ var _ = Describe("node agent", func() {
 		DeferCleanup(n.cleanup)
 		n.start()
 		a := n.allocate(0, "1g.10gb", 3, 1)
-		uuid := n.waitReady(a).Status.MIGDeviceUUID
+		ready := n.waitReady(a)
+		uuid, id := ready.Status.MIGDeviceUUID, framework.DeviceIDOf(ready)
 		n.backend.SetInUse(uuid, true)
 		n.release(a)
 		Eventually(func(g Gomega) {
@@ -197,7 +198,7 @@ var _ = Describe("node agent", func() {
 		Eventually(releasingInUse).WithTimeout(30 * time.Second).Should(Succeed())
 
 		// The kubelet's view also protects it: a pod still holds the device.
-		n.usage.Set(map[string]string{uuid: "some-pod"})
+		n.usage.Set(map[string]string{id: "some-pod"})
 		n.backend.SetInUse(uuid, false)
 		Consistently(func() int { return len(n.backend.Instances()) }).WithTimeout(2 * time.Second).Should(Equal(1))
 		Eventually(releasingInUse).WithTimeout(30 * time.Second).Should(Succeed())
@@ -339,9 +340,11 @@ var _ = Describe("node agent", func() {
 			n.start()
 			a := n.allocate(gpuA, "1g.10gb", int32(startA), 1)
 			b := n.allocate(gpuB, "1g.10gb", int32(startB), 1)
-			ua, ub := n.waitReady(a).Status.MIGDeviceUUID, n.waitReady(b).Status.MIGDeviceUUID
+			ra, rb := n.waitReady(a), n.waitReady(b)
+			ua, ub := ra.Status.MIGDeviceUUID, rb.Status.MIGDeviceUUID
+			ida, idb := framework.DeviceIDOf(ra), framework.DeviceIDOf(rb)
 			// The kubelet handed a's device to b's pod and b's device to a's pod.
-			n.usage.Set(map[string]string{ua: "team-a/" + b.Spec.PodName, ub: "team-a/" + a.Spec.PodName})
+			n.usage.Set(map[string]string{ida: "team-a/" + b.Spec.PodName, idb: "team-a/" + a.Spec.PodName})
 			actualGPU := func(real, spec int) string {
 				if real == spec {
 					return ""
@@ -359,7 +362,7 @@ var _ = Describe("node agent", func() {
 			}).WithTimeout(30 * time.Second).Should(Succeed())
 			n.invariants()
 			// b's pod goes away: the slice it really used (a's spec slot) is destroyed.
-			n.usage.Set(map[string]string{ub: "team-a/" + a.Spec.PodName})
+			n.usage.Set(map[string]string{idb: "team-a/" + a.Spec.PodName})
 			n.release(b)
 			n.waitGone(b)
 			left := n.backend.Instances()

@@ -60,7 +60,7 @@ var _ = Describe("slicer-agent binary", func() {
 		Expect(k8s.Create(ctx, a)).To(Succeed())
 		n := &node{name: nodeName}
 		got := n.waitReady(a)
-		Expect(cdi.Validate((&cdi.Writer{Dir: cdiDir}).Path(got.Status.MIGDeviceUUID))).To(Succeed())
+		Expect(cdi.Validate((&cdi.Writer{Dir: cdiDir}).Path(framework.DeviceIDOf(got)))).To(Succeed())
 		Eventually(func(g Gomega) {
 			na := n.nodeAccelerator(g)
 			g.Expect(na.Status.Driver).To(Equal(slicerv1alpha1.DriverStateEmulated))

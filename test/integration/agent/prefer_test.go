@@ -54,8 +54,9 @@ var _ = Describe("Which pod gets which slice", func() {
 		aOld := allocateFor(n, old, 0)
 		aYoung := allocateFor(n, young, 1)
 		aElse := allocateFor(n, elsewhere, 2)
-		dOld, dYoung := n.waitReady(aOld).Status.MIGDeviceUUID, n.waitReady(aYoung).Status.MIGDeviceUUID
-		dElse := n.waitReady(aElse).Status.MIGDeviceUUID
+		// The kubelet knows each slice by its slot's device ID.
+		dOld, dYoung := framework.DeviceIDOf(n.waitReady(aOld)), framework.DeviceIDOf(n.waitReady(aYoung))
+		dElse := framework.DeviceIDOf(n.waitReady(aElse))
 
 		opts := agent.CacheOptions(n.name)
 		opts.Scheme = env.Scheme
@@ -97,7 +98,7 @@ var _ = Describe("Which pod gets which slice, before the agent's cache has the p
 		res := mig.ResourceName("1g.10gb")
 		p := bindPod(n.name, "fresh")
 		a := allocateFor(n, p, 0)
-		dev := n.waitReady(a).Status.MIGDeviceUUID
+		dev := framework.DeviceIDOf(n.waitReady(a))
 		// An empty cache: the pod was bound, and its allocation committed, a moment ago.
 		empty := fake.NewClientBuilder().WithScheme(env.Scheme).Build()
 		live := &countingReader{Reader: k8s}
