@@ -34,6 +34,9 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 	p.reject(log, pod, s.freedGen)
 	why := p.explain(s)
 	if p.evaluator == nil {
+		if more := p.defragment(pod, s); more != "" {
+			why += "; " + more
+		}
 		return nil, fwk.NewStatus(fwk.Unschedulable, why)
 	}
 	res, st := p.evaluator.Preempt(ctx, cs, pod, m)
@@ -49,7 +52,11 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 	case st.Code() == fwk.Error:
 		return nil, st
 	}
-	return res, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why+"; preemption: "+st.Message())
+	why += "; preemption: " + st.Message()
+	if more := p.defragment(pod, s); more != "" {
+		why += "; " + more
+	}
+	return res, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 }
 
 // explain names the closest node: the one with the most free compute slices
