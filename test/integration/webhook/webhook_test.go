@@ -206,6 +206,17 @@ var _ = Describe("pod admission", Ordered, func() {
 			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1"})
 		})
 
+		It("admits the one slicer.dev/ annotation that is the user's (slicer.dev/movable), through the webhook and the policy", func() {
+			for _, p := range []*corev1.Pod{
+				makePod(userNS).Annotation(slicerv1alpha1.AnnotationMovable, "false").Container("app", builder.Limits(nv1g, "1")).Obj(),
+				makePod(userNS).Scheduler(scheduler).Annotation(slicerv1alpha1.AnnotationMovable, "false").Container("app", builder.Limits(sl1g, "1")).Obj(),
+			} {
+				got, err := create(ctx, p)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(got.Annotations).To(HaveKeyWithValue(slicerv1alpha1.AnnotationMovable, "false"))
+			}
+		})
+
 		DescribeTable("rejects un-mutated MIG pods through the ValidatingAdmissionPolicy",
 			func(p *corev1.Pod, want string) {
 				start := time.Now()
