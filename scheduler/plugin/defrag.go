@@ -22,9 +22,6 @@ import (
 // Event on the pending pod (reason DefragmentationPlanned, which `slicer slice-map` shows under
 // WHY PENDING) and in its Pending reason; nothing is evicted.
 
-// EventDefragmentationPlanned is the reason of the Event that carries a plan.
-const EventDefragmentationPlanned = "DefragmentationPlanned"
-
 // defragPolicy is spec.defragmentation as the plugin runs it.
 type defragPolicy struct {
 	mode     slicerv1alpha1.DefragmentationMode
@@ -114,7 +111,7 @@ func (p *Plugin) defragment(pod *corev1.Pod, s *podState) string {
 	switch res.Outcome {
 	case mig.DefragPlanned:
 		plan := describePlan(nodes, res.Plan, movable)
-		p.recorder.Eventf(pod, nil, corev1.EventTypeNormal, EventDefragmentationPlanned, string(p.defrag.mode), "%s", plan)
+		p.recorder.Eventf(pod, nil, corev1.EventTypeNormal, slicerv1alpha1.EventDefragmentationPlanned, string(p.defrag.mode), "%s", plan)
 		p.log.V(2).Info("defragmentation plan", "pod", klog.KObj(pod), "moves", len(res.Plan.Moves), "plan", plan)
 		return "defragmentation (Recommend, nothing evicted): " + plan
 	case mig.DefragNoCapacity:

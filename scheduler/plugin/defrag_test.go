@@ -109,7 +109,7 @@ func TestDefragmentRecommends(t *testing.T) {
 				if !tc.event {
 					t.Fatalf("unexpected event %q", e)
 				}
-				if !strings.Contains(e, EventDefragmentationPlanned) || !strings.Contains(e, "then 7g.80gb fits on node n1 GPU") {
+				if !strings.Contains(e, slicerv1alpha1.EventDefragmentationPlanned) || !strings.Contains(e, "then 7g.80gb fits on node n1 GPU") {
 					t.Fatalf("event %q", e)
 				}
 			default:
