@@ -13,6 +13,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/podrequest"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
@@ -64,7 +65,7 @@ func newDefragPolicy(spec *slicerv1alpha1.DefragmentationSpec) (defragPolicy, er
 // movablePod says whether defragmentation may move the pod, and why not: a controller that
 // recreates it elsewhere owns it (not a DaemonSet, whose replacement comes back to the same
 // node, nor the kubelet's mirror pod), it is not annotated slicer.dev/movable: "false", it is
-// not being deleted, no PodDisruptionBudget forbids its eviction now, and its namespace
+// not being deleted, it asks for one slice, no PodDisruptionBudget forbids its eviction now, and its namespace
 // matches the policy's selector (nsLabels: the namespace's labels).
 func movablePod(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string, namespaces labels.Selector) (bool, string) {
 	owner := metav1.GetControllerOf(pod)
@@ -77,6 +78,8 @@ func movablePod(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels 
 		return false, slicerv1alpha1.AnnotationMovable + " is \"false\""
 	case pod.DeletionTimestamp != nil:
 		return false, "it is being deleted"
+	case !singleSlice(pod):
+		return false, "it holds more than one slice (a plan moves single slices)"
 	case pdbProtects(pod, pdbs):
 		return false, "a PodDisruptionBudget allows no disruption"
 	case namespaces != nil && !namespaces.Matches(labels.Set(nsLabels)):
@@ -199,4 +202,10 @@ func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex) 
 	t := plan.Target
 	return fmt.Sprintf("%d move(s): %s; then %s fits on %s", len(plan.Moves), strings.Join(parts, ", "),
 		mig.LegalProfileName(t.Profile.Name), where(t))
+}
+
+// singleSlice reports whether the pod asks for exactly one MIG slice.
+func singleSlice(pod *corev1.Pod) bool {
+	need, err := podrequest.ForPod(&pod.Spec)
+	return err == nil && need.Slices() == 1
 }

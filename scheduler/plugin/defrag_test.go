@@ -60,6 +60,10 @@ func TestDefragmentRecommends(t *testing.T) {
 		{name: "DaemonSet pods never move", pods: func() (*corev1.Pod, *corev1.Pod) {
 			return ownedBy("DaemonSet", replica("a").Obj()), ownedBy("DaemonSet", replica("b").Obj())
 		}, want: "found no plan"},
+		{name: "pods of two slices never move", pods: func() (*corev1.Pod, *corev1.Pod) {
+			two := builder.Pod("ns", "a").UID("uid-a").Node("n1").Container("c", builder.Limits("slicer.dev/mig-1g.10gb", "2")).Obj()
+			return ownedBy("ReplicaSet", two), ownedBy("ReplicaSet", replica("b").Annotation(slicerv1alpha1.AnnotationMovable, "false").Obj())
+		}, want: "found no plan"},
 		{name: "movable false", pods: func() (*corev1.Pod, *corev1.Pod) {
 			return ownedBy("ReplicaSet", replica("a").Annotation(slicerv1alpha1.AnnotationMovable, "false").Obj()),
 				ownedBy("ReplicaSet", replica("b").Annotation(slicerv1alpha1.AnnotationMovable, "false").Obj())
