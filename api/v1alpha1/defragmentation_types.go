@@ -27,8 +27,7 @@ const (
 	DefragmentationRecommend DefragmentationMode = "Recommend"
 	// DefragmentationEvict executes the plan: it reserves the opened placement
 	// and the moved pods' new placements, then evicts the moved pods through
-	// the Eviction API. Not carried out yet: the API refuses it (CEL), and the
-	// scheduler runs a configuration that names it as Recommend.
+	// the Eviction API.
 	DefragmentationEvict DefragmentationMode = "Evict"
 )
 
@@ -36,7 +35,6 @@ const (
 // fits. A pod is movable only when a controller owns it, it is not annotated
 // slicer.dev/movable: "false", no PodDisruptionBudget forbids its eviction,
 // and its namespace matches namespaceSelector.
-// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Evict'",message="Evict is not carried out by this release of Slicer (plans are only recommended, see docs/design/defragmentation.md): set Recommend or Disabled",fieldPath=".mode"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxMovesPerPlan) || !has(self.maxEvictions) || self.maxMovesPerPlan <= self.maxEvictions",message="maxMovesPerPlan must not exceed maxEvictions: a plan that needs more evictions than one window allows could never run",fieldPath=".maxMovesPerPlan"
 type DefragmentationSpec struct {
 	// mode is Disabled, Recommend (plan and report, evict nothing) or Evict.

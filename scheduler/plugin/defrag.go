@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
@@ -19,21 +21,33 @@ import (
 
 // Defragmentation at PostFilter (docs/design/defragmentation.md): when a MIG pod fits nowhere
 // and preemption cannot help, the plugin looks for the fewest moves of movable pods' slices
-// (mig.PlanDefrag) after which it would fit. In Recommend mode the plan is reported, as an
-// Event on the pending pod (reason DefragmentationPlanned, which `slicer slice-map` shows under
-// WHY PENDING) and in its Pending reason; nothing is evicted.
+// (mig.PlanDefrag) after which it would fit. The plan is reported as an Event on the pending
+// pod (reason DefragmentationPlanned, which `slicer slice-map` shows under WHY PENDING) and in
+// its Pending reason; in Recommend mode nothing is evicted, in Evict mode it is carried out
+// (defrag_evict.go).
+
+// The CRD's defaults of maxEvictions and windowSeconds (api/v1alpha1/defragmentation_types.go),
+// for a configuration that carries none.
+const (
+	defaultMaxEvictions          = 10
+	defaultEvictionWindowSeconds = 3600
+)
 
 // defragPolicy is spec.defragmentation as the plugin runs it.
 type defragPolicy struct {
 	mode     slicerv1alpha1.DefragmentationMode
 	maxMoves int
+	// maxEvictions within windowSeconds caps Evict mode's evictions.
+	maxEvictions  int
+	windowSeconds int
 	// namespaces selects the namespaces whose pods may be moved; nil: every namespace.
 	namespaces labels.Selector
 }
 
 // newDefragPolicy reads the plugin's arguments; empty fields take the API's defaults.
 func newDefragPolicy(spec *slicerv1alpha1.DefragmentationSpec) (defragPolicy, error) {
-	pol := defragPolicy{mode: slicerv1alpha1.DefragmentationRecommend, maxMoves: mig.DefaultDefragMoves}
+	pol := defragPolicy{mode: slicerv1alpha1.DefragmentationRecommend, maxMoves: mig.DefaultDefragMoves,
+		maxEvictions: defaultMaxEvictions, windowSeconds: defaultEvictionWindowSeconds}
 	if spec == nil {
 		return pol, nil
 	}
@@ -41,16 +55,18 @@ func newDefragPolicy(spec *slicerv1alpha1.DefragmentationSpec) (defragPolicy, er
 		pol.mode = spec.Mode
 	}
 	switch pol.mode {
-	case slicerv1alpha1.DefragmentationDisabled, slicerv1alpha1.DefragmentationRecommend:
-	case slicerv1alpha1.DefragmentationEvict:
-		// The API refuses Evict until it is carried out; a configuration written by hand
-		// that names it gets plans recommended, never evictions nobody reserved room for.
-		pol.mode = slicerv1alpha1.DefragmentationRecommend
+	case slicerv1alpha1.DefragmentationDisabled, slicerv1alpha1.DefragmentationRecommend, slicerv1alpha1.DefragmentationEvict:
 	default:
 		return pol, fmt.Errorf("defragmentation mode %q: want Disabled, Recommend or Evict", pol.mode)
 	}
 	if spec.MaxMovesPerPlan > 0 {
 		pol.maxMoves = min(int(spec.MaxMovesPerPlan), mig.MaxDefragMoves)
+	}
+	if spec.MaxEvictions > 0 {
+		pol.maxEvictions = int(spec.MaxEvictions)
+	}
+	if spec.WindowSeconds > 0 {
+		pol.windowSeconds = int(spec.WindowSeconds)
 	}
 	if spec.NamespaceSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(spec.NamespaceSelector)
@@ -88,14 +104,18 @@ func movablePod(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels 
 	return true, ""
 }
 
-// defragment looks for a plan for the pod and reports it; it returns the words to add to the
-// pod's Pending reason ("" in Disabled mode).
-func (p *Plugin) defragment(pod *corev1.Pod, s *podState) string {
+// defragment looks for a plan for the pod and reports it (Recommend) or carries it out (Evict,
+// defrag_evict.go); it returns the result that nominates the pod (Evict, once pods were
+// evicted for it) and the words to add to the pod's Pending reason ("" in Disabled mode).
+func (p *Plugin) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (*fwk.PostFilterResult, string) {
 	if p.defrag.mode == slicerv1alpha1.DefragmentationDisabled {
-		return ""
+		return nil, ""
 	}
 	if s.adoptedNode != "" {
-		return "" // the pod's other slices are on that node already: no move elsewhere helps
+		return nil, "" // the pod's other slices are on that node already: no move elsewhere helps
+	}
+	if words := p.waitingPlan(pod); words != "" {
+		return nil, words
 	}
 	start := time.Now()
 	nodes := p.cache.Nodes()
@@ -106,7 +126,7 @@ func (p *Plugin) defragment(pod *corev1.Pod, s *podState) string {
 	movable, err := p.movableSlices(nodes)
 	if err != nil {
 		p.log.Error(err, "defragmentation skipped", "pod", klog.KObj(pod))
-		return "defragmentation skipped: " + err.Error()
+		return nil, "defragmentation skipped: " + err.Error()
 	}
 	res := mig.PlanDefrag(in, s.req, movable.at, mig.DefragOptions{MaxMoves: p.defrag.maxMoves})
 	p.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
@@ -116,18 +136,21 @@ func (p *Plugin) defragment(pod *corev1.Pod, s *podState) string {
 		plan := describePlan(nodes, res.Plan, movable)
 		p.recorder.Eventf(pod, nil, corev1.EventTypeNormal, slicerv1alpha1.EventDefragmentationPlanned, string(p.defrag.mode), "%s", plan)
 		p.log.V(2).Info("defragmentation plan", "pod", klog.KObj(pod), "moves", len(res.Plan.Moves), "plan", plan)
-		return "defragmentation (Recommend, nothing evicted): " + plan
+		if p.defrag.evictMode() {
+			return p.execute(ctx, pod, nodes, res.Plan, movable, plan)
+		}
+		return nil, "defragmentation (Recommend, nothing evicted): " + plan
 	case mig.DefragNoCapacity:
-		return "defragmentation cannot help: the free compute and memory of the GPUs that offer " + describe(s.slices) + " are not enough"
+		return nil, "defragmentation cannot help: the free compute and memory of the GPUs that offer " + describe(s.slices) + " are not enough"
 	case mig.DefragNoPlan:
 		if res.Bounded {
-			return fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods before its work bound", p.defrag.maxMoves)
+			return nil, fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods before its work bound", p.defrag.maxMoves)
 		}
-		return fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", p.defrag.maxMoves)
+		return nil, fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", p.defrag.maxMoves)
 	case mig.DefragUnsupported:
-		return "defragmentation plans for pods of one slice only"
+		return nil, "defragmentation plans for pods of one slice only"
 	}
-	return ""
+	return nil, ""
 }
 
 // movableIndex answers mig.MovableFunc from the snapshot's claims and the scheduler's listers,

@@ -104,7 +104,7 @@ func TestDefragmentRecommends(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := p.defragment(pending, s)
+			_, got := p.defragment(context.Background(), pending, s)
 			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 				t.Fatalf("words %q, want %q", got, tc.want)
 			}
@@ -135,7 +135,7 @@ func TestDefragmentOnlyOneSlice(t *testing.T) {
 		t.Fatal(st)
 	}
 	s, _ := readState(cs)
-	if got := p.defragment(pending, s); got != "defragmentation plans for pods of one slice only" {
+	if _, got := p.defragment(context.Background(), pending, s); got != "defragmentation plans for pods of one slice only" {
 		t.Fatalf("got %q", got)
 	}
 }
@@ -150,7 +150,7 @@ func TestNewDefragPolicy(t *testing.T) {
 		{nil, slicerv1alpha1.DefragmentationRecommend, 2, false},
 		{&slicerv1alpha1.DefragmentationSpec{}, slicerv1alpha1.DefragmentationRecommend, 2, false},
 		{&slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationDisabled, MaxMovesPerPlan: 3}, slicerv1alpha1.DefragmentationDisabled, 3, false},
-		{&slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict, MaxMovesPerPlan: 9}, slicerv1alpha1.DefragmentationRecommend, 4, false},
+		{&slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict, MaxMovesPerPlan: 9}, slicerv1alpha1.DefragmentationEvict, 4, false},
 		{&slicerv1alpha1.DefragmentationSpec{Mode: "Always"}, "", 0, true},
 	} {
 		pol, err := newDefragPolicy(tc.spec)

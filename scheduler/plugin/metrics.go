@@ -32,6 +32,10 @@ type Metrics struct {
 	DefragPlans *prometheus.CounterVec
 	// DefragPlanDuration is how long one search for a plan took.
 	DefragPlanDuration prometheus.Histogram
+	// DefragEvictions counts the pods evicted to carry out plans (Evict mode).
+	DefragEvictions prometheus.Counter
+	// DefragRefused counts plans not carried out, or abandoned, by reason.
+	DefragRefused *prometheus.CounterVec
 }
 
 // NewMetrics builds the collectors and registers them on reg (nil: not registered).
@@ -64,6 +68,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 	}
+	m.DefragEvictions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "slicer_scheduler_defrag_evictions_total",
+		Help: "Pods evicted through the Eviction API to carry out defragmentation plans (Evict mode).",
+	})
+	m.DefragRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "slicer_scheduler_defrag_refused_total",
+		Help: "Defragmentation plans not carried out or abandoned, by reason (evictionCap, roomTaken, evictionRefused, replacementTimeout).",
+	}, []string{"reason"})
+	for _, r := range []string{DefragRefusedEvictionCap, DefragRefusedRoomTaken, DefragRefusedEviction, DefragRefusedReplacementLate} {
+		m.DefragRefused.WithLabelValues(r)
+	}
 	for _, o := range []mig.DefragOutcome{mig.DefragPlanned, mig.DefragNoPlan, mig.DefragNoCapacity, mig.DefragFitsNow, mig.DefragUnsupported} {
 		m.DefragPlans.WithLabelValues(string(o))
 	}
@@ -86,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // Collectors lists the collectors.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Reservations, m.Unreserve, m.AllocationConflicts, m.PreBindWait,
-		m.DefragPlans, m.DefragPlanDuration}
+		m.DefragPlans, m.DefragPlanDuration, m.DefragEvictions, m.DefragRefused}
 }
 
 // ReservationsChanged implements snapshot.Events.

@@ -61,6 +61,9 @@ type Options struct {
 	Hooks Hooks
 	// OnStart, when set, receives the plugin once built (tests read its cache).
 	OnStart func(*Plugin)
+	// DefragReplacementTimeout is how long a moved pod's destination is held for its
+	// replacement (Evict mode); zero means DefaultDefragReplacementTimeout.
+	DefragReplacementTimeout time.Duration
 }
 
 // Plugin implements the SlicerMIG extension points.
@@ -87,10 +90,15 @@ type Plugin struct {
 	evaluator *preemption.Evaluator
 	// defrag is the defragmentation policy; pdbs and namespaces what it reads, recorder where
 	// it reports (defrag.go).
-	defrag     defragPolicy
-	recorder   events.EventRecorder
-	pdbs       policylisters.PodDisruptionBudgetLister
-	namespaces corelisters.NamespaceLister
+	defrag   defragPolicy
+	recorder events.EventRecorder
+	// defragRun is Evict mode's held rooms and evictions (defrag_evict.go), under mu;
+	// replacementTimeout bounds how long a room is held; now is the clock (nil: time.Now).
+	defragRun          defragRun
+	replacementTimeout time.Duration
+	now                func() time.Time
+	pdbs               policylisters.PodDisruptionBudgetLister
+	namespaces         corelisters.NamespaceLister
 }
 
 var (
@@ -160,16 +168,22 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 		}
 		p := &Plugin{
 			handle: h, client: c, metrics: m, hooks: opts.Hooks, timeout: timeout, log: log,
-			pods:          h.SharedInformerFactory().Core().V1().Pods().Lister(),
-			cache:         snapshot.New(log, m),
-			prebindFailed: map[types.UID]bool{},
-			rejected:      map[types.UID]*corev1.Pod{},
-			nominations:   map[types.UID]nomination{},
-			dryRun:        map[types.UID]map[string]dryPlan{},
-			defrag:        defrag,
-			recorder:      h.EventRecorder(),
-			pdbs:          h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
-			namespaces:    h.SharedInformerFactory().Core().V1().Namespaces().Lister(),
+			pods:               h.SharedInformerFactory().Core().V1().Pods().Lister(),
+			cache:              snapshot.New(log, m),
+			prebindFailed:      map[types.UID]bool{},
+			rejected:           map[types.UID]*corev1.Pod{},
+			nominations:        map[types.UID]nomination{},
+			dryRun:             map[types.UID]map[string]dryPlan{},
+			defrag:             defrag,
+			recorder:           h.EventRecorder(),
+			defragRun:          defragRun{pledges: map[types.UID]*pledge{}, plans: map[types.UID]time.Time{}},
+			now:                time.Now,
+			replacementTimeout: opts.DefragReplacementTimeout,
+			pdbs:               h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
+			namespaces:         h.SharedInformerFactory().Core().V1().Namespaces().Lister(),
+		}
+		if p.replacementTimeout <= 0 {
+			p.replacementTimeout = DefaultDefragReplacementTimeout
 		}
 		p.evaluator = newEvaluator(h, &preemptor{p: p})
 		// Room freed in the snapshot (an allocation or reservation gone, a

@@ -34,10 +34,11 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 	p.reject(log, pod, s.freedGen)
 	why := p.explain(s)
 	if p.evaluator == nil {
-		if more := p.defragment(pod, s); more != "" {
+		res, more := p.defragment(ctx, pod, s)
+		if more != "" {
 			why += "; " + more
 		}
-		return nil, fwk.NewStatus(fwk.Unschedulable, why)
+		return res, fwk.NewStatus(fwk.Unschedulable, why)
 	}
 	res, st := p.evaluator.Preempt(ctx, cs, pod, m)
 	node := ""
@@ -53,8 +54,14 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 		return nil, st
 	}
 	why += "; preemption: " + st.Message()
-	if more := p.defragment(pod, s); more != "" {
+	moved, more := p.defragment(ctx, pod, s)
+	if more != "" {
 		why += "; " + more
+	}
+	if moved != nil {
+		// Pods were evicted for this one: it is nominated to the room opened for it, and
+		// waits (Unschedulable, retried as room frees) rather than ending the chain.
+		return moved, fwk.NewStatus(fwk.Unschedulable, why)
 	}
 	return res, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 }

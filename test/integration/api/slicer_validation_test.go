@@ -180,12 +180,9 @@ var _ = Describe("Slicer validation", func() {
 			s.Spec.Network.ListenAddress = "node-1.example"
 		}, rejected("spec.network.listenAddress", "must be an IP address")),
 		// defragmentation
-		Entry("defragmentation Evict, not carried out yet", func(s *slicerv1alpha1.Slicer) {
-			s.Spec.Defragmentation.Mode = slicerv1alpha1.DefragmentationEvict
-		}, rejected("spec.defragmentation.mode", "Evict is not carried out by this release")),
-		Entry("defragmentation recommends within a cap", func(s *slicerv1alpha1.Slicer) {
+		Entry("defragmentation evicts within a cap", func(s *slicerv1alpha1.Slicer) {
 			s.Spec.Defragmentation = slicerv1alpha1.DefragmentationSpec{
-				Mode: slicerv1alpha1.DefragmentationRecommend, MaxMovesPerPlan: 3, MaxEvictions: 3, WindowSeconds: 600,
+				Mode: slicerv1alpha1.DefragmentationEvict, MaxMovesPerPlan: 3, MaxEvictions: 3, WindowSeconds: 600,
 				NamespaceSelector: &metav1.LabelSelector{
 					MatchLabels: map[string]string{"team": "batch"},
 					MatchExpressions: []metav1.LabelSelectorRequirement{
