@@ -130,11 +130,12 @@ func podReasons(pod *corev1.Pod, s Settings) []string {
 		reasons = append(reasons, fmt.Sprintf("spec.schedulerName is %q, but only the Slicer scheduler (%q) can place MIG slices; remove spec.schedulerName or set it to %q", pod.Spec.SchedulerName, s.SchedulerName, s.SchedulerName))
 	}
 	for _, field := range []struct {
-		name string
-		keys map[string]string
-	}{{"metadata.labels", pod.Labels}, {"metadata.annotations", pod.Annotations}} {
+		name       string
+		keys       map[string]string
+		annotation bool
+	}{{"metadata.labels", pod.Labels, false}, {"metadata.annotations", pod.Annotations, true}} {
 		for _, k := range sortedKeys(field.keys) {
-			if strings.HasPrefix(k, slicerv1alpha1.DomainPrefix) {
+			if slicerv1alpha1.ReservedPodKey(k, field.annotation) {
 				reasons = append(reasons, fmt.Sprintf("%s[%q]: keys under %s are reserved for Slicer's own allocation data and cannot be set on a pod that asks for MIG slices; remove it", field.name, k, slicerv1alpha1.DomainPrefix))
 			}
 		}

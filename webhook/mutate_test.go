@@ -13,6 +13,7 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
 
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/podrequest"
 	"github.com/slicer-operator/slicer/test/builder"
 )
@@ -52,6 +53,11 @@ func TestMutate(t *testing.T) {
 	}{
 		{name: "no resources", pod: makePod().Container("app", builder.None).Obj(), settings: translate},
 		{name: "cpu only", pod: makePod().Container("app", both("cpu", "1")).Obj(), settings: translate},
+		{
+			name: "slicer.dev/movable is the user's to set", settings: translate,
+			pod:  makePod().Annotation(slicerv1alpha1.AnnotationMovable, "false").Container("app", both(sl1g, "1")).Obj(),
+			want: []jsonpatch.JsonPatchOperation{setScheduler},
+		},
 		{name: "whole GPUs are not touched", pod: makePod().Container("app", both("nvidia.com/gpu", "1")).Obj(), settings: translate},
 		{
 			name: "nvidia.com in limits and requests is translated", settings: translate,
@@ -259,6 +265,11 @@ func TestMutateRejects(t *testing.T) {
 			name: "forged annotation", settings: translate,
 			pod:  makePod().Annotation("slicer.dev/gpu-uuid", "GPU-1").Container("app", both(nv1g, "1")).Obj(),
 			want: []string{`metadata.annotations["slicer.dev/gpu-uuid"]: keys under slicer.dev/ are reserved`},
+		},
+		{
+			name: "slicer.dev/movable is the user's annotation, not a label", settings: translate,
+			pod:  makePod().Label(slicerv1alpha1.AnnotationMovable, "false").Annotation(slicerv1alpha1.AnnotationMovable, "false").Container("app", both(nv1g, "1")).Obj(),
+			want: []string{`metadata.labels["slicer.dev/movable"]: keys under slicer.dev/ are reserved`},
 		},
 		{
 			name: "forged label, even the component label", settings: translate,

@@ -9,6 +9,11 @@ import (
 // rules (a controller owns the pod, no PodDisruptionBudget forbids its eviction).
 const AnnotationMovable = "slicer.dev/movable"
 
+// EventDefragmentationPlanned is the reason of the Event Slicer's scheduler puts on a pending
+// pod with the plan of moves that would make room for it; `slicer slice-map` shows the latest
+// under WHY PENDING.
+const EventDefragmentationPlanned = "DefragmentationPlanned"
+
 // DefragmentationMode says what Slicer does when a pending pod would fit the
 // cluster's free compute and memory but no legal MIG placement is left.
 // +kubebuilder:validation:Enum=Disabled;Recommend;Evict

@@ -1,5 +1,10 @@
 package v1alpha1
 
+import (
+	"slices"
+	"strings"
+)
+
 // Labels and annotations Slicer's components agree on.
 const (
 	// LabelNode is set on every SliceAllocation to its spec.nodeName, so a
@@ -28,6 +33,19 @@ const (
 	// Slicer does not manage. Only who may label namespaces can set it.
 	LabelDirectGPUAccess = "slicer.dev/direct-gpu-access"
 	// DomainPrefix is the prefix of every Slicer label and annotation; users
-	// may not set such keys on their pods.
+	// may not set such keys on their pods, except UserPodAnnotations.
 	DomainPrefix = "slicer.dev/"
 )
+
+// UserPodAnnotations are the keys under DomainPrefix a user may set on a pod that asks for
+// MIG slices: settings of the user's, not Slicer's allocation data.
+var UserPodAnnotations = []string{AnnotationMovable}
+
+// ReservedPodKey reports whether a pod's label (annotation false) or annotation (true) key is
+// Slicer's own and may not be set by a user.
+func ReservedPodKey(key string, annotation bool) bool {
+	if !strings.HasPrefix(key, DomainPrefix) {
+		return false
+	}
+	return !annotation || !slices.Contains(UserPodAnnotations, key)
+}

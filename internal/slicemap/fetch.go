@@ -18,8 +18,8 @@ const pageSize = 500
 
 // Fetch lists what Build needs. With node set it reads only that NodeAccelerator (a missing
 // one is not an error: the map then shows the node's allocations under "no NodeAccelerator").
-// SliceAllocations, pods, ResourceClaims and ResourceClaimTemplates are listed in all
-// namespaces, in pages; the last two only where the apiserver serves resource.k8s.io/v1 (a
+// SliceAllocations, pods, the scheduler's DefragmentationPlanned Events, ResourceClaims and
+// ResourceClaimTemplates are listed in all namespaces, in pages; the last two only where the apiserver serves resource.k8s.io/v1 (a
 // cluster without DRA has neither, and that is not an error).
 func Fetch(ctx context.Context, r client.Reader, node string) (Input, error) {
 	var in Input
@@ -46,6 +46,11 @@ func Fetch(ctx context.Context, r client.Reader, node string) (Input, error) {
 	if err := listPages(ctx, r, &pods, func() { in.Pods = append(in.Pods, pods.Items...) }); err != nil {
 		return Input{}, fmt.Errorf("list pods: %w", err)
 	}
+	var events corev1.EventList
+	plans := client.MatchingFields{"reason": slicerv1alpha1.EventDefragmentationPlanned}
+	if err := listPages(ctx, r, &events, func() { in.Events = append(in.Events, events.Items...) }, plans); err != nil {
+		return Input{}, fmt.Errorf("list %s Events: %w", slicerv1alpha1.EventDefragmentationPlanned, err)
+	}
 	var claims resourceapi.ResourceClaimList
 	err := listPages(ctx, r, &claims, func() { in.ResourceClaims = append(in.ResourceClaims, claims.Items...) })
 	if notServed(err) {
@@ -69,10 +74,10 @@ func notServed(err error) bool {
 }
 
 // listPages lists into list page by page, calling collect after each page.
-func listPages(ctx context.Context, r client.Reader, list client.ObjectList, collect func()) error {
+func listPages(ctx context.Context, r client.Reader, list client.ObjectList, collect func(), opts ...client.ListOption) error {
 	cont := ""
 	for {
-		if err := r.List(ctx, list, client.Limit(pageSize), client.Continue(cont)); err != nil {
+		if err := r.List(ctx, list, append([]client.ListOption{client.Limit(pageSize), client.Continue(cont)}, opts...)...); err != nil {
 			return err // the caller wraps it with the kind
 		}
 		collect()

@@ -105,6 +105,9 @@ func writeExplanations(ew *errWriter, pods []PendingPod) {
 			if k == 0 && p.Preemption != "" {
 				ew.printf("    %s\n", p.Preemption)
 			}
+			if k == 0 && p.Defragmentation != "" {
+				ew.printf("    defragmentation plan: %s\n", p.Defragmentation)
+			}
 			tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 			for i, v := range e.GPUs {
 				if i == maxVerdicts {

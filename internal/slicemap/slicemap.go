@@ -31,6 +31,8 @@ type Input struct {
 	Pods                   []corev1.Pod
 	ResourceClaims         []resourceapi.ResourceClaim
 	ResourceClaimTemplates []resourceapi.ResourceClaimTemplate
+	// Events are the Events of reason slicerv1alpha1.EventDefragmentationPlanned.
+	Events []corev1.Event
 }
 
 // Options tune Build.
@@ -156,6 +158,9 @@ type PendingPod struct {
 	// Preemption is set in DRA mode when no GPU can take the pod now but evicting pods of
 	// lower priority would: kube-scheduler does not preempt for claims (preemption.go).
 	Preemption string `json:"preemption,omitempty"`
+	// Defragmentation is the latest plan of moves Slicer's scheduler recommended for the pod
+	// (its DefragmentationPlanned Event), with when it was made.
+	Defragmentation string `json:"defragmentation,omitempty"`
 }
 
 // ResourceRequest is how many slices of one profile a pod asks for, through a resource or
@@ -281,6 +286,7 @@ func Build(in Input, opts Options) Map {
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
 	out.PendingPods = pendingPods(in, opts, rooms(accels, nodes))
 	addPreemptionNotes(out.PendingPods, in, out.Nodes)
+	addDefragmentationPlans(out.PendingPods, in)
 	return out
 }
 

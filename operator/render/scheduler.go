@@ -32,6 +32,7 @@ func SchedulerConfig(o Options) ([]byte, error) {
 		LeaseNamespace:    o.Namespace,
 		LeaseName:         SchedulerName,
 		SliceReadyTimeout: time.Duration(s.SliceReadyTimeoutSeconds) * time.Second,
+		Defragmentation:   o.Slicer.Spec.Defragmentation.DeepCopy(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("render scheduler configuration: %w", err)

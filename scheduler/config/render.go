@@ -45,6 +45,9 @@ type PluginArgs struct {
 	// SliceReadyTimeout bounds how long PreBind waits for the node agent to
 	// report the pod's slices Ready. Zero means DefaultSliceReadyTimeout.
 	SliceReadyTimeout metav1.Duration `json:"sliceReadyTimeout,omitempty"`
+	// Defragmentation is the Slicer's spec.defragmentation; nil, or a field left empty, means
+	// the API's default (Recommend; mig.DefaultDefragMoves moves per plan).
+	Defragmentation *slicerv1alpha1.DefragmentationSpec `json:"defragmentation,omitempty"`
 }
 
 // Options describe the scheduler configuration to render.
@@ -72,6 +75,8 @@ type Options struct {
 	ScoreWeight int32
 	// SliceReadyTimeout of PreBind; DefaultSliceReadyTimeout when zero.
 	SliceReadyTimeout time.Duration
+	// Defragmentation is the plugin's defragmentation policy (PluginArgs.Defragmentation).
+	Defragmentation *slicerv1alpha1.DefragmentationSpec
 	// DisablePlugin renders the same profile without the SlicerMIG plugin
 	// (NodeResourcesFit still ignores slicer.dev). Benchmarks compare the two.
 	DisablePlugin bool
@@ -134,7 +139,8 @@ func Build(o Options) (*schedconfigv1.KubeSchedulerConfiguration, error) {
 		PluginConfig:  []schedconfigv1.PluginConfig{{Name: "NodeResourcesFit", Args: fitArgs}},
 	}
 	if !o.DisablePlugin {
-		plArgs, err := rawArgs(&PluginArgs{SliceReadyTimeout: metav1.Duration{Duration: timeout}})
+		plArgs, err := rawArgs(&PluginArgs{SliceReadyTimeout: metav1.Duration{Duration: timeout},
+			Defragmentation: o.Defragmentation})
 		if err != nil {
 			return nil, err
 		}

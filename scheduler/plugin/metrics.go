@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slicer-operator/slicer/internal/mig"
 )
 
 // Unreserve reasons (bounded label values).
@@ -25,6 +27,15 @@ type Metrics struct {
 	AllocationConflicts prometheus.Counter
 	// PreBindWait is how long PreBind waited for the agent to report the slices Ready.
 	PreBindWait prometheus.Histogram
+	// DefragPlans counts the defragmentation plans PostFilter looked for, by outcome
+	// (mig.DefragOutcome: Planned, NoPlan, NoCapacity, FitsNow, Unsupported).
+	DefragPlans *prometheus.CounterVec
+	// DefragPlanDuration is how long one search for a plan took.
+	DefragPlanDuration prometheus.Histogram
+	// DefragEvictions counts the pods evicted to carry out plans (Evict mode).
+	DefragEvictions prometheus.Counter
+	// DefragRefused counts plans not carried out, or abandoned, by reason.
+	DefragRefused *prometheus.CounterVec
 }
 
 // NewMetrics builds the collectors and registers them on reg (nil: not registered).
@@ -47,6 +58,29 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time PreBind waited for the node agent to report a pod's slices Ready.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
 		}),
+		DefragPlans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slicer_scheduler_defrag_plans_total",
+			Help: "Defragmentation plans looked for a pod that fits nowhere, by outcome (Planned, NoPlan, NoCapacity, FitsNow, Unsupported).",
+		}, []string{"outcome"}),
+		DefragPlanDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "slicer_scheduler_defrag_plan_duration_seconds",
+			Help:    "Time one search for a defragmentation plan took.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+	}
+	m.DefragEvictions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "slicer_scheduler_defrag_evictions_total",
+		Help: "Pods evicted through the Eviction API to carry out defragmentation plans (Evict mode).",
+	})
+	m.DefragRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "slicer_scheduler_defrag_refused_total",
+		Help: "Defragmentation plans not carried out or abandoned, by reason (evictionCap, roomTaken, evictionRefused, replacementTimeout).",
+	}, []string{"reason"})
+	for _, r := range []string{DefragRefusedEvictionCap, DefragRefusedRoomTaken, DefragRefusedEviction, DefragRefusedReplacementLate} {
+		m.DefragRefused.WithLabelValues(r)
+	}
+	for _, o := range []mig.DefragOutcome{mig.DefragPlanned, mig.DefragNoPlan, mig.DefragNoCapacity, mig.DefragFitsNow, mig.DefragUnsupported} {
+		m.DefragPlans.WithLabelValues(string(o))
 	}
 	for _, s := range []string{"reserved", "committed"} {
 		m.Reservations.WithLabelValues(s)
@@ -66,7 +100,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // Collectors lists the collectors.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Reservations, m.Unreserve, m.AllocationConflicts, m.PreBindWait}
+	return []prometheus.Collector{m.Reservations, m.Unreserve, m.AllocationConflicts, m.PreBindWait,
+		m.DefragPlans, m.DefragPlanDuration, m.DefragEvictions, m.DefragRefused}
 }
 
 // ReservationsChanged implements snapshot.Events.

@@ -18,7 +18,9 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
@@ -59,6 +61,9 @@ type Options struct {
 	Hooks Hooks
 	// OnStart, when set, receives the plugin once built (tests read its cache).
 	OnStart func(*Plugin)
+	// DefragReplacementTimeout is how long a moved pod's destination is held for its
+	// replacement (Evict mode); zero means DefaultDefragReplacementTimeout.
+	DefragReplacementTimeout time.Duration
 }
 
 // Plugin implements the SlicerMIG extension points.
@@ -83,6 +88,17 @@ type Plugin struct {
 	dryRun      map[types.UID]map[string]dryPlan
 	// evaluator is kube-scheduler's preemption with Slicer's victims (preempt.go).
 	evaluator *preemption.Evaluator
+	// defrag is the defragmentation policy; pdbs and namespaces what it reads, recorder where
+	// it reports (defrag.go).
+	defrag   defragPolicy
+	recorder events.EventRecorder
+	// defragRun is Evict mode's held rooms and evictions (defrag_evict.go), under mu;
+	// replacementTimeout bounds how long a room is held; now is the clock (nil: time.Now).
+	defragRun          defragRun
+	replacementTimeout time.Duration
+	now                func() time.Time
+	pdbs               policylisters.PodDisruptionBudgetLister
+	namespaces         corelisters.NamespaceLister
 }
 
 var (
@@ -132,6 +148,10 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 			timeout = config.DefaultSliceReadyTimeout
 		}
 		log := klog.FromContext(ctx).WithName(Name)
+		defrag, err := newDefragPolicy(args.Defragmentation)
+		if err != nil {
+			return nil, fmt.Errorf("%s args: %w", Name, err)
+		}
 		m, err := NewMetrics(opts.Registerer)
 		if err != nil {
 			return nil, err
@@ -148,12 +168,22 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 		}
 		p := &Plugin{
 			handle: h, client: c, metrics: m, hooks: opts.Hooks, timeout: timeout, log: log,
-			pods:          h.SharedInformerFactory().Core().V1().Pods().Lister(),
-			cache:         snapshot.New(log, m),
-			prebindFailed: map[types.UID]bool{},
-			rejected:      map[types.UID]*corev1.Pod{},
-			nominations:   map[types.UID]nomination{},
-			dryRun:        map[types.UID]map[string]dryPlan{},
+			pods:               h.SharedInformerFactory().Core().V1().Pods().Lister(),
+			cache:              snapshot.New(log, m),
+			prebindFailed:      map[types.UID]bool{},
+			rejected:           map[types.UID]*corev1.Pod{},
+			nominations:        map[types.UID]nomination{},
+			dryRun:             map[types.UID]map[string]dryPlan{},
+			defrag:             defrag,
+			recorder:           h.EventRecorder(),
+			defragRun:          defragRun{pledges: map[types.UID]*pledge{}, plans: map[types.UID]time.Time{}},
+			now:                time.Now,
+			replacementTimeout: opts.DefragReplacementTimeout,
+			pdbs:               h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
+			namespaces:         h.SharedInformerFactory().Core().V1().Namespaces().Lister(),
+		}
+		if p.replacementTimeout <= 0 {
+			p.replacementTimeout = DefaultDefragReplacementTimeout
 		}
 		p.evaluator = newEvaluator(h, &preemptor{p: p})
 		// Room freed in the snapshot (an allocation or reservation gone, a
@@ -162,7 +192,8 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 		if _, err := snapshot.Feed(ctx, cfg, scheme, p.cache, snapshot.FeedOptions{BeforeEvent: opts.Hooks.BeforeSnapshotEvent}); err != nil {
 			return nil, err
 		}
-		log.Info("snapshot rebuilt from the API", "nodes", len(p.cache.Nodes()), "sliceReadyTimeout", timeout)
+		log.Info("snapshot rebuilt from the API", "nodes", len(p.cache.Nodes()), "sliceReadyTimeout", timeout,
+			"defragmentation", defrag.mode)
 		if opts.OnStart != nil {
 			opts.OnStart(p)
 		}

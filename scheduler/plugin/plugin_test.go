@@ -70,7 +70,9 @@ func testPlugin(t *testing.T, nas ...*slicerv1alpha1.NodeAccelerator) *Plugin {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, prebindFailed: map[types.UID]bool{}}
+	// Defragmentation off: the tests that exercise it give the plugin its listers (withDefrag).
+	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, prebindFailed: map[types.UID]bool{},
+		defrag: defragPolicy{mode: slicerv1alpha1.DefragmentationDisabled}}
 	for _, na := range nas {
 		p.cache.SetNodeAccelerator(na)
 	}

@@ -34,7 +34,11 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 	p.reject(log, pod, s.freedGen)
 	why := p.explain(s)
 	if p.evaluator == nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, why)
+		res, more := p.defragment(ctx, pod, s)
+		if more != "" {
+			why += "; " + more
+		}
+		return res, fwk.NewStatus(fwk.Unschedulable, why)
 	}
 	res, st := p.evaluator.Preempt(ctx, cs, pod, m)
 	node := ""
@@ -49,7 +53,17 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 	case st.Code() == fwk.Error:
 		return nil, st
 	}
-	return res, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why+"; preemption: "+st.Message())
+	why += "; preemption: " + st.Message()
+	moved, more := p.defragment(ctx, pod, s)
+	if more != "" {
+		why += "; " + more
+	}
+	if moved != nil {
+		// Pods were evicted for this one: it is nominated to the room opened for it, and
+		// waits (Unschedulable, retried as room frees) rather than ending the chain.
+		return moved, fwk.NewStatus(fwk.Unschedulable, why)
+	}
+	return res, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 }
 
 // explain names the closest node: the one with the most free compute slices

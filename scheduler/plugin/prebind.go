@@ -167,6 +167,7 @@ func (p *Plugin) PostBind(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 	delete(p.prebindFailed, pod.UID)
 	delete(p.rejected, pod.UID)
 	delete(p.nominations, pod.UID)
+	delete(p.defragRun.plans, pod.UID)
 	p.mu.Unlock()
 	p.cache.Unreserve(pod.UID)
 }

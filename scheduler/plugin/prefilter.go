@@ -32,6 +32,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	s := &podState{slices: full.Slices(), freedGen: gen}
+	p.sweepDefrag()
 	existing := p.cache.PodAllocations(pod.UID)
 	if len(existing) == 0 {
 		s.req = full
@@ -40,6 +41,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		}
 		s.noRoom = "no GPU has free room for " + describe(s.slices)
 		cs.Write(stateKey, s)
+		p.claimPledge(klog.FromContext(ctx), pod, s)
 		return nil, nil
 	}
 	if st := adopt(s, existing); st != nil {

@@ -10,8 +10,9 @@ import (
 )
 
 // Score is internal/mig's packing score of the node for the pod, in [0, 100]:
-// higher for nodes where the slices cost the least future placeability.
-func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+// higher for nodes where the slices cost the least future placeability; the highest on a node
+// where room is held for the pod (nominations.go).
+func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := readState(cs)
 	if err != nil {
 		return 0, fwk.AsStatus(err)
@@ -22,6 +23,11 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, node
 	n := p.cache.Node(nodeInfo.Node().Name)
 	if n == nil {
 		return 0, nil
+	}
+	if p.nominatedSlots(pod.UID, n.Name) != nil {
+		// Room was cleared or held for the pod here (preemption, or a defragmentation move
+		// whose replacement it is): Reserve takes it there.
+		return mig.MaxNodeScore, nil
 	}
 	score, _ := mig.Score(n.MIG, s.req)
 	return score, nil

@@ -151,6 +151,8 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 
 	It("after an emulated reboot, restartable slice pods run again at their slots or are rejected and replaced; none without its device (I14)", expectRebootGivesSlicesBack)
 
+	It("defragments: Recommend names the one move on the pending pod, Evict moves one replica of a Deployment and the 7g.80gb pod runs", defragmentationSpec)
+
 	It("converges with no double allocation and no leak when the agent, the scheduler and the kubelet restart during a churn of 120 pods (I5)", func(ctx SpecContext) {
 		const ns, total, inFlight = "e2e-churn", 120, 10
 		createNamespace(ctx, ns)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,8 +32,14 @@ import (
 // webhook does not translate it, excluded namespaces included.
 func RenderValidatingAdmissionPolicy(o Options) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	o = o.withDefaults()
-	noDomainKeys := func(field string) string {
-		return fmt.Sprintf("(!has(object.metadata.%[1]s) || !object.metadata.%[1]s.exists(k, k.startsWith('%[2]s')))", field, slicerv1alpha1.DomainPrefix)
+	// slicerv1alpha1.ReservedPodKey in CEL.
+	noDomainKeys := func(field string, allowed []string) string {
+		quoted := make([]string, len(allowed))
+		for i, k := range allowed {
+			quoted[i] = "'" + k + "'"
+		}
+		return fmt.Sprintf("(!has(object.metadata.%[1]s) || !object.metadata.%[1]s.exists(k, k.startsWith('%[2]s') && !(k in [%[3]s])))",
+			field, slicerv1alpha1.DomainPrefix, strings.Join(quoted, ", "))
 	}
 	return renderPolicy(o, []admissionregistrationv1.Validation{
 		{
@@ -55,8 +62,8 @@ func RenderValidatingAdmissionPolicy(o Options) (*admissionregistrationv1.Valida
 			Reason:     ptr.To(metav1.StatusReasonForbidden),
 		},
 		{
-			Expression: "!variables.slicerMIG || (" + noDomainKeys("labels") + " && " + noDomainKeys("annotations") + ")",
-			Message:    fmt.Sprintf("the pod asks for MIG slices and carries labels or annotations under %s, which are reserved for Slicer's own allocation data: remove them", slicerv1alpha1.DomainPrefix),
+			Expression: "!variables.slicerMIG || (" + noDomainKeys("labels", nil) + " && " + noDomainKeys("annotations", slicerv1alpha1.UserPodAnnotations) + ")",
+			Message:    fmt.Sprintf("the pod asks for MIG slices and carries labels or annotations under %s, which are reserved for Slicer's own allocation data (only the annotations %s are yours to set): remove them", slicerv1alpha1.DomainPrefix, strings.Join(slicerv1alpha1.UserPodAnnotations, ", ")),
 			Reason:     ptr.To(metav1.StatusReasonForbidden),
 		},
 	})

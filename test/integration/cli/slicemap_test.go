@@ -7,11 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
@@ -107,6 +110,17 @@ var _ = Describe("slicer slice-map", Ordered, func() {
 				Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient slicer.dev/mig-7g.80gb."}}
 		})
 
+		// The scheduler's plan for the waiting pod, written as its event recorder writes it
+		// (events.k8s.io/v1); slice-map reads it back through core/v1 by reason.
+		Expect(k8s.Create(ctx, &eventsv1.Event{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "waiting.plan"},
+			Regarding:  corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: "waiting", UID: waitingPod.UID},
+			Reason:     slicerv1alpha1.EventDefragmentationPlanned, Action: "Recommend", Type: corev1.EventTypeNormal,
+			Note:                "1 move(s): move pod team-cli/infer (1g.10gb) from node cli-node-1 GPU 1 @6 to node cli-node-1 GPU 0 @4; then 7g.80gb fits on node cli-node-1 GPU 1 @0",
+			EventTime:           metav1.NewMicroTime(time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)),
+			ReportingController: "slicer-scheduler", ReportingInstance: "slicer-scheduler-0",
+		})).To(Succeed())
+
 		for _, a := range []*slicerv1alpha1.SliceAllocation{
 			framework.MakeSliceAllocation(ns, "train").Pod("train", string(trainPod.UID)).Node(node).GPU(gpu0).Profile("3g.40gb", 0, 4).Obj(),
 			framework.MakeSliceAllocation(ns, "infer").Pod("infer", string(inferPod.UID)).Node(node).GPU(gpu1).Profile("1g.10gb", 6, 1).Obj(),
@@ -148,6 +162,7 @@ PENDING PODS
 
 WHY PENDING (Slicer's view of the GPUs above)
   team-cli/waiting  7g.80gb: none of 2 GPUs can take one now
+    defragmentation plan: 1 move(s): move pod team-cli/infer (1g.10gb) from node cli-node-1 GPU 1 @6 to node cli-node-1 GPU 0 @4; then 7g.80gb fits on node cli-node-1 GPU 1 @0 (2026-11-27T10:00:00Z)
     cli-node-1 GPU 0  full  only 3 compute slices free, 7g.80gb needs 7
     cli-node-1 GPU 1  full  only 6 compute slices free, 7g.80gb needs 7
 `

@@ -105,6 +105,13 @@ type running struct {
 // API traffic goes through the counting proxy.
 func startScheduler(sctx context.Context, opts plugin.Options, timeout time.Duration) *running {
 	GinkgoHelper()
+	return startSchedulerWith(sctx, opts, timeout, nil)
+}
+
+// startSchedulerWith is startScheduler with the rendered configuration's options changed by
+// configure (nil: none).
+func startSchedulerWith(sctx context.Context, opts plugin.Options, timeout time.Duration, configure func(*config.Options)) *running {
+	GinkgoHelper()
 	r := &running{reg: prometheus.NewRegistry()}
 	opts.Registerer = r.reg
 	started := opts.OnStart
@@ -114,8 +121,11 @@ func startScheduler(sctx context.Context, opts plugin.Options, timeout time.Dura
 			started(p)
 		}
 	}
-	data, err := config.Render(config.Options{Kubeconfig: filepath.Join(dir, "kubeconfig"), SliceReadyTimeout: timeout,
-		QPS: 500, Burst: 1000})
+	co := config.Options{Kubeconfig: filepath.Join(dir, "kubeconfig"), SliceReadyTimeout: timeout, QPS: 500, Burst: 1000}
+	if configure != nil {
+		configure(&co)
+	}
+	data, err := config.Render(co)
 	Expect(err).NotTo(HaveOccurred())
 	file := filepath.Join(dir, fmt.Sprintf("config-%d.yaml", time.Now().UnixNano()))
 	Expect(framework.WriteFile(file, data)).To(Succeed())

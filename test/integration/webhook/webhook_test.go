@@ -114,6 +114,17 @@ var _ = Describe("pod admission", Ordered, func() {
 				`spec.schedulerName is "volcano"`),
 		)
 
+		It("admits the one slicer.dev/ annotation that is the user's (slicer.dev/movable), through the webhook and the policy", func() {
+			for _, p := range []*corev1.Pod{
+				makePod(userNS).Annotation(slicerv1alpha1.AnnotationMovable, "false").Container("app", builder.Limits(nv1g, "1")).Obj(),
+				makePod(userNS).Scheduler(scheduler).Annotation(slicerv1alpha1.AnnotationMovable, "false").Container("app", builder.Limits(sl1g, "1")).Obj(),
+			} {
+				got, err := create(ctx, p)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(got.Annotations).To(HaveKeyWithValue(slicerv1alpha1.AnnotationMovable, "false"))
+			}
+		})
+
 		It("rejects requests different from limits", func() {
 			p := makePod(userNS).Container("app", builder.Limits(nv1g, "2")).Obj()
 			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{nv1g: resource.MustParse("1")}
@@ -204,6 +215,12 @@ var _ = Describe("pod admission", Ordered, func() {
 			p, err := create(ctx, makePod(userNS).Scheduler(scheduler).Container("app", builder.Limits(sl1g, "1")).Obj())
 			Expect(err).NotTo(HaveOccurred())
 			expectSlicerPod(p, p.Spec.Containers, 0, map[string]string{sl1g: "1"})
+		})
+
+		It("admits slicer.dev/movable, the one slicer.dev/ annotation that is the user's, through the policy", func() {
+			p, err := create(ctx, makePod(userNS).Scheduler(scheduler).Annotation(slicerv1alpha1.AnnotationMovable, "false").Container("app", builder.Limits(sl1g, "1")).Obj())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(p.Annotations).To(HaveKeyWithValue(slicerv1alpha1.AnnotationMovable, "false"))
 		})
 
 		DescribeTable("rejects un-mutated MIG pods through the ValidatingAdmissionPolicy",

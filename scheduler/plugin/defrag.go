@@ -1,0 +1,234 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/podrequest"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
+)
+
+// Defragmentation at PostFilter (docs/design/defragmentation.md): when a MIG pod fits nowhere
+// and preemption cannot help, the plugin looks for the fewest moves of movable pods' slices
+// (mig.PlanDefrag) after which it would fit. The plan is reported as an Event on the pending
+// pod (reason DefragmentationPlanned, which `slicer slice-map` shows under WHY PENDING) and in
+// its Pending reason; in Recommend mode nothing is evicted, in Evict mode it is carried out
+// (defrag_evict.go).
+
+// The CRD's defaults of maxEvictions and windowSeconds (api/v1alpha1/defragmentation_types.go),
+// for a configuration that carries none.
+const (
+	defaultMaxEvictions          = 10
+	defaultEvictionWindowSeconds = 3600
+)
+
+// defragPolicy is spec.defragmentation as the plugin runs it.
+type defragPolicy struct {
+	mode     slicerv1alpha1.DefragmentationMode
+	maxMoves int
+	// maxEvictions within windowSeconds caps Evict mode's evictions.
+	maxEvictions  int
+	windowSeconds int
+	// namespaces selects the namespaces whose pods may be moved; nil: every namespace.
+	namespaces labels.Selector
+}
+
+// newDefragPolicy reads the plugin's arguments; empty fields take the API's defaults.
+func newDefragPolicy(spec *slicerv1alpha1.DefragmentationSpec) (defragPolicy, error) {
+	pol := defragPolicy{mode: slicerv1alpha1.DefragmentationRecommend, maxMoves: mig.DefaultDefragMoves,
+		maxEvictions: defaultMaxEvictions, windowSeconds: defaultEvictionWindowSeconds}
+	if spec == nil {
+		return pol, nil
+	}
+	if spec.Mode != "" {
+		pol.mode = spec.Mode
+	}
+	switch pol.mode {
+	case slicerv1alpha1.DefragmentationDisabled, slicerv1alpha1.DefragmentationRecommend, slicerv1alpha1.DefragmentationEvict:
+	default:
+		return pol, fmt.Errorf("defragmentation mode %q: want Disabled, Recommend or Evict", pol.mode)
+	}
+	if spec.MaxMovesPerPlan > 0 {
+		pol.maxMoves = min(int(spec.MaxMovesPerPlan), mig.MaxDefragMoves)
+	}
+	if spec.MaxEvictions > 0 {
+		pol.maxEvictions = int(spec.MaxEvictions)
+	}
+	if spec.WindowSeconds > 0 {
+		pol.windowSeconds = int(spec.WindowSeconds)
+	}
+	if spec.NamespaceSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(spec.NamespaceSelector)
+		if err != nil {
+			return pol, fmt.Errorf("defragmentation namespaceSelector: %w", err)
+		}
+		pol.namespaces = sel
+	}
+	return pol, nil
+}
+
+// movablePod says whether defragmentation may move the pod, and why not: a controller that
+// recreates it elsewhere owns it (not a DaemonSet, whose replacement comes back to the same
+// node, nor the kubelet's mirror pod), it is not annotated slicer.dev/movable: "false", it is
+// not being deleted, it asks for one slice, no PodDisruptionBudget forbids its eviction now, and its namespace
+// matches the policy's selector (nsLabels: the namespace's labels).
+func movablePod(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string, namespaces labels.Selector) (bool, string) {
+	owner := metav1.GetControllerOf(pod)
+	switch {
+	case owner == nil:
+		return false, "no controller owns it"
+	case owner.Kind == "DaemonSet" || owner.Kind == "Node":
+		return false, "its " + owner.Kind + " would recreate it on the same node"
+	case pod.Annotations[slicerv1alpha1.AnnotationMovable] == "false":
+		return false, slicerv1alpha1.AnnotationMovable + " is \"false\""
+	case pod.DeletionTimestamp != nil:
+		return false, "it is being deleted"
+	case !singleSlice(pod):
+		return false, "it holds more than one slice (a plan moves single slices)"
+	case pdbProtects(pod, pdbs):
+		return false, "a PodDisruptionBudget allows no disruption"
+	case namespaces != nil && !namespaces.Matches(labels.Set(nsLabels)):
+		return false, "its namespace is outside spec.defragmentation.namespaceSelector"
+	}
+	return true, ""
+}
+
+// defragment looks for a plan for the pod and reports it (Recommend) or carries it out (Evict,
+// defrag_evict.go); it returns the result that nominates the pod (Evict, once pods were
+// evicted for it) and the words to add to the pod's Pending reason ("" in Disabled mode).
+func (p *Plugin) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (*fwk.PostFilterResult, string) {
+	if p.defrag.mode == slicerv1alpha1.DefragmentationDisabled {
+		return nil, ""
+	}
+	if s.adoptedNode != "" {
+		return nil, "" // the pod's other slices are on that node already: no move elsewhere helps
+	}
+	if words := p.waitingPlan(pod); words != "" {
+		return nil, words
+	}
+	start := time.Now()
+	nodes := p.cache.Nodes()
+	in := make([]mig.Node, len(nodes))
+	for i, n := range nodes {
+		in[i] = n.MIG
+	}
+	movable, err := p.movableSlices(nodes)
+	if err != nil {
+		p.log.Error(err, "defragmentation skipped", "pod", klog.KObj(pod))
+		return nil, "defragmentation skipped: " + err.Error()
+	}
+	res := mig.PlanDefrag(in, s.req, movable.at, mig.DefragOptions{MaxMoves: p.defrag.maxMoves})
+	p.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
+	p.metrics.DefragPlanDuration.Observe(time.Since(start).Seconds())
+	switch res.Outcome {
+	case mig.DefragPlanned:
+		plan := describePlan(nodes, res.Plan, movable)
+		p.recorder.Eventf(pod, nil, corev1.EventTypeNormal, slicerv1alpha1.EventDefragmentationPlanned, string(p.defrag.mode), "%s", plan)
+		p.log.V(2).Info("defragmentation plan", "pod", klog.KObj(pod), "moves", len(res.Plan.Moves), "plan", plan)
+		if p.defrag.evictMode() {
+			return p.execute(ctx, pod, nodes, res.Plan, movable, plan)
+		}
+		return nil, "defragmentation (Recommend, nothing evicted): " + plan
+	case mig.DefragNoCapacity:
+		return nil, "defragmentation cannot help: the free compute and memory of the GPUs that offer " + describe(s.slices) + " are not enough"
+	case mig.DefragNoPlan:
+		if res.Bounded {
+			return nil, fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods before its work bound", p.defrag.maxMoves)
+		}
+		return nil, fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", p.defrag.maxMoves)
+	case mig.DefragUnsupported:
+		return nil, "defragmentation plans for pods of one slice only"
+	}
+	return nil, ""
+}
+
+// movableIndex answers mig.MovableFunc from the snapshot's claims and the scheduler's listers,
+// reading each node's claims once, when the planner first asks about it.
+type movableIndex struct {
+	p      *Plugin
+	nodes  []*snapshot.Node
+	pdbs   []*policyv1.PodDisruptionBudget
+	claims map[int]map[string][]snapshot.Claim
+	// pods remembers the pod found at each slice asked about (for the plan's words).
+	pods map[mig.Slot]*corev1.Pod
+}
+
+func (p *Plugin) movableSlices(nodes []*snapshot.Node) (*movableIndex, error) {
+	pdbs, err := p.pdbs.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list PodDisruptionBudgets: %w", err)
+	}
+	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, claims: map[int]map[string][]snapshot.Claim{}, pods: map[mig.Slot]*corev1.Pod{}}, nil
+}
+
+// at implements mig.MovableFunc: the slice is held by an allocation (not a reservation being
+// bound, nor a slice being released) of a pod that movablePod allows.
+func (m *movableIndex) at(node, gpu int, prof mig.Profile, pl mig.Placement) bool {
+	n := m.nodes[node]
+	cs, ok := m.claims[node]
+	if !ok {
+		cs = m.p.cache.Claims(n.Name)
+		m.claims[node] = cs
+	}
+	for _, c := range cs[n.GPUs[gpu].UUID] {
+		if c.Slot.Placement != pl || c.Slot.Profile != prof.Name || c.Leaving || c.PodUID == "" {
+			continue
+		}
+		ns, name, _ := strings.Cut(c.Pod, "/")
+		pod, err := m.p.pods.Pods(ns).Get(name)
+		if err != nil || pod.UID != c.PodUID || pod.Spec.NodeName == "" {
+			return false
+		}
+		var nsLabels map[string]string
+		if m.p.defrag.namespaces != nil {
+			o, err := m.p.namespaces.Get(ns)
+			if err != nil {
+				return false
+			}
+			nsLabels = o.Labels
+		}
+		ok, _ := movablePod(pod, m.pdbs, nsLabels, m.p.defrag.namespaces)
+		if ok {
+			m.pods[c.Slot.Slot] = pod
+		}
+		return ok
+	}
+	return false
+}
+
+// describePlan words a plan: each move (pod, profile, from, to), then where the pod fits.
+func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex) string {
+	where := func(s mig.SliceAt) string {
+		n := nodes[s.Node]
+		return fmt.Sprintf("node %s GPU %d @%d", n.Name, n.GPUs[s.GPU].Index, s.Placement.Start)
+	}
+	parts := make([]string, 0, len(plan.Moves)+1)
+	for _, mv := range plan.Moves {
+		f := mv.From
+		who := "a slice"
+		if pod := m.pods[mig.Slot{GPU: nodes[f.Node].GPUs[f.GPU].UUID, Profile: f.Profile.Name, Placement: f.Placement}]; pod != nil {
+			who = "pod " + pod.Namespace + "/" + pod.Name
+		}
+		parts = append(parts, fmt.Sprintf("move %s (%s) from %s to %s", who, mig.LegalProfileName(f.Profile.Name), where(f), where(mv.To)))
+	}
+	t := plan.Target
+	return fmt.Sprintf("%d move(s): %s; then %s fits on %s", len(plan.Moves), strings.Join(parts, ", "),
+		mig.LegalProfileName(t.Profile.Name), where(t))
+}
+
+// singleSlice reports whether the pod asks for exactly one MIG slice.
+func singleSlice(pod *corev1.Pod) bool {
+	need, err := podrequest.ForPod(&pod.Spec)
+	return err == nil && need.Slices() == 1
+}

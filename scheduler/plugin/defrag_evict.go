@@ -1,0 +1,261 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
+)
+
+// Defragmentation in Evict mode (docs/design/defragmentation.md): a plan is carried out only
+// once every room it needs is held. The pending pod is nominated to the target node with the
+// opened placement, as a preemptor is (nominations.go); each moved pod's destination is held in
+// the snapshot by a pledge, a reservation under a key of its own that no pod has, until a pod of
+// the same controller asking for the same profile arrives (it then gets the destination as its
+// nomination) or the replacement timeout passes. Then the moved pods are evicted through the
+// Eviction API, which enforces PodDisruptionBudgets. Memory only: after a scheduler restart the
+// pledges are gone and the replacements are placed by the policy (they still fit: the
+// destinations were free and nothing else was placed on them while they were held).
+
+// DefaultDefragReplacementTimeout is how long a moved pod's destination is held for its
+// replacement, and how long a pending pod waits for the moves made for it before it may be
+// planned for again.
+const DefaultDefragReplacementTimeout = 5 * time.Minute
+
+// Refusal reasons of slicer_scheduler_defrag_refused_total (bounded label values).
+const (
+	DefragRefusedEvictionCap      = "evictionCap"
+	DefragRefusedRoomTaken        = "roomTaken"
+	DefragRefusedEviction         = "evictionRefused"
+	DefragRefusedReplacementLate  = "replacementTimeout"
+	EventDefragmentationEvicting  = "DefragmentationEvicting"
+	EventDefragmentationAbandoned = "DefragmentationAbandoned"
+)
+
+// pledge holds a moved pod's destination for its replacement.
+type pledge struct {
+	key      types.UID // the reservation's key in the snapshot cache
+	owner    types.UID // the moved pod's controller
+	profile  string
+	node     string
+	slot     snapshot.Slot
+	moved    string      // namespace/name of the moved pod
+	pending  *corev1.Pod // the pod the plan was made for
+	deadline time.Time
+}
+
+// defragRun is the state of Evict mode, guarded by Plugin.mu.
+type defragRun struct {
+	pledges map[types.UID]*pledge
+	// plans maps a pending pod to the deadline of the moves made for it.
+	plans     map[types.UID]time.Time
+	evictions []time.Time
+	seq       int
+}
+
+// execute carries out a plan for pod: hold every room, then evict. It returns the result that
+// nominates the pod to the target node (nil when nothing was evicted) and the words for its
+// Pending reason.
+func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex, words string) (*fwk.PostFilterResult, string) {
+	now := p.clock()
+	log := klog.FromContext(ctx)
+	moved := make([]*corev1.Pod, len(plan.Moves))
+	for i, mv := range plan.Moves {
+		moved[i] = m.pods[sliceOf(nodes, mv.From)]
+		if moved[i] == nil {
+			return nil, "defragmentation (Evict): a moved pod is no longer known; planning again"
+		}
+	}
+	p.mu.Lock()
+	window := time.Duration(p.defrag.windowSeconds) * time.Second
+	kept := p.defragRun.evictions[:0]
+	for _, t := range p.defragRun.evictions {
+		if now.Sub(t) < window {
+			kept = append(kept, t)
+		}
+	}
+	p.defragRun.evictions = kept
+	capped := len(kept)+len(plan.Moves) > p.defrag.maxEvictions
+	p.mu.Unlock()
+	if capped {
+		p.metrics.DefragRefused.WithLabelValues(DefragRefusedEvictionCap).Inc()
+		return nil, fmt.Sprintf("defragmentation (Evict) waits: the plan's %d eviction(s) would pass the cap of %d per %s (%s)",
+			len(plan.Moves), p.defrag.maxEvictions, window, words)
+	}
+
+	// Hold every destination, then the target, before anything is evicted.
+	var held []*pledge
+	release := func(ps []*pledge) {
+		for _, pl := range ps {
+			p.cache.Unreserve(pl.key)
+			p.mu.Lock()
+			delete(p.defragRun.pledges, pl.key)
+			p.mu.Unlock()
+		}
+	}
+	for i, mv := range plan.Moves {
+		to := sliceOf(nodes, mv.To)
+		owner := metav1.GetControllerOf(moved[i])
+		p.mu.Lock()
+		p.defragRun.seq++
+		key := types.UID(fmt.Sprintf("defrag-pledge-%d", p.defragRun.seq))
+		p.mu.Unlock()
+		pl := &pledge{key: key, owner: owner.UID, profile: mv.From.Profile.Name, node: nodes[mv.To.Node].Name,
+			slot: snapshot.Slot{Slot: to}, moved: moved[i].Namespace + "/" + moved[i].Name, pending: pod,
+			deadline: now.Add(p.replacementTimeout)}
+		r := &snapshot.Reservation{PodUID: key, Namespace: moved[i].Namespace, PodName: "replacement of " + moved[i].Name,
+			NodeName: pl.node, Slots: []snapshot.Slot{pl.slot}}
+		if err := p.cache.Reserve(r); err != nil {
+			release(held)
+			p.metrics.DefragRefused.WithLabelValues(DefragRefusedRoomTaken).Inc()
+			return nil, "defragmentation (Evict): a destination was taken before it could be held (" + err.Error() + "); planning again"
+		}
+		p.mu.Lock()
+		if p.defragRun.pledges == nil {
+			p.defragRun.pledges = map[types.UID]*pledge{}
+		}
+		p.defragRun.pledges[key] = pl
+		p.mu.Unlock()
+		held = append(held, pl)
+	}
+	target := nodes[plan.Target.Node].Name
+	p.setNomination(pod.UID, target, []snapshot.Slot{{Slot: sliceOf(nodes, plan.Target)}})
+
+	evicted := 0
+	for i, v := range moved {
+		uid := v.UID
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: v.Namespace, Name: v.Name},
+			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}}
+		if err := p.client.SubResource("eviction").Create(ctx, v, ev); err != nil {
+			release(held[i:])
+			p.metrics.DefragRefused.WithLabelValues(DefragRefusedEviction).Inc()
+			why := fmt.Sprintf("the eviction of pod %s/%s was refused: %v", v.Namespace, v.Name, err)
+			log.Info("defragmentation plan abandoned", "pod", klog.KObj(pod), "reason", why)
+			if evicted == 0 {
+				p.setNomination(pod.UID, "", nil)
+				p.recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict", "plan abandoned before any eviction: %s", why)
+				return nil, "defragmentation (Evict): plan abandoned, " + why
+			}
+			p.recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict",
+				"plan abandoned after %d eviction(s): %s; the evicted pods' replacements keep their rooms", evicted, why)
+			return nil, "defragmentation (Evict): plan abandoned after " + fmt.Sprint(evicted) + " eviction(s), " + why
+		}
+		evicted++
+		p.metrics.DefragEvictions.Inc()
+		p.mu.Lock()
+		p.defragRun.evictions = append(p.defragRun.evictions, now)
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	if p.defragRun.plans == nil {
+		p.defragRun.plans = map[types.UID]time.Time{}
+	}
+	p.defragRun.plans[pod.UID] = now.Add(p.replacementTimeout)
+	p.mu.Unlock()
+	p.recorder.Eventf(pod, nil, corev1.EventTypeNormal, EventDefragmentationEvicting, "Evict", "evicted %d pod(s): %s", evicted, words)
+	log.V(2).Info("defragmentation plan carried out", "pod", klog.KObj(pod), "node", target, "evicted", evicted)
+	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: target, NominatingMode: fwk.ModeOverride}},
+		fmt.Sprintf("defragmentation (Evict): evicted %d pod(s) to open room on node %s: %s", evicted, target, words)
+}
+
+// waitingPlan says, for a pod whose plan was carried out and has not timed out, what it waits
+// for; "" when it has none.
+func (p *Plugin) waitingPlan(pod *corev1.Pod) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.defragRun.plans[pod.UID]; !ok {
+		return ""
+	}
+	var waits []string
+	for _, pl := range p.defragRun.pledges {
+		if pl.pending.UID == pod.UID {
+			waits = append(waits, "a replacement of "+pl.moved)
+		}
+	}
+	if len(waits) == 0 {
+		return "defragmentation (Evict): waiting for the slices of the moved pods to be released"
+	}
+	return "defragmentation (Evict): waiting for " + strings.Join(waits, ", ")
+}
+
+// claimPledge gives a pod the destination held for it: a pod of the controller of a moved pod,
+// asking for one slice of the moved profile, takes the pledge as its nomination.
+func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) {
+	if len(s.slices) != 1 || len(s.adopted) > 0 {
+		return
+	}
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return
+	}
+	p.mu.Lock()
+	var found *pledge
+	for _, pl := range p.defragRun.pledges {
+		if pl.owner == owner.UID && pl.profile == s.slices[0] && (found == nil || pl.key < found.key) {
+			found = pl
+		}
+	}
+	if found != nil {
+		delete(p.defragRun.pledges, found.key)
+	}
+	p.mu.Unlock()
+	if found == nil {
+		return
+	}
+	p.cache.Unreserve(found.key)
+	p.setNomination(pod.UID, found.node, []snapshot.Slot{found.slot})
+	log.V(2).Info("defragmentation: replacement takes its held room", "pod", klog.KObj(pod), "replaces", found.moved, "node", found.node, "slot", found.slot.Slot)
+}
+
+// sweepDefrag drops the pledges whose replacement did not come in time (the room is released,
+// the pending pod told) and the plans whose moves are over.
+func (p *Plugin) sweepDefrag() {
+	now := p.clock()
+	p.mu.Lock()
+	var late []*pledge
+	for k, pl := range p.defragRun.pledges {
+		if !now.Before(pl.deadline) {
+			late = append(late, pl)
+			delete(p.defragRun.pledges, k)
+		}
+	}
+	for uid, deadline := range p.defragRun.plans {
+		if !now.Before(deadline) {
+			delete(p.defragRun.plans, uid)
+		}
+	}
+	p.mu.Unlock()
+	for _, pl := range late {
+		p.cache.Unreserve(pl.key)
+		p.metrics.DefragRefused.WithLabelValues(DefragRefusedReplacementLate).Inc()
+		p.recorder.Eventf(pl.pending, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict",
+			"no replacement of %s arrived within %s: the room held for it on node %s is released", pl.moved, p.replacementTimeout, pl.node)
+	}
+}
+
+// sliceOf is a mig.SliceAt of the snapshot nodes as a mig.Slot.
+func sliceOf(nodes []*snapshot.Node, s mig.SliceAt) mig.Slot {
+	return mig.Slot{GPU: nodes[s.Node].GPUs[s.GPU].UUID, Profile: s.Profile.Name, Placement: s.Placement}
+}
+
+// evictMode reports whether the policy carries plans out.
+func (pol defragPolicy) evictMode() bool { return pol.mode == slicerv1alpha1.DefragmentationEvict }
+
+// clock is the plugin's time (Plugin.now, time.Now when unset).
+func (p *Plugin) clock() time.Time {
+	if p.now == nil {
+		return time.Now()
+	}
+	return p.now()
+}

@@ -1,0 +1,202 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
+	"github.com/slicer-operator/slicer/test/builder"
+)
+
+// replica is a running pod a ReplicaSet owns, bound to n1, with the given UID.
+func replica(name string) *builder.PodBuilder {
+	return builder.Pod("ns", name).UID("uid-"+name).Node("n1").Label("app", "web").Container("c", builder.Limits("slicer.dev/mig-1g.10gb", "1"))
+}
+
+func ownedBy(kind string, p *corev1.Pod) *corev1.Pod {
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: "web", UID: "rs-uid", Controller: ptr.To(true)}}
+	return p
+}
+
+// TestDefragmentRecommends: two H100s each blocked for 7g.80gb by one 1g.10gb pod; the plan
+// moves one of them when it may be moved, and the words and the Event name the move.
+func TestDefragmentRecommends(t *testing.T) {
+	pdbZero := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0}}
+	for _, tc := range []struct {
+		name   string
+		spec   *slicerv1alpha1.DefragmentationSpec
+		pods   func() (a, b *corev1.Pod)
+		pdbs   []*policyv1.PodDisruptionBudget
+		nsLbls map[string]string
+		want   string // substring of the words; "" for none
+		event  bool
+	}{
+		{name: "ReplicaSet pods move", pods: func() (*corev1.Pod, *corev1.Pod) {
+			return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
+		}, want: "defragmentation (Recommend, nothing evicted): 1 move(s): move pod ns/", event: true},
+		{name: "disabled", spec: &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationDisabled},
+			pods: func() (*corev1.Pod, *corev1.Pod) {
+				return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
+			}},
+		{name: "bare pods never move", pods: func() (*corev1.Pod, *corev1.Pod) {
+			return replica("a").Obj(), replica("b").Obj()
+		}, want: "defragmentation found no plan of at most 2 moves of movable pods"},
+		{name: "DaemonSet pods never move", pods: func() (*corev1.Pod, *corev1.Pod) {
+			return ownedBy("DaemonSet", replica("a").Obj()), ownedBy("DaemonSet", replica("b").Obj())
+		}, want: "found no plan"},
+		{name: "pods of two slices never move", pods: func() (*corev1.Pod, *corev1.Pod) {
+			two := builder.Pod("ns", "a").UID("uid-a").Node("n1").Container("c", builder.Limits("slicer.dev/mig-1g.10gb", "2")).Obj()
+			return ownedBy("ReplicaSet", two), ownedBy("ReplicaSet", replica("b").Annotation(slicerv1alpha1.AnnotationMovable, "false").Obj())
+		}, want: "found no plan"},
+		{name: "movable false", pods: func() (*corev1.Pod, *corev1.Pod) {
+			return ownedBy("ReplicaSet", replica("a").Annotation(slicerv1alpha1.AnnotationMovable, "false").Obj()),
+				ownedBy("ReplicaSet", replica("b").Annotation(slicerv1alpha1.AnnotationMovable, "false").Obj())
+		}, want: "found no plan"},
+		{name: "one movable false, the other moves", pods: func() (*corev1.Pod, *corev1.Pod) {
+			return ownedBy("ReplicaSet", replica("a").Annotation(slicerv1alpha1.AnnotationMovable, "false").Obj()),
+				ownedBy("ReplicaSet", replica("b").Obj())
+		}, want: "move pod ns/b (1g.10gb)", event: true},
+		{name: "a PDB allows no disruption", pdbs: []*policyv1.PodDisruptionBudget{pdbZero}, pods: func() (*corev1.Pod, *corev1.Pod) {
+			return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
+		}, want: "found no plan"},
+		{name: "namespace outside the selector",
+			spec: &slicerv1alpha1.DefragmentationSpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}},
+			pods: func() (*corev1.Pod, *corev1.Pod) {
+				return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
+			}, want: "found no plan"},
+		{name: "namespace inside the selector", nsLbls: map[string]string{"defrag": "yes"},
+			spec: &slicerv1alpha1.DefragmentationSpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}},
+			pods: func() (*corev1.Pod, *corev1.Pod) {
+				return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
+			}, want: "1 move(s)", event: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPlugin(t, accel("n1", 2))
+			a, b := tc.pods()
+			// a at 1g.10gb@3 on GPU 0, b at 1g.10gb@0 on GPU 1: a 7g.80gb fits neither.
+			overlayPod{name: "a", slots: []overlaySlot{{0, "1g.10gb", 3}}}.allocateAs(t, p, a.UID)
+			overlayPod{name: "b", slots: []overlaySlot{{1, "1g.10gb", 0}}}.allocateAs(t, p, b.UID)
+			rec := events.NewFakeRecorder(10)
+			withDefrag(t, p, tc.spec, rec, []*corev1.Pod{a, b}, tc.pdbs, tc.nsLbls)
+
+			pending := migPod("big", "slicer.dev/mig-7g.80gb", "1")
+			cs := framework.NewCycleState()
+			if _, st := p.PreFilter(context.Background(), cs, pending, nil); !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			s, err := readState(cs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, got := p.defragment(context.Background(), pending, s)
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Fatalf("words %q, want %q", got, tc.want)
+			}
+			select {
+			case e := <-rec.Events:
+				if !tc.event {
+					t.Fatalf("unexpected event %q", e)
+				}
+				if !strings.Contains(e, slicerv1alpha1.EventDefragmentationPlanned) || !strings.Contains(e, "then 7g.80gb fits on node n1 GPU") {
+					t.Fatalf("event %q", e)
+				}
+			default:
+				if tc.event {
+					t.Fatal("no DefragmentationPlanned event")
+				}
+			}
+		})
+	}
+}
+
+// TestDefragmentOnlyOneSlice: a pod of two slices gets no plan, and says so.
+func TestDefragmentOnlyOneSlice(t *testing.T) {
+	p := testPlugin(t, accel("n1", 1))
+	withDefrag(t, p, nil, events.NewFakeRecorder(1), nil, nil, nil)
+	pending := migPod("two", "slicer.dev/mig-1g.10gb", "2")
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(context.Background(), cs, pending, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	s, _ := readState(cs)
+	if _, got := p.defragment(context.Background(), pending, s); got != "defragmentation plans for pods of one slice only" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestNewDefragPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		spec     *slicerv1alpha1.DefragmentationSpec
+		mode     slicerv1alpha1.DefragmentationMode
+		maxMoves int
+		err      bool
+	}{
+		{nil, slicerv1alpha1.DefragmentationRecommend, 2, false},
+		{&slicerv1alpha1.DefragmentationSpec{}, slicerv1alpha1.DefragmentationRecommend, 2, false},
+		{&slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationDisabled, MaxMovesPerPlan: 3}, slicerv1alpha1.DefragmentationDisabled, 3, false},
+		{&slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict, MaxMovesPerPlan: 9}, slicerv1alpha1.DefragmentationEvict, 4, false},
+		{&slicerv1alpha1.DefragmentationSpec{Mode: "Always"}, "", 0, true},
+	} {
+		pol, err := newDefragPolicy(tc.spec)
+		if (err != nil) != tc.err {
+			t.Fatalf("%+v: err %v", tc.spec, err)
+		}
+		if err == nil && (pol.mode != tc.mode || pol.maxMoves != tc.maxMoves) {
+			t.Fatalf("%+v: got %+v", tc.spec, pol)
+		}
+	}
+}
+
+// allocateAs is allocate with the pod UID of a real pod object.
+func (o overlayPod) allocateAs(t *testing.T, p *Plugin, uid types.UID) {
+	t.Helper()
+	for _, s := range o.snapshotSlots(t) {
+		p.cache.SetAllocation(&snapshot.Allocation{Namespace: "ns", Name: fmt.Sprintf("%s-%d", o.name, s.Index),
+			PodName: o.name, PodUID: uid, NodeName: "n1", Slot: s})
+	}
+}
+
+// withDefrag gives the test plugin a policy, a recorder and listers holding pods, PDBs and the
+// namespace "ns" with nsLabels.
+func withDefrag(t *testing.T, p *Plugin, spec *slicerv1alpha1.DefragmentationSpec, rec events.EventRecorder,
+	pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string) {
+	t.Helper()
+	pol, err := newDefragPolicy(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, pod := range pods {
+		if err := podIdx.Add(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pdbIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, pdb := range pdbs {
+		if err := pdbIdx.Add(pdb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nsIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := nsIdx.Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: nsLabels}}); err != nil {
+		t.Fatal(err)
+	}
+	p.defrag, p.recorder = pol, rec
+	p.pods, p.pdbs, p.namespaces = corelisters.NewPodLister(podIdx), policylisters.NewPodDisruptionBudgetLister(pdbIdx), corelisters.NewNamespaceLister(nsIdx)
+}

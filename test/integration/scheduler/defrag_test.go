@@ -1,0 +1,207 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/scheduler/config"
+	"github.com/slicer-operator/slicer/scheduler/plugin"
+	"github.com/slicer-operator/slicer/test/framework"
+)
+
+// nodeLabel pins a pod of the defragmentation specs to one node of the pool.
+const nodeLabel = "it.slicer.dev/node"
+
+var _ = Describe("Defragmentation", func() {
+	var (
+		s    *scenario
+		r    *running
+		cnt  int
+		stop context.CancelFunc
+	)
+	BeforeEach(func() {
+		cnt++
+		s = newScenario(fmt.Sprintf("defrag-%d", cnt))
+	})
+	AfterEach(func() {
+		if r != nil {
+			DeferCleanup(r.stop)
+			r = nil
+		}
+		if stop != nil {
+			DeferCleanup(stop)
+			stop = nil
+		}
+		checkInvariants()
+		s.cleanup()
+		checkInvariants()
+	})
+
+	// twoBlockedGPUs makes two nodes of one H100 each and puts one 1g.10gb replica of a
+	// ReplicaSet on each (owned: movable unless annotated), so that a 7g.80gb fits neither.
+	var rsRef metav1.OwnerReference
+	twoBlockedGPUs := func(annotate map[string]string) {
+		GinkgoHelper()
+		rs := &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "web"},
+			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}},
+		}
+		Expect(k8s.Create(ctx, rs)).To(Succeed())
+		rsRef = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}
+		for i := 1; i <= 2; i++ {
+			name := fmt.Sprintf("%s-n%d", s.ns, i)
+			Expect(framework.CreateNode(ctx, k8s, framework.MakeNode(name, map[string]string{poolLabel: s.pool, nodeLabel: name}))).To(Succeed())
+			Expect(framework.CreateNodeAccelerator(ctx, k8s, framework.MakeNodeAccelerator(name).GPUs("H100-80GB", 1).Obj())).To(Succeed())
+			s.nodes = append(s.nodes, name)
+			p := s.pod(fmt.Sprintf("web-%d", i), map[string]int64{"1g.10gb": 1})
+			p.Spec.NodeSelector[nodeLabel] = name
+			p.Labels = map[string]string{"app": "web"}
+			p.Annotations = annotate
+			p.OwnerReferences = []metav1.OwnerReference{rsRef}
+			s.create(p)
+		}
+		Eventually(s.bound).Should(Equal(2))
+	}
+	eventsOf := func(pod *corev1.Pod, reason string) []string {
+		var list corev1.EventList
+		Expect(k8s.List(ctx, &list, client.InNamespace(s.ns))).To(Succeed())
+		var out []string
+		for _, e := range list.Items {
+			if e.InvolvedObject.UID == pod.UID && e.Reason == reason {
+				out = append(out, e.Message)
+			}
+		}
+		return out
+	}
+	plans := func(pod *corev1.Pod) []string { return eventsOf(pod, slicerv1alpha1.EventDefragmentationPlanned) }
+	// webLeft lists the replicas not evicted: bound, not terminating.
+	webLeft := func() []string {
+		var out []string
+		for _, p := range s.pods() {
+			if strings.HasPrefix(p.Name, "web-") && p.DeletionTimestamp == nil && p.Spec.NodeName != "" {
+				out = append(out, p.Name)
+			}
+		}
+		return out
+	}
+	evictMode := func(o *config.Options) {
+		o.Defragmentation = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict}
+	}
+	startEvict := func(opts plugin.Options) {
+		r = startSchedulerWith(ctx, opts, timeout, evictMode)
+		var c context.Context
+		c, stop = context.WithCancel(ctx)
+		fakeKubelet(c, s.ns, 0, 0)
+	}
+	// replacement plays the ReplicaSet: a new pod of the same owner, placed by the scheduler.
+	replacement := func(name string) *corev1.Pod {
+		p := s.pod(name, map[string]int64{"1g.10gb": 1})
+		p.Labels = map[string]string{"app": "web"}
+		p.OwnerReferences = []metav1.OwnerReference{rsRef}
+		return s.create(p)
+	}
+
+	It("names the one move that opens a placement, on the pod's Event and reason, and evicts nothing", func() {
+		r = startScheduler(ctx, plugin.Options{}, timeout)
+		twoBlockedGPUs(nil)
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() []string { return plans(big) }, 30*time.Second).Should(ContainElement(
+			MatchRegexp(`^1 move\(s\): move pod %s/web-[12] \(1g\.10gb\) from node %s-n[12] GPU 0 @\d to node %s-n[12] GPU 0 @\d; then 7g\.80gb fits on node %s-n[12] GPU 0 @0$`,
+				s.ns, s.ns, s.ns, s.ns)))
+		Eventually(func() string { return unschedulable(s.get(big.Name)) }).Should(ContainSubstring("defragmentation (Recommend, nothing evicted): 1 move(s)"))
+		Consistently(func() []string { return webLeft() }, 2*time.Second).Should(HaveLen(2), "Recommend evicts nothing")
+		Expect(s.get(big.Name).Spec.NodeName).To(BeEmpty())
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragPlans.WithLabelValues("Planned"))).To(BeNumerically(">=", 1))
+	})
+
+	It("plans nothing for pods annotated slicer.dev/movable: \"false\", and says so", func() {
+		r = startScheduler(ctx, plugin.Options{}, timeout)
+		twoBlockedGPUs(map[string]string{slicerv1alpha1.AnnotationMovable: "false"})
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
+			ContainSubstring("defragmentation found no plan of at most 2 moves of movable pods"))
+		Expect(plans(big)).To(BeEmpty())
+	})
+
+	It("looks for no plan when disabled", func() {
+		r = startSchedulerWith(ctx, plugin.Options{}, timeout, func(o *config.Options) {
+			o.Defragmentation = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationDisabled}
+		})
+		twoBlockedGPUs(nil)
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(ContainSubstring("no GPU has a free slot"))
+		Consistently(func() string { return unschedulable(s.get(big.Name)) }, 2*time.Second).ShouldNot(ContainSubstring("defragmentation"))
+		Expect(plans(big)).To(BeEmpty())
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragPlans.WithLabelValues("Planned"))).To(BeZero())
+	})
+
+	It("carries a plan out in Evict mode: one replica evicted, its replacement on the room held for it, the pod on the room opened", func() {
+		startEvict(plugin.Options{})
+		twoBlockedGPUs(nil)
+		before := map[string]string{} // replica -> node
+		for _, p := range s.pods() {
+			before[p.Name] = p.Spec.NodeName
+		}
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(webLeft, 30*time.Second).Should(HaveLen(1), "exactly one replica is evicted")
+		left := webLeft()[0]
+		Expect(eventsOf(big, plugin.EventDefragmentationEvicting)).To(ContainElement(ContainSubstring("evicted 1 pod(s): 1 move(s)")))
+		By("the replacement goes to the room held for it, on the other replica's node")
+		repl := replacement("web-3")
+		Eventually(func() string { return s.get(repl.Name).Spec.NodeName }, 30*time.Second).Should(Equal(before[left]))
+		By("the pending pod lands on the node the evicted replica left")
+		Eventually(func() string { return s.get(big.Name).Spec.NodeName }, 30*time.Second).ShouldNot(BeEmpty())
+		Expect(s.get(big.Name).Spec.NodeName).NotTo(Equal(before[left]))
+		Expect(s.allocationsOf(s.get(big.Name))).To(HaveLen(1))
+		Expect(s.allocationsOf(s.get(big.Name))[0].Spec.Placement.Start).To(BeEquivalentTo(0))
+		Expect(webLeft()).To(ConsistOf(left, "web-3"))
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
+	})
+
+	It("abandons the held room when no replacement comes, with nothing else evicted", func() {
+		startEvict(plugin.Options{DefragReplacementTimeout: 3 * time.Second})
+		twoBlockedGPUs(nil)
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(webLeft, 30*time.Second).Should(HaveLen(1))
+		Eventually(func() string { return s.get(big.Name).Spec.NodeName }, 30*time.Second).ShouldNot(BeEmpty())
+		By("after the timeout the room held for the replacement is released and the pod is told")
+		// The sweep runs when the scheduler next looks at a MIG pod.
+		Eventually(func() []string {
+			s.create(s.pod(fmt.Sprintf("probe-%d", time.Now().UnixNano()), map[string]int64{"1g.10gb": 1}))
+			return eventsOf(big, plugin.EventDefragmentationAbandoned)
+		}, 30*time.Second, 2*time.Second).Should(ContainElement(ContainSubstring("no replacement of")))
+		// The probes are placed (the room released included); let the last be bound before the
+		// invariants are read.
+		Eventually(func() []string {
+			var waiting []string
+			for _, p := range s.pods() {
+				if strings.HasPrefix(p.Name, "probe-") && (p.Spec.NodeName == "" || len(s.allocationsOf(&p)) == 0) {
+					waiting = append(waiting, p.Name)
+				}
+			}
+			return waiting
+		}, 30*time.Second).Should(BeEmpty())
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragRefused.WithLabelValues(plugin.DefragRefusedReplacementLate))).To(Equal(1.0))
+		for _, n := range s.nodes {
+			for gpu, holders := range r.plugin.Cache().Holders(n) {
+				Expect(holders).NotTo(ContainElement(ContainSubstring("replacement of")), "room still held on %s %s", n, gpu)
+			}
+		}
+		Expect(webLeft()).To(HaveLen(1), "nothing else was evicted")
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
+	})
+})
