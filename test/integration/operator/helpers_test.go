@@ -211,6 +211,7 @@ func startOperator(o operatorOptions) *runningOperator {
 	Expect(err).NotTo(HaveOccurred())
 	r := newReconciler(cfg, mgr.GetClient(), o.agentNamespace, m)
 	r.Recorder = mgr.GetEventRecorder("slicer-operator")
+	r.APIReader = mgr.GetAPIReader()
 	if o.slicerPatch != nil {
 		o.slicerPatch(r)
 	}
