@@ -132,11 +132,14 @@ func (r *SlicerReconciler) releaseSlices(ctx context.Context, s *slicerv1alpha1.
 	}
 	for _, h := range d.DeletePods {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: h.Pod.Namespace, Name: h.Pod.Name}}
+		// The UID precondition: a pod recreated under the same name holds no slice.
 		err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &h.UID})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		switch {
+		case err == nil:
+			log.Info("uninstall: deleted a pod that holds MIG slices", "pod", h.Pod, "slices", h.Slices)
+		case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
 			return nil, fmt.Errorf("delete pod %s holding %d MIG slices: %w", h.Pod, h.Slices, err)
 		}
-		log.Info("uninstall: deleted a pod that holds MIG slices", "pod", h.Pod, "slices", h.Slices)
 	}
 	return []string{d.Message}, nil
 }
