@@ -46,6 +46,12 @@ const (
 	// applied; False with PartitionableDevicesOff when the apiserver drops counter
 	// consumption, since the stock allocator would then hand out overlapping placements.
 	ConditionDeviceClassesReady = "DeviceClassesReady"
+	// ConditionSlicesReleased is set only while the Slicer is being deleted: False while
+	// pods hold MIG slices (reason WaitingForPods under uninstall policy Wait, with the pods
+	// named in the message; ReleasingSlices under Force, while the pods go and the agents
+	// destroy their instances), True (AsExpected) once none does and the rest of the
+	// teardown runs. Its lastTransitionTime to True starts the cleanup timeout.
+	ConditionSlicesReleased = "SlicesReleased"
 )
 
 // Condition types of a NodeAccelerator, written by the node's agent.
@@ -82,6 +88,12 @@ const (
 	ReasonNVMLError          = "NVMLError"
 	ReasonGPUNotFound        = "GPUNotFound"
 	ReasonInUse              = "InUse"
+	// ReasonWaitingForPods: the Slicer's deletion waits for the pods that hold MIG slices
+	// (uninstall policy Wait).
+	ReasonWaitingForPods = "WaitingForPods"
+	// ReasonReleasingSlices: the Slicer's deletion deletes the pods that hold MIG slices
+	// and waits for the agents to release them (uninstall policy Force).
+	ReasonReleasingSlices = "ReleasingSlices"
 	// ReasonPluginNotServing: the agent's kubelet plugin (DRA frontend) is not serving.
 	ReasonPluginNotServing = "PluginNotServing"
 	// ReasonNotUsed: the component is not part of the selected frontend.

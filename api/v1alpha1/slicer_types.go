@@ -414,6 +414,12 @@ type SlicerSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Defragmentation DefragmentationSpec `json:"defragmentation,omitempty"`
+
+	// uninstall says what deleting the Slicer does while pods hold MIG slices: wait for
+	// them (the default) or delete them first (docs/uninstall.md).
+	// +optional
+	// +kubebuilder:default={}
+	Uninstall UninstallSpec `json:"uninstall,omitempty"`
 }
 
 // SlicerSummary counts what the agents report.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,12 +22,13 @@ import (
 	"github.com/slicer-operator/slicer/operator/render"
 )
 
-// cleanupTargets are the objects the finalizer deletes explicitly: every
+// cleanupTargets are the objects the teardown deletes explicitly (teardownSteps): every
 // cluster-scoped one, plus the Module (KMM unloads the driver on deletion),
 // the dashboards in openshift-config-managed and the agent's DaemonSet (its
-// pods must be gone before the DRA driver's ResourceSlices go, even when it
-// shares the operator's namespace). Other namespaced objects in the
-// operator's namespaces go by owner reference (garbage collection).
+// pods must be gone before the driver is unloaded and before the DRA driver's
+// ResourceSlices go, even when it shares the operator's namespace). Other
+// namespaced objects in the operator's namespaces go by owner reference
+// (garbage collection).
 func (r *SlicerReconciler) cleanupTargets(o render.Options) []client.Object {
 	objs := render.RBAC(o)
 	// Without a scheduler build RBAC leaves the scheduler's roles out; they
@@ -59,67 +62,46 @@ func (r *SlicerReconciler) cleanupTargets(o render.Options) []client.Object {
 	})
 }
 
-// cleanupPhases splits the cleanup targets into the KMM Modules, deleted
-// first, and the rest.
-func cleanupPhases(objs []client.Object) [][]client.Object {
-	var modules, rest []client.Object
-	for _, obj := range objs {
-		if obj.GetObjectKind().GroupVersionKind().Kind == "Module" {
-			modules = append(modules, obj)
-		} else {
-			rest = append(rest, obj)
-		}
-	}
-	return [][]client.Object{modules, rest}
-}
-
-// finalize deletes the cleanup targets, then the DRA driver's ResourceSlices
-// once no agent pod runs the DRA plugin, and removes the finalizer once they
-// are gone, or once DeletionTimeout has passed (then with a Degraded
-// condition and a Warning Event, so a stuck object cannot block forever).
+// finalize runs the teardown steps in order (teardownSteps) and removes the finalizer once
+// all are done, or once DeletionTimeout has passed since the last untimed step finished
+// (then with a Degraded condition and a Warning Event, so a stuck object cannot block
+// forever). An untimed step (the release of the slices) is never cut short: it holds the
+// deletion, with the SlicesReleased condition saying why, until it is done.
 func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slicer, o render.Options) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	if !controllerutil.ContainsFinalizer(s, Finalizer) {
 		return ctrl.Result{}, nil
 	}
+	before := s.Status.DeepCopy()
 	var pending []string
-	var errs []error
-	// Two phases: KMM unloads the driver with pods in the Module's namespace
-	// (the agent's), which a terminating namespace would refuse, so the
-	// Module goes first and everything else once it is gone.
-	for _, phase := range cleanupPhases(r.cleanupTargets(o)) {
-		for _, obj := range phase {
-			gone, err := r.deleteAndCheck(ctx, obj)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if !gone {
-				pending = append(pending, obj.GetObjectKind().GroupVersionKind().Kind+" "+client.ObjectKeyFromObject(obj).String())
-			}
+	var stepErr error
+	step := ""
+	untimed := false
+	for _, st := range r.teardownSteps(s, o) {
+		pending, stepErr = st.run(ctx)
+		if stepErr != nil {
+			stepErr = fmt.Errorf("uninstall step %q: %w", st.name, stepErr)
 		}
-		if len(pending) > 0 || len(errs) > 0 {
+		if len(pending) > 0 || stepErr != nil {
+			step, untimed = st.name, st.untimed
 			break
 		}
 	}
-	// Last, once the agent's pods are gone: the DRA driver's ResourceSlices.
-	if len(pending) == 0 && len(errs) == 0 {
-		left, err := r.removeDriverSlices(ctx, o)
-		if err != nil {
-			errs = append(errs, err)
+	if !equality.Semantic.DeepEqual(*before, s.Status) {
+		if err := r.Client.Status().Update(ctx, s); err != nil {
+			return ctrl.Result{}, errors.Join(stepErr, fmt.Errorf("record the release of the slices: %w", err))
 		}
-		pending = append(pending, left...)
 	}
-	if len(pending) > 0 || len(errs) > 0 {
+	if len(pending) > 0 || stepErr != nil {
 		timeout := orDefault(r.DeletionTimeout, DefaultDeletionTimeout)
-		if r.now().Sub(s.DeletionTimestamp.Time) < timeout {
-			if err := errors.Join(errs...); err != nil {
-				return ctrl.Result{}, err
+		if untimed || r.now().Sub(timedSince(s)) < timeout {
+			if stepErr != nil {
+				return ctrl.Result{}, stepErr
 			}
-			log.Info("waiting for cleanup", "pending", pending)
+			log.Info("waiting for cleanup", "step", step, "pending", pending)
 			return ctrl.Result{RequeueAfter: timeout / 20}, nil
 		}
-		msg := fmt.Sprintf("cleanup did not finish within %s; left: %v; errors: %v", timeout, pending, errors.Join(errs...))
+		msg := fmt.Sprintf("cleanup did not finish within %s; left: %v; errors: %v", timeout, pending, stepErr)
 		meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{
 			Type: slicerv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: slicerv1alpha1.ReasonDeletionTimedOut,
 			Message: truncate(msg), ObservedGeneration: s.Generation,
@@ -130,13 +112,24 @@ func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slice
 		if r.Recorder != nil {
 			r.Recorder.Eventf(s, nil, corev1.EventTypeWarning, slicerv1alpha1.ReasonDeletionTimedOut, "Cleanup", "%s", truncate(msg))
 		}
-		log.Info("cleanup timed out; removing the finalizer", "pending", pending)
+		log.Info("cleanup timed out; removing the finalizer", "step", step, "pending", pending)
 	}
 	controllerutil.RemoveFinalizer(s, Finalizer)
 	if err := r.Client.Update(ctx, s); err != nil {
 		return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
 	}
 	return ctrl.Result{}, nil
+}
+
+// timedSince is when the cleanup timeout starts: the deletion, or the release of the
+// slices when the deletion waited for it (SlicesReleased turned True).
+func timedSince(s *slicerv1alpha1.Slicer) time.Time {
+	since := s.DeletionTimestamp.Time
+	if c := meta.FindStatusCondition(s.Status.Conditions, slicerv1alpha1.ConditionSlicesReleased); c != nil &&
+		c.Status == metav1.ConditionTrue && c.LastTransitionTime.After(since) {
+		since = c.LastTransitionTime.Time
+	}
+	return since
 }
 
 // deleteAndCheck deletes obj if it exists and reports whether it is gone. A

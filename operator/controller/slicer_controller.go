@@ -50,7 +50,10 @@ const (
 
 // SlicerReconciler installs Slicer from the Slicer CR.
 type SlicerReconciler struct {
-	Client    client.Client
+	Client client.Client
+	// APIReader reads what the manager's cache does not hold (tenant pods, at uninstall);
+	// Client when nil.
+	APIReader client.Reader
 	Discovery discovery.DiscoveryInterface
 	// ServerVersion reads the apiserver's version; Discovery when nil.
 	// Tests put a fixed version here to play other Kubernetes minors.

@@ -189,6 +189,10 @@ func labels(component string) map[string]string {
 	}
 }
 
+// ComponentPodLabels select the pods of one of Slicer's components (ComponentScheduler,
+// ComponentAgent, …).
+func ComponentPodLabels(component string) map[string]string { return selectorLabels(component) }
+
 func selectorLabels(component string) map[string]string {
 	return map[string]string{
 		NameLabel:                     "slicer-" + component,

@@ -9,18 +9,14 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/operator/render"
 )
 
 // The specs share one cluster and run in order; the last one uninstalls Slicer.
@@ -293,31 +289,12 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 
 	Describe("Node Feature Discovery labels the node and the agent follows the label", nfdSpecs)
 
-	It("removes everything it created when the Slicer resource is deleted (I12)", func(ctx SpecContext) {
-		Expect(k8s.Delete(ctx, &slicerv1alpha1.Slicer{ObjectMeta: objectMeta("", "default")})).To(Succeed())
-		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: "default"}, &slicerv1alpha1.Slicer{}))
-		}).WithContext(ctx).WithTimeout(3*time.Minute).Should(BeTrue(), "the Slicer resource was not removed")
-		managed := client.MatchingLabels{render.ManagedByLabel: render.ManagedByValue}
-		lists := map[string]client.ObjectList{
-			"MutatingWebhookConfigurations":     &admissionregistrationv1.MutatingWebhookConfigurationList{},
-			"ValidatingAdmissionPolicies":       &admissionregistrationv1.ValidatingAdmissionPolicyList{},
-			"ValidatingAdmissionPolicyBindings": &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{},
-			"ClusterRoles":                      &rbacv1.ClusterRoleList{},
-			"ClusterRoleBindings":               &rbacv1.ClusterRoleBindingList{},
-			"Deployments (scheduler, webhook)":  &appsv1.DeploymentList{},
-			"DaemonSets (agent)":                &appsv1.DaemonSetList{},
-		}
-		Eventually(func(g Gomega) {
-			for what, l := range lists {
-				g.Expect(k8s.List(ctx, l, managed)).To(Succeed())
-				g.Expect(meta.LenList(l)).To(BeZero(), "%s left behind", what)
-			}
-			var pods corev1.PodList
-			g.Expect(k8s.List(ctx, &pods, client.MatchingLabels{"app.kubernetes.io/part-of": "slicer"})).To(Succeed())
-			g.Expect(pods.Items).To(BeEmpty(), "component pods left behind")
-		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
-	})
+	It("refuses a pod that sets NVIDIA_VISIBLE_DEVICES itself, saying why", expectDeviceSelectionRefused)
+
+	It("refuses a pod in kube-system that asks for slicer.dev/* directly", expectDirectSlicesRefusedInKubeNamespaces)
+
+	// Last: it uninstalls Slicer.
+	It("keeps running while MIG pods hold slices, naming them (uninstall policy Wait); forced, releases every slice, then removes everything it created (I12, I2)", uninstallSpec)
 })
 
 func scale(ctx SpecContext, ns, name string, replicas int32) {

@@ -121,6 +121,7 @@ func run(namespace, agentNamespace, hostAddr string, lease manager.Config, liste
 	}
 	r := &controller.SlicerReconciler{
 		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
 		Discovery:      dc,
 		Recorder:       mgr.GetEventRecorder(slicerv1alpha1.OperatorName),
 		Metrics:        m,

@@ -25,6 +25,10 @@ var _ = Describe("Slicer validation", func() {
 		Entry("named default", func(*slicerv1alpha1.Slicer) {}, nil),
 		Entry("named other", func(s *slicerv1alpha1.Slicer) { s.Name = "other" },
 			rejected(rootField, "cluster singleton")),
+		// uninstall (docs/uninstall.md)
+		Entry("uninstall policy Force", func(s *slicerv1alpha1.Slicer) { s.Spec.Uninstall.Policy = slicerv1alpha1.UninstallForce }, nil),
+		Entry("uninstall policy unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.Uninstall.Policy = "Orphan" },
+			rejected("spec.uninstall.policy", "Unsupported value")),
 		// driver
 		Entry("driver mode Emulated", func(s *slicerv1alpha1.Slicer) { s.Spec.Driver.Mode = slicerv1alpha1.DriverModeEmulated }, nil),
 		Entry("driver mode unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.Driver.Mode = "Magic" },
@@ -251,6 +255,7 @@ var _ = Describe("Slicer validation", func() {
 		Expect(s.Spec.Defragmentation.MaxEvictions).To(Equal(int32(10)))
 		Expect(s.Spec.Defragmentation.WindowSeconds).To(Equal(int32(3600)))
 		Expect(s.Spec.Defragmentation.NamespaceSelector).To(BeNil())
+		Expect(s.Spec.Uninstall.Policy).To(Equal(slicerv1alpha1.UninstallWait))
 	})
 
 	It("rejects unknown fields under strict field validation", func() {

@@ -246,7 +246,7 @@ var _ = Describe("DRA frontend", Ordered, func() {
 		Eventually(deviceClassNames).Should(Equal(classesOf("H100-80GB")))
 	})
 
-	It("deletes its DeviceClasses on uninstall, and its driver's ResourceSlices once the agent is gone", func() {
+	It("deletes its DeviceClasses and its driver's ResourceSlices on uninstall once the agent is gone", func() {
 		defer cleanSlate()
 		ns := nextAgentNamespace()
 		// long enough that the cleanup waits for the agent rather than giving up
@@ -259,16 +259,16 @@ var _ = Describe("DRA frontend", Ordered, func() {
 		agent := fakeDRAAgent(ns, node)
 		Expect(admin.Delete(ctx, newSlicer())).To(Succeed())
 
-		By("the classes go; the slices and the Slicer stay while the agent's pod is there (no namespace controller here)")
-		Eventually(deviceClassNames).Should(BeEmpty())
+		By("the agent's DaemonSet goes; the classes, the slices and the Slicer stay while the agent's pod is there (no garbage collector here): the teardown waits for the agents before the rest")
 		Eventually(func(g Gomega) {
 			err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.AgentName}, &appsv1.DaemonSet{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "agent DaemonSet: %v", err)
 		}).Should(Succeed())
+		Consistently(deviceClassNames, 2*time.Second).ShouldNot(BeEmpty())
 		Expect(admin.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{})).To(Succeed())
 		Expect(sliceNames(Default)).To(ConsistOf(ours, theirs))
 
-		By("the agent's pod is gone: Slicer's slices go, the other driver's stay, the Slicer goes")
+		By("the agent's pod is gone: the classes and Slicer's slices go, the other driver's stay, the Slicer goes")
 		Expect(admin.Delete(ctx, agent, client.GracePeriodSeconds(0))).To(Succeed())
 		Eventually(func(g Gomega) {
 			err := admin.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{})

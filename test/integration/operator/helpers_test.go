@@ -211,6 +211,7 @@ func startOperator(o operatorOptions) *runningOperator {
 	Expect(err).NotTo(HaveOccurred())
 	r := newReconciler(cfg, mgr.GetClient(), o.agentNamespace, m)
 	r.Recorder = mgr.GetEventRecorder("slicer-operator")
+	r.APIReader = mgr.GetAPIReader()
 	if o.slicerPatch != nil {
 		o.slicerPatch(r)
 	}
@@ -360,6 +361,20 @@ func expectInstalled(g Gomega, refs []ref) map[string]string {
 // administrator, so the next test starts from nothing (envtest has no
 // garbage collector).
 func cleanSlate() {
+	// Allocations a spec left: a later Slicer's deletion would wait for their pods
+	// (docs/uninstall.md). The admin is a superuser: it may delete them and then remove the
+	// agent's finalizer (the allocation guard).
+	var allocs slicerv1alpha1.SliceAllocationList
+	Expect(admin.List(ctx, &allocs)).To(Succeed())
+	for i := range allocs.Items {
+		a := &allocs.Items[i]
+		Expect(client.IgnoreNotFound(admin.Delete(ctx, a))).To(Succeed())
+		if len(a.Finalizers) > 0 {
+			patch := client.MergeFrom(a.DeepCopy())
+			a.Finalizers = nil
+			Expect(client.IgnoreNotFound(admin.Patch(ctx, a, patch))).To(Succeed())
+		}
+	}
 	s := &slicerv1alpha1.Slicer{}
 	if err := admin.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, s); err == nil {
 		s.Finalizers = nil
