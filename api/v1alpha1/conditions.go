@@ -55,8 +55,10 @@ const (
 	// ConditionMIGDisabled is True when a MIG-capable GPU has MIG mode off.
 	ConditionMIGDisabled = "MIGDisabled"
 	// ConditionOwnershipConflict is True when another tool owns MIG on the
-	// node (e.g. the nvidia.com/mig.config label of NVIDIA's MIG manager);
-	// the agent then refuses to change MIG geometry there.
+	// node: the nvidia.com/mig.config label of NVIDIA's MIG manager
+	// (ForeignMIGManager), or another device plugin advertising nvidia.com/gpu
+	// or nvidia.com/mig-* (ForeignDevicePlugin); the agent then refuses to
+	// change MIG geometry there, and the message says how to give the node back.
 	ConditionOwnershipConflict = "OwnershipConflict"
 	// ConditionReady is True when the agent manages the node's GPUs.
 	ConditionReady = "Ready"
@@ -77,11 +79,14 @@ const (
 	ReasonNVMLUnavailable    = "NVMLUnavailable"
 	ReasonMIGModeOff         = "MIGModeOff"
 	ReasonForeignMIGManager  = "ForeignMIGManager"
-	ReasonDeletionTimedOut   = "DeletionTimedOut"
-	ReasonInvalidPlacement   = "InvalidPlacement"
-	ReasonNVMLError          = "NVMLError"
-	ReasonGPUNotFound        = "GPUNotFound"
-	ReasonInUse              = "InUse"
+	// ReasonForeignDevicePlugin: another device plugin advertises nvidia.com/gpu or
+	// nvidia.com/mig-* on the node (OwnershipConflict).
+	ReasonForeignDevicePlugin = "ForeignDevicePlugin"
+	ReasonDeletionTimedOut    = "DeletionTimedOut"
+	ReasonInvalidPlacement    = "InvalidPlacement"
+	ReasonNVMLError           = "NVMLError"
+	ReasonGPUNotFound         = "GPUNotFound"
+	ReasonInUse               = "InUse"
 	// ReasonPluginNotServing: the agent's kubelet plugin (DRA frontend) is not serving.
 	ReasonPluginNotServing = "PluginNotServing"
 	// ReasonNotUsed: the component is not part of the selected frontend.
