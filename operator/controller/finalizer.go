@@ -102,13 +102,17 @@ func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slice
 			break
 		}
 	}
-	// Last, once the agent's pods are gone: the DRA driver's ResourceSlices.
+	// Last, once the agent's pods are gone: the DRA driver's ResourceSlices, and the GPU
+	// operator's deploy labels as they were before Slicer (gpuoperator.go).
 	if len(pending) == 0 && len(errs) == 0 {
 		left, err := r.removeDriverSlices(ctx, o)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		pending = append(pending, left...)
+		if err := r.restoreGPUOperatorLabels(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(pending) > 0 || len(errs) > 0 {
 		timeout := orDefault(r.DeletionTimeout, DefaultDeletionTimeout)
