@@ -79,14 +79,11 @@ const (
 	ReasonNVMLUnavailable    = "NVMLUnavailable"
 	ReasonMIGModeOff         = "MIGModeOff"
 	ReasonForeignMIGManager  = "ForeignMIGManager"
-	// ReasonForeignDevicePlugin: another device plugin advertises nvidia.com/gpu or
-	// nvidia.com/mig-* on the node (OwnershipConflict).
-	ReasonForeignDevicePlugin = "ForeignDevicePlugin"
-	ReasonDeletionTimedOut    = "DeletionTimedOut"
-	ReasonInvalidPlacement    = "InvalidPlacement"
-	ReasonNVMLError           = "NVMLError"
-	ReasonGPUNotFound         = "GPUNotFound"
-	ReasonInUse               = "InUse"
+	ReasonDeletionTimedOut   = "DeletionTimedOut"
+	ReasonInvalidPlacement   = "InvalidPlacement"
+	ReasonNVMLError          = "NVMLError"
+	ReasonGPUNotFound        = "GPUNotFound"
+	ReasonInUse              = "InUse"
 	// ReasonPluginNotServing: the agent's kubelet plugin (DRA frontend) is not serving.
 	ReasonPluginNotServing = "PluginNotServing"
 	// ReasonNotUsed: the component is not part of the selected frontend.
@@ -96,4 +93,7 @@ const (
 	// ReasonUnsupportedKubernetesVersion: the apiserver's minor is outside
 	// the supported window (internal/kubeversion).
 	ReasonUnsupportedKubernetesVersion = "UnsupportedKubernetesVersion"
+	// ReasonForeignDevicePlugin: another device plugin advertises nvidia.com/gpu or
+	// nvidia.com/mig-* on the node (OwnershipConflict).
+	ReasonForeignDevicePlugin = "ForeignDevicePlugin"
 )
