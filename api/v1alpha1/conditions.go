@@ -61,8 +61,10 @@ const (
 	// ConditionMIGDisabled is True when a MIG-capable GPU has MIG mode off.
 	ConditionMIGDisabled = "MIGDisabled"
 	// ConditionOwnershipConflict is True when another tool owns MIG on the
-	// node (e.g. the nvidia.com/mig.config label of NVIDIA's MIG manager);
-	// the agent then refuses to change MIG geometry there.
+	// node: the nvidia.com/mig.config label of NVIDIA's MIG manager
+	// (ForeignMIGManager), or another device plugin advertising nvidia.com/gpu
+	// or nvidia.com/mig-* (ForeignDevicePlugin); the agent then refuses to
+	// change MIG geometry there, and the message says how to give the node back.
 	ConditionOwnershipConflict = "OwnershipConflict"
 	// ConditionReady is True when the agent manages the node's GPUs.
 	ConditionReady = "Ready"
@@ -103,4 +105,7 @@ const (
 	// ReasonUnsupportedKubernetesVersion: the apiserver's minor is outside
 	// the supported window (internal/kubeversion).
 	ReasonUnsupportedKubernetesVersion = "UnsupportedKubernetesVersion"
+	// ReasonForeignDevicePlugin: another device plugin advertises nvidia.com/gpu or
+	// nvidia.com/mig-* on the node (OwnershipConflict).
+	ReasonForeignDevicePlugin = "ForeignDevicePlugin"
 )

@@ -26,6 +26,17 @@ const (
 	// LabelNVIDIAMIGConfig is the label of NVIDIA's MIG manager; a node that
 	// carries it is owned by that tool and the agent refuses to manage MIG there.
 	LabelNVIDIAMIGConfig = "nvidia.com/mig.config"
+	// LabelGPUOperatorDeployDevicePlugin and LabelGPUOperatorDeployMIGManager are the NVIDIA
+	// GPU operator's per-node deploy labels of its device plugin and MIG manager: their
+	// DaemonSets select nodes where the label is "true", and the GPU operator keeps a value
+	// it finds (docs/install.md). In Preinstalled mode, where the GPU operator is installed,
+	// Slicer's operator sets both to "false" on the nodes Slicer manages.
+	LabelGPUOperatorDeployDevicePlugin = "nvidia.com/gpu.deploy.device-plugin"
+	LabelGPUOperatorDeployMIGManager   = "nvidia.com/gpu.deploy.mig-manager"
+	// AnnotationGPUOperatorLabels records, on a node where Slicer's operator set the GPU
+	// operator's deploy labels, what they were before (JSON: label key to previous value,
+	// null for absent), so that uninstalling Slicer puts back what was there.
+	AnnotationGPUOperatorLabels = "slicer.dev/gpu-operator-labels"
 	// LabelDirectGPUAccess on a namespace, with value "allowed", lets its pods
 	// select NVIDIA devices themselves (NVIDIA_VISIBLE_DEVICES and the like, CDI
 	// device annotations), which Slicer's device-access policy refuses everywhere

@@ -11,13 +11,14 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 // world is what one reconcile observed (observe.go): everything decide and settle read.
 type world struct {
 	Node string
-	// Conflict: another MIG manager owns the node; the agent changes no geometry.
-	Conflict bool
+	// Conflict: another tool owns the node (migapi.NodeForeign); the agent changes no geometry.
+	Conflict migapi.Foreign
 	Obs      *Observation
 	// Allocs are the node's allocations that exist (finalizer ensured), by key.
 	Allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation
@@ -99,13 +100,12 @@ func decide(w world) decision {
 			d.Released[k] = true
 		}
 	}
-	if w.Conflict {
-		const msg = "another MIG manager owns the node; the agent changes no MIG geometry"
+	if w.Conflict.Present() {
 		for k := range p.Create {
-			d.Statuses[k] = pending(w.Allocs[k], slicerv1alpha1.ReasonForeignMIGManager, msg)
+			d.Statuses[k] = pending(w.Allocs[k], w.Conflict.Reason, w.Conflict.Message)
 		}
 		for k := range p.Finish {
-			d.Statuses[k] = pending(w.Allocs[k], slicerv1alpha1.ReasonForeignMIGManager, msg)
+			d.Statuses[k] = pending(w.Allocs[k], w.Conflict.Reason, w.Conflict.Message)
 		}
 		return d
 	}

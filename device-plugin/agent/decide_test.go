@@ -16,6 +16,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 const testGPU = "GPU-0"
@@ -150,7 +151,7 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "another MIG manager owns the node: nothing is created, allocations wait, releases without a slice still go",
-			w: world{Conflict: true, Obs: h100(bare), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1), allocation("b", "1g.10gb", 1, 1),
+			w: world{Conflict: migapi.Foreign{Reason: slicerv1alpha1.ReasonForeignMIGManager, Message: "owned"}, Obs: h100(bare), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1), allocation("b", "1g.10gb", 1, 1),
 				allocation("c", "1g.10gb", 2, 1, deleting))},
 			want: decided{Statuses: []string{"a=Pending/ForeignMIGManager", "b=Pending/ForeignMIGManager"}, Released: []string{"c"}},
 		},

@@ -13,20 +13,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
-// ownershipConflict reports whether the node carries the label of NVIDIA's MIG manager.
-func (r *Reconciler) ownershipConflict(ctx context.Context) (bool, error) {
+// ownershipConflict reports whether another tool owns the node's MIG devices: NVIDIA's MIG
+// manager label, or another device plugin advertising NVIDIA's resources there. The fact is
+// migapi.NodeForeign's, which the DRA frontend asks too (device-plugin/dra/owner.go).
+func (r *Reconciler) ownershipConflict(ctx context.Context) (migapi.Foreign, error) {
 	var node corev1.Node
 	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &node)
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return migapi.NodeForeign(nil), nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("get node: %w", err)
+		return migapi.Foreign{}, fmt.Errorf("get node: %w", err)
 	}
-	_, conflict := node.Labels[slicerv1alpha1.LabelNVIDIAMIGConfig]
-	return conflict, nil
+	return migapi.NodeForeign(&node), nil
 }
 
 // allocations lists the node's allocations from the cache and adds the agent's finalizer

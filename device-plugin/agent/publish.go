@@ -173,8 +173,8 @@ func (w *statusWriter) publish(ctx context.Context, v nodeView) (time.Duration, 
 	}
 	w.replacedRV = replaced
 	w.clock.wrote(now)
-	if v.Conflict && !wasConflict {
-		emit(w.recorder, &na, corev1.EventTypeWarning, slicerv1alpha1.ReasonForeignMIGManager, "node carries %s: the agent refuses to change MIG geometry", slicerv1alpha1.LabelNVIDIAMIGConfig)
+	if v.Conflict.Present() && !wasConflict {
+		emit(w.recorder, &na, corev1.EventTypeWarning, v.Conflict.Reason, "%s", v.Conflict.Message)
 	}
 	if v.DriverErr != nil && !wasDriverDown {
 		emit(w.recorder, &na, corev1.EventTypeWarning, slicerv1alpha1.ReasonNVMLUnavailable, "%s", v.DriverErr.Error())

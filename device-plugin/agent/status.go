@@ -14,7 +14,8 @@ import (
 type nodeView struct {
 	Emulated  bool
 	DriverErr error
-	Conflict  bool
+	// Conflict: another tool owns the node (migapi.NodeForeign).
+	Conflict migapi.Foreign
 	// NotServing says why the frontend's kubelet endpoint does not serve (nil: it does; the
 	// device-plugin frontend always does, since its devices come and go with the slices).
 	NotServing error
@@ -94,17 +95,17 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 	} else {
 		set(slicerv1alpha1.ConditionMIGDisabled, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "MIG mode is enabled on every MIG-capable GPU")
 	}
-	if v.Conflict {
-		set(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionTrue, slicerv1alpha1.ReasonForeignMIGManager,
-			"the node carries the "+slicerv1alpha1.LabelNVIDIAMIGConfig+" label of NVIDIA's MIG manager; the agent changes no MIG geometry here")
+	if v.Conflict.Present() {
+		set(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionTrue, v.Conflict.Reason, truncate(v.Conflict.Message, 1024))
 	} else {
-		set(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "no other MIG manager owns the node")
+		set(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected,
+			"no other MIG manager or device plugin of NVIDIA's resources owns the node")
 	}
 	switch {
 	case v.DriverErr != nil:
 		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, slicerv1alpha1.ReasonNVMLUnavailable, "NVML is not usable")
-	case v.Conflict:
-		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, slicerv1alpha1.ReasonForeignMIGManager, "another MIG manager owns the node")
+	case v.Conflict.Present():
+		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, v.Conflict.Reason, "another tool owns the node's MIG devices (OwnershipConflict says which and how to fix it)")
 	case v.NotServing != nil:
 		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, slicerv1alpha1.ReasonPluginNotServing, truncate(v.NotServing.Error(), 1024))
 	default:

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 // This file exposes the NodeAccelerator status writer (status.go, publish.go) to the DRA
@@ -39,8 +40,8 @@ type ClaimView struct {
 	DriverErr error
 	// NotServing is why the kubelet plugin does not serve (nil: it does).
 	NotServing error
-	// Conflict: another MIG manager owns the node (NVIDIA's MIG manager label).
-	Conflict bool
+	// Conflict: another tool owns the node (migapi.NodeForeign).
+	Conflict migapi.Foreign
 	Obs      *Observation
 	// Claim names the allocated claim that holds observed slice s of GPU g (false: none).
 	Claim func(g *GPU, s Slice) (slicerv1alpha1.ClaimReference, bool)

@@ -15,6 +15,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 // claimNode is two GPUs: an H100 in MIG mode with a claimed and an unclaimed instance, and
@@ -82,6 +83,7 @@ func TestRenderClaimViewNotReady(t *testing.T) {
 	}{
 		{"plugin not started", ClaimView{Obs: obs, Claim: claim, NotServing: errors.New("the kubelet plugin is not started")}, slicerv1alpha1.ReasonPluginNotServing, 2},
 		{"NVML unusable", ClaimView{DriverErr: errors.New("no driver"), NotServing: errors.New("not started")}, slicerv1alpha1.ReasonNVMLUnavailable, 0},
+		{"another device plugin", ClaimView{Obs: obs, Claim: claim, Conflict: foreignPlugin}, slicerv1alpha1.ReasonForeignDevicePlugin, 2},
 	}
 	for _, tc := range cases {
 		st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, tc.v.nodeView())
@@ -92,6 +94,23 @@ func TestRenderClaimViewNotReady(t *testing.T) {
 		if len(st.GPUs) != tc.gpus {
 			t.Errorf("%s: %d GPUs, want %d", tc.name, len(st.GPUs), tc.gpus)
 		}
+	}
+}
+
+var foreignPlugin = migapi.Foreign{Reason: slicerv1alpha1.ReasonForeignDevicePlugin, Message: "another device plugin advertises nvidia.com/gpu"}
+
+// OwnershipConflict carries the reason and message of the other owner, as found, and is False
+// with none.
+func TestRenderOwnershipConflict(t *testing.T) {
+	obs, claim := claimNode()
+	st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, ClaimView{Obs: obs, Claim: claim, Conflict: foreignPlugin}.nodeView())
+	c := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != foreignPlugin.Reason || c.Message != foreignPlugin.Message {
+		t.Fatalf("OwnershipConflict = %+v, want True/%s/%q", c, foreignPlugin.Reason, foreignPlugin.Message)
+	}
+	st = renderStatus(st, 2, ClaimView{Obs: obs, Claim: claim}.nodeView())
+	if c := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionOwnershipConflict); c == nil || c.Status != metav1.ConditionFalse || c.Reason != slicerv1alpha1.ReasonAsExpected {
+		t.Fatalf("OwnershipConflict once the other owner is gone = %+v", c)
 	}
 }
 

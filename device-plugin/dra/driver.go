@@ -199,7 +199,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	pool := d.opts.NodeName
-	conflict, err := d.foreignManager(ctx)
+	conflict, err := d.foreignOwner(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -234,8 +234,8 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 			d.opts.Log.Info("CDI spec of a claim no longer allocated removed", "claim", uid)
 			continue
 		}
-		if conflict {
-			continue // another MIG manager owns the node: its instances are not Slicer's to destroy
+		if conflict.Present() {
+			continue // another tool owns the node: its instances are not Slicer's to destroy
 		}
 		if err := d.destroyDevice(obs, k); err != nil {
 			errs = append(errs, err)
@@ -257,7 +257,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	hs := holders(claims, pool)
 	recordMetrics(d.opts.Metrics, obs, hs)
 	d.health.set(deviceHealth(obs, held, pool, d.opts.Now(), healthTimeout))
-	perr := d.publish(ctx, obs, held, conflict)
+	perr := d.publish(ctx, obs, held, conflict.Present())
 	wait, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Conflict: conflict, Obs: obs, Claim: claimView(hs)})
 	return wait, errors.Join(perr, serr)
 }
@@ -294,7 +294,7 @@ func (d *Driver) publish(ctx context.Context, obs *agent.Observation, held map[s
 		return nil
 	}
 	var gpus []migdra.GPU
-	if !conflict { // another MIG manager owns the node: an empty pool, so nothing is allocated here
+	if !conflict { // another tool owns the node: an empty pool, so nothing is allocated here
 		gpus = poolGPUs(obs, held)
 	}
 	write, next := republish(d.last, gpus)

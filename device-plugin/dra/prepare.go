@@ -15,6 +15,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 // PrepareResourceClaims realizes each claim's devices of this node's pool: the instance at
@@ -36,8 +37,10 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
 		var devs []kubeletplugin.Device
-		err := errForeignMIGManager
-		if !conflict {
+		var err error
+		if conflict.Present() {
+			err = foreignErr(conflict)
+		} else {
 			devs, err = d.prepareClaim(ctx, obs, all, held, c)
 		}
 		d.opts.Metrics.DRARequests.WithLabelValues("prepare", result(err)).Inc()
@@ -134,19 +137,19 @@ func (d *Driver) doubleAllocated(ctx context.Context, all []*resourceapi.Resourc
 
 // current reads what Prepare and Unprepare decide from: the allocated claims (the claim
 // cache, with given in place of their cached copies; claims.go), the GPUs' instances (NVML)
-// and whether another MIG manager owns the node (owner.go).
-func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClaim) ([]*resourceapi.ResourceClaim, *agent.Observation, bool, error) {
+// and whether another tool owns the node (owner.go).
+func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClaim) ([]*resourceapi.ResourceClaim, *agent.Observation, migapi.Foreign, error) {
 	all, err := d.claims(given...)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, migapi.Foreign{}, err
 	}
-	conflict, err := d.foreignManager(ctx)
+	conflict, err := d.foreignOwner(ctx)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, migapi.Foreign{}, err
 	}
 	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("observe GPUs: %w", err)
+		return nil, nil, migapi.Foreign{}, fmt.Errorf("observe GPUs: %w", err)
 	}
 	return all, obs, conflict, nil
 }
@@ -171,7 +174,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
 		var err error
-		if conflict {
+		if conflict.Present() {
 			// The claim is released, its instances are left (they show as orphans, and are
 			// collected once the node is Slicer's again).
 			err = d.opts.CDI.RemoveClaim(string(c.UID))

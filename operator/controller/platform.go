@@ -37,6 +37,7 @@ func detectPlatform(dc discovery.DiscoveryInterface) (render.Platform, error) {
 		KMM:         served[kmmGroupVersion],
 		Monitoring:  served[monitoringGroupVersion],
 		CertManager: served[certManagerGroupVersion],
+		GPUOperator: served[gpuOperatorGroupVersion],
 	}, nil
 }
 

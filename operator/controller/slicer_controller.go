@@ -89,6 +89,10 @@ type SlicerReconciler struct {
 	DeletionTimeout time.Duration
 	// CertValidity of self-managed webhook certificates.
 	CertValidity time.Duration
+	// NodeReader reads the nodes whose GPU operator labels Slicer sets (gpuoperator.go)
+	// past the manager's cache, which holds only nodes with a GPU model label; the
+	// manager's API reader when nil at SetupWithManager, Client when nil still.
+	NodeReader client.Reader
 }
 
 // Operator RBAC. The operator also holds every permission it grants to the
@@ -113,6 +117,7 @@ type SlicerReconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=bindings;pods/binding,verbs=create
 // +kubebuilder:rbac:groups="",resources=nodes;replicationcontrollers;persistentvolumeclaims;persistentvolumes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=patch
 // +kubebuilder:rbac:groups=apps,resources=deployments;daemonsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=replicasets;statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
@@ -120,7 +125,7 @@ type SlicerReconciler struct {
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,resourceNames=slicer-scheduler;slicer-webhook;slicer-agent,verbs=update;patch;delete
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingadmissionpolicies;validatingadmissionpolicybindings,resourceNames=slicer-mig-pods;slicer-allocation-guard;slicer-agent-node-guard;slicer-device-access,verbs=update;patch;delete
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingadmissionpolicies;validatingadmissionpolicybindings,resourceNames=slicer-mig-pods;slicer-allocation-guard;slicer-agent-node-guard;slicer-operator-node-guard;slicer-device-access,verbs=update;patch;delete
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=nfd.k8s-sigs.io,resources=nodefeaturerules,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=kmm.sigs.x-k8s.io,resources=modules,verbs=get;list;watch;create;update;patch;delete
@@ -142,6 +147,9 @@ type SlicerReconciler struct {
 // so do NodeAccelerators (status summary, GPU models), Nodes (GPU model
 // label), the DRA agent's pods and CRDs (optional APIs installed at run time).
 func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.NodeReader == nil {
+		r.NodeReader = mgr.GetAPIReader()
+	}
 	toSlicer := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: slicerv1alpha1.SlicerName}}}
 	})
@@ -167,8 +175,9 @@ func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The summary counts and the GPU models (DRA frontend) come from NodeAccelerators;
 		// their slice and health reports that change neither do not reconcile.
 		Watches(&slicerv1alpha1.NodeAccelerator{}, toSlicer, builder.WithPredicates(acceleratorFactsChanged())).
-		// The GPU models of the nodes decide the DeviceClasses (DRA frontend).
-		Watches(&corev1.Node{}, toSlicer, builder.WithPredicates(gpuModelChanged())).
+		// The GPU models of the nodes decide the DeviceClasses (DRA frontend); Slicer's node
+		// label and the GPU operator's deploy labels, where those go (gpuoperator.go).
+		Watches(&corev1.Node{}, toSlicer, builder.WithPredicates(predicate.Or(gpuModelChanged(), gpuOperatorLabelsChanged()))).
 		// An agent pod that ran the DRA plugin is gone: its driver's ResourceSlices may go.
 		Watches(&corev1.Pod{}, toSlicer, builder.WithPredicates(draAgentGone())).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, toSlicer, builder.WithPredicates(predicate.NewPredicateFuncs(isOptionalCRD))).
@@ -277,6 +286,15 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	supported := r.reconcileVersion(opts, st, res)
 	r.reconcileNFD(ctx, opts, st, res, apply)
 	driverOK := r.reconcileDriver(ctx, opts, st, res, apply)
+	// Next to the NVIDIA GPU operator: its device plugin and MIG manager off Slicer's nodes,
+	// before the agent runs there.
+	// Nodes outside the manager's cache raise no event, hence the recheck.
+	if err := r.reconcileGPUOperatorLabels(ctx, opts); err != nil {
+		res.fail(err)
+	}
+	if render.TurnsGPUOperatorOff(opts) {
+		res.requeueAfter(orDefault(r.DependencyRecheck, DefaultDependencyRecheck))
+	}
 	// schedulerOK: the frontend is in place, so the agent may advertise capacity.
 	schedulerOK := false
 	if render.UsesDRA(opts) {

@@ -39,6 +39,8 @@ type teardownStep struct {
 //  4. components: every other cleanup target (RBAC, admission, the agent's namespace,
 //     NodeFeatureRule, DeviceClasses, dashboards); the rest goes by owner reference.
 //  5. DRA ResourceSlices, once no agent pod runs the DRA plugin.
+//  6. GPU operator labels: the NVIDIA GPU operator's deploy labels on Slicer's nodes put back
+//     as they were before Slicer (gpuoperator.go).
 func (r *SlicerReconciler) teardownSteps(s *slicerv1alpha1.Slicer, o render.Options) []teardownStep {
 	agents, driver, rest := splitTargets(r.cleanupTargets(o))
 	return []teardownStep{
@@ -53,6 +55,7 @@ func (r *SlicerReconciler) teardownSteps(s *slicerv1alpha1.Slicer, o render.Opti
 		{name: "driver", run: func(ctx context.Context) ([]string, error) { return r.deleteAll(ctx, driver) }},
 		{name: "components", run: func(ctx context.Context) ([]string, error) { return r.deleteAll(ctx, rest) }},
 		{name: "DRA ResourceSlices", run: func(ctx context.Context) ([]string, error) { return r.removeDriverSlices(ctx, o) }},
+		{name: "GPU operator labels", run: func(ctx context.Context) ([]string, error) { return nil, r.restoreGPUOperatorLabels(ctx) }},
 	}
 }
 

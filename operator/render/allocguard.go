@@ -49,6 +49,7 @@ func AgentUsername(o Options) string {
 func Guards(o Options) []client.Object {
 	objs := AllocationGuard(o)
 	objs = append(objs, AgentNodeGuard(o)...)
+	objs = append(objs, OperatorNodeGuard(o)...)
 	return append(objs, DeviceAccessGuard(o)...)
 }
 

@@ -68,7 +68,7 @@ func TestGuardsRenderedForBothFrontends(t *testing.T) {
 				}
 			}
 		}
-		want := []string{AllocationGuardName, AgentNodeGuardName, DeviceAccessGuardName}
+		want := []string{AllocationGuardName, AgentNodeGuardName, OperatorNodeGuardName, DeviceAccessGuardName}
 		if diff := cmp.Diff(want, policies); diff != "" {
 			t.Errorf("frontend %q policies (-want +got):\n%s", o.Slicer.Spec.Frontend, diff)
 		}

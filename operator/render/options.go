@@ -108,6 +108,9 @@ type Platform struct {
 	KMM         bool
 	Monitoring  bool
 	CertManager bool
+	// GPUOperator is true when the NVIDIA GPU operator's API (nvidia.com/v1, its
+	// ClusterPolicy) is served.
+	GPUOperator bool
 }
 
 // Options is everything the renderers need.

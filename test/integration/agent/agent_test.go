@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -297,6 +298,43 @@ var _ = Describe("node agent", func() {
 			g.Expect(got.Status.Reason).To(Equal(slicerv1alpha1.ReasonForeignMIGManager))
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 		Expect(n.backend.Calls(emulated.OpCreateGPUInstance)).To(Equal(0))
+		n.release(a)
+		n.waitGone(a)
+	})
+
+	It("refuses a node where another device plugin advertises nvidia.com/mig-*, and takes it back once that plugin is gone", func() {
+		n := newNode("n-foreign-plugin", mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		setCapacity := func(q string) {
+			var node corev1.Node
+			Expect(k8s.Get(ctx, client.ObjectKey{Name: n.name}, &node)).To(Succeed())
+			// Both, as the kubelet writes them (the apiserver copies capacity into an unset
+			// allocatable once, and never again).
+			node.Status.Capacity = corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse(q)}
+			node.Status.Allocatable = corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse(q)}
+			Expect(k8s.Status().Update(ctx, &node)).To(Succeed())
+		}
+		setCapacity("7")
+		n.start()
+		a := n.allocate(0, "1g.10gb", 0, 1)
+		Eventually(func(g Gomega) {
+			na := n.nodeAccelerator(g)
+			c := meta.FindStatusCondition(na.Status.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Reason).To(Equal(slicerv1alpha1.ReasonForeignDevicePlugin))
+			g.Expect(c.Message).To(ContainSubstring("nvidia.com/mig-1g.10gb"))
+			g.Expect(c.Message).To(ContainSubstring(slicerv1alpha1.LabelGPUOperatorDeployDevicePlugin + "=false"))
+			g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionReady)).To(Equal(metav1.ConditionFalse))
+			g.Expect(n.get(a).Status.Reason).To(Equal(slicerv1alpha1.ReasonForeignDevicePlugin))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		Expect(n.backend.Calls(emulated.OpCreateGPUInstance)).To(Equal(0))
+
+		setCapacity("0") // the kubelet's answer once the other plugin is gone
+		n.waitReady(a)
+		Eventually(func(g Gomega) {
+			g.Expect(framework.NodeConditionStatus(n.nodeAccelerator(g), slicerv1alpha1.ConditionOwnershipConflict)).To(Equal(metav1.ConditionFalse))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
 		n.release(a)
 		n.waitGone(a)
 	})

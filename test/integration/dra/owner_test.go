@@ -116,3 +116,63 @@ func TestForeignMIGManagerOwnsTheNode(t *testing.T) {
 		t.Fatalf("instances after the label went: %v", inst)
 	}
 }
+
+// advertise sets the node's capacity and allocatable of resource to q, as the kubelet does for
+// a device plugin's resource.
+func (h *harness) advertise(resource, q string) {
+	h.t.Helper()
+	patch := fmt.Sprintf(`{"status":{"capacity":{%[1]q:%[2]q},"allocatable":{%[1]q:%[2]q}}}`, resource, q)
+	if _, err := h.cs.CoreV1().Nodes().Patch(context.Background(), nodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// While another device plugin advertises nvidia.com/mig-* on the node, the DRA frontend refuses
+// it as the device-plugin frontend does (migapi.NodeForeign): an empty pool, no prepare,
+// OwnershipConflict with reason ForeignDevicePlugin and the fix; once the resource is at zero,
+// claims are prepared again.
+func TestForeignDevicePluginOwnsTheNode(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	waitFor(t, "the node's pool", func() (bool, error) {
+		n, err := h.poolDeviceCount(ctx)
+		return n > 0, err
+	})
+	h.advertise("nvidia.com/mig-1g.10gb", "7")
+	if err := h.plugin.drv.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "an empty pool and OwnershipConflict for another device plugin", func() (bool, error) {
+		n, err := h.poolDeviceCount(ctx)
+		if err != nil || n != 0 {
+			return false, err
+		}
+		na, err := h.nodeAccelerator()
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(na.Status.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == slicerv1alpha1.ReasonForeignDevicePlugin &&
+			strings.Contains(c.Message, slicerv1alpha1.LabelGPUOperatorDeployDevicePlugin+"=false"), nil
+	})
+	a := h.allocate("a", "gpu-0-1g-10gb-at-0")
+	if r := h.prepareResult(a); !strings.Contains(r.Error, "nvidia.com/mig-1g.10gb") {
+		t.Fatalf("prepare while another device plugin advertises nvidia.com/mig-1g.10gb: %q", r.Error)
+	}
+	if inst := h.instances(); len(inst) != 0 {
+		t.Fatalf("instances while another device plugin serves the node: %v", inst)
+	}
+
+	h.advertise("nvidia.com/mig-1g.10gb", "0")
+	if err := h.plugin.drv.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pool back", func() (bool, error) {
+		n, err := h.poolDeviceCount(ctx)
+		return n > 0, err
+	})
+	h.prepare(a)
+	if inst := h.instances(); inst["gpu-0-1g-10gb-at-0"] == "" {
+		t.Fatalf("instances once the other plugin is gone: %v", inst)
+	}
+}

@@ -298,6 +298,8 @@ var (
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), "", render.AllocationGuardName},
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicy{}), "", render.AgentNodeGuardName},
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), "", render.AgentNodeGuardName},
+			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicy{}), "", render.OperatorNodeGuardName},
+			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), "", render.OperatorNodeGuardName},
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicy{}), "", render.DeviceAccessGuardName},
 			ref{gvk(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), "", render.DeviceAccessGuardName},
 			ref{nfrGVK, "", render.NodeFeatureRuleKey},
