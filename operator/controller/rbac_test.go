@@ -33,7 +33,9 @@ var operatorClusterWrites = []string{
 	// mode (controller/gpuoperator.go), held to those keys by the operator node guard
 	// (render/operatornodeguard.go); no create, no delete, no status.
 	"/nodes patch",
-	"/pods delete", "/pods/binding create", "/pods/finalizers update", "/pods/status patch", "/pods/status update",
+	// pods/eviction: granted to the scheduler, whose defragmentation (Evict mode) moves pods
+	// through the Eviction API, PodDisruptionBudgets enforced (scheduler/plugin/defrag_evict.go).
+	"/pods delete", "/pods/eviction create", "/pods/binding create", "/pods/finalizers update", "/pods/status patch", "/pods/status update",
 	"/serviceaccounts create", "/serviceaccounts delete", "/serviceaccounts patch", "/serviceaccounts update",
 	"/services create", "/services delete", "/services patch", "/services update",
 	"admissionregistration.k8s.io/mutatingwebhookconfigurations create", "admissionregistration.k8s.io/mutatingwebhookconfigurations delete [slicer-agent-node-guard,slicer-allocation-guard,slicer-device-access,slicer-mig-pods,slicer-operator-node-guard]",
@@ -186,4 +188,97 @@ func resourceOf(kind string) string {
 		return k + "es"
 	}
 	return k + "s"
+}
+
+// TestOperatorHoldsWhatItGrants: Kubernetes lets the operator grant a permission in a Role or
+// ClusterRole only when it holds it itself (no escalate verb), so every rule it renders for
+// its components (every frontend, OpenShift or not, every supported minor) must be covered by
+// its own generated rules; otherwise the apply of that role fails on a live cluster only.
+func TestOperatorHoldsWhatItGrants(t *testing.T) {
+	cluster, namespaced := operatorRoles(t)
+	covers := func(rules []rbacv1.PolicyRule, group, resource, verb, name string) bool {
+		for _, r := range rules {
+			if (slices.Contains(r.APIGroups, group) || slices.Contains(r.APIGroups, "*")) &&
+				(slices.Contains(r.Resources, resource) || slices.Contains(r.Resources, "*")) &&
+				(slices.Contains(r.Verbs, verb) || slices.Contains(r.Verbs, "*")) &&
+				(len(r.ResourceNames) == 0 || name != "" && slices.Contains(r.ResourceNames, name)) {
+				return true
+			}
+		}
+		return false
+	}
+	checked := 0
+	for _, minor := range kubeversion.Supported {
+		for _, dra := range []bool{false, true} {
+			for _, openShift := range []bool{false, true} {
+				s := &slicerv1alpha1.Slicer{ObjectMeta: metav1.ObjectMeta{Name: slicerv1alpha1.SlicerName}}
+				if dra {
+					s.Spec.Frontend = slicerv1alpha1.FrontendDRA
+				}
+				o := render.Options{Slicer: s, Namespace: "slicer-system", AgentNamespace: "slicer-agent", Ports: render.DefaultPorts(),
+					CABundle: []byte("ca"), Kubernetes: kubeversion.Version{Minor: minor}}
+				o.Platform.OpenShift = openShift
+				for _, obj := range render.RBAC(o) {
+					var rules []rbacv1.PolicyRule
+					ns := ""
+					switch r := obj.(type) {
+					case *rbacv1.ClusterRole:
+						rules = r.Rules
+					case *rbacv1.Role:
+						rules, ns = r.Rules, r.Namespace
+					default:
+						continue
+					}
+					for _, rule := range rules {
+						for _, g := range rule.APIGroups {
+							for _, res := range rule.Resources {
+								for _, v := range rule.Verbs {
+									names := rule.ResourceNames
+									if len(names) == 0 {
+										names = []string{""}
+									}
+									for _, n := range names {
+										checked++
+										if !covers(cluster, g, res, v, n) && !covers(namespaced[ns], g, res, v, n) {
+											t.Errorf("%s %s grants %s/%s %s %s, which the operator does not hold (minor %s, DRA %v, OpenShift %v): add it to the RBAC markers (slicer_controller.go)",
+												obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), g, res, v, n, minor, dra, openShift)
+										}
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no rendered rule was checked: the test lost its subject")
+	}
+}
+
+// operatorRoles are the operator's generated ClusterRole rules and its namespaced Roles'
+// rules by namespace (config/rbac/role.yaml).
+func operatorRoles(t *testing.T) ([]rbacv1.PolicyRule, map[string][]rbacv1.PolicyRule) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "config", "rbac", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespaced := map[string][]rbacv1.PolicyRule{}
+	var cluster []rbacv1.PolicyRule
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var r rbacv1.Role
+		if err := yaml.Unmarshal([]byte(doc), &r); err != nil {
+			t.Fatal(err)
+		}
+		switch r.Kind {
+		case "ClusterRole":
+			cluster = append(cluster, r.Rules...)
+		case "Role":
+			namespaced[r.Namespace] = append(namespaced[r.Namespace], r.Rules...)
+		}
+	}
+	return cluster, namespaced
 }
