@@ -128,9 +128,11 @@ func defragmentationSpec(ctx SpecContext) {
 
 	currentGroup = "defragmentation: Recommend"
 	createPod(ctx, slicePod(ns, "big-recommend", "7g.80gb"))
-	Eventually(func() []string { return podEvents(ctx, ns, "big-recommend", slicerv1alpha1.EventDefragmentationPlanned) }).
+	Eventually(func() []string {
+		return podEvents(ctx, ns, "big-recommend", slicerv1alpha1.EventDefragmentationPlanned)
+	}).
 		WithContext(ctx).WithTimeout(60 * time.Second).Should(ContainElement(ContainSubstring("1 move(s): move pod " + ns + "/web-")))
-	Consistently(runningWeb).WithContext(ctx).WithTimeout(5 * time.Second).Should(Equal(before), "Recommend evicts nothing")
+	Consistently(runningWeb).WithContext(ctx).WithTimeout(5*time.Second).Should(Equal(before), "Recommend evicts nothing")
 	Expect(podPhase(ctx, ns, "big-recommend")).To(Equal(corev1.PodPending))
 	deleteAndWait("big-recommend")
 
