@@ -83,7 +83,7 @@ var readVerbs = []string{"get", "list", "watch"}
 // that it no longer holds (so the list stays the truth).
 func TestOperatorClusterWideWrites(t *testing.T) {
 	var got []string
-	for _, r := range operatorClusterRole(t).Rules {
+	for _, r := range operatorClusterRules(t) {
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
 				for _, v := range r.Verbs {
@@ -109,32 +109,11 @@ func TestOperatorClusterWideWrites(t *testing.T) {
 	}
 }
 
-// operatorClusterRole is the operator's generated ClusterRole.
-func operatorClusterRole(t *testing.T) rbacv1.ClusterRole {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "config", "rbac", "role.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var cr rbacv1.ClusterRole
-		if err := yaml.Unmarshal([]byte(doc), &cr); err != nil {
-			t.Fatal(err)
-		}
-		if cr.Kind == "ClusterRole" {
-			return cr
-		}
-	}
-	t.Fatal("config/rbac/role.yaml has no ClusterRole")
-	return rbacv1.ClusterRole{}
-}
-
 // Where the operator may change and delete a kind of cluster-scoped object only by name,
 // every such object it renders or deletes (either frontend, OpenShift or not) is named there.
 func TestOperatorResourceNamesCoverItsObjects(t *testing.T) {
 	byName := map[string][]string{} // resource -> names it may update, patch and delete
-	for _, r := range operatorClusterRole(t).Rules {
+	for _, r := range operatorClusterRules(t) {
 		if len(r.ResourceNames) > 0 && slices.Contains(r.Verbs, "patch") && slices.Contains(r.Verbs, "delete") {
 			for _, res := range r.Resources {
 				byName[res] = append(byName[res], r.ResourceNames...)
@@ -255,6 +234,16 @@ func TestOperatorHoldsWhatItGrants(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no rendered rule was checked: the test lost its subject")
 	}
+}
+
+// operatorClusterRules are the rules of the operator's generated ClusterRole.
+func operatorClusterRules(t *testing.T) []rbacv1.PolicyRule {
+	t.Helper()
+	cluster, _ := operatorRoles(t)
+	if len(cluster) == 0 {
+		t.Fatal("config/rbac/role.yaml has no ClusterRole")
+	}
+	return cluster
 }
 
 // operatorRoles are the operator's generated ClusterRole rules and its namespaced Roles'
