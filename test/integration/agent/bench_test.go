@@ -12,7 +12,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +22,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -44,7 +44,7 @@ func benchNode(b *testing.B, name string, gpus int, podGone ...bool) (*framework
 	if err := c.Create(bg, framework.MakeNamespace("bench")); err != nil {
 		b.Fatal(err)
 	}
-	if err := c.Create(bg, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+	if err := c.Create(bg, builder.Node(name).Obj()); err != nil {
 		b.Fatal(err)
 	}
 	models := make([]mig.Model, gpus)

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -74,7 +73,7 @@ func newNode(name string, models ...mig.Model) *node {
 	dir := GinkgoT().TempDir()
 	n := &node{name: name, models: models, stateF: filepath.Join(dir, "nvml.json"), cdiDir: filepath.Join(dir, "cdi"),
 		adv: &framework.RecordingAdvertiser{}, usage: &framework.StaticUsage{}, grace: time.Hour}
-	Expect(k8s.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	Expect(k8s.Create(ctx, builder.Node(name).Obj())).To(Succeed())
 	n.newBackend()
 	return n
 }

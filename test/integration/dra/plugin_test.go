@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -31,6 +30,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 const nodeName = "node-a"
@@ -224,7 +224,7 @@ func (h *harness) instances() map[string]string {
 
 func newHarness(t *testing.T) *harness {
 	cs, env := startEnv(t, nil)
-	if _, err := cs.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Nodes().Create(context.Background(), builder.Node(nodeName).Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h100, _ := mig.ParseModel("H100-80GB")

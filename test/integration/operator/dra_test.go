@@ -12,7 +12,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/render"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -291,8 +291,7 @@ var _ = Describe("DRA frontend", Ordered, func() {
 		waitAvailable(ns)
 		Eventually(deviceClassNames).ShouldNot(BeEmpty())
 		createNamespace(tenant)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "infer"},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "reg.test/app:v1"}}}}
+		pod := builder.Pod(tenant, "infer").Container("c", builder.None).Obj()
 		Expect(admin.Create(ctx, pod)).To(Succeed())
 		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "infer-mig"},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
@@ -345,26 +344,8 @@ var _ = Describe("DRA frontend", Ordered, func() {
 // An apiserver with partitionable devices off would drop the counters that keep MIG
 // placements apart: DRA mode refuses, says why, and installs no DeviceClass.
 var _ = Describe("DRA frontend without partitionable devices", Ordered, func() {
-	var (
-		off           *framework.Env
-		savedEnv      *framework.Env
-		savedAdmin    client.Client
-		savedOperator *rest.Config
-	)
-	BeforeAll(func() {
-		var err error
-		off, err = framework.Start(framework.Options{APIServerArgs: map[string]string{"feature-gates": "DRAPartitionableDevices=false"}})
-		Expect(err).NotTo(HaveOccurred())
-		savedEnv, savedAdmin, savedOperator = env, admin, asOperator
-		env, admin = off, off.Client
-		Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
-		Expect(framework.InstallOperatorRBAC(ctx, admin, operatorNamespace)).To(Succeed())
-		asOperator = framework.ImpersonatedConfig(off.Config, operatorNamespace, framework.OperatorServiceAccount)
+	ownControlPlane(framework.Options{APIServerArgs: map[string]string{"feature-gates": "DRAPartitionableDevices=false"}}, func() {
 		Expect(framework.CreateNode(ctx, admin, framework.MakeNode("dra-node-2", map[string]string{slicerv1alpha1.LabelGPUModel: "H100-80GB"}))).To(Succeed())
-	})
-	AfterAll(func() {
-		env, admin, asOperator = savedEnv, savedAdmin, savedOperator
-		Expect(off.Stop()).To(Succeed())
 	})
 
 	It("is not Available, with PartitionableDevicesOff and what to do", func() {
