@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,8 +22,22 @@ import (
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
-// nodeLabel pins a pod of the defragmentation specs to one node of the pool.
+// nodeLabel names each node of the defragmentation specs; a pod whose nodeSelector asks for it
+// is pinned to that node, and so never moved elsewhere.
 const nodeLabel = "it.slicer.dev/node"
+
+// cordon sets the node's spec.unschedulable.
+func cordon(name string, on bool) {
+	GinkgoHelper()
+	Eventually(func() error {
+		var n corev1.Node
+		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+			return err
+		}
+		n.Spec.Unschedulable = on
+		return k8s.Update(ctx, &n)
+	}).Should(Succeed())
+}
 
 var _ = Describe("Defragmentation", func() {
 	var (
@@ -50,9 +65,11 @@ var _ = Describe("Defragmentation", func() {
 	})
 
 	// twoBlockedGPUs makes two nodes of one H100 each and puts one 1g.10gb replica of a
-	// ReplicaSet on each (owned: movable unless annotated), so that a 7g.80gb fits neither.
+	// ReplicaSet on each (owned: movable unless annotated), so that a 7g.80gb fits neither. The
+	// replicas are spread by cordoning the other node while each is placed; those in pin (1, 2)
+	// also have a nodeSelector for their node.
 	var rsRef metav1.OwnerReference
-	twoBlockedGPUs := func(annotate map[string]string) {
+	twoBlockedGPUs := func(annotate map[string]string, pin ...int) {
 		GinkgoHelper()
 		rs := &appsv1.ReplicaSet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "web"},
@@ -67,14 +84,20 @@ var _ = Describe("Defragmentation", func() {
 			Expect(framework.CreateNode(ctx, k8s, framework.MakeNode(name, map[string]string{poolLabel: s.pool, nodeLabel: name}))).To(Succeed())
 			Expect(framework.CreateNodeAccelerator(ctx, k8s, framework.MakeNodeAccelerator(name).GPUs("H100-80GB", 1).Obj())).To(Succeed())
 			s.nodes = append(s.nodes, name)
+			if i == 2 {
+				cordon(s.nodes[0], true)
+			}
 			p := s.pod(fmt.Sprintf("web-%d", i), map[string]int64{"1g.10gb": 1})
-			p.Spec.NodeSelector[nodeLabel] = name
+			if slices.Contains(pin, i) {
+				p.Spec.NodeSelector[nodeLabel] = name
+			}
 			p.Labels = map[string]string{"app": "web"}
 			p.Annotations = annotate
 			p.OwnerReferences = []metav1.OwnerReference{rsRef}
 			s.create(p)
+			Eventually(func() string { return s.get(p.Name).Spec.NodeName }).Should(Equal(name))
 		}
-		Eventually(s.bound).Should(Equal(2))
+		cordon(s.nodes[0], false)
 	}
 	eventsOf := func(pod *corev1.Pod, reason string) []string {
 		var list corev1.EventList
@@ -131,6 +154,25 @@ var _ = Describe("Defragmentation", func() {
 	It("plans nothing for pods annotated slicer.dev/movable: \"false\", and says so", func() {
 		r = startScheduler(ctx, plugin.Options{}, timeout)
 		twoBlockedGPUs(map[string]string{slicerv1alpha1.AnnotationMovable: "false"})
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
+			ContainSubstring("defragmentation found no plan of at most 2 moves of movable pods"))
+		Expect(plans(big)).To(BeEmpty())
+	})
+
+	It("does not move a replica whose nodeSelector pins it to its node: the plan moves the other one", func() {
+		r = startScheduler(ctx, plugin.Options{}, timeout)
+		twoBlockedGPUs(nil, 1)
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() []string { return plans(big) }, 30*time.Second).Should(ContainElement(
+			MatchRegexp(`^1 move\(s\): move pod %s/web-2 \(1g\.10gb\) from node %s-n2 GPU 0 @\d to node %s-n1 GPU 0 @\d; then 7g\.80gb fits on node %s-n2 GPU 0 @0$`,
+				s.ns, s.ns, s.ns, s.ns)))
+		Expect(plans(big)).NotTo(ContainElement(ContainSubstring("web-1")))
+	})
+
+	It("plans nothing when every blocking replica is pinned to its node, and says so", func() {
+		r = startScheduler(ctx, plugin.Options{}, timeout)
+		twoBlockedGPUs(nil, 1, 2)
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
 			ContainSubstring("defragmentation found no plan of at most 2 moves of movable pods"))
