@@ -173,7 +173,7 @@ type defragRun struct {
 	maxMoves int
 	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
 	// may go; only with dest set.
-	dests    map[int]*destInfo
+	dests map[int]*destInfo
 
 	present  [numModels + 1]bool
 	hist     [numModels + 1][]int32               // usable GPUs per state index
