@@ -475,15 +475,21 @@ func benchCluster(rng *rand.Rand, nodes int, pending Profile, pMove float64) ([]
 // percentiles of one PlanDefrag call (default bounds: 2 moves, 32,768 removal sets), the mean
 // moves of the plans and the share of calls that found one. cpu-p50/p99 are the same calls'
 // CPU time on their thread, which a shared machine does not inflate. "none-movable" is the worst case:
-// no plan, every level searched to the end.
+// no plan, every level searched to the end. "even-nodes" restricts every moved slice to the
+// even nodes (DefragOptions.Destinations, as a zone selector would), "pinned" to its own node
+// (as a nodeSelector on the hostname would): each restricted slice's allowed GPUs are counted.
 func BenchmarkPlanDefrag(b *testing.B) {
+	evenNodes := func(SliceAt) func(int) bool { return func(n int) bool { return n%2 == 0 } }
+	pinned := func(from SliceAt) func(int) bool { return func(n int) bool { return n == from.Node } }
 	cases := []struct {
 		name    string
 		profile string
 		pMove   float64
+		dest    DestinationFunc
 	}{
-		{"7g.80gb", "7g.80gb", 0.9}, {"4g.40gb", "4g.40gb", 0.9}, {"3g.40gb", "3g.40gb", 0.9},
-		{"4g.40gb/half-movable", "4g.40gb", 0.5}, {"7g.80gb/none-movable", "7g.80gb", 0},
+		{"7g.80gb", "7g.80gb", 0.9, nil}, {"4g.40gb", "4g.40gb", 0.9, nil}, {"3g.40gb", "3g.40gb", 0.9, nil},
+		{"4g.40gb/half-movable", "4g.40gb", 0.5, nil}, {"7g.80gb/none-movable", "7g.80gb", 0, nil},
+		{"7g.80gb/even-nodes", "7g.80gb", 0.9, evenNodes}, {"7g.80gb/pinned", "7g.80gb", 0.9, pinned},
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
@@ -508,7 +514,7 @@ func BenchmarkPlanDefrag(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				s := sc[i%len(sc)]
 				c0, t0 := threadCPU(), time.Now()
-				res := PlanDefrag(s.nodes, req, s.movable, DefragOptions{})
+				res := PlanDefrag(s.nodes, req, s.movable, DefragOptions{Destinations: bc.dest})
 				lat = append(lat, time.Since(t0))
 				cpu = append(cpu, threadCPU()-c0)
 				if res.Outcome == DefragPlanned {
