@@ -37,6 +37,10 @@ type DefragOptions struct {
 	// Destinations, when set, restricts where each moved slice may be re-created (nil: any
 	// usable GPU of its model).
 	Destinations DestinationFunc
+	// Chains also looks, when no plan of one or two moves exists and MaxMoves allows two, for a
+	// two-move chain (defrag_chain.go): an Ordered plan whose second move goes into the room the
+	// first one leaves. Ignored with Destinations.
+	Chains bool
 }
 
 // DestinationFunc says where the slice at from, once moved, may be re-created: a predicate over
@@ -70,6 +74,9 @@ type Move struct {
 type DefragPlan struct {
 	Moves  []Move
 	Target SliceAt
+	// Ordered: each move's destination is free only once the slices of the moves before it are
+	// gone (a chain, DefragOptions.Chains); otherwise every destination is free now.
+	Ordered bool
 }
 
 // DefragOutcome says what the planner found.
@@ -148,6 +155,12 @@ func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptio
 			res.Bounded = true
 			break
 		}
+		if k == 2 && opt.Chains && r.dest == nil {
+			if plan, ok := r.chain(); ok {
+				res.Outcome, res.Plan = DefragPlanned, plan
+				return res
+			}
+		}
 	}
 	return res
 }
@@ -174,6 +187,8 @@ type defragRun struct {
 	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
 	// may go; only with dest set.
 	dests map[int]*destInfo
+	// hosts caches chainHosts per (model, profile).
+	hosts map[[2]int][]chainHost
 
 	present  [numModels + 1]bool
 	hist     [numModels + 1][]int32               // usable GPUs per state index
