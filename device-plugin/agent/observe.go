@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
@@ -97,7 +98,7 @@ func (r *Reconciler) usage(ctx context.Context) map[string]string {
 // the kubelet admitted when the agent named devices by MIG UUID (before v0.3), the MIG UUID
 // itself. A device ID whose slot has no instance (after a reboot, before the agent recreates
 // it) names no MIG device and is left out. Nil stays nil (the kubelet could not say).
-func usageByMIGUUID(slices []Slice, byID map[string]string) map[string]string {
+func usageByMIGUUID(slices []engine.Slice, byID map[string]string) map[string]string {
 	if byID == nil {
 		return nil
 	}
@@ -120,7 +121,7 @@ func usageByMIGUUID(slices []Slice, byID map[string]string) map[string]string {
 func (r *Reconciler) trackOrphans(p Plan, now time.Time) {
 	seen := map[string]bool{}
 	for _, o := range p.Orphans {
-		k := orphanKey(o.Slice)
+		k := o.Key()
 		seen[k] = true
 		if _, ok := r.orphanSince[k]; !ok {
 			r.orphanSince[k] = now

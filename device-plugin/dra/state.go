@@ -8,7 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
@@ -63,7 +63,7 @@ func explained(claims []*resourceapi.ResourceClaim, pool string) map[string][]st
 }
 
 // sliceDevice is the DRA device name of an observed slice on GPU g.
-func sliceDevice(g *agent.GPU, s agent.Slice) (string, bool) {
+func sliceDevice(g *engine.GPU, s engine.Slice) (string, bool) {
 	p, err := g.Model.Profile(s.Profile)
 	if err != nil {
 		return "", false
@@ -72,7 +72,7 @@ func sliceDevice(g *agent.GPU, s agent.Slice) (string, bool) {
 }
 
 // gpuByIndex is the observed GPU with NVML index i.
-func gpuByIndex(o *agent.Observation, i int) *agent.GPU {
+func gpuByIndex(o *engine.Observation, i int) *engine.GPU {
 	for _, g := range o.GPUs {
 		if g.Index == i {
 			return g
@@ -82,7 +82,7 @@ func gpuByIndex(o *agent.Observation, i int) *agent.GPU {
 }
 
 // usable reports why a GPU cannot take MIG devices, or "" when it can.
-func usable(g *agent.GPU) string {
+func usable(g *engine.GPU) string {
 	switch {
 	case g == nil:
 		return "no such GPU"
@@ -97,7 +97,7 @@ func usable(g *agent.GPU) string {
 }
 
 // resolve is the slot a device reference names on the observed node.
-func resolve(o *agent.Observation, ref migdra.DeviceRef) (mig.Slot, error) {
+func resolve(o *engine.Observation, ref migdra.DeviceRef) (mig.Slot, error) {
 	g := gpuByIndex(o, ref.GPU)
 	if why := usable(g); why != "" {
 		return mig.Slot{}, fmt.Errorf("device on GPU %d: %s", ref.GPU, why)
@@ -120,7 +120,7 @@ const (
 )
 
 // decide finds what to do for slot among the GPU's instances.
-func decide(instances []agent.Slice, slot mig.Slot) (step, agent.Slice) {
+func decide(instances []engine.Slice, slot mig.Slot) (step, engine.Slice) {
 	for _, s := range instances {
 		if s.GPU != slot.GPU {
 			continue
@@ -135,11 +135,11 @@ func decide(instances []agent.Slice, slot mig.Slot) (step, agent.Slice) {
 			return stepBlocked, s
 		}
 	}
-	return stepCreate, agent.Slice{}
+	return stepCreate, engine.Slice{}
 }
 
 // orphans lists the device names of the observed slices no allocated claim explains, sorted.
-func orphans(o *agent.Observation, held map[string][]string) []string {
+func orphans(o *engine.Observation, held map[string][]string) []string {
 	var out []string
 	for _, g := range o.GPUs {
 		for _, s := range g.Slices {

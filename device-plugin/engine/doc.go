@@ -1,0 +1,12 @@
+// Package engine is the node engine both frontends of the agent stand on: the device-plugin
+// frontend (device-plugin/agent with device-plugin/plugin) and the DRA frontend
+// (device-plugin/dra). It owns what the two share and must compute the same way:
+//
+//   - observe.go: the GPUs and their MIG instances as NVML shows them (Observe);
+//   - realize.go: the realizer, the only code that creates and destroys MIG instances;
+//   - status.go, publish.go: the node's NodeAccelerator status, rendered from a NodeView and
+//     written through StatusWriter (coalesced, never from a stale copy);
+//   - metrics.go: the agent's Prometheus collectors and the per-GPU and per-slice recording.
+//
+// It imports neither frontend; neither frontend imports the other.
+package engine
