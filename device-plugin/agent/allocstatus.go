@@ -19,10 +19,10 @@ func validate(obs *engine.Observation, a *slicerv1alpha1.SliceAllocation) (reaso
 	if g == nil {
 		return slicerv1alpha1.ReasonGPUNotFound, fmt.Sprintf("GPU %s is not on node %s", a.Spec.GPUUUID, a.Spec.NodeName)
 	}
-	if !g.MIGSupported || g.MIGMode != nvml.MIGEnabled {
-		return slicerv1alpha1.ReasonMIGModeOff, fmt.Sprintf("GPU %s has MIG mode off; the agent never changes MIG mode", g.UUID)
-	}
-	if !g.Model.Valid() {
+	if !g.MIGReady() {
+		if g.MIGMode != nvml.MIGEnabled {
+			return slicerv1alpha1.ReasonMIGModeOff, fmt.Sprintf("GPU %s has MIG mode off; the agent never changes MIG mode", g.UUID)
+		}
 		return slicerv1alpha1.ReasonInvalidPlacement, fmt.Sprintf("GPU %s (%s) is not a MIG model Slicer knows", g.UUID, g.ProductName)
 	}
 	p, err := g.Model.Profile(string(a.Spec.Profile))

@@ -37,7 +37,7 @@ func deviceHealth(obs *engine.Observation, held map[string][]string, pool string
 			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, "the GPUs cannot be observed: NVML is unavailable"
 		} else if err != nil {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, err.Error()
-		} else if why := usable(gpuByIndex(obs, ref.GPU)); why != "" {
+		} else if why := gpuByIndex(obs, ref.GPU).Unusable(); why != "" {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, why
 		}
 		out = append(out, h)

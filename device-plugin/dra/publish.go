@@ -17,7 +17,7 @@ func poolGPUs(o *engine.Observation, held map[string][]string) []migdra.GPU {
 	out := make([]migdra.GPU, 0, len(o.GPUs))
 	for _, g := range o.GPUs {
 		mg := migdra.GPU{Index: g.Index, UUID: g.UUID, Healthy: g.Healthy, MIGEnabled: g.MIGMode == nvml.MIGEnabled}
-		if g.Model.Valid() && mg.MIGEnabled {
+		if g.MIGReady() {
 			mg.State = occupancy(g, held)
 		}
 		out = append(out, mg)

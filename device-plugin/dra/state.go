@@ -9,7 +9,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/slicer-operator/slicer/device-plugin/engine"
-	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 )
@@ -81,25 +80,10 @@ func gpuByIndex(o *engine.Observation, i int) *engine.GPU {
 	return nil
 }
 
-// usable reports why a GPU cannot take MIG devices, or "" when it can.
-func usable(g *engine.GPU) string {
-	switch {
-	case g == nil:
-		return "no such GPU"
-	case !g.Healthy:
-		return fmt.Sprintf("GPU %d is unhealthy: %v", g.Index, g.Err)
-	case !g.Model.Valid():
-		return fmt.Sprintf("GPU %d (%s) is not a MIG model Slicer knows", g.Index, g.ProductName)
-	case g.MIGMode != nvml.MIGEnabled:
-		return fmt.Sprintf("GPU %d is not in MIG mode", g.Index)
-	}
-	return ""
-}
-
 // resolve is the slot a device reference names on the observed node.
 func resolve(o *engine.Observation, ref migdra.DeviceRef) (mig.Slot, error) {
 	g := gpuByIndex(o, ref.GPU)
-	if why := usable(g); why != "" {
+	if why := g.Unusable(); why != "" {
 		return mig.Slot{}, fmt.Errorf("device on GPU %d: %s", ref.GPU, why)
 	}
 	p, pl, err := ref.Resolve(g.Model)

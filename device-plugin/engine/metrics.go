@@ -163,13 +163,13 @@ var stateLabel = map[slicerv1alpha1.SliceState]string{
 }
 
 // Record sets the per-GPU and per-slice gauges from an observation, for either frontend:
-// every slice of each GPU in MIG mode of a model Slicer knows, in the state holder gives it, with the namespace and
+// every slice of each MIGReady GPU in the state holder gives it, with the namespace and
 // pod it serves ("" when none); series of slices and GPUs that went away are dropped (the
 // vectors are reset).
 func (m *Metrics) Record(obs *Observation, holder func(g *GPU, s Slice) (state slicerv1alpha1.SliceState, namespace, pod string)) {
 	m.resetGPUs()
 	for _, g := range obs.GPUs {
-		if !g.Model.Valid() || g.MIGMode != nvml.MIGEnabled {
+		if !g.MIGReady() {
 			continue
 		}
 		for _, s := range g.Slices {

@@ -49,6 +49,27 @@ type GPU struct {
 	gis map[int]nvml.ObservedGI
 }
 
+// MIGReady reports whether MIG slices can be laid out on g: it is of a model Slicer knows
+// and in MIG mode. Only such a GPU has observed slices (Observe lists none elsewhere), free
+// room, metrics and devices in a pool. Health is not part of it: Unusable adds it.
+func (g *GPU) MIGReady() bool { return g.Model.Valid() && g.MIGMode == nvml.MIGEnabled }
+
+// Unusable says why g (nil: not on the node) cannot serve MIG devices now, "" when it can:
+// it is unhealthy, or not MIGReady.
+func (g *GPU) Unusable() string {
+	switch {
+	case g == nil:
+		return "no such GPU"
+	case !g.Healthy:
+		return fmt.Sprintf("GPU %d is unhealthy: %v", g.Index, g.Err)
+	case !g.Model.Valid():
+		return fmt.Sprintf("GPU %d (%s) is not a MIG model Slicer knows", g.Index, g.ProductName)
+	case g.MIGMode != nvml.MIGEnabled:
+		return fmt.Sprintf("GPU %d is not in MIG mode", g.Index)
+	}
+	return ""
+}
+
 // Observation is the node's NVML state.
 type Observation struct {
 	DriverVersion string
@@ -155,7 +176,7 @@ func observeGPU(lib nvml.Library, i int) (*GPU, error) {
 		return g, nil
 	}
 	g.MIGSupported, g.MIGMode = true, cur
-	if cur != nvml.MIGEnabled || !g.Model.Valid() {
+	if !g.MIGReady() {
 		return g, nil
 	}
 	giP, ciP := profiles(g.Model)
