@@ -81,7 +81,7 @@ type Reconciler struct {
 
 	mu          sync.Mutex
 	initialized bool
-	orphanSince map[string]time.Time
+	orphanSince engine.OrphanClock
 	firstSeen   map[types.NamespacedName]time.Time
 	retries     int
 	status      *engine.StatusWriter
@@ -102,7 +102,7 @@ func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconcil
 	if opts.Metrics == nil {
 		opts.Metrics = engine.NewMetrics(nil)
 	}
-	return &Reconciler{client: c, recorder: recorder, opts: opts, orphanSince: map[string]time.Time{},
+	return &Reconciler{client: c, recorder: recorder, opts: opts, orphanSince: engine.OrphanClock{},
 		firstSeen: map[types.NamespacedName]time.Time{},
 		status:    engine.NewStatusWriter(c, recorder, opts.NodeName, opts.PublishInterval, opts.Now)}
 }
@@ -203,7 +203,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	o := settle(w, d, log)
 	for _, k := range o.Forget {
-		delete(r.orphanSince, k)
+		r.orphanSince.Forget(k)
 	}
 	for reason, n := range o.Reclaimed {
 		r.opts.Metrics.OrphansReclaim.WithLabelValues(reason).Add(float64(n))
@@ -258,11 +258,5 @@ func (r *Reconciler) log(ctx context.Context) logr.Logger {
 
 // nextResync is the resync interval, shortened to the next orphan deadline.
 func (r *Reconciler) nextResync(now time.Time) time.Duration {
-	next := r.opts.Resync
-	for _, since := range r.orphanSince {
-		if d := since.Add(r.opts.OrphanGrace).Sub(now); d < next {
-			next = max(d, 100*time.Millisecond)
-		}
-	}
-	return next
+	return r.orphanSince.Next(now, r.opts.OrphanGrace, r.opts.Resync)
 }

@@ -29,7 +29,7 @@ type world struct {
 	Usage map[string]string
 	// PodGone maps a live allocation whose pod does not exist or finished (podsGone) to why.
 	PodGone     map[types.NamespacedName]podEnd
-	OrphanSince map[string]time.Time
+	OrphanSince engine.OrphanClock
 	Now         time.Time
 	Grace       time.Duration
 }

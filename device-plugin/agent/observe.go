@@ -116,22 +116,14 @@ func usageByMIGUUID(slices []engine.Slice, byID map[string]string) map[string]st
 	return out
 }
 
-// trackOrphans records when each orphan was first seen and forgets those that are not
-// orphans any more.
+// trackOrphans starts the orphan clock of each orphan first seen now and forgets those that
+// are not orphans any more.
 func (r *Reconciler) trackOrphans(p Plan, now time.Time) {
-	seen := map[string]bool{}
+	keys := make([]string, 0, len(p.Orphans))
 	for _, o := range p.Orphans {
-		k := o.Key()
-		seen[k] = true
-		if _, ok := r.orphanSince[k]; !ok {
-			r.orphanSince[k] = now
-		}
+		keys = append(keys, o.Key())
 	}
-	for k := range r.orphanSince {
-		if !seen[k] {
-			delete(r.orphanSince, k)
-		}
-	}
+	r.orphanSince.Track(keys, now)
 }
 
 // podEnd is why an allocation's pod no longer holds its slices (podsGone).

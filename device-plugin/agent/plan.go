@@ -78,9 +78,9 @@ type planInput struct {
 	// Use maps a MIG UUID to the "namespace/name" of the pod the kubelet assigned it to
 	// (nil when unknown).
 	Use map[string]string
-	// OrphanSince maps a MIG UUID (or slot string for bare GIs) to when it was
-	// first seen unclaimed.
-	OrphanSince map[string]time.Time
+	// OrphanSince is when each slice (engine.Slice.Key) was first seen unclaimed, as of the
+	// reconciles before this one.
+	OrphanSince engine.OrphanClock
 	Now         time.Time
 	Grace       time.Duration
 }
@@ -258,8 +258,7 @@ func plan(in planInput) Plan {
 		if s.MIGUUID == "" {
 			o.User = ""
 		}
-		since, seen := in.OrphanSince[s.Key()]
-		o.Destroy = o.User == "" && (spare[s.Slot] || seen && in.Now.Sub(since) >= in.Grace)
+		o.Destroy = o.User == "" && (spare[s.Slot] || in.OrphanSince.Due(s.Key(), in.Now, in.Grace))
 		p.Orphans = append(p.Orphans, o)
 	}
 	return p

@@ -60,7 +60,7 @@ type Driver struct {
 	opts Options
 	// mu serializes NVML mutations, the orphan clock and the published order.
 	mu          sync.Mutex
-	orphanSince map[string]time.Time
+	orphanSince engine.OrphanClock
 	last        *published
 	publisher   interface {
 		PublishResources(context.Context, resourceslice.DriverResources) error
@@ -83,7 +83,7 @@ func New(opts Options) *Driver {
 	if opts.Resync <= 0 {
 		opts.Resync = time.Minute
 	}
-	d := &Driver{opts: opts, orphanSince: map[string]time.Time{}, kick: make(chan struct{}, 1),
+	d := &Driver{opts: opts, orphanSince: engine.OrphanClock{}, kick: make(chan struct{}, 1),
 		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook()}
 	if opts.Status != nil {
 		d.status = engine.NewStatusWriter(opts.Status, opts.Events, opts.NodeName, opts.PublishInterval, opts.Now)
@@ -228,7 +228,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	var errs []error
-	for _, k := range due(keys, d.orphanSince, d.opts.Now(), d.opts.OrphanGrace) {
+	for _, k := range d.orphanSince.Pass(keys, d.opts.Now(), d.opts.OrphanGrace) {
 		if uid, ok := cutSpec(k); ok {
 			errs = append(errs, d.opts.CDI.RemoveClaim(uid))
 			d.opts.Log.Info("CDI spec of a claim no longer allocated removed", "claim", uid)
@@ -241,7 +241,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 			errs = append(errs, err)
 			continue
 		}
-		delete(d.orphanSince, k)
+		d.orphanSince.Forget(k)
 		d.opts.Metrics.OrphansReclaim.WithLabelValues("no_allocation").Inc()
 		d.opts.Log.Info("orphan MIG instance destroyed", "device", k)
 	}

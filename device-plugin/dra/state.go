@@ -2,9 +2,7 @@ package dra
 
 import (
 	"fmt"
-	"slices"
 	"sort"
-	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -24,7 +22,7 @@ import (
 //     out, so Unprepare can undo a claim the API has already forgotten.
 // An instance that no allocated claim explains is an orphan; it is destroyed after a grace
 // period (the time since it was first seen as an orphan), never at once: a claim allocated a
-// moment ago may not be visible yet.
+// moment ago may not be visible yet (engine.OrphanClock, the device-plugin frontend's clock too).
 
 // allocated is one device of this driver and pool in a claim's allocation.
 type allocated struct {
@@ -130,30 +128,6 @@ func orphans(o *engine.Observation, held map[string][]string) []string {
 			if name, ok := sliceDevice(g, s); ok && len(held[name]) == 0 {
 				out = append(out, name)
 			}
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// due updates since (when each current orphan key was first seen; keys no longer orphans are
-// forgotten) and returns the keys whose grace has passed, sorted. A key seen for the first
-// time is never due.
-func due(keys []string, since map[string]time.Time, now time.Time, grace time.Duration) []string {
-	for k := range since {
-		if !slices.Contains(keys, k) {
-			delete(since, k)
-		}
-	}
-	var out []string
-	for _, k := range keys {
-		first, ok := since[k]
-		if !ok {
-			since[k] = now // first seen now: never collected on the sweep that finds it
-			continue
-		}
-		if now.Sub(first) >= grace {
-			out = append(out, k)
 		}
 	}
 	sort.Strings(out)

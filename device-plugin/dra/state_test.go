@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
@@ -50,28 +49,6 @@ func TestDecide(t *testing.T) {
 				t.Fatalf("decide = %d, want %d", got, tc.want)
 			}
 		})
-	}
-}
-
-func TestDueNeverAtFirstSightAndOnlyAfterGrace(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	since := map[string]time.Time{}
-	if got := due([]string{"a"}, since, t0, 0); len(got) != 0 {
-		t.Fatalf("due at first sight: %v", got)
-	}
-	if got := due([]string{"a", "b"}, since, t0.Add(30*time.Second), time.Minute); len(got) != 0 {
-		t.Fatalf("due before the grace: %v", got)
-	}
-	if got := due([]string{"a", "b"}, since, t0.Add(time.Minute), time.Minute); !cmp.Equal(got, []string{"a"}) {
-		t.Fatalf("due after a's grace = %v, want [a]", got)
-	}
-	// b stops being an orphan and comes back: its clock restarts.
-	due([]string{"a"}, since, t0.Add(2*time.Minute), time.Minute)
-	if _, ok := since["b"]; ok {
-		t.Fatal("b not forgotten")
-	}
-	if got := due([]string{"b"}, since, t0.Add(3*time.Minute), time.Minute); len(got) != 0 {
-		t.Fatalf("b due at its second first sight: %v", got)
 	}
 }
 
