@@ -262,9 +262,9 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *engine.Obse
 }
 
 func (r *Reconciler) writeCDI(obs *engine.Observation, s engine.Slice, name string) error {
-	g := obs.GPUByUUID(s.GPU)
-	_, err := r.opts.CDI.Write(cdi.Slice{Name: name, MIGUUID: s.MIGUUID, GPUUUID: s.GPU, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
-		PlacementStart: s.Placement.Start, PlacementSize: s.Placement.Size, GPUInstance: s.GI, ComputeInst: s.CI})
+	spec := engine.CDISlice(obs.GPUByUUID(s.GPU), s)
+	spec.Name = name
+	_, err := r.opts.CDI.Write(spec)
 	result := "success"
 	if err != nil {
 		result = "error"

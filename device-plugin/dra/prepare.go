@@ -83,8 +83,7 @@ func (d *Driver) prepareClaim(ctx context.Context, obs *engine.Observation, all 
 			return nil, fmt.Errorf("device %s: %w", a.Device, err)
 		}
 		g.Slices = append(slices.DeleteFunc(g.Slices, func(o engine.Slice) bool { return o.Slot == s.Slot }), s)
-		specs = append(specs, cdi.Slice{MIGUUID: s.MIGUUID, GPUUUID: g.UUID, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
-			PlacementStart: s.Placement.Start, PlacementSize: s.Placement.Size, GPUInstance: s.GI, ComputeInst: s.CI})
+		specs = append(specs, engine.CDISlice(g, s))
 		devs = append(devs, kubeletplugin.Device{Requests: []string{a.Request}, PoolName: d.opts.NodeName, DeviceName: a.Device})
 	}
 	ids, err := d.opts.CDI.WriteClaim(string(c.UID), specs)
