@@ -17,19 +17,11 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
-// ownershipConflict reports whether another tool owns the node's MIG devices: NVIDIA's MIG
-// manager label, or another device plugin advertising NVIDIA's resources there. The fact is
-// migapi.NodeForeign's, which the DRA frontend asks too (device-plugin/dra/owner.go).
+// ownershipConflict reports whether another tool owns the node's MIG devices
+// (engine.Foreign, which the DRA frontend asks too), from the cached Node.
 func (r *Reconciler) ownershipConflict(ctx context.Context) (migapi.Foreign, error) {
 	var node corev1.Node
-	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &node)
-	if apierrors.IsNotFound(err) {
-		return migapi.NodeForeign(nil), nil
-	}
-	if err != nil {
-		return migapi.Foreign{}, fmt.Errorf("get node: %w", err)
-	}
-	return migapi.NodeForeign(&node), nil
+	return engine.Foreign(&node, r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &node))
 }
 
 // allocations lists the node's allocations from the cache and adds the agent's finalizer
