@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/test/builder"
@@ -28,7 +28,7 @@ import (
 
 // benchNode starts a control plane and an emulated node's agent for a benchmark.
 // podGone turns on the agent's release of allocations whose pod is gone or finished.
-func benchNode(b *testing.B, name string, gpus int, podGone ...bool) (*framework.Env, *agent.Metrics) {
+func benchNode(b *testing.B, name string, gpus int, podGone ...bool) (*framework.Env, *engine.Metrics) {
 	b.Helper()
 	e, err := framework.Start(framework.Options{WithoutExternalCRDs: true})
 	if err != nil {
@@ -55,7 +55,7 @@ func benchNode(b *testing.B, name string, gpus int, podGone ...bool) (*framework
 	if err != nil {
 		b.Fatal(err)
 	}
-	m := agent.NewMetrics(prometheus.NewRegistry())
+	m := engine.NewMetrics(prometheus.NewRegistry())
 	log := logr.Discard()
 	if os.Getenv("BENCH_LOG") != "" {
 		log = zap.New(zap.UseDevMode(true))
@@ -146,7 +146,7 @@ func deleteAll(b *testing.B, c client.Client, allocs []*slicerv1alpha1.SliceAllo
 	}
 }
 
-func agentRealizeMean(m *agent.Metrics) float64 {
+func agentRealizeMean(m *engine.Metrics) float64 {
 	ch := make(chan prometheus.Metric, 1)
 	m.RealizeDuration.Collect(ch)
 	var out dto.Metric

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/test/builder"
@@ -84,7 +84,7 @@ var _ = Describe("slicer-agent binary", func() {
 var _ = Describe("agent metrics", func() {
 	It("registers lint-clean collectors and drops series of slices that went away", func() {
 		reg := prometheus.NewRegistry()
-		m := agent.NewMetrics(reg)
+		m := engine.NewMetrics(reg)
 		n := newNode("n-metrics", mig.H100_80GB)
 		DeferCleanup(n.cleanup)
 		n.metrics = m

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/test/builder"
@@ -64,7 +64,7 @@ type node struct {
 	agent   *framework.RunningAgent
 	adv     *framework.RecordingAdvertiser
 	usage   *framework.StaticUsage
-	metrics *agent.Metrics
+	metrics *engine.Metrics
 	grace   time.Duration
 	seq     int
 }
@@ -86,7 +86,7 @@ func (n *node) newBackend() {
 }
 
 func (n *node) start() {
-	n.metrics = agent.NewMetrics(prometheus.NewRegistry())
+	n.metrics = engine.NewMetrics(prometheus.NewRegistry())
 	a, err := env.StartAgent(framework.AgentOptions{Node: n.name, Library: n.backend, CDIDir: n.cdiDir, OrphanGrace: n.grace,
 		Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics, PodGone: true}, zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	Expect(err).NotTo(HaveOccurred())

@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/dra"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
@@ -52,7 +52,7 @@ func (c *clock) Add(d time.Duration) {
 // and a kubelet-side gRPC client of it.
 type plugin struct {
 	drv     *dra.Driver
-	metrics *agent.Metrics
+	metrics *engine.Metrics
 	cancel  context.CancelFunc
 	done    chan error
 	conn    *grpc.ClientConn
@@ -77,7 +77,7 @@ func (h *harness) start() {
 	h.t.Helper()
 	// The plugin's clock only moves when the test moves it, so status writes are not
 	// coalesced (a deferred write would wait for a time that never comes).
-	metrics := agent.NewMetrics(prometheus.NewRegistry())
+	metrics := engine.NewMetrics(prometheus.NewRegistry())
 	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Emulated: true, Client: h.cs, Status: h.status, PublishInterval: -1,
 		CDI: h.cdi, Metrics: metrics, OrphanGrace: h.grace, Resync: time.Hour,
 		Now: h.clock.Now, Log: testr.New(h.t)})

@@ -18,7 +18,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/cmd/slicer/cli"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/test/builder"
@@ -78,7 +78,7 @@ var _ = Describe("Prometheus joining DCGM exporter's series to the agent's slice
 
 		agentReg := prometheus.NewRegistry()
 		running, err := env.StartAgent(framework.AgentOptions{Node: node, Library: backend, CDIDir: filepath.Join(dir, "cdi"),
-			OrphanGrace: time.Hour, Usage: &framework.StaticUsage{}, Advertiser: &framework.RecordingAdvertiser{}, Metrics: agent.NewMetrics(agentReg)},
+			OrphanGrace: time.Hour, Usage: &framework.StaticUsage{}, Advertiser: &framework.RecordingAdvertiser{}, Metrics: engine.NewMetrics(agentReg)},
 			zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(running.Stop)

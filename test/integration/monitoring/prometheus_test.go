@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/prometheusrules"
@@ -164,7 +164,7 @@ var _ = Describe("Prometheus with the shipped rules", func() {
 		Expect(err).NotTo(HaveOccurred())
 
 		agentReg := prometheus.NewRegistry()
-		metrics := agent.NewMetrics(agentReg)
+		metrics := engine.NewMetrics(agentReg)
 		running, err := env.StartAgent(framework.AgentOptions{Node: node, Library: backend, CDIDir: filepath.Join(dir, "cdi"),
 			OrphanGrace: time.Hour, Usage: &framework.StaticUsage{}, Advertiser: &framework.RecordingAdvertiser{}, Metrics: metrics},
 			zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
