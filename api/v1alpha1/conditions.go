@@ -116,4 +116,7 @@ const (
 	// ReasonNVIDIARuntimeClass: a RuntimeClass selects the node's NVIDIA runtime handler
 	// (RuntimeBypass).
 	ReasonNVIDIARuntimeClass = "NVIDIARuntimeClass"
+	// ReasonRuntimeClassesUnreadable: the agent could not list the RuntimeClasses
+	// (RuntimeBypass Unknown).
+	ReasonRuntimeClassesUnreadable = "RuntimeClassesUnreadable"
 )

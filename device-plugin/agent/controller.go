@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -117,7 +118,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan event.Gen
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Watches(&slicerv1alpha1.SliceAllocation{}, toNode).
 		Watches(&slicerv1alpha1.NodeAccelerator{}, toNode).
-		Watches(&corev1.Node{}, toNode)
+		Watches(&corev1.Node{}, toNode).
+		Watches(&nodev1.RuntimeClass{}, toNode)
 	if trigger != nil {
 		b = b.WatchesRawSource(source.Channel(trigger, toNode))
 	}
@@ -153,7 +155,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	log := r.log(ctx)
 	now := r.opts.Now()
 
-	conflict, err := r.ownershipConflict(ctx)
+	conflict, bypass, err := r.nodeFacts(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -161,7 +163,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if err := r.opts.Library.Init(); err != nil {
 			r.opts.Metrics.NVMLError(err)
 			log.Error(err, "NVML unavailable")
-			if _, perr := r.status.Publish(ctx, engine.NodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
+			if _, perr := r.status.Publish(ctx, engine.NodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict, Bypass: bypass}); perr != nil {
 				return ctrl.Result{}, perr
 			}
 			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
@@ -177,7 +179,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if nvml.IsDriverUnavailable(err) {
 			r.initialized = false
 		}
-		if _, perr := r.status.Publish(ctx, engine.NodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
+		if _, perr := r.status.Publish(ctx, engine.NodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict, Bypass: bypass}); perr != nil {
 			return ctrl.Result{}, errors.Join(err, perr)
 		}
 		return ctrl.Result{}, fmt.Errorf("observe GPUs: %w", err)
@@ -186,7 +188,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	w := world{Node: r.opts.NodeName, Conflict: conflict, Obs: obs, Allocs: allocs, Usage: r.usage(ctx), PodGone: gone,
+	w := world{Node: r.opts.NodeName, Conflict: conflict, Bypass: bypass, Obs: obs, Allocs: allocs, Usage: r.usage(ctx), PodGone: gone,
 		OrphanSince: r.orphanSince, Now: now, Grace: r.opts.OrphanGrace}
 
 	d := decide(w)

@@ -20,7 +20,9 @@ type world struct {
 	Node string
 	// Conflict: another tool owns the node (migapi.NodeForeign); the agent changes no geometry.
 	Conflict migapi.Foreign
-	Obs      *engine.Observation
+	// Bypass: a RuntimeClass selects the node's NVIDIA runtime (reported, not acted on).
+	Bypass migapi.Bypass
+	Obs    *engine.Observation
 	// Allocs are the node's allocations that exist (finalizer ensured), by key.
 	Allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation
 	// Usage maps a device ID to the "namespace/name" of the pod the kubelet assigned it to
@@ -260,7 +262,7 @@ func settle(w world, d decision, log logr.Logger) outcome {
 // view is what the NodeAccelerator shows of the slices: allocated ones with their holder,
 // and those waiting to be destroyed.
 func (o outcome) view(w world, obs *engine.Observation, release map[types.NamespacedName]*engine.Slice) engine.NodeView {
-	v := engine.NodeView{Conflict: w.Conflict, Obs: obs, States: map[string]slicerv1alpha1.SliceState{}, Holders: map[string]types.NamespacedName{}}
+	v := engine.NodeView{Conflict: w.Conflict, Bypass: w.Bypass, Obs: obs, States: map[string]slicerv1alpha1.SliceState{}, Holders: map[string]types.NamespacedName{}}
 	for k, s := range o.Bound {
 		v.States[s.Key()], v.Holders[s.Key()] = slicerv1alpha1.SliceAllocated, k
 	}

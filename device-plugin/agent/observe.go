@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,11 +18,23 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
-// ownershipConflict reports whether another tool owns the node's MIG devices
-// (engine.Foreign, which the DRA frontend asks too), from the cached Node.
-func (r *Reconciler) ownershipConflict(ctx context.Context) (migapi.Foreign, error) {
+// nodeFacts reads, from the cache, what both frontends tell from the API about the node:
+// whether another tool owns its MIG devices (engine.Foreign) and whether a RuntimeClass
+// selects its NVIDIA runtime (engine.RuntimeBypass).
+func (r *Reconciler) nodeFacts(ctx context.Context) (migapi.Foreign, migapi.Bypass, error) {
 	var node corev1.Node
-	return engine.Foreign(&node, r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &node))
+	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &node)
+	foreign, ferr := engine.Foreign(&node, err)
+	if ferr != nil {
+		return foreign, migapi.Bypass{}, ferr
+	}
+	n := &node
+	if err != nil {
+		n = nil // not found
+	}
+	var classes nodev1.RuntimeClassList
+	lerr := r.client.List(ctx, &classes)
+	return foreign, engine.RuntimeBypass(n, classes.Items, lerr), nil
 }
 
 // allocations lists the node's allocations from the cache and adds the agent's finalizer

@@ -199,7 +199,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	pool := d.opts.NodeName
-	conflict, err := d.foreignOwner(ctx)
+	conflict, bypass, err := d.nodeFacts(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -207,7 +207,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		err = fmt.Errorf("observe GPUs: %w", err)
 		d.health.set(deviceHealth(nil, explained(claims, pool), pool, d.opts.Now(), healthTimeout))
-		wait, serr := d.writeStatus(ctx, engine.ClaimView{Emulated: d.opts.Emulated, DriverErr: err, NotServing: d.notServing, Conflict: conflict})
+		wait, serr := d.writeStatus(ctx, engine.ClaimView{Emulated: d.opts.Emulated, DriverErr: err, NotServing: d.notServing, Conflict: conflict, Bypass: bypass})
 		return wait, errors.Join(err, serr)
 	}
 	held := explained(claims, pool)
@@ -258,7 +258,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	recordMetrics(d.opts.Metrics, obs, hs)
 	d.health.set(deviceHealth(obs, held, pool, d.opts.Now(), healthTimeout))
 	perr := d.publish(ctx, obs, held, conflict.Present())
-	wait, serr := d.writeStatus(ctx, engine.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Conflict: conflict, Obs: obs, Claim: claimView(hs)})
+	wait, serr := d.writeStatus(ctx, engine.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Conflict: conflict, Bypass: bypass, Obs: obs, Claim: claimView(hs)})
 	return wait, errors.Join(perr, serr)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/slicer-operator/slicer/device-plugin/engine"
@@ -14,6 +15,26 @@ import (
 // which the device-plugin frontend asks too), from a live read of the Node.
 func (d *Driver) foreignOwner(ctx context.Context) (migapi.Foreign, error) {
 	return engine.Foreign(d.opts.Client.CoreV1().Nodes().Get(ctx, d.opts.NodeName, metav1.GetOptions{}))
+}
+
+// nodeFacts reads, live, what both frontends tell from the API about the node: whether
+// another tool owns its MIG devices (engine.Foreign) and whether a RuntimeClass selects its
+// NVIDIA runtime (engine.RuntimeBypass).
+func (d *Driver) nodeFacts(ctx context.Context) (migapi.Foreign, migapi.Bypass, error) {
+	node, err := d.opts.Client.CoreV1().Nodes().Get(ctx, d.opts.NodeName, metav1.GetOptions{})
+	foreign, ferr := engine.Foreign(node, err)
+	if ferr != nil {
+		return foreign, migapi.Bypass{}, ferr
+	}
+	if err != nil {
+		node = nil // not found
+	}
+	classes, lerr := d.opts.Client.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
+	var items []nodev1.RuntimeClass
+	if lerr == nil {
+		items = classes.Items
+	}
+	return foreign, engine.RuntimeBypass(node, items, lerr), nil
 }
 
 // foreignErr is why nothing is prepared while another tool owns the node: Slicer then

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
@@ -22,4 +23,15 @@ func Foreign(n *corev1.Node, err error) (migapi.Foreign, error) {
 		return migapi.Foreign{}, fmt.Errorf("get node: %w", err)
 	}
 	return migapi.NodeForeign(n), nil
+}
+
+// RuntimeBypass reports whether a RuntimeClass selects the NVIDIA container runtime the node
+// offers (migapi.RuntimeBypass), from the Node (nil: not found) and the cluster's
+// RuntimeClasses as listed, err the list's error: a list that failed leaves it Unknown.
+// Both frontends report it on their NodeAccelerator; neither acts on it.
+func RuntimeBypass(node *corev1.Node, classes []nodev1.RuntimeClass, err error) migapi.Bypass {
+	if err != nil {
+		return migapi.Bypass{Unknown: true, Message: fmt.Sprintf("the RuntimeClasses could not be read: %v", err)}
+	}
+	return migapi.RuntimeBypass(node, classes)
 }

@@ -17,6 +17,8 @@ type NodeView struct {
 	DriverErr error
 	// Conflict: another tool owns the node (migapi.NodeForeign).
 	Conflict migapi.Foreign
+	// Bypass: a RuntimeClass selects the node's NVIDIA runtime (RuntimeBypass).
+	Bypass migapi.Bypass
 	// NotServing says why the frontend's kubelet endpoint does not serve (nil: it does; the
 	// device-plugin frontend always does, since its devices come and go with the slices).
 	NotServing error
@@ -101,6 +103,18 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 			"no other MIG manager or device plugin of NVIDIA's resources owns the node")
 	}
 	switch {
+	case v.Bypass.Present():
+		set(slicerv1alpha1.ConditionRuntimeBypass, metav1.ConditionTrue, v.Bypass.Reason, utilstrings.ShortenString(v.Bypass.Message, 1024))
+	case v.Bypass.Unknown:
+		set(slicerv1alpha1.ConditionRuntimeBypass, metav1.ConditionUnknown, slicerv1alpha1.ReasonRuntimeClassesUnreadable, utilstrings.ShortenString(v.Bypass.Message, 1024))
+	default:
+		msg := v.Bypass.Message
+		if msg == "" {
+			msg = "no RuntimeClass selects an NVIDIA runtime of this node"
+		}
+		set(slicerv1alpha1.ConditionRuntimeBypass, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, utilstrings.ShortenString(msg, 1024))
+	}
+	switch {
 	case v.DriverErr != nil:
 		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, slicerv1alpha1.ReasonNVMLUnavailable, "NVML is not usable")
 	case v.Conflict.Present():
@@ -122,7 +136,9 @@ type ClaimView struct {
 	NotServing error
 	// Conflict: another tool owns the node (migapi.NodeForeign).
 	Conflict migapi.Foreign
-	Obs      *Observation
+	// Bypass: a RuntimeClass selects the node's NVIDIA runtime (RuntimeBypass).
+	Bypass migapi.Bypass
+	Obs    *Observation
 	// Claim names the allocated claim that holds observed slice s of GPU g (false: none).
 	Claim func(g *GPU, s Slice) (slicerv1alpha1.ClaimReference, bool)
 }
@@ -131,7 +147,7 @@ type ClaimView struct {
 // with that claim, any other is Orphaned (the DRA frontend destroys instances within one
 // sync, so none is ever seen PendingDelete).
 func (v ClaimView) NodeView() NodeView {
-	nv := NodeView{Emulated: v.Emulated, DriverErr: v.DriverErr, NotServing: v.NotServing, Conflict: v.Conflict, Obs: v.Obs,
+	nv := NodeView{Emulated: v.Emulated, DriverErr: v.DriverErr, NotServing: v.NotServing, Conflict: v.Conflict, Bypass: v.Bypass, Obs: v.Obs,
 		States: map[string]slicerv1alpha1.SliceState{}, Claims: map[string]slicerv1alpha1.ClaimReference{}}
 	if v.Obs == nil || v.Claim == nil {
 		return nv

@@ -124,6 +124,32 @@ func TestRenderOwnershipConflict(t *testing.T) {
 	}
 }
 
+// RuntimeBypass is True with what was found, Unknown when the RuntimeClasses could not be
+// read, False otherwise; it does not make the node un-Ready (it is reported, not acted on).
+func TestRenderRuntimeBypass(t *testing.T) {
+	obs, claim := claimNode()
+	found := migapi.Bypass{Reason: slicerv1alpha1.ReasonNVIDIARuntimeClass, Message: "RuntimeClass nvidia (handler nvidia) selects ..."}
+	for _, tc := range []struct {
+		name   string
+		bypass migapi.Bypass
+		status metav1.ConditionStatus
+		reason string
+	}{
+		{name: "found", bypass: found, status: metav1.ConditionTrue, reason: slicerv1alpha1.ReasonNVIDIARuntimeClass},
+		{name: "unreadable", bypass: RuntimeBypass(nil, nil, errors.New("forbidden")), status: metav1.ConditionUnknown, reason: slicerv1alpha1.ReasonRuntimeClassesUnreadable},
+		{name: "none", bypass: RuntimeBypass(nil, nil, nil), status: metav1.ConditionFalse, reason: slicerv1alpha1.ReasonAsExpected},
+	} {
+		st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, ClaimView{Obs: obs, Claim: claim, Bypass: tc.bypass}.NodeView())
+		c := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionRuntimeBypass)
+		if c == nil || c.Status != tc.status || c.Reason != tc.reason || c.Message == "" {
+			t.Errorf("%s: RuntimeBypass = %+v, want %s/%s", tc.name, c, tc.status, tc.reason)
+		}
+		if r := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionTrue {
+			t.Errorf("%s: Ready = %+v, want True", tc.name, r)
+		}
+	}
+}
+
 // StatusWriter creates the node's NodeAccelerator and writes the claim view into it; a
 // second identical publish writes nothing.
 func TestStatusWriterPublishesClaims(t *testing.T) {

@@ -89,7 +89,8 @@ func TestAgentVerbs(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		"nodes": {"get", "list", "watch"}, "pods": {"get", "list", "watch"}, "events": {"create", "patch", "update"},
+		"nodes": {"get", "list", "watch"}, "pods": {"get", "list", "watch"}, "runtimeclasses": {"get", "list", "watch"},
+		"events":           {"create", "patch", "update"},
 		"nodeaccelerators": {"get", "list", "watch", "create"}, "nodeaccelerators/status": {"patch"},
 		"sliceallocations": {"get", "list", "watch", "patch", "delete"}, "sliceallocations/status": {"patch"},
 		"resourceslices": {"get", "list", "watch", "create", "update", "delete"}, "resourceclaims": {"get", "list", "watch"},

@@ -48,6 +48,9 @@ var (
 	AgentRules = append([]rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: readWatch},
+		// The RuntimeClasses, to report one that selects the node's NVIDIA runtime
+		// (device-plugin/engine.RuntimeBypass).
+		{APIGroups: []string{"node.k8s.io"}, Resources: []string{"runtimeclasses"}, Verbs: readWatch},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
 		// Its node's NodeAccelerator: created once, then only its status is written
 		// (device-plugin/engine/publish.go).

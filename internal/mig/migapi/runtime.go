@@ -18,6 +18,8 @@ type Bypass struct {
 	Reason string
 	// Message says what was found and how to close it; for no bypass, what was checked.
 	Message string
+	// Unknown: what the API shows could not be read (Message says why).
+	Unknown bool
 }
 
 // Present reports whether a bypass was found.

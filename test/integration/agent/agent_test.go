@@ -6,6 +6,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -334,6 +335,41 @@ var _ = Describe("node agent", func() {
 		n.waitReady(a)
 		Eventually(func(g Gomega) {
 			g.Expect(framework.NodeConditionStatus(n.nodeAccelerator(g), slicerv1alpha1.ConditionOwnershipConflict)).To(Equal(metav1.ConditionFalse))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		n.release(a)
+		n.waitGone(a)
+	})
+
+	It("reports a RuntimeClass that selects the node's NVIDIA runtime (RuntimeBypass), and clears it once the class is gone; slices are served meanwhile", func() {
+		n := newNode("n-runtime-bypass", mig.H100_80GB)
+		DeferCleanup(n.cleanup)
+		var node corev1.Node
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: n.name}, &node)).To(Succeed())
+		// What the kubelet reports of a containerd with NVIDIA's runtime configured.
+		node.Status.RuntimeHandlers = []corev1.NodeRuntimeHandler{{Name: ""}, {Name: "runc"}, {Name: "nvidia"}}
+		Expect(k8s.Status().Update(ctx, &node)).To(Succeed())
+		class := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "nvidia-bypass-test"}, Handler: "nvidia"}
+		Expect(k8s.Create(ctx, class)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, class))).To(Succeed()) })
+		n.start()
+		a := n.allocate(0, "1g.10gb", 0, 1)
+		n.waitReady(a)
+		Eventually(func(g Gomega) {
+			na := n.nodeAccelerator(g)
+			c := meta.FindStatusCondition(na.Status.Conditions, slicerv1alpha1.ConditionRuntimeBypass)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Reason).To(Equal(slicerv1alpha1.ReasonNVIDIARuntimeClass))
+			g.Expect(c.Message).To(ContainSubstring("RuntimeClass nvidia-bypass-test (handler nvidia)"))
+			g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionReady)).To(Equal(metav1.ConditionTrue), "reported, not acted on")
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+
+		Expect(k8s.Delete(ctx, class)).To(Succeed()) // the agent watches RuntimeClasses
+		Eventually(func(g Gomega) {
+			c := meta.FindStatusCondition(n.nodeAccelerator(g).Status.Conditions, slicerv1alpha1.ConditionRuntimeBypass)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Message).To(ContainSubstring("offers the NVIDIA runtime handler nvidia, and no RuntimeClass selects it"))
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 		n.release(a)
 		n.waitGone(a)
