@@ -147,7 +147,7 @@ e2e-suites:
 	@echo $(E2E_SUITES)
 
 e2e-deps:
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay; fi
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay kueue-bin; fi
 
 test-e2e-suite: ## One end-to-end suite alone: E2E_SUITE=test/e2e, test/e2e/dra or test/olm (built by e2e-deps).
 	@[ -n "$(E2E_SUITE)" ] || { echo "test-e2e-suite: set E2E_SUITE to one of: $(E2E_SUITES)" >&2; exit 2; }
@@ -170,6 +170,10 @@ test-olm: ## OLM install, upgrade and uninstall on the local node (root; OLM_FRO
 .PHONY: olm-bin
 olm-bin: ## OLM v0 (olm, catalog) and our catalog-server, render-catalog from hack/olm into bin/olm (once).
 	hack/build-olm.sh
+
+.PHONY: kueue-bin
+kueue-bin: ## Kueue's manager and its release's CRDs and webhook manifests from hack/kueue into bin/kueue (once; test/e2e's Kueue spec).
+	hack/build-kueue.sh
 
 .PHONY: released-bin
 released-bin: ## The released versions' binaries from their own source into bin/released/VERSION (once).

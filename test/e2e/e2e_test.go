@@ -293,6 +293,8 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 
 	It("refuses a pod in kube-system that asks for slicer.dev/* directly", expectDirectSlicesRefusedInKubeNamespaces)
 
+	It("under Kueue: 5 Jobs of one nvidia.com/mig-1g.10gb against a quota of 3 run at most 3 at once, all complete; a plain pod counts once; no slice left", kueueSpec, SpecTimeout(8*time.Minute))
+
 	// Last: it uninstalls Slicer.
 	It("keeps running while MIG pods hold slices, naming them (uninstall policy Wait); forced, releases every slice, then removes everything it created (I12, I2)", uninstallSpec)
 })

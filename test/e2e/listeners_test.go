@@ -37,9 +37,7 @@ func slicerBinary(exe string) string {
 }
 
 // slicerProcesses finds every Slicer process on the host and the TCP
-// sockets it listens on: the LISTEN entries of the tables of its own network
-// namespace (/proc/<pid>/net/tcp, tcp6) whose inode is one of its open
-// descriptors (/proc/<pid>/fd). Needs root.
+// sockets it listens on (processListeners). Needs root.
 func slicerProcesses() ([]slicerProcess, error) {
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
@@ -56,32 +54,43 @@ func slicerProcesses() ([]slicerProcess, error) {
 			continue
 		}
 		p := slicerProcess{pid: filepath.Base(dir), binary: b}
-		inodes := map[uint64]bool{}
-		fds, err := os.ReadDir(filepath.Join(dir, "fd"))
-		if err != nil {
-			return nil, fmt.Errorf("%s (pid %s): descriptors: %w", b, p.pid, err)
-		}
-		for _, fd := range fds {
-			link, err := os.Readlink(filepath.Join(dir, "fd", fd.Name()))
-			if err != nil {
-				continue // closed since ReadDir
-			}
-			if inode, ok := procnet.SocketInode(link); ok {
-				inodes[inode] = true
-			}
-		}
-		for _, table := range []string{"tcp", "tcp6"} {
-			data, err := os.ReadFile(filepath.Join(dir, "net", table))
-			if err != nil {
-				return nil, fmt.Errorf("%s (pid %s): %w", b, p.pid, err)
-			}
-			ls, err := procnet.ParseTCP(data)
-			if err != nil {
-				return nil, fmt.Errorf("%s (pid %s) %s: %w", b, p.pid, table, err)
-			}
-			p.listeners = append(p.listeners, procnet.Owned(ls, inodes)...)
+		if p.listeners, err = processListeners(dir); err != nil {
+			return nil, fmt.Errorf("%s (pid %s): %w", b, p.pid, err)
 		}
 		out = append(out, p)
+	}
+	return out, nil
+}
+
+// processListeners lists the TCP sockets the process of /proc/<pid> dir listens on: the LISTEN
+// entries of the tables of its own network namespace (net/tcp, tcp6) whose inode is one of
+// its open descriptors (fd/). Needs root.
+func processListeners(dir string) ([]procnet.Listener, error) {
+	inodes := map[uint64]bool{}
+	fds, err := os.ReadDir(filepath.Join(dir, "fd"))
+	if err != nil {
+		return nil, fmt.Errorf("descriptors: %w", err)
+	}
+	for _, fd := range fds {
+		link, err := os.Readlink(filepath.Join(dir, "fd", fd.Name()))
+		if err != nil {
+			continue // closed since ReadDir
+		}
+		if inode, ok := procnet.SocketInode(link); ok {
+			inodes[inode] = true
+		}
+	}
+	var out []procnet.Listener
+	for _, table := range []string{"tcp", "tcp6"} {
+		data, err := os.ReadFile(filepath.Join(dir, "net", table))
+		if err != nil {
+			return nil, err
+		}
+		ls, err := procnet.ParseTCP(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", table, err)
+		}
+		out = append(out, procnet.Owned(ls, inodes)...)
 	}
 	return out, nil
 }
