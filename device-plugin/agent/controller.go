@@ -56,6 +56,12 @@ type Options struct {
 	Usage UsageSource
 	// Advertiser may be nil.
 	Advertiser Advertiser
+	// Kubelet, when set, says which devices the kubelet holds as allocatable: an allocation
+	// turns Ready only once its device is there (awaitKubelet).
+	Kubelet KubeletDevices
+	// KubeletWait bounds how long one reconcile waits for the kubelet to list a device
+	// (default 3s); past it the allocation stays Creating and is retried.
+	KubeletWait time.Duration
 	// OrphanGrace is how long a slice no allocation holds is kept.
 	OrphanGrace time.Duration
 	// Live reads from the API server: the evidence that an allocation's pod is gone (see
@@ -93,6 +99,9 @@ type Reconciler struct {
 func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconciler {
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.KubeletWait == 0 {
+		opts.KubeletWait = 3 * time.Second
 	}
 	if opts.Resync == 0 {
 		opts.Resync = time.Minute
@@ -218,8 +227,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 	}
 
-	// CDI specs, then the kubelet, then Ready.
-	retry := r.writeDevices(ctx, w, obs, o) || o.Retry
+	// CDI specs, then the kubelet, then Ready once the kubelet has the device.
+	retry, readyIDs := r.writeDevices(ctx, w, obs, o)
+	retry = r.awaitKubelet(ctx, w, o, readyIDs) || retry || o.Retry
 	if err := r.writeStatuses(ctx, allocs, o.Statuses); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -214,9 +214,11 @@ func (r *Reconciler) record(allocs map[types.NamespacedName]*slicerv1alpha1.Slic
 // its MIG UUID: the spec of a slice recreated at its slot after a reboot takes the name the
 // kubelet checkpointed for the pod and points at the new instance. A slice the kubelet knows
 // by its MIG UUID (a pod admitted when the agent named devices so) keeps a spec under that
-// name too, for its containers' restarts. It returns whether something must be retried.
-func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *engine.Observation, o outcome) bool {
+// name too, for its containers' restarts. It returns whether something must be retried, and
+// the device ID of each allocation it marked Ready.
+func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *engine.Observation, o outcome) (bool, map[types.NamespacedName]string) {
 	retry := false
+	readyIDs := map[types.NamespacedName]string{}
 	var devices []plugin.Device
 	keep := map[string]bool{}
 	for k, s := range o.Bound {
@@ -239,6 +241,7 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *engine.Obse
 		}
 		devices = append(devices, deviceFor(obs, s))
 		o.Statuses[k] = ready(w.Allocs[k], s)
+		readyIDs[k] = s.DeviceID()
 	}
 	for _, s := range obs.Slices() {
 		// A slice a pod uses keeps its spec (under either name) even without an allocation.
@@ -258,7 +261,7 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *engine.Obse
 	if r.opts.Advertiser != nil {
 		r.opts.Advertiser.SetDevices(devices)
 	}
-	return retry
+	return retry, readyIDs
 }
 
 func (r *Reconciler) writeCDI(obs *engine.Observation, s engine.Slice, name string) error {

@@ -93,6 +93,37 @@ func PodDevicesOf(resp *podresourcesapi.ListPodResourcesResponse) map[string]map
 	return out
 }
 
+// AllocatableDeviceIDs lists the Slicer MIG device IDs the kubelet holds as allocatable
+// (GetAllocatableResources): those it has received from the device plugin's ListAndWatch.
+// The kubelet updates this list and the devices it admits pods with in one step, so a device
+// listed here can be handed to a pod being admitted now.
+func (c *Client) AllocatableDeviceIDs(ctx context.Context) (map[string]bool, error) {
+	timeout := c.Timeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+c.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("pod resources %s: %w", c.Socket, err)
+	}
+	defer conn.Close()
+	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("pod resources allocatable: %w", err)
+	}
+	out := map[string]bool{}
+	for _, d := range resp.GetDevices() {
+		if strings.HasPrefix(d.GetResourceName(), mig.ResourcePrefix) {
+			for _, id := range d.GetDeviceIds() {
+				out[id] = true
+			}
+		}
+	}
+	return out, nil
+}
+
 // Usage extracts the Slicer MIG device assignments from a List response.
 func Usage(resp *podresourcesapi.ListPodResourcesResponse) map[string]string {
 	out := map[string]string{}

@@ -124,11 +124,12 @@ func run(ctx context.Context, f flags) error {
 	}
 	var (
 		usage     agent.UsageSource
+		kubelet   agent.KubeletDevices
 		preferrer plugin.Preferrer
 	)
 	if f.podResources != "" {
 		pr := &podresources.Client{Socket: f.podResources}
-		usage = pr
+		usage, kubelet = pr, pr
 		// Without the kubelet's pod list the chooser cannot tell which pod is
 		// being admitted: the kubelet then chooses alone.
 		preferrer = &agent.Chooser{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), Node: f.node, Kubelet: pr, Log: log.WithName("prefer")}
@@ -142,7 +143,7 @@ func run(ctx context.Context, f flags) error {
 		Allocates: metrics.AllocateResults, OnAllocate: poke, Preferrer: preferrer, CDI: cdiWriter}, log.WithName("device-plugin"))
 	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder(slicerv1alpha1.AgentName), agent.Options{
 		NodeName: f.node, Library: lib, Emulated: f.emulate != "", CDI: cdiWriter,
-		Usage: usage, Advertiser: pm, OrphanGrace: f.grace, Resync: f.resync, Metrics: metrics, Live: mgr.GetAPIReader(),
+		Usage: usage, Kubelet: kubelet, Advertiser: pm, OrphanGrace: f.grace, Resync: f.resync, Metrics: metrics, Live: mgr.GetAPIReader(),
 	})
 	if err := r.SetupWithManager(mgr, trigger); err != nil {
 		return err
