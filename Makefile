@@ -138,7 +138,7 @@ test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) $(HELM) ## 
 # test/e2e/dra brings its own node: one Slicer per cluster, there with spec.frontend DRA.
 .PHONY: test-e2e
 test-e2e: ## End-to-end suites on the local single-node cluster: test/e2e, test/e2e/dra (DRA frontend), test/olm, then test-kmm (root; see test/e2e, test/olm).
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay; fi
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay helm; fi
 	$(GO) test -v -count=1 -timeout 40m ./test/e2e/ -ginkgo.v
 	$(GO) test -v -count=1 -timeout 20m ./test/e2e/dra/ -ginkgo.v
 	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
