@@ -19,7 +19,8 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
-// The specs share one cluster and run in order; the last one uninstalls Slicer.
+// The specs share one cluster and run in order; the last two uninstall Slicer (kustomize
+// install), then install, upgrade and uninstall it with Helm.
 var _ = Describe("Slicer on the local node", Ordered, func() {
 	// What fits at once on the emulated 2 × H100-80GB + 2 × A100-40GB.
 	burst := map[string]string{
@@ -293,7 +294,7 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 
 	It("refuses a pod in kube-system that asks for slicer.dev/* directly", expectDirectSlicesRefusedInKubeNamespaces)
 
-	// Last: it uninstalls Slicer.
+	// Last but one: it uninstalls Slicer.
 	It("keeps running while MIG pods hold slices, naming them (uninstall policy Wait); forced, releases every slice, then removes everything it created (I12, I2)", uninstallSpec)
 
 	// After the uninstall: the same node, Slicer installed again with Helm (issue 30).

@@ -59,7 +59,7 @@ func expectDirectSlicesRefusedInKubeNamespaces(ctx SpecContext) {
 // default policy it waits, naming the pods, with everything running; forced, it deletes
 // the pods, the agent destroys their instances and releases their allocations, and then
 // everything Slicer created goes; no allocation, finalizer, instance, CDI spec or
-// namespace is left behind. It runs last: it uninstalls Slicer.
+// namespace is left behind. It runs last but the Helm spec: it uninstalls Slicer.
 func uninstallSpec(ctx SpecContext) {
 	const ns = "e2e-uninstall"
 	createNamespace(ctx, ns)
