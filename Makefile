@@ -136,13 +136,22 @@ test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) $(HELM) ## 
 # pods run, uninstall. It needs OLM (olm-bin), the relay and every minor's scheduler (the
 # bundle pins every image it names); the released binaries only for OLM_FROM=released.
 # test/e2e/dra brings its own node: one Slicer per cluster, there with spec.frontend DRA.
-.PHONY: test-e2e
-test-e2e: ## End-to-end suites on the local single-node cluster: test/e2e, test/e2e/dra (DRA frontend), test/olm, then test-kmm (root; see test/e2e, test/olm).
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay helm; fi
-	$(GO) test -v -count=1 -timeout 40m ./test/e2e/ -ginkgo.v
-	$(GO) test -v -count=1 -timeout 20m ./test/e2e/dra/ -ginkgo.v
-	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
+.PHONY: test-e2e e2e-deps e2e-suites test-e2e-suite
+test-e2e: e2e-deps ## End-to-end suites on the local single-node cluster: test/e2e, test/e2e/dra (DRA frontend), test/olm, then test-kmm (root; see test/e2e, test/olm).
+	@for s in $(E2E_SUITES); do $(MAKE) --no-print-directory test-e2e-suite E2E_SUITE=$$s || exit 1; done
 	$(MAKE) --no-print-directory test-kmm
+
+# The suites in the order test-e2e runs them; .ci/run runs (and retries) them one by one.
+E2E_SUITES := test/e2e test/e2e/dra test/olm
+e2e-suites:
+	@echo $(E2E_SUITES)
+
+e2e-deps:
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay helm; fi
+
+test-e2e-suite: ## One end-to-end suite alone: E2E_SUITE=test/e2e, test/e2e/dra or test/olm (built by e2e-deps).
+	@[ -n "$(E2E_SUITE)" ] || { echo "test-e2e-suite: set E2E_SUITE to one of: $(E2E_SUITES)" >&2; exit 2; }
+	$(GO) test -v -count=1 -timeout $(if $(filter test/e2e,$(E2E_SUITE)),40m,20m) ./$(E2E_SUITE)/ -ginkgo.v
 
 # KMM's own manager on the local node with no-op images: its ready label lets the agent on
 # (hack/kmm/run.sh, docs/design/kmm.md). Root only; as any other user it says so and skips.

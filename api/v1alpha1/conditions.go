@@ -66,6 +66,11 @@ const (
 	// or nvidia.com/mig-* (ForeignDevicePlugin); the agent then refuses to
 	// change MIG geometry there, and the message says how to give the node back.
 	ConditionOwnershipConflict = "OwnershipConflict"
+	// ConditionRuntimeBypass is True when a RuntimeClass selects the NVIDIA container runtime
+	// the node's container runtime offers (NVIDIARuntimeClass): a pod naming it gets the GPUs
+	// its NVIDIA_VISIBLE_DEVICES environment asks for, past Slicer. Reported, not enforced:
+	// the message says how to close it (docs/install.md).
+	ConditionRuntimeBypass = "RuntimeBypass"
 	// ConditionReady is True when the agent manages the node's GPUs.
 	ConditionReady = "Ready"
 )
@@ -108,4 +113,7 @@ const (
 	// ReasonForeignDevicePlugin: another device plugin advertises nvidia.com/gpu or
 	// nvidia.com/mig-* on the node (OwnershipConflict).
 	ReasonForeignDevicePlugin = "ForeignDevicePlugin"
+	// ReasonNVIDIARuntimeClass: a RuntimeClass selects the node's NVIDIA runtime handler
+	// (RuntimeBypass).
+	ReasonNVIDIARuntimeClass = "NVIDIARuntimeClass"
 )

@@ -47,6 +47,7 @@ func main() {
 	loadList := flag.String("loads", "0.7,0.9,1.1,1.2", "offered loads of the loss-mode traces")
 	sections := flag.String("sections", "online,elastic,static,dra", "which tables to print")
 	moves := flag.Int("moves", 2, "also replay the online traces with the Slicer policy and up to this many moves per placement (defragmentation; 0: not)")
+	chains := flag.Bool("chains", false, "with -moves 2 or more, also replay them allowing two-move chains (mig.DefragOptions.Chains)")
 	flag.Parse()
 	m, err := mig.ParseModel(model)
 	if err != nil {
@@ -66,7 +67,7 @@ func main() {
 	}
 	pols := []mig.PolicyKind{mig.Slicer, mig.FirstFit, mig.DASLike}
 	if want["online"] {
-		online(m, pols, loads, *seed, *events, *moves, *out)
+		online(m, pols, loads, *seed, *events, *moves, *chains, *out)
 	}
 	if want["elastic"] {
 		elastic(m, pols, *seed, *events)
@@ -124,7 +125,7 @@ func loadIndex(load float64) int {
 
 var defaultLoads = []float64{0.7, 0.9, 1.1, 1.2}
 
-func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, events, moves int, out string) {
+func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, events, moves int, chains bool, out string) {
 	fmt.Printf("Online, loss mode: %s, %d nodes × %d GPUs, %d arrivals per trace, seed %d.\n", model, nodes, gpusPerNode, events, seed)
 	fmt.Println("acceptance = accepted slice-time ÷ offered; pool = the same trace on one pool of the cluster's compute and memory slices with no MIG geometry (a reference for the headroom, not a strict bound); GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use; + moves = a request that fits nowhere may move running slices (mig.PlanDefrag, every pod movable); moves/acc = moves per accepted request.")
 	fmt.Println()
@@ -142,6 +143,9 @@ func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, ev
 			}
 			if moves > 0 {
 				opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: moves})
+				if chains && moves >= 2 {
+					opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: moves, DefragChains: true})
+				}
 			}
 			for _, o := range opts {
 				res, err := sim.Run(tr, o)

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/test/framework"
@@ -77,7 +77,7 @@ func runBurst(ctx context.Context, rounds int, nvmlLatency time.Duration) (out [
 	// The agent's client goes through the proxy, so its writes are counted.
 	counted := &framework.Env{Config: fast(proxy.RestConfig()), Scheme: env.Scheme}
 	ra, err := counted.StartAgent(framework.AgentOptions{Node: burstNode, Library: backend, CDIDir: filepath.Join(cdiDir, "cdi"),
-		OrphanGrace: time.Hour, Metrics: agent.NewMetrics(reg)}, logr.Discard())
+		OrphanGrace: time.Hour, Metrics: engine.NewMetrics(reg)}, logr.Discard())
 	if err != nil {
 		return nil, err
 	}

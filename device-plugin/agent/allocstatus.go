@@ -4,23 +4,25 @@ import (
 	"fmt"
 
 	"k8s.io/utils/ptr"
+	utilstrings "k8s.io/utils/strings"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 // validate returns a Failed reason for an allocation the node cannot realize.
-func validate(obs *Observation, a *slicerv1alpha1.SliceAllocation) (reason, msg string) {
-	g := obs.gpu(a.Spec.GPUUUID)
+func validate(obs *engine.Observation, a *slicerv1alpha1.SliceAllocation) (reason, msg string) {
+	g := obs.GPUByUUID(a.Spec.GPUUUID)
 	if g == nil {
 		return slicerv1alpha1.ReasonGPUNotFound, fmt.Sprintf("GPU %s is not on node %s", a.Spec.GPUUUID, a.Spec.NodeName)
 	}
-	if !g.MIGSupported || g.MIGMode != nvml.MIGEnabled {
-		return slicerv1alpha1.ReasonMIGModeOff, fmt.Sprintf("GPU %s has MIG mode off; the agent never changes MIG mode", g.UUID)
-	}
-	if !g.Model.Valid() {
+	if !g.MIGReady() {
+		if g.MIGMode != nvml.MIGEnabled {
+			return slicerv1alpha1.ReasonMIGModeOff, fmt.Sprintf("GPU %s has MIG mode off; the agent never changes MIG mode", g.UUID)
+		}
 		return slicerv1alpha1.ReasonInvalidPlacement, fmt.Sprintf("GPU %s (%s) is not a MIG model Slicer knows", g.UUID, g.ProductName)
 	}
 	p, err := g.Model.Profile(string(a.Spec.Profile))
@@ -41,19 +43,19 @@ func base(a *slicerv1alpha1.SliceAllocation) slicerv1alpha1.SliceAllocationStatu
 
 func failed(a *slicerv1alpha1.SliceAllocation, reason, msg string) slicerv1alpha1.SliceAllocationStatus {
 	s := base(a)
-	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationFailed, reason, truncate(msg, 1024)
+	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationFailed, reason, utilstrings.ShortenString(msg, 1024)
 	return s
 }
 
 func pending(a *slicerv1alpha1.SliceAllocation, reason, msg string) slicerv1alpha1.SliceAllocationStatus {
 	s := base(a)
-	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationPending, reason, truncate(msg, 1024)
+	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationPending, reason, utilstrings.ShortenString(msg, 1024)
 	return s
 }
 
 func creating(a *slicerv1alpha1.SliceAllocation, reason, msg string) slicerv1alpha1.SliceAllocationStatus {
 	s := base(a)
-	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationCreating, reason, truncate(msg, 1024)
+	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationCreating, reason, utilstrings.ShortenString(msg, 1024)
 	return s
 }
 
@@ -62,11 +64,11 @@ func creating(a *slicerv1alpha1.SliceAllocation, reason, msg string) slicerv1alp
 // never written as Releasing: the finalizer goes and the allocation with it.
 func releasing(a *slicerv1alpha1.SliceAllocation, reason, msg string) slicerv1alpha1.SliceAllocationStatus {
 	s := a.Status
-	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationReleasing, reason, truncate(msg, 1024)
+	s.State, s.Reason, s.Message = slicerv1alpha1.AllocationReleasing, reason, utilstrings.ShortenString(msg, 1024)
 	return s
 }
 
-func ready(a *slicerv1alpha1.SliceAllocation, sl Slice) slicerv1alpha1.SliceAllocationStatus {
+func ready(a *slicerv1alpha1.SliceAllocation, sl engine.Slice) slicerv1alpha1.SliceAllocationStatus {
 	s := base(a)
 	gi, ci := int32(sl.GI), int32(sl.CI)
 	s.State, s.MIGDeviceUUID, s.GPUInstanceID, s.ComputeInstanceID = slicerv1alpha1.AllocationReady, sl.MIGUUID, &gi, &ci

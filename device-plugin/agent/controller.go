@@ -1,8 +1,9 @@
-// Package agent is the node agent's realizer: it rebuilds the node's MIG state
-// from NVML and the node's SliceAllocations on every reconcile, creates the
-// slices allocations want at their exact placements, destroys released and
-// orphaned ones (never one in use), writes CDI specs, advertises devices to
-// the kubelet and publishes the node's NodeAccelerator.
+// Package agent is the device-plugin frontend's allocation reconciler: it rebuilds the
+// node's MIG state from NVML (device-plugin/engine) and the node's SliceAllocations on every
+// reconcile, creates the slices allocations want at their exact placements through the
+// engine's realizer, destroys released and orphaned ones (never one in use), writes CDI
+// specs, advertises devices to the kubelet and publishes the node's NodeAccelerator through
+// the engine's writer.
 package agent
 
 import (
@@ -28,6 +29,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/device-plugin/plugin"
 )
@@ -62,10 +64,10 @@ type Options struct {
 	// Resync is the periodic recovery interval.
 	Resync time.Duration
 	// PublishInterval is the least time between two NodeAccelerator status writes that
-	// only move slices (publish.go); default DefaultPublishInterval, negative: no
+	// only move slices (engine.StatusWriter); default engine.DefaultPublishInterval, negative: no
 	// coalescing.
 	PublishInterval time.Duration
-	Metrics         *Metrics
+	Metrics         *engine.Metrics
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -79,10 +81,10 @@ type Reconciler struct {
 
 	mu          sync.Mutex
 	initialized bool
-	orphanSince map[string]time.Time
+	orphanSince engine.OrphanClock
 	firstSeen   map[types.NamespacedName]time.Time
 	retries     int
-	status      statusWriter
+	status      *engine.StatusWriter
 	own         ownWrites
 }
 
@@ -95,14 +97,14 @@ func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconcil
 		opts.Resync = time.Minute
 	}
 	if opts.PublishInterval == 0 {
-		opts.PublishInterval = DefaultPublishInterval
+		opts.PublishInterval = engine.DefaultPublishInterval
 	}
 	if opts.Metrics == nil {
-		opts.Metrics = NewMetrics(nil)
+		opts.Metrics = engine.NewMetrics(nil)
 	}
-	return &Reconciler{client: c, recorder: recorder, opts: opts, orphanSince: map[string]time.Time{},
+	return &Reconciler{client: c, recorder: recorder, opts: opts, orphanSince: engine.OrphanClock{},
 		firstSeen: map[types.NamespacedName]time.Time{},
-		status:    statusWriter{client: c, recorder: recorder, node: opts.NodeName, every: opts.PublishInterval, now: opts.Now}}
+		status:    engine.NewStatusWriter(c, recorder, opts.NodeName, opts.PublishInterval, opts.Now)}
 }
 
 // SetupWithManager registers the controller; every event maps to the node's
@@ -157,9 +159,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	if !r.initialized {
 		if err := r.opts.Library.Init(); err != nil {
-			r.opts.Metrics.nvmlError(err)
+			r.opts.Metrics.NVMLError(err)
 			log.Error(err, "NVML unavailable")
-			if _, perr := r.status.publish(ctx, nodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
+			if _, perr := r.status.Publish(ctx, engine.NodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
 				return ctrl.Result{}, perr
 			}
 			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
@@ -170,12 +172,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	obs, err := observe(r.opts.Library, r.opts.Metrics)
+	obs, err := engine.Observe(r.opts.Library, r.opts.Metrics)
 	if err != nil {
 		if nvml.IsDriverUnavailable(err) {
 			r.initialized = false
 		}
-		if _, perr := r.status.publish(ctx, nodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
+		if _, perr := r.status.Publish(ctx, engine.NodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict}); perr != nil {
 			return ctrl.Result{}, errors.Join(err, perr)
 		}
 		return ctrl.Result{}, fmt.Errorf("observe GPUs: %w", err)
@@ -201,7 +203,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	o := settle(w, d, log)
 	for _, k := range o.Forget {
-		delete(r.orphanSince, k)
+		r.orphanSince.Forget(k)
 	}
 	for reason, n := range o.Reclaimed {
 		r.opts.Metrics.OrphansReclaim.WithLabelValues(reason).Add(float64(n))
@@ -209,7 +211,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	r.opts.Metrics.Conflicts.Add(float64(o.Conflicts))
 	r.record(allocs, o.Notes)
 	if o.Mutated {
-		if obs, err = observe(r.opts.Library, r.opts.Metrics); err != nil {
+		if obs, err = engine.Observe(r.opts.Library, r.opts.Metrics); err != nil {
 			return ctrl.Result{}, fmt.Errorf("observe GPUs after changes: %w", err)
 		}
 	}
@@ -226,7 +228,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	view.Emulated = r.opts.Emulated
 	// The NodeAccelerator last: its writes are coalesced (publish.go), so a slice's Ready
 	// never waits for it, and a write still pending brings the next reconcile forward.
-	pending, err := r.status.publish(ctx, view)
+	pending, err := r.status.Publish(ctx, view)
 	if err != nil {
 		if apierrors.IsConflict(err) {
 			// Our cache has not seen our previous write yet; try again.
@@ -256,11 +258,5 @@ func (r *Reconciler) log(ctx context.Context) logr.Logger {
 
 // nextResync is the resync interval, shortened to the next orphan deadline.
 func (r *Reconciler) nextResync(now time.Time) time.Duration {
-	next := r.opts.Resync
-	for _, since := range r.orphanSince {
-		if d := since.Add(r.opts.OrphanGrace).Sub(now); d < next {
-			next = max(d, 100*time.Millisecond)
-		}
-	}
-	return next
+	return r.orphanSince.Next(now, r.opts.OrphanGrace, r.opts.Resync)
 }

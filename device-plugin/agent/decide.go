@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
@@ -19,7 +20,7 @@ type world struct {
 	Node string
 	// Conflict: another tool owns the node (migapi.NodeForeign); the agent changes no geometry.
 	Conflict migapi.Foreign
-	Obs      *Observation
+	Obs      *engine.Observation
 	// Allocs are the node's allocations that exist (finalizer ensured), by key.
 	Allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation
 	// Usage maps a device ID to the "namespace/name" of the pod the kubelet assigned it to
@@ -28,7 +29,7 @@ type world struct {
 	Usage map[string]string
 	// PodGone maps a live allocation whose pod does not exist or finished (podsGone) to why.
 	PodGone     map[types.NamespacedName]podEnd
-	OrphanSince map[string]time.Time
+	OrphanSince engine.OrphanClock
 	Now         time.Time
 	Grace       time.Duration
 }
@@ -93,7 +94,7 @@ func decide(w world) decision {
 		}
 		wants = append(wants, wt)
 	}
-	d.Plan = plan(planInput{Slices: w.Obs.slices(), Wants: wants, Use: usageByMIGUUID(w.Obs.slices(), w.Usage), OrphanSince: w.OrphanSince, Now: w.Now, Grace: w.Grace})
+	d.Plan = plan(planInput{Slices: w.Obs.Slices(), Wants: wants, Use: usageByMIGUUID(w.Obs.Slices(), w.Usage), OrphanSince: w.OrphanSince, Now: w.Now, Grace: w.Grace})
 	p := d.Plan
 	for k, s := range p.Release {
 		if s == nil {
@@ -137,7 +138,7 @@ func decide(w world) decision {
 		if a.key != b.key {
 			return a.key.String() < b.key.String()
 		}
-		return orphanKey(a.slice) < orphanKey(b.slice)
+		return a.slice.Key() < b.slice.Key()
 	})
 	return d
 }
@@ -147,7 +148,7 @@ type outcome struct {
 	Statuses map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus
 	Released map[types.NamespacedName]bool
 	// Bound maps a live allocation to its complete slice (the plan's, plus those created).
-	Bound map[types.NamespacedName]Slice
+	Bound map[types.NamespacedName]engine.Slice
 	Notes []note
 	// Retry: something waits (in use, faults, orphans in the way).
 	Retry bool
@@ -167,7 +168,7 @@ func settle(w world, d decision, log logr.Logger) outcome {
 	o := outcome{
 		Statuses:  map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus{},
 		Released:  map[types.NamespacedName]bool{},
-		Bound:     map[types.NamespacedName]Slice{},
+		Bound:     map[types.NamespacedName]engine.Slice{},
 		Reclaimed: map[string]int{},
 	}
 	for k, s := range d.Statuses {
@@ -188,7 +189,7 @@ func settle(w world, d decision, log logr.Logger) outcome {
 			o.Reclaimed["pod_gone"]++
 			o.Notes = append(o.Notes, notef(k, corev1.EventTypeNormal, "SliceDestroyed", "destroyed %s (%s)", j.slice.Slot, j.slice.MIGUUID))
 		case j.result.Err == nil && j.kind == jobDestroy:
-			o.Forget = append(o.Forget, orphanKey(j.slice))
+			o.Forget = append(o.Forget, j.slice.Key())
 			o.Reclaimed["no_allocation"]++
 			log.Info("orphan slice reclaimed", "gpu", j.slice.GPU, "profile", j.slice.Profile, "start", j.slice.Placement.Start)
 			o.Notes = append(o.Notes, notef(types.NamespacedName{}, corev1.EventTypeNormal, "OrphanReclaimed",
@@ -258,14 +259,14 @@ func settle(w world, d decision, log logr.Logger) outcome {
 
 // view is what the NodeAccelerator shows of the slices: allocated ones with their holder,
 // and those waiting to be destroyed.
-func (o outcome) view(w world, obs *Observation, release map[types.NamespacedName]*Slice) nodeView {
-	v := nodeView{Conflict: w.Conflict, Obs: obs, States: map[string]slicerv1alpha1.SliceState{}, Holders: map[string]types.NamespacedName{}}
+func (o outcome) view(w world, obs *engine.Observation, release map[types.NamespacedName]*engine.Slice) engine.NodeView {
+	v := engine.NodeView{Conflict: w.Conflict, Obs: obs, States: map[string]slicerv1alpha1.SliceState{}, Holders: map[string]types.NamespacedName{}}
 	for k, s := range o.Bound {
-		v.States[sliceKey(s)], v.Holders[sliceKey(s)] = slicerv1alpha1.SliceAllocated, k
+		v.States[s.Key()], v.Holders[s.Key()] = slicerv1alpha1.SliceAllocated, k
 	}
 	for k, s := range release {
 		if s != nil && !o.Released[k] {
-			v.States[sliceKey(*s)], v.Holders[sliceKey(*s)] = slicerv1alpha1.SlicePendingDelete, k
+			v.States[s.Key()], v.Holders[s.Key()] = slicerv1alpha1.SlicePendingDelete, k
 		}
 	}
 	return v

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
@@ -21,8 +22,8 @@ import (
 
 const testGPU = "GPU-0"
 
-func h100(slices ...Slice) *Observation {
-	return &Observation{GPUs: []*GPU{{UUID: testGPU, Model: mig.H100_80GB, MIGSupported: true, MIGMode: nvml.MIGEnabled, Healthy: true, Slices: slices}}}
+func h100(slices ...engine.Slice) *engine.Observation {
+	return &engine.Observation{GPUs: []*engine.GPU{{UUID: testGPU, Model: mig.H100_80GB, MIGSupported: true, MIGMode: nvml.MIGEnabled, Healthy: true, Slices: slices}}}
 }
 
 // allocation is a live 1g.10gb-or-other allocation of pod p-<name> on testGPU.
@@ -90,10 +91,10 @@ func keyNames[V any](m map[types.NamespacedName]V) []string {
 
 func TestDecide(t *testing.T) {
 	now := time.Unix(1000, 0)
-	s0 := Slice{Slot: slot(testGPU, "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-0"}
-	bare := Slice{Slot: slot(testGPU, "1g.10gb", 1, 1), GI: 2, CI: -1}
-	s4 := Slice{Slot: slot(testGPU, "1g.10gb", 4, 1), GI: 4, CI: 0, MIGUUID: "MIG-4"}
-	s5 := Slice{Slot: slot(testGPU, "1g.10gb", 5, 1), GI: 5, CI: 0, MIGUUID: "MIG-5"}
+	s0 := engine.Slice{Slot: slot(testGPU, "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-0"}
+	bare := engine.Slice{Slot: slot(testGPU, "1g.10gb", 1, 1), GI: 2, CI: -1}
+	s4 := engine.Slice{Slot: slot(testGPU, "1g.10gb", 4, 1), GI: 4, CI: 0, MIGUUID: "MIG-4"}
+	s5 := engine.Slice{Slot: slot(testGPU, "1g.10gb", 5, 1), GI: 5, CI: 0, MIGUUID: "MIG-5"}
 	type decided struct{ Statuses, Bound, Jobs, Released, Collect, Notes []string }
 	tests := []struct {
 		name string
@@ -196,8 +197,8 @@ func TestDecide(t *testing.T) {
 
 func TestSettle(t *testing.T) {
 	now := time.Unix(1000, 0)
-	s0 := Slice{Slot: slot(testGPU, "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-0"}
-	created := Slice{Slot: slot(testGPU, "1g.10gb", 2, 1), GI: 3, CI: 0, MIGUUID: "MIG-new"}
+	s0 := engine.Slice{Slot: slot(testGPU, "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-0"}
+	created := engine.Slice{Slot: slot(testGPU, "1g.10gb", 2, 1), GI: 3, CI: 0, MIGUUID: "MIG-new"}
 	type settled struct {
 		Statuses, Released, Bound, Notes, Forget []string
 		Retry, Mutated                           bool
@@ -259,7 +260,7 @@ func TestSettle(t *testing.T) {
 		},
 		{
 			name: "after a reboot: a Ready allocation whose slot an orphan overlaps waits, with one warning (none once Pending)",
-			w: world{Obs: h100(Slice{Slot: slot(testGPU, "1g.20gb", 2, 2), GI: 5, CI: 0, MIGUUID: "MIG-foreign"}), Now: now, Grace: time.Hour,
+			w: world{Obs: h100(engine.Slice{Slot: slot(testGPU, "1g.20gb", 2, 2), GI: 5, CI: 0, MIGUUID: "MIG-foreign"}), Now: now, Grace: time.Hour,
 				Allocs: allocMap(allocation("a", "1g.10gb", 2, 1, holding("MIG-before"), inState(slicerv1alpha1.AllocationReady)),
 					allocation("b", "1g.10gb", 3, 1, holding("MIG-b"), inState(slicerv1alpha1.AllocationPending)))},
 			want: settled{Statuses: []string{"a=Pending/WaitingForOrphan", "b=Pending/WaitingForOrphan"}, Notes: []string{"a SliceLost"}, Retry: true},

@@ -1,244 +1,27 @@
 package agent
 
 import (
-	"fmt"
-	"strconv"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/nvml"
-	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 )
 
-// MIG operation label values.
-const (
-	opCreateGI  = "create_gi"
-	opCreateCI  = "create_ci"
-	opDestroyCI = "destroy_ci"
-	opDestroyGI = "destroy_gi"
-)
-
-// Metrics are the agent's Prometheus collectors. Label values are bounded:
-// gpu is the device index (0–15), profile a table profile name, state one of
-// four slice states, return an NVML return-code name. slicer_agent_slice_info
-// is the one kube-state-metrics-style object-state gauge: one series per
-// existing slice (at most 7 per GPU, 16 GPUs per node) carrying its pod, and the GPU's UUID and
-// the GPU instance id under DCGM exporter's label names (UUID, GPU_I_ID) so its per-MIG series
-// join to a slice and its pod (docs/monitoring.md). StepDown has one series per profile of
-// each MIG GPU that has a smaller one (at most 10 per GPU).
-type Metrics struct {
-	Instances       *prometheus.GaugeVec
-	SliceInfo       *prometheus.GaugeVec
-	StepDown        *prometheus.GaugeVec
-	Operations      *prometheus.CounterVec
-	OpDuration      *prometheus.HistogramVec
-	NVMLErrors      *prometheus.CounterVec
-	OrphansReclaim  *prometheus.CounterVec
-	Conflicts       prometheus.Counter
-	PodGone         prometheus.Counter
-	PodFinished     prometheus.Counter
-	Registrations   *prometheus.CounterVec
-	AllocateResults *prometheus.CounterVec
-	DRARequests     *prometheus.CounterVec
-	CDIWrites       *prometheus.CounterVec
-	FreeCompute     *prometheus.GaugeVec
-	FreeMemory      *prometheus.GaugeVec
-	ComputeSlices   *prometheus.GaugeVec
-	MemorySlices    *prometheus.GaugeVec
-	Fragmentation   *prometheus.GaugeVec
-	RealizeDuration prometheus.Histogram
-}
-
-// NewMetrics creates the collectors and registers them with reg (nil: not registered).
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		Instances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "slicer_agent_mig_instances", Help: "MIG instances on the node's GPUs by GPU index, profile and state (allocated, free, pending_delete, orphaned).",
-		}, []string{"gpu", "profile", "state"}),
-		SliceInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "slicer_agent_slice_info", Help: "One series (value 1) per existing MIG slice with its placement, state, holder pod, and its GPU's UUID and GPU instance id as DCGM exporter labels them (UUID, GPU_I_ID; object-state metric; at most 7 slices per GPU).",
-		}, []string{"gpu", "profile", "placement", "state", "namespace", "pod", "UUID", "GPU_I_ID"}),
-		StepDown: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "slicer_agent_mig_profile_step_down_memory_bytes", Help: "Per MIG GPU and profile, the nominal memory of the next smaller profile of the GPU's model (smaller_profile: the most compute among the largest memory below); absent for the smallest profiles. Right-sizing rules compare peak framebuffer use with it.",
-		}, []string{"gpu", "profile", "smaller_profile"}),
-		Operations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slicer_agent_mig_operations_total", Help: "MIG operations by operation (create_gi, create_ci, destroy_ci, destroy_gi) and result (success, error, in_use).",
-		}, []string{"operation", "result"}),
-		OpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "slicer_agent_mig_operation_duration_seconds", Help: "Duration of MIG operations.",
-			Buckets: []float64{0.0001, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
-		}, []string{"operation"}),
-		NVMLErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slicer_agent_nvml_errors_total", Help: "NVML calls that failed, by NVML return code.",
-		}, []string{"return"}),
-		OrphansReclaim: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slicer_agent_orphan_instances_reclaimed_total", Help: "MIG instances the agent destroyed because no allocation held them (no_allocation) or their allocation was released (pod_gone).",
-		}, []string{"reason"}),
-		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "slicer_agent_allocation_conflicts_total", Help: "Allocations refused because their slot overlaps a slice another allocation holds (must stay 0).",
-		}),
-		PodGone: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "slicer_agent_allocations_pod_gone_total", Help: "Allocations the agent released because their pod does not exist (no pod of that name, or one with another UID), as read from the API server.",
-		}),
-		PodFinished: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "slicer_agent_allocations_pod_finished_total", Help: "Allocations the agent released because their pod finished (phase Succeeded or Failed, with the allocation's pod UID), as read from the API server.",
-		}),
-		Registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slicer_agent_device_plugin_registrations_total", Help: "Device plugin registrations with the kubelet by result.",
-		}, []string{"result"}),
-		AllocateResults: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slicer_agent_device_plugin_allocate_total", Help: "Device plugin Allocate calls by result (success, unknown_device, error).",
-		}, []string{"result"}),
-		DRARequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slicer_agent_dra_claims_total", Help: "ResourceClaims the kubelet asked the DRA plugin to prepare or unprepare, by operation (prepare, unprepare) and result (success, error).",
-		}, []string{"operation", "result"}),
-		CDIWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slicer_agent_cdi_spec_writes_total", Help: "CDI spec writes and removals by result.",
-		}, []string{"result"}),
-		FreeCompute: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "slicer_agent_gpu_free_compute_slices", Help: "Compute slices not held by any GPU instance, per GPU.",
-		}, []string{"gpu"}),
-		FreeMemory: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "slicer_agent_gpu_free_memory_slices", Help: "Memory slices not held by any GPU instance, per GPU.",
-		}, []string{"gpu"}),
-		ComputeSlices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "slicer_agent_gpu_compute_slices", Help: "Compute slices of each MIG-enabled GPU (its model's total), per GPU.",
-		}, []string{"gpu"}),
-		MemorySlices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "slicer_agent_gpu_memory_slices", Help: "Memory slices of each MIG-enabled GPU (its model's total), per GPU.",
-		}, []string{"gpu"}),
-		Fragmentation: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "slicer_agent_gpu_fragmentation_ratio", Help: "1 - (compute slices of the largest profile that still fits / free compute slices); 0 when the GPU is full or unfragmented.",
-		}, []string{"gpu"}),
-		RealizeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "slicer_agent_realize_duration_seconds", Help: "Time from the agent first seeing an allocation to its slice being Ready (DRA: from the kubelet's prepare call to the claim prepared).",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
-		}),
-	}
-	if reg != nil {
-		for _, c := range m.Collectors() {
-			reg.MustRegister(c)
+// recordMetrics sets the per-GPU and per-slice gauges (engine.Metrics.Record): each slice in
+// the state the NodeAccelerator shows, with its allocation's namespace and pod.
+func (r *Reconciler) recordMetrics(obs *engine.Observation, v engine.NodeView, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation) {
+	r.opts.Metrics.Record(obs, func(_ *engine.GPU, s engine.Slice) (slicerv1alpha1.SliceState, string, string) {
+		state := slicerv1alpha1.SliceOrphaned
+		if st, ok := v.States[s.Key()]; ok {
+			state = st
 		}
-	}
-	return m
-}
-
-// Collectors lists every collector (for registration and docs generation).
-func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Instances, m.SliceInfo, m.StepDown, m.Operations, m.OpDuration, m.NVMLErrors, m.OrphansReclaim,
-		m.Conflicts, m.PodGone, m.PodFinished, m.Registrations, m.AllocateResults, m.DRARequests, m.CDIWrites, m.FreeCompute, m.FreeMemory,
-		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration}
-}
-
-func (m *Metrics) migOp(op string, d time.Duration, err error) {
-	result := "success"
-	switch {
-	case nvml.IsInUse(err):
-		result = "in_use"
-	case err != nil:
-		result = "error"
-	}
-	m.Operations.WithLabelValues(op, result).Inc()
-	m.OpDuration.WithLabelValues(op).Observe(d.Seconds())
-	if err != nil {
-		m.nvmlError(err)
-	}
-}
-
-func (m *Metrics) nvmlError(err error) {
-	if err != nil {
-		m.NVMLErrors.WithLabelValues(nvml.ReturnOf(err).String()).Inc()
-	}
-}
-
-func gpuLabel(i int) string { return strconv.Itoa(i) }
-
-// stateLabel is the metric spelling of a slice state.
-var stateLabel = map[slicerv1alpha1.SliceState]string{
-	slicerv1alpha1.SliceAllocated: "allocated", slicerv1alpha1.SliceFree: "free",
-	slicerv1alpha1.SlicePendingDelete: "pending_delete", slicerv1alpha1.SliceOrphaned: "orphaned",
-}
-
-// recordMetrics sets the per-GPU and per-slice gauges from an observation;
-// series of slices and GPUs that went away are dropped (the vectors are reset).
-func (r *Reconciler) recordMetrics(obs *Observation, v nodeView, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation) {
-	m := r.opts.Metrics
-	m.ResetGPUs()
-	for _, g := range obs.GPUs {
-		if !g.Model.Valid() || g.MIGMode != nvml.MIGEnabled {
-			continue
-		}
-		for _, s := range g.Slices {
-			state := slicerv1alpha1.SliceOrphaned
-			if st, ok := v.States[sliceKey(s)]; ok {
-				state = st
+		ns, pod := "", ""
+		if h, ok := v.Holders[s.Key()]; ok {
+			ns = h.Namespace
+			if a := allocs[h]; a != nil {
+				pod = a.Spec.PodName
 			}
-			ns, pod := "", ""
-			if h, ok := v.Holders[sliceKey(s)]; ok {
-				ns = h.Namespace
-				if a := allocs[h]; a != nil {
-					pod = a.Spec.PodName
-				}
-			}
-			m.RecordSlice(g.Index, s, stateLabel[state], ns, pod)
 		}
-		m.RecordGPU(g)
-	}
-}
-
-// ResetGPUs drops every per-GPU and per-slice series; each frontend's recording pass starts
-// with it, so slices and GPUs that went away lose theirs.
-func (m *Metrics) ResetGPUs() {
-	for _, v := range []interface{ Reset() }{m.Instances, m.SliceInfo, m.StepDown, m.FreeCompute, m.FreeMemory, m.ComputeSlices, m.MemorySlices, m.Fragmentation} {
-		v.Reset()
-	}
-}
-
-// RecordSlice counts one MIG instance of GPU gpu in state (its metric spelling) and sets its
-// info series, with the namespace and pod it serves ("" when none), its GPU's UUID (the
-// slot's GPU) and its GPU instance id.
-func (m *Metrics) RecordSlice(gpu int, s Slice, state, namespace, pod string) {
-	gl, profile := gpuLabel(gpu), mig.LegalProfileName(s.Profile)
-	m.Instances.WithLabelValues(gl, profile, state).Inc()
-	m.SliceInfo.WithLabelValues(gl, profile, fmt.Sprintf("%d:%d", s.Placement.Start, s.Placement.Size), state, namespace, pod,
-		s.GPU, strconv.Itoa(s.GI)).Set(1)
-}
-
-// RecordGPU sets a MIG-enabled GPU's capacity, free room and fragmentation gauges from its
-// instances: fragmentation is the share of the free compute slices the largest profile that
-// still fits cannot use.
-func (m *Metrics) RecordGPU(g *GPU) {
-	gl := gpuLabel(g.Index)
-	m.ComputeSlices.WithLabelValues(gl).Set(float64(g.Model.ComputeSlices()))
-	m.MemorySlices.WithLabelValues(gl).Set(float64(g.Model.MemorySlices()))
-	for _, p := range g.Model.Profiles() {
-		if q, ok := p.StepDown(); ok {
-			m.StepDown.WithLabelValues(gl, mig.LegalProfileName(p.Name), mig.LegalProfileName(q.Name)).Set(float64(q.MemoryBytes()))
-		}
-	}
-	insts := make([]mig.Instance, 0, len(g.Slices))
-	for _, s := range g.Slices {
-		insts = append(insts, mig.Instance{Profile: s.Profile, Placement: s.Placement})
-	}
-	st, err := mig.NewGPUState(g.Model, insts)
-	if err != nil {
-		return
-	}
-	free := st.FreeComputeSlices()
-	m.FreeCompute.WithLabelValues(gl).Set(float64(free))
-	m.FreeMemory.WithLabelValues(gl).Set(float64(g.Model.MemorySlices() - st.UsedMemorySlices()))
-	largest := 0
-	for _, p := range g.Model.Profiles() {
-		if st.Fits(p) && p.ComputeSlices > largest {
-			largest = p.ComputeSlices
-		}
-	}
-	frag := 0.0
-	if free > 0 {
-		frag = 1 - float64(largest)/float64(free)
-	}
-	m.Fragmentation.WithLabelValues(gl).Set(frag)
+		return state, ns, pod
+	})
 }

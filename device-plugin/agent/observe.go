@@ -13,22 +13,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
-// ownershipConflict reports whether another tool owns the node's MIG devices: NVIDIA's MIG
-// manager label, or another device plugin advertising NVIDIA's resources there. The fact is
-// migapi.NodeForeign's, which the DRA frontend asks too (device-plugin/dra/owner.go).
+// ownershipConflict reports whether another tool owns the node's MIG devices
+// (engine.Foreign, which the DRA frontend asks too), from the cached Node.
 func (r *Reconciler) ownershipConflict(ctx context.Context) (migapi.Foreign, error) {
 	var node corev1.Node
-	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &node)
-	if apierrors.IsNotFound(err) {
-		return migapi.NodeForeign(nil), nil
-	}
-	if err != nil {
-		return migapi.Foreign{}, fmt.Errorf("get node: %w", err)
-	}
-	return migapi.NodeForeign(&node), nil
+	return engine.Foreign(&node, r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &node))
 }
 
 // allocations lists the node's allocations from the cache and adds the agent's finalizer
@@ -97,7 +90,7 @@ func (r *Reconciler) usage(ctx context.Context) map[string]string {
 // the kubelet admitted when the agent named devices by MIG UUID (before v0.3), the MIG UUID
 // itself. A device ID whose slot has no instance (after a reboot, before the agent recreates
 // it) names no MIG device and is left out. Nil stays nil (the kubelet could not say).
-func usageByMIGUUID(slices []Slice, byID map[string]string) map[string]string {
+func usageByMIGUUID(slices []engine.Slice, byID map[string]string) map[string]string {
 	if byID == nil {
 		return nil
 	}
@@ -115,22 +108,14 @@ func usageByMIGUUID(slices []Slice, byID map[string]string) map[string]string {
 	return out
 }
 
-// trackOrphans records when each orphan was first seen and forgets those that are not
-// orphans any more.
+// trackOrphans starts the orphan clock of each orphan first seen now and forgets those that
+// are not orphans any more.
 func (r *Reconciler) trackOrphans(p Plan, now time.Time) {
-	seen := map[string]bool{}
+	keys := make([]string, 0, len(p.Orphans))
 	for _, o := range p.Orphans {
-		k := orphanKey(o.Slice)
-		seen[k] = true
-		if _, ok := r.orphanSince[k]; !ok {
-			r.orphanSince[k] = now
-		}
+		keys = append(keys, o.Key())
 	}
-	for k := range r.orphanSince {
-		if !seen[k] {
-			delete(r.orphanSince, k)
-		}
-	}
+	r.orphanSince.Track(keys, now)
 }
 
 // podEnd is why an allocation's pod no longer holds its slices (podsGone).

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
 
@@ -87,19 +88,19 @@ func TestPodEndsPredicate(t *testing.T) {
 // slot has no instance (after a reboot, before it is recreated) and a bare GPU instance name
 // no MIG device.
 func TestUsageByMIGUUID(t *testing.T) {
-	s0 := Slice{Slot: Slot{GPU: "GPU-0", Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}, GI: 1, CI: 0, MIGUUID: "MIG-0"}
-	s1 := Slice{Slot: Slot{GPU: "GPU-0", Profile: "1g.10gb+me", Placement: mig.Placement{Start: 1, Size: 1}}, GI: 2, CI: 0, MIGUUID: "MIG-1"}
-	legacy := Slice{Slot: Slot{GPU: "GPU-0", Profile: "1g.10gb", Placement: mig.Placement{Start: 6, Size: 1}}, GI: 4, CI: 0, MIGUUID: "MIG-6"}
-	bare := Slice{Slot: Slot{GPU: "GPU-0", Profile: "2g.20gb", Placement: mig.Placement{Start: 2, Size: 2}}, GI: 3, CI: -1}
+	s0 := engine.Slice{Slot: Slot{GPU: "GPU-0", Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}, GI: 1, CI: 0, MIGUUID: "MIG-0"}
+	s1 := engine.Slice{Slot: Slot{GPU: "GPU-0", Profile: "1g.10gb+me", Placement: mig.Placement{Start: 1, Size: 1}}, GI: 2, CI: 0, MIGUUID: "MIG-1"}
+	legacy := engine.Slice{Slot: Slot{GPU: "GPU-0", Profile: "1g.10gb", Placement: mig.Placement{Start: 6, Size: 1}}, GI: 4, CI: 0, MIGUUID: "MIG-6"}
+	bare := engine.Slice{Slot: Slot{GPU: "GPU-0", Profile: "2g.20gb", Placement: mig.Placement{Start: 2, Size: 2}}, GI: 3, CI: -1}
 	gone := Slot{GPU: "GPU-0", Profile: "3g.40gb", Placement: mig.Placement{Start: 4, Size: 4}}
 	// legacy's pod was admitted when device IDs were MIG UUIDs.
-	got := usageByMIGUUID([]Slice{s0, s1, bare, legacy}, map[string]string{
+	got := usageByMIGUUID([]engine.Slice{s0, s1, bare, legacy}, map[string]string{
 		"GPU-0_1g.10gb_0": "ns/a", "GPU-0_1g.10gb.me_1": "ns/b", bare.DeviceID(): "ns/c", gone.DeviceID(): "ns/d", "MIG-6": "ns/e",
 	})
 	if d := cmp.Diff(map[string]string{"MIG-0": "ns/a", "MIG-1": "ns/b", "MIG-6": "ns/e"}, got); d != "" {
 		t.Errorf("usage (-want +got):\n%s", d)
 	}
-	if usageByMIGUUID([]Slice{s0}, nil) != nil {
+	if usageByMIGUUID([]engine.Slice{s0}, nil) != nil {
 		t.Error("unknown usage became known")
 	}
 }

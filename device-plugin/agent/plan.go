@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
@@ -15,18 +16,6 @@ import (
 // Slot is a (GPU, profile, placement) triple: where a slice is or should be.
 // It is the type the scheduler's snapshot uses too; the profile is internal/mig's name.
 type Slot = mig.Slot
-
-// Slice is a MIG instance observed on the node.
-type Slice struct {
-	Slot
-	GI int
-	// CI is -1 for a GPU instance without a compute instance.
-	CI      int
-	MIGUUID string
-}
-
-// Complete reports whether the slice has a compute instance and a MIG device.
-func (s Slice) Complete() bool { return s.CI >= 0 && s.MIGUUID != "" }
 
 // Want is what one SliceAllocation asks of the node.
 type Want struct {
@@ -52,11 +41,11 @@ func (w Want) desired() Slot {
 // Plan is what the node must do, computed from observation only.
 type Plan struct {
 	// Bound maps a live allocation to the complete slice it holds.
-	Bound map[types.NamespacedName]Slice
+	Bound map[types.NamespacedName]engine.Slice
 	// Create lists the slots to create (GI + CI) for allocations.
 	Create map[types.NamespacedName]Slot
 	// Finish lists GPU instances without a compute instance an allocation wants.
-	Finish map[types.NamespacedName]Slice
+	Finish map[types.NamespacedName]engine.Slice
 	// Blocked explains why a live allocation waits (reason, message).
 	Blocked map[types.NamespacedName][2]string
 	// Conflict lists live allocations whose slot overlaps a slice another
@@ -64,7 +53,7 @@ type Plan struct {
 	Conflict map[types.NamespacedName]string
 	// Release lists deleting allocations with the slice to destroy (nil: nothing
 	// to destroy, the finalizer can go).
-	Release map[types.NamespacedName]*Slice
+	Release map[types.NamespacedName]*engine.Slice
 	// ReleaseWait lists deleting allocations whose slice is in use.
 	ReleaseWait map[types.NamespacedName]string
 	// Orphans are slices no allocation holds, with their state.
@@ -75,7 +64,7 @@ type Plan struct {
 
 // Orphan is a slice that no allocation holds.
 type Orphan struct {
-	Slice
+	engine.Slice
 	// Destroy is true once the grace period passed and the slice is unused.
 	Destroy bool
 	// User is the pod UID using it, if any (never destroyed then).
@@ -84,31 +73,24 @@ type Orphan struct {
 
 // planInput is everything a plan is computed from.
 type planInput struct {
-	Slices []Slice
+	Slices []engine.Slice
 	Wants  []Want
 	// Use maps a MIG UUID to the "namespace/name" of the pod the kubelet assigned it to
 	// (nil when unknown).
 	Use map[string]string
-	// OrphanSince maps a MIG UUID (or slot string for bare GIs) to when it was
-	// first seen unclaimed.
-	OrphanSince map[string]time.Time
+	// OrphanSince is when each slice (engine.Slice.Key) was first seen unclaimed, as of the
+	// reconciles before this one.
+	OrphanSince engine.OrphanClock
 	Now         time.Time
 	Grace       time.Duration
-}
-
-func orphanKey(s Slice) string {
-	if s.MIGUUID != "" {
-		return s.MIGUUID
-	}
-	return fmt.Sprintf("%s/gi%d", s.Slot, s.GI)
 }
 
 // plan computes the node's actions. It is pure: same input, same plan.
 func plan(in planInput) Plan {
 	p := Plan{
-		Bound: map[types.NamespacedName]Slice{}, Create: map[types.NamespacedName]Slot{},
-		Finish: map[types.NamespacedName]Slice{}, Blocked: map[types.NamespacedName][2]string{},
-		Conflict: map[types.NamespacedName]string{}, Release: map[types.NamespacedName]*Slice{},
+		Bound: map[types.NamespacedName]engine.Slice{}, Create: map[types.NamespacedName]Slot{},
+		Finish: map[types.NamespacedName]engine.Slice{}, Blocked: map[types.NamespacedName][2]string{},
+		Conflict: map[types.NamespacedName]string{}, Release: map[types.NamespacedName]*engine.Slice{},
 		ReleaseWait: map[types.NamespacedName]string{}, InUse: in.Use,
 	}
 	wants := append([]Want(nil), in.Wants...)
@@ -276,8 +258,7 @@ func plan(in planInput) Plan {
 		if s.MIGUUID == "" {
 			o.User = ""
 		}
-		since, seen := in.OrphanSince[orphanKey(s)]
-		o.Destroy = o.User == "" && (spare[s.Slot] || seen && in.Now.Sub(since) >= in.Grace)
+		o.Destroy = o.User == "" && (spare[s.Slot] || in.OrphanSince.Due(s.Key(), in.Now, in.Grace))
 		p.Orphans = append(p.Orphans, o)
 	}
 	return p

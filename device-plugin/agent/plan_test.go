@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
 
@@ -20,10 +21,10 @@ func slot(gpu, prof string, start, size int) Slot {
 
 func TestPlan(t *testing.T) {
 	now := time.Unix(1000, 0)
-	s0 := Slice{Slot: slot("G0", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-0"}
-	s1 := Slice{Slot: slot("G0", "1g.10gb", 1, 1), GI: 2, CI: 0, MIGUUID: "MIG-1"}
-	bare := Slice{Slot: slot("G0", "2g.20gb", 2, 2), GI: 3, CI: -1}
-	big := Slice{Slot: slot("G0", "4g.40gb", 4, 4), GI: 4, CI: 0, MIGUUID: "MIG-4"}
+	s0 := engine.Slice{Slot: slot("G0", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-0"}
+	s1 := engine.Slice{Slot: slot("G0", "1g.10gb", 1, 1), GI: 2, CI: 0, MIGUUID: "MIG-1"}
+	bare := engine.Slice{Slot: slot("G0", "2g.20gb", 2, 2), GI: 3, CI: -1}
+	big := engine.Slice{Slot: slot("G0", "4g.40gb", 4, 4), GI: 4, CI: 0, MIGUUID: "MIG-4"}
 	type summary struct {
 		Bound, Create, Finish, Blocked, Conflict, Release, Wait, Orphans, Destroy []string
 	}
@@ -47,7 +48,7 @@ func TestPlan(t *testing.T) {
 		for k, v := range p.Release {
 			d := "-"
 			if v != nil {
-				d = orphanKey(*v)
+				d = v.Key()
 			}
 			s.Release = append(s.Release, k.Name+"="+d)
 		}
@@ -55,9 +56,9 @@ func TestPlan(t *testing.T) {
 			s.Wait = append(s.Wait, k.Name)
 		}
 		for _, o := range p.Orphans {
-			s.Orphans = append(s.Orphans, orphanKey(o.Slice))
+			s.Orphans = append(s.Orphans, o.Key())
 			if o.Destroy {
-				s.Destroy = append(s.Destroy, orphanKey(o.Slice))
+				s.Destroy = append(s.Destroy, o.Key())
 			}
 		}
 		return s
@@ -74,27 +75,27 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "adopt an existing slice, finish a bare GPU instance",
-			in: planInput{Slices: []Slice{s0, bare}, Wants: []Want{
+			in: planInput{Slices: []engine.Slice{s0, bare}, Wants: []Want{
 				{Key: key("a"), Spec: s0.Slot}, {Key: key("b"), Spec: bare.Slot},
 			}},
 			want: summary{Bound: []string{"a=MIG-0"}, Finish: []string{"b"}},
 		},
 		{
 			name: "an overlapping allocation is a conflict, an overlapping orphan blocks",
-			in: planInput{Slices: []Slice{s0, big}, Wants: []Want{
+			in: planInput{Slices: []engine.Slice{s0, big}, Wants: []Want{
 				{Key: key("a"), Spec: s0.Slot}, {Key: key("c"), Spec: slot("G0", "2g.20gb", 0, 2)}, {Key: key("d"), Spec: slot("G0", "1g.10gb", 5, 1)},
 			}, OrphanSince: map[string]time.Time{"MIG-4": now}, Now: now, Grace: time.Minute},
 			want: summary{Bound: []string{"a=MIG-0"}, Conflict: []string{"c"}, Blocked: []string{"d=WaitingForOrphan"}, Orphans: []string{"MIG-4"}},
 		},
 		{
 			name: "orphans are destroyed after the grace period, never while used",
-			in: planInput{Slices: []Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-x"},
+			in: planInput{Slices: []engine.Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-x"},
 				OrphanSince: map[string]time.Time{"MIG-0": now.Add(-time.Hour), "MIG-1": now.Add(-time.Hour)}, Now: now, Grace: time.Minute},
 			want: summary{Orphans: []string{"MIG-0", "MIG-1"}, Destroy: []string{"MIG-0"}},
 		},
 		{
 			name: "release destroys the device really held, waits while in use",
-			in: planInput{Slices: []Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-b"}, Wants: []Want{
+			in: planInput{Slices: []engine.Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-b"}, Wants: []Want{
 				{Key: key("a"), Spec: s0.Slot, Device: "MIG-0", Deleting: true},
 				{Key: key("b"), Spec: s1.Slot, Device: "MIG-1", Deleting: true},
 				{Key: key("c"), Spec: slot("G0", "1g.10gb", 2, 1), Deleting: true},
@@ -103,14 +104,14 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "kubelet swap: each allocation gets the slice its pod really uses",
-			in: planInput{Slices: []Slice{s0, s1}, Use: map[string]string{"MIG-0": "pod-b"}, Wants: []Want{
+			in: planInput{Slices: []engine.Slice{s0, s1}, Use: map[string]string{"MIG-0": "pod-b"}, Wants: []Want{
 				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot}, {Key: key("b"), Pod: "pod-b", Spec: s1.Slot},
 			}},
 			want: summary{Bound: []string{"a=MIG-1", "b=MIG-0"}},
 		},
 		{
 			name: "cross-GPU kubelet swap: each allocation gets the slice its pod really uses",
-			in: planInput{Slices: []Slice{s0, {Slot: slot("G1", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-G1"}},
+			in: planInput{Slices: []engine.Slice{s0, {Slot: slot("G1", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-G1"}},
 				Use: map[string]string{"MIG-G1": "pod-a", "MIG-0": "pod-b"}, Wants: []Want{
 					{Key: key("a"), Pod: "pod-a", Spec: s0.Slot}, {Key: key("b"), Pod: "pod-b", Spec: slot("G1", "1g.10gb", 0, 1)},
 				}},
@@ -118,7 +119,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a recorded cross-GPU actual slot is kept once the kubelet no longer reports it",
-			in: planInput{Slices: []Slice{s0, {Slot: slot("G1", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-G1"}}, Wants: []Want{
+			in: planInput{Slices: []engine.Slice{s0, {Slot: slot("G1", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-G1"}}, Wants: []Want{
 				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Actual: &Slot{GPU: "G1", Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}},
 			}, OrphanSince: map[string]time.Time{}, Now: now, Grace: time.Minute},
 			// a's own slice is spare: no one waits for it, it goes without the grace period
@@ -128,7 +129,7 @@ func TestPlan(t *testing.T) {
 			// Seen in the e2e churn: b's pod ended, the kubelet handed b's device to a's
 			// pod; the slice realized for a is spare and goes now, b's goes with a.
 			name: "a slice made for an allocation whose pod got a released pod's device is destroyed at once",
-			in: planInput{Slices: []Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-a"}, Wants: []Want{
+			in: planInput{Slices: []engine.Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-a"}, Wants: []Want{
 				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Device: "MIG-0"},
 				{Key: key("b"), Pod: "pod-b", Spec: s1.Slot, Device: "MIG-1", Deleting: true},
 			}, OrphanSince: map[string]time.Time{}, Now: now, Grace: time.Hour},
@@ -136,14 +137,14 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a spare slice a pod still uses is kept",
-			in: planInput{Slices: []Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-a", "MIG-0": "pod-c"}, Wants: []Want{
+			in: planInput{Slices: []engine.Slice{s0, s1}, Use: map[string]string{"MIG-1": "pod-a", "MIG-0": "pod-c"}, Wants: []Want{
 				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Device: "MIG-0"},
 			}, OrphanSince: map[string]time.Time{}, Now: now, Grace: time.Hour},
 			want: summary{Bound: []string{"a=MIG-1"}, Orphans: []string{"MIG-0"}},
 		},
 		{
 			name: "a deleting allocation never takes a slice a live one holds",
-			in: planInput{Slices: []Slice{s0}, Use: map[string]string{"MIG-0": "pod-b"}, Wants: []Want{
+			in: planInput{Slices: []engine.Slice{s0}, Use: map[string]string{"MIG-0": "pod-b"}, Wants: []Want{
 				{Key: key("a"), Pod: "pod-a", Spec: s0.Slot, Device: "MIG-0", Deleting: true}, {Key: key("b"), Pod: "pod-b", Spec: s1.Slot},
 			}},
 			want: summary{Bound: []string{"b=MIG-0"}, Release: []string{"a=-"}},
@@ -202,13 +203,13 @@ func TestReadyRecordsActualGPU(t *testing.T) {
 	a := &slicerv1alpha1.SliceAllocation{Spec: slicerv1alpha1.SliceAllocationSpec{GPUUUID: "GPU-1", Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 1, Size: 1}}}
 	tests := []struct {
 		name      string
-		sl        Slice
+		sl        engine.Slice
 		wantGPU   string
 		wantPlace *slicerv1alpha1.Placement
 	}{
-		{name: "as planned", sl: Slice{Slot: slot("GPU-1", "1g.10gb", 1, 1), MIGUUID: "MIG-a"}},
-		{name: "other placement", sl: Slice{Slot: slot("GPU-1", "1g.10gb", 3, 1), MIGUUID: "MIG-b"}, wantPlace: &slicerv1alpha1.Placement{Start: 3, Size: 1}},
-		{name: "other GPU, same placement", sl: Slice{Slot: slot("GPU-0", "1g.10gb", 1, 1), MIGUUID: "MIG-c"}, wantGPU: "GPU-0", wantPlace: &slicerv1alpha1.Placement{Start: 1, Size: 1}},
+		{name: "as planned", sl: engine.Slice{Slot: slot("GPU-1", "1g.10gb", 1, 1), MIGUUID: "MIG-a"}},
+		{name: "other placement", sl: engine.Slice{Slot: slot("GPU-1", "1g.10gb", 3, 1), MIGUUID: "MIG-b"}, wantPlace: &slicerv1alpha1.Placement{Start: 3, Size: 1}},
+		{name: "other GPU, same placement", sl: engine.Slice{Slot: slot("GPU-0", "1g.10gb", 1, 1), MIGUUID: "MIG-c"}, wantGPU: "GPU-0", wantPlace: &slicerv1alpha1.Placement{Start: 1, Size: 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

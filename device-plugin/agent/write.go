@@ -15,6 +15,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/plugin"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
@@ -189,7 +190,7 @@ func (r *Reconciler) removeFinalizers(ctx context.Context, allocs map[types.Name
 }
 
 func (r *Reconciler) event(obj client.Object, typ, reason, format string, args ...any) {
-	emit(r.recorder, obj, typ, reason, format, args...)
+	engine.Emit(r.recorder, obj, typ, reason, format, args...)
 }
 
 // record emits notes: on their allocation, or on the node's NodeAccelerator.
@@ -214,7 +215,7 @@ func (r *Reconciler) record(allocs map[types.NamespacedName]*slicerv1alpha1.Slic
 // kubelet checkpointed for the pod and points at the new instance. A slice the kubelet knows
 // by its MIG UUID (a pod admitted when the agent named devices so) keeps a spec under that
 // name too, for its containers' restarts. It returns whether something must be retried.
-func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation, o outcome) bool {
+func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *engine.Observation, o outcome) bool {
 	retry := false
 	var devices []plugin.Device
 	keep := map[string]bool{}
@@ -239,7 +240,7 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 		devices = append(devices, deviceFor(obs, s))
 		o.Statuses[k] = ready(w.Allocs[k], s)
 	}
-	for _, s := range obs.slices() {
+	for _, s := range obs.Slices() {
 		// A slice a pod uses keeps its spec (under either name) even without an allocation.
 		for _, name := range []string{s.DeviceID(), s.MIGUUID} {
 			if _, used := w.Usage[name]; used && s.MIGUUID != "" {
@@ -260,10 +261,10 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *Observation
 	return retry
 }
 
-func (r *Reconciler) writeCDI(obs *Observation, s Slice, name string) error {
-	g := obs.gpu(s.GPU)
-	_, err := r.opts.CDI.Write(cdi.Slice{Name: name, MIGUUID: s.MIGUUID, GPUUUID: s.GPU, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
-		PlacementStart: s.Placement.Start, PlacementSize: s.Placement.Size, GPUInstance: s.GI, ComputeInst: s.CI})
+func (r *Reconciler) writeCDI(obs *engine.Observation, s engine.Slice, name string) error {
+	spec := engine.CDISlice(obs.GPUByUUID(s.GPU), s)
+	spec.Name = name
+	_, err := r.opts.CDI.Write(spec)
 	result := "success"
 	if err != nil {
 		result = "error"
@@ -275,10 +276,10 @@ func (r *Reconciler) writeCDI(obs *Observation, s Slice, name string) error {
 	return nil
 }
 
-func deviceFor(obs *Observation, s Slice) plugin.Device {
-	g := obs.gpu(s.GPU)
+func deviceFor(obs *engine.Observation, s engine.Slice) plugin.Device {
+	g := obs.GPUByUUID(s.GPU)
 	return plugin.Device{
 		ID: s.DeviceID(), MIGUUID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.DeviceID()),
-		Healthy: g != nil && g.Healthy,
+		Healthy: g.Unusable() == "",
 	}
 }

@@ -1,7 +1,7 @@
 // Package dra is Slicer's kubelet DRA plugin (driver migdra.DriverName): it publishes the
 // node's pool of MIG devices (internal/mig/migdra) and, when the kubelet prepares a
 // ResourceClaim, creates the GPU instance and compute instance at exactly the placement the
-// allocated device names, through the agent's NVML realizer, and writes the claim's CDI spec.
+// allocated device names, through the node engine's NVML realizer (device-plugin/engine), and writes the claim's CDI spec.
 // State rules: see state.go; design: docs/design/dra.md.
 package dra
 
@@ -22,8 +22,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
@@ -37,15 +37,15 @@ type Options struct {
 	// Emulated: Library is the emulated backend (the NodeAccelerator's driver state).
 	Emulated bool
 	Client   kubernetes.Interface
-	// Status writes the node's NodeAccelerator status (agent.StatusWriter); nil: none is
+	// Status writes the node's NodeAccelerator status (engine.StatusWriter); nil: none is
 	// written. Events (may be nil) get the status writer's events.
 	Status client.Client
 	Events events.EventRecorder
 	// PublishInterval is the least time between two NodeAccelerator status writes that only
-	// move slices (agent.Options.PublishInterval).
+	// move slices (engine.Options.PublishInterval).
 	PublishInterval time.Duration
 	CDI             *cdi.Writer
-	Metrics         *agent.Metrics
+	Metrics         *engine.Metrics
 	// OrphanGrace is how long an instance no allocated claim explains is kept.
 	OrphanGrace time.Duration
 	// Resync is how often orphans are swept and the pool checked (default one minute).
@@ -60,14 +60,14 @@ type Driver struct {
 	opts Options
 	// mu serializes NVML mutations, the orphan clock and the published order.
 	mu          sync.Mutex
-	orphanSince map[string]time.Time
+	orphanSince engine.OrphanClock
 	last        *published
 	publisher   interface {
 		PublishResources(context.Context, resourceslice.DriverResources) error
 	}
 	// notServing is why the kubelet plugin is not serving, while publisher is nil.
 	notServing  error
-	status      *agent.StatusWriter
+	status      *engine.StatusWriter
 	claimLister resourcelisters.ResourceClaimLister
 	health      *healthBook
 	kick        chan struct{}
@@ -83,10 +83,10 @@ func New(opts Options) *Driver {
 	if opts.Resync <= 0 {
 		opts.Resync = time.Minute
 	}
-	d := &Driver{opts: opts, orphanSince: map[string]time.Time{}, kick: make(chan struct{}, 1),
+	d := &Driver{opts: opts, orphanSince: engine.OrphanClock{}, kick: make(chan struct{}, 1),
 		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook()}
 	if opts.Status != nil {
-		d.status = agent.NewStatusWriter(opts.Status, opts.Events, opts.NodeName, opts.PublishInterval, opts.Now)
+		d.status = engine.NewStatusWriter(opts.Status, opts.Events, opts.NodeName, opts.PublishInterval, opts.Now)
 	}
 	return d
 }
@@ -106,10 +106,10 @@ func (d *Driver) Run(ctx context.Context, helperOpts ...kubeletplugin.Option) er
 		if err == nil {
 			break
 		}
-		d.opts.Metrics.NVMLErrors.WithLabelValues(nvml.ReturnOf(err).String()).Inc()
+		d.opts.Metrics.NVMLError(err)
 		log.Error(err, "NVML unavailable; retrying")
 		d.mu.Lock()
-		_, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, DriverErr: err, NotServing: d.notServing})
+		_, serr := d.writeStatus(ctx, engine.ClaimView{Emulated: d.opts.Emulated, DriverErr: err, NotServing: d.notServing})
 		d.mu.Unlock()
 		if serr != nil {
 			log.Error(serr, "NodeAccelerator status")
@@ -203,11 +203,11 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
+	obs, err := engine.Observe(d.opts.Library, d.opts.Metrics)
 	if err != nil {
 		err = fmt.Errorf("observe GPUs: %w", err)
 		d.health.set(deviceHealth(nil, explained(claims, pool), pool, d.opts.Now(), healthTimeout))
-		wait, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, DriverErr: err, NotServing: d.notServing, Conflict: conflict})
+		wait, serr := d.writeStatus(ctx, engine.ClaimView{Emulated: d.opts.Emulated, DriverErr: err, NotServing: d.notServing, Conflict: conflict})
 		return wait, errors.Join(err, serr)
 	}
 	held := explained(claims, pool)
@@ -228,7 +228,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	var errs []error
-	for _, k := range due(keys, d.orphanSince, d.opts.Now(), d.opts.OrphanGrace) {
+	for _, k := range d.orphanSince.Pass(keys, d.opts.Now(), d.opts.OrphanGrace) {
 		if uid, ok := cutSpec(k); ok {
 			errs = append(errs, d.opts.CDI.RemoveClaim(uid))
 			d.opts.Log.Info("CDI spec of a claim no longer allocated removed", "claim", uid)
@@ -241,7 +241,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 			errs = append(errs, err)
 			continue
 		}
-		delete(d.orphanSince, k)
+		d.orphanSince.Forget(k)
 		d.opts.Metrics.OrphansReclaim.WithLabelValues("no_allocation").Inc()
 		d.opts.Log.Info("orphan MIG instance destroyed", "device", k)
 	}
@@ -250,7 +250,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	}
 	if len(keys) > 0 {
 		// Re-read what the sweep changed before deciding on the order.
-		if obs, err = agent.ObserveGPUs(d.opts.Library, d.opts.Metrics); err != nil {
+		if obs, err = engine.Observe(d.opts.Library, d.opts.Metrics); err != nil {
 			return 0, fmt.Errorf("observe GPUs: %w", err)
 		}
 	}
@@ -258,22 +258,22 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	recordMetrics(d.opts.Metrics, obs, hs)
 	d.health.set(deviceHealth(obs, held, pool, d.opts.Now(), healthTimeout))
 	perr := d.publish(ctx, obs, held, conflict.Present())
-	wait, serr := d.writeStatus(ctx, agent.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Conflict: conflict, Obs: obs, Claim: claimView(hs)})
+	wait, serr := d.writeStatus(ctx, engine.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Conflict: conflict, Obs: obs, Claim: claimView(hs)})
 	return wait, errors.Join(perr, serr)
 }
 
 // writeStatus writes the NodeAccelerator status when the driver has a status writer.
-func (d *Driver) writeStatus(ctx context.Context, v agent.ClaimView) (time.Duration, error) {
+func (d *Driver) writeStatus(ctx context.Context, v engine.ClaimView) (time.Duration, error) {
 	if d.status == nil {
 		return 0, nil
 	}
-	return d.status.Publish(ctx, v)
+	return d.status.Publish(ctx, v.NodeView())
 }
 
 func cutSpec(k string) (string, bool) { return strings.CutPrefix(k, "spec:") }
 
 // destroyDevice destroys the observed instance at a device name.
-func (d *Driver) destroyDevice(obs *agent.Observation, name string) error {
+func (d *Driver) destroyDevice(obs *engine.Observation, name string) error {
 	for _, g := range obs.GPUs {
 		for _, s := range g.Slices {
 			if n, ok := sliceDevice(g, s); ok && n == name {
@@ -289,7 +289,7 @@ func (d *Driver) destroyDevice(obs *agent.Observation, name string) error {
 
 // publish writes the pool if republish says so; before Run has started the helper it only
 // remembers nothing (the first Sync publishes).
-func (d *Driver) publish(ctx context.Context, obs *agent.Observation, held map[string][]string, conflict bool) error {
+func (d *Driver) publish(ctx context.Context, obs *engine.Observation, held map[string][]string, conflict bool) error {
 	if d.publisher == nil {
 		return nil
 	}

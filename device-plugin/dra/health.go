@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 )
 
@@ -28,7 +28,7 @@ const (
 // observation shows it (pure): a device is Healthy when its GPU is there, healthy, in MIG
 // mode and of a model Slicer knows; otherwise Unhealthy, with the reason; Unknown when there
 // is no observation (NVML unavailable). Sorted by name.
-func deviceHealth(obs *agent.Observation, held map[string][]string, pool string, at time.Time, timeout time.Duration) []kubeletplugin.DeviceHealth {
+func deviceHealth(obs *engine.Observation, held map[string][]string, pool string, at time.Time, timeout time.Duration) []kubeletplugin.DeviceHealth {
 	out := make([]kubeletplugin.DeviceHealth, 0, len(held))
 	for name := range held {
 		h := kubeletplugin.DeviceHealth{PoolName: pool, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy, LastUpdated: at, HealthCheckTimeout: timeout}
@@ -37,7 +37,7 @@ func deviceHealth(obs *agent.Observation, held map[string][]string, pool string,
 			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, "the GPUs cannot be observed: NVML is unavailable"
 		} else if err != nil {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, err.Error()
-		} else if why := usable(gpuByIndex(obs, ref.GPU)); why != "" {
+		} else if why := gpuByIndex(obs, ref.GPU).Unusable(); why != "" {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, why
 		}
 		out = append(out, h)

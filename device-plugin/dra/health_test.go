@@ -9,13 +9,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 )
 
 func TestDeviceHealthFollowsTheHoldingGPU(t *testing.T) {
 	m := h100(t)
-	obs := &agent.Observation{GPUs: []*agent.GPU{
+	obs := &engine.Observation{GPUs: []*engine.GPU{
 		{Index: 0, UUID: "GPU-0", Model: m, Healthy: true, MIGMode: nvml.MIGEnabled},
 		{Index: 1, UUID: "GPU-1", Model: m, Healthy: false, Err: errors.New("device 1 instances: GPU is lost"), MIGMode: nvml.MIGEnabled},
 		{Index: 2, UUID: "GPU-2", Model: m, Healthy: true, MIGMode: nvml.MIGDisabled},

@@ -5,15 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
-	"github.com/slicer-operator/slicer/device-plugin/nvml"
-)
-
-// Instance states in the agent's metrics (device-plugin/agent/metrics.go); in DRA mode an
-// instance is allocated when a claim holds its device, orphaned otherwise.
-const (
-	stateAllocated = "allocated"
-	stateOrphaned  = "orphaned"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 )
 
 // holder is the claim holding a device: the NodeAccelerator's claim reference, and for the
@@ -46,7 +38,7 @@ func holders(claims []*resourceapi.ResourceClaim, pool string) map[string]holder
 }
 
 // holderOf is the claim holding observed slice s of GPU g, and the slice's device name.
-func holderOf(held map[string]holder, g *agent.GPU, s agent.Slice) (holder, string, bool) {
+func holderOf(held map[string]holder, g *engine.GPU, s engine.Slice) (holder, string, bool) {
 	name, ok := sliceDevice(g, s)
 	if !ok {
 		return holder{}, "", false
@@ -55,10 +47,10 @@ func holderOf(held map[string]holder, g *agent.GPU, s agent.Slice) (holder, stri
 	return h, name, ok
 }
 
-// claimView is the NodeAccelerator's view of the node (agent.StatusWriter): each instance
+// claimView is the NodeAccelerator's view of the node (engine.StatusWriter): each instance
 // whose device an allocated claim holds is that claim's, as metrics count it allocated.
-func claimView(held map[string]holder) func(*agent.GPU, agent.Slice) (slicerv1alpha1.ClaimReference, bool) {
-	return func(g *agent.GPU, s agent.Slice) (slicerv1alpha1.ClaimReference, bool) {
+func claimView(held map[string]holder) func(*engine.GPU, engine.Slice) (slicerv1alpha1.ClaimReference, bool) {
+	return func(g *engine.GPU, s engine.Slice) (slicerv1alpha1.ClaimReference, bool) {
 		h, name, ok := holderOf(held, g, s)
 		if !ok {
 			return slicerv1alpha1.ClaimReference{}, false
@@ -67,23 +59,15 @@ func claimView(held map[string]holder) func(*agent.GPU, agent.Slice) (slicerv1al
 	}
 }
 
-// recordMetrics sets the agent's per-GPU and per-slice gauges from an observation, with the
-// device-plugin frontend's recording (agent.Metrics): an instance whose device an allocated
-// claim holds is allocated, any other orphaned.
-func recordMetrics(m *agent.Metrics, obs *agent.Observation, held map[string]holder) {
-	m.ResetGPUs()
-	for _, g := range obs.GPUs {
-		if !g.Model.Valid() || g.MIGMode != nvml.MIGEnabled {
-			continue
+// recordMetrics sets the per-GPU and per-slice gauges from an observation
+// (engine.Metrics.Record): an instance whose device an allocated claim holds is allocated,
+// with the claim's namespace and pod, any other orphaned.
+func recordMetrics(m *engine.Metrics, obs *engine.Observation, held map[string]holder) {
+	m.Record(obs, func(g *engine.GPU, s engine.Slice) (slicerv1alpha1.SliceState, string, string) {
+		h, _, ok := holderOf(held, g, s)
+		if !ok {
+			return slicerv1alpha1.SliceOrphaned, "", ""
 		}
-		for _, s := range g.Slices {
-			state := stateOrphaned
-			h, _, ok := holderOf(held, g, s)
-			if ok {
-				state = stateAllocated
-			}
-			m.RecordSlice(g.Index, s, state, h.Namespace, h.Pod)
-		}
-		m.RecordGPU(g)
-	}
+		return slicerv1alpha1.SliceAllocated, h.Namespace, h.Pod
+	})
 }

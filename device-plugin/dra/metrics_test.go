@@ -7,7 +7,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
+)
+
+// Instance states as the metrics spell them (engine.Metrics.Record): in DRA mode an instance
+// is allocated when a claim holds its device, orphaned otherwise.
+const (
+	stateAllocated = "allocated"
+	stateOrphaned  = "orphaned"
 )
 
 // An instance a claim holds is counted allocated, with the claim's namespace and pod on its
@@ -15,8 +22,8 @@ import (
 // names; one no claim holds is orphaned; each profile with a smaller one has its step-down
 // series; a second recording drops gone series.
 func TestRecordMetrics(t *testing.T) {
-	m := agent.NewMetrics(prometheus.NewRegistry())
-	obs := &agent.Observation{GPUs: []*agent.GPU{{Index: 0, UUID: "GPU-0", Model: h100(t), Healthy: true, MIGMode: 1, Slices: []agent.Slice{
+	m := engine.NewMetrics(prometheus.NewRegistry())
+	obs := &engine.Observation{GPUs: []*engine.GPU{{Index: 0, UUID: "GPU-0", Model: h100(t), Healthy: true, MIGMode: 1, Slices: []engine.Slice{
 		{Slot: slot("1g.10gb", 3, 1), GI: 9, CI: 0, MIGUUID: "MIG-1"},
 		{Slot: slot("3g.40gb", 4, 4), GI: 2, CI: 0, MIGUUID: "MIG-2"},
 	}}}}

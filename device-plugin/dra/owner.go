@@ -3,28 +3,17 @@ package dra
 import (
 	"context"
 	"errors"
-	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
-// foreignOwner reports whether another tool owns the node's MIG devices: NVIDIA's MIG
-// manager label, or another device plugin advertising NVIDIA's resources there. The fact is
-// migapi.NodeForeign's, which the device-plugin frontend asks too
-// (device-plugin/agent/observe.go), so both frontends refuse the same nodes. A node not found
-// (a test without one) has no other owner.
+// foreignOwner reports whether another tool owns the node's MIG devices (engine.Foreign,
+// which the device-plugin frontend asks too), from a live read of the Node.
 func (d *Driver) foreignOwner(ctx context.Context) (migapi.Foreign, error) {
-	n, err := d.opts.Client.CoreV1().Nodes().Get(ctx, d.opts.NodeName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return migapi.NodeForeign(nil), nil
-	}
-	if err != nil {
-		return migapi.Foreign{}, fmt.Errorf("get node %s: %w", d.opts.NodeName, err)
-	}
-	return migapi.NodeForeign(n), nil
+	return engine.Foreign(d.opts.Client.CoreV1().Nodes().Get(ctx, d.opts.NodeName, metav1.GetOptions{}))
 }
 
 // foreignErr is why nothing is prepared while another tool owns the node: Slicer then

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
@@ -56,7 +56,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-func (d *Driver) prepareClaim(ctx context.Context, obs *agent.Observation, all []*resourceapi.ResourceClaim, held map[string][]string, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+func (d *Driver) prepareClaim(ctx context.Context, obs *engine.Observation, all []*resourceapi.ResourceClaim, held map[string][]string, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	allocs, err := claimDevices(c, d.opts.NodeName)
 	if err != nil {
 		return nil, err
@@ -82,9 +82,8 @@ func (d *Driver) prepareClaim(ctx context.Context, obs *agent.Observation, all [
 		if err != nil {
 			return nil, fmt.Errorf("device %s: %w", a.Device, err)
 		}
-		g.Slices = append(slices.DeleteFunc(g.Slices, func(o agent.Slice) bool { return o.Slot == s.Slot }), s)
-		specs = append(specs, cdi.Slice{MIGUUID: s.MIGUUID, GPUUUID: g.UUID, GPUMinor: g.Index, Profile: mig.LegalProfileName(s.Profile),
-			PlacementStart: s.Placement.Start, PlacementSize: s.Placement.Size, GPUInstance: s.GI, ComputeInst: s.CI})
+		g.Slices = append(slices.DeleteFunc(g.Slices, func(o engine.Slice) bool { return o.Slot == s.Slot }), s)
+		specs = append(specs, engine.CDISlice(g, s))
 		devs = append(devs, kubeletplugin.Device{Requests: []string{a.Request}, PoolName: d.opts.NodeName, DeviceName: a.Device})
 	}
 	ids, err := d.opts.CDI.WriteClaim(string(c.UID), specs)
@@ -106,7 +105,7 @@ func result(err error) string {
 }
 
 // realize makes the instance at slot exist and be complete (see PrepareResourceClaims).
-func (d *Driver) realize(obs *agent.Observation, g *agent.GPU, slot mig.Slot) (agent.Slice, error) {
+func (d *Driver) realize(obs *engine.Observation, g *engine.GPU, slot mig.Slot) (engine.Slice, error) {
 	st, s := decide(g.Slices, slot)
 	switch st {
 	case stepReuse:
@@ -114,7 +113,7 @@ func (d *Driver) realize(obs *agent.Observation, g *agent.GPU, slot mig.Slot) (a
 	case stepFinish:
 		return obs.FinishSlice(s, d.opts.Metrics)
 	case stepBlocked:
-		return agent.Slice{}, fmt.Errorf("placement %s is taken by the instance at %s", slot, s.Slot)
+		return engine.Slice{}, fmt.Errorf("placement %s is taken by the instance at %s", slot, s.Slot)
 	}
 	return obs.CreateSlice(slot, d.opts.Metrics)
 }
@@ -138,7 +137,7 @@ func (d *Driver) doubleAllocated(ctx context.Context, all []*resourceapi.Resourc
 // current reads what Prepare and Unprepare decide from: the allocated claims (the claim
 // cache, with given in place of their cached copies; claims.go), the GPUs' instances (NVML)
 // and whether another tool owns the node (owner.go).
-func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClaim) ([]*resourceapi.ResourceClaim, *agent.Observation, migapi.Foreign, error) {
+func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClaim) ([]*resourceapi.ResourceClaim, *engine.Observation, migapi.Foreign, error) {
 	all, err := d.claims(given...)
 	if err != nil {
 		return nil, nil, migapi.Foreign{}, err
@@ -147,7 +146,7 @@ func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClai
 	if err != nil {
 		return nil, nil, migapi.Foreign{}, err
 	}
-	obs, err := agent.ObserveGPUs(d.opts.Library, d.opts.Metrics)
+	obs, err := engine.Observe(d.opts.Library, d.opts.Metrics)
 	if err != nil {
 		return nil, nil, migapi.Foreign{}, fmt.Errorf("observe GPUs: %w", err)
 	}
@@ -193,13 +192,13 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return out, nil
 }
 
-func (d *Driver) unprepareClaim(ctx context.Context, obs *agent.Observation, held, recordedBy map[string][]string, c kubeletplugin.NamespacedObject) error {
+func (d *Driver) unprepareClaim(ctx context.Context, obs *engine.Observation, held, recordedBy map[string][]string, c kubeletplugin.NamespacedObject) error {
 	uid := string(c.UID)
 	recorded, ok, err := d.opts.CDI.ReadClaim(uid)
 	if err != nil {
 		return err
 	}
-	var targets []agent.Slice
+	var targets []engine.Slice
 	if ok {
 		for _, r := range recorded {
 			if s, found := findRecorded(obs, r); found {
@@ -261,22 +260,22 @@ func (d *Driver) recordedBy() (map[string][]string, error) {
 
 // findRecorded is the observed instance a claim's spec recorded: the same MIG device at the
 // same placement of the same GPU.
-func findRecorded(obs *agent.Observation, r cdi.Slice) (agent.Slice, bool) {
+func findRecorded(obs *engine.Observation, r cdi.Slice) (engine.Slice, bool) {
 	g := obs.GPUByUUID(r.GPUUUID)
 	if g == nil {
-		return agent.Slice{}, false
+		return engine.Slice{}, false
 	}
 	for _, s := range g.Slices {
 		if s.MIGUUID == r.MIGUUID && s.Placement.Start == r.PlacementStart && s.Placement.Size == r.PlacementSize {
 			return s, true
 		}
 	}
-	return agent.Slice{}, false
+	return engine.Slice{}, false
 }
 
 // allocatedInstances are the observed instances at the placements of the claim's allocation,
 // when the API still has the claim (same UID) allocated.
-func (d *Driver) allocatedInstances(ctx context.Context, obs *agent.Observation, c kubeletplugin.NamespacedObject) ([]agent.Slice, error) {
+func (d *Driver) allocatedInstances(ctx context.Context, obs *engine.Observation, c kubeletplugin.NamespacedObject) ([]engine.Slice, error) {
 	claim, err := d.opts.Client.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -291,7 +290,7 @@ func (d *Driver) allocatedInstances(ctx context.Context, obs *agent.Observation,
 	if err != nil {
 		return nil, err
 	}
-	var out []agent.Slice
+	var out []engine.Slice
 	for _, a := range allocs {
 		slot, err := resolve(obs, a.Ref)
 		if err != nil {

@@ -3,7 +3,7 @@ package dra
 import (
 	"slices"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
@@ -13,11 +13,11 @@ import (
 // devices (mig.PreferredOrder), is its MIG instances plus the devices allocated claims hold
 // that are not realized yet (the allocator counts those too). Allocations that do not fit
 // beside the instances are left out of the order (the counters still keep them apart).
-func poolGPUs(o *agent.Observation, held map[string][]string) []migdra.GPU {
+func poolGPUs(o *engine.Observation, held map[string][]string) []migdra.GPU {
 	out := make([]migdra.GPU, 0, len(o.GPUs))
 	for _, g := range o.GPUs {
 		mg := migdra.GPU{Index: g.Index, UUID: g.UUID, Healthy: g.Healthy, MIGEnabled: g.MIGMode == nvml.MIGEnabled}
-		if g.Model.Valid() && mg.MIGEnabled {
+		if g.MIGReady() {
 			mg.State = occupancy(g, held)
 		}
 		out = append(out, mg)
@@ -25,7 +25,7 @@ func poolGPUs(o *agent.Observation, held map[string][]string) []migdra.GPU {
 	return out
 }
 
-func occupancy(g *agent.GPU, held map[string][]string) mig.GPUState {
+func occupancy(g *engine.GPU, held map[string][]string) mig.GPUState {
 	st := mig.EmptyGPU(g.Model)
 	for _, s := range g.Slices {
 		p, err := g.Model.Profile(s.Profile)

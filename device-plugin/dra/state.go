@@ -2,14 +2,11 @@ package dra
 
 import (
 	"fmt"
-	"slices"
 	"sort"
-	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
-	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 )
@@ -25,7 +22,7 @@ import (
 //     out, so Unprepare can undo a claim the API has already forgotten.
 // An instance that no allocated claim explains is an orphan; it is destroyed after a grace
 // period (the time since it was first seen as an orphan), never at once: a claim allocated a
-// moment ago may not be visible yet.
+// moment ago may not be visible yet (engine.OrphanClock, the device-plugin frontend's clock too).
 
 // allocated is one device of this driver and pool in a claim's allocation.
 type allocated struct {
@@ -63,7 +60,7 @@ func explained(claims []*resourceapi.ResourceClaim, pool string) map[string][]st
 }
 
 // sliceDevice is the DRA device name of an observed slice on GPU g.
-func sliceDevice(g *agent.GPU, s agent.Slice) (string, bool) {
+func sliceDevice(g *engine.GPU, s engine.Slice) (string, bool) {
 	p, err := g.Model.Profile(s.Profile)
 	if err != nil {
 		return "", false
@@ -72,7 +69,7 @@ func sliceDevice(g *agent.GPU, s agent.Slice) (string, bool) {
 }
 
 // gpuByIndex is the observed GPU with NVML index i.
-func gpuByIndex(o *agent.Observation, i int) *agent.GPU {
+func gpuByIndex(o *engine.Observation, i int) *engine.GPU {
 	for _, g := range o.GPUs {
 		if g.Index == i {
 			return g
@@ -81,25 +78,10 @@ func gpuByIndex(o *agent.Observation, i int) *agent.GPU {
 	return nil
 }
 
-// usable reports why a GPU cannot take MIG devices, or "" when it can.
-func usable(g *agent.GPU) string {
-	switch {
-	case g == nil:
-		return "no such GPU"
-	case !g.Healthy:
-		return fmt.Sprintf("GPU %d is unhealthy: %v", g.Index, g.Err)
-	case !g.Model.Valid():
-		return fmt.Sprintf("GPU %d (%s) is not a MIG model Slicer knows", g.Index, g.ProductName)
-	case g.MIGMode != nvml.MIGEnabled:
-		return fmt.Sprintf("GPU %d is not in MIG mode", g.Index)
-	}
-	return ""
-}
-
 // resolve is the slot a device reference names on the observed node.
-func resolve(o *agent.Observation, ref migdra.DeviceRef) (mig.Slot, error) {
+func resolve(o *engine.Observation, ref migdra.DeviceRef) (mig.Slot, error) {
 	g := gpuByIndex(o, ref.GPU)
-	if why := usable(g); why != "" {
+	if why := g.Unusable(); why != "" {
 		return mig.Slot{}, fmt.Errorf("device on GPU %d: %s", ref.GPU, why)
 	}
 	p, pl, err := ref.Resolve(g.Model)
@@ -120,7 +102,7 @@ const (
 )
 
 // decide finds what to do for slot among the GPU's instances.
-func decide(instances []agent.Slice, slot mig.Slot) (step, agent.Slice) {
+func decide(instances []engine.Slice, slot mig.Slot) (step, engine.Slice) {
 	for _, s := range instances {
 		if s.GPU != slot.GPU {
 			continue
@@ -135,41 +117,17 @@ func decide(instances []agent.Slice, slot mig.Slot) (step, agent.Slice) {
 			return stepBlocked, s
 		}
 	}
-	return stepCreate, agent.Slice{}
+	return stepCreate, engine.Slice{}
 }
 
 // orphans lists the device names of the observed slices no allocated claim explains, sorted.
-func orphans(o *agent.Observation, held map[string][]string) []string {
+func orphans(o *engine.Observation, held map[string][]string) []string {
 	var out []string
 	for _, g := range o.GPUs {
 		for _, s := range g.Slices {
 			if name, ok := sliceDevice(g, s); ok && len(held[name]) == 0 {
 				out = append(out, name)
 			}
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// due updates since (when each current orphan key was first seen; keys no longer orphans are
-// forgotten) and returns the keys whose grace has passed, sorted. A key seen for the first
-// time is never due.
-func due(keys []string, since map[string]time.Time, now time.Time, grace time.Duration) []string {
-	for k := range since {
-		if !slices.Contains(keys, k) {
-			delete(since, k)
-		}
-	}
-	var out []string
-	for _, k := range keys {
-		first, ok := since[k]
-		if !ok {
-			since[k] = now // first seen now: never collected on the sweep that finds it
-			continue
-		}
-		if now.Sub(first) >= grace {
-			out = append(out, k)
 		}
 	}
 	sort.Strings(out)

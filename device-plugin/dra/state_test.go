@@ -4,14 +4,13 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 )
@@ -30,10 +29,10 @@ func slot(profile string, start, size int) mig.Slot {
 }
 
 func TestDecide(t *testing.T) {
-	complete := agent.Slice{Slot: slot("1g.10gb", 3, 1), GI: 1, CI: 0, MIGUUID: "MIG-1"}
-	bare := agent.Slice{Slot: slot("3g.40gb", 4, 4), GI: 2, CI: -1}
-	other := agent.Slice{Slot: mig.Slot{GPU: "GPU-1", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}, GI: 0, CI: 0, MIGUUID: "MIG-x"}
-	have := []agent.Slice{other, complete, bare}
+	complete := engine.Slice{Slot: slot("1g.10gb", 3, 1), GI: 1, CI: 0, MIGUUID: "MIG-1"}
+	bare := engine.Slice{Slot: slot("3g.40gb", 4, 4), GI: 2, CI: -1}
+	other := engine.Slice{Slot: mig.Slot{GPU: "GPU-1", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}, GI: 0, CI: 0, MIGUUID: "MIG-x"}
+	have := []engine.Slice{other, complete, bare}
 	for _, tc := range []struct {
 		name string
 		slot mig.Slot
@@ -50,28 +49,6 @@ func TestDecide(t *testing.T) {
 				t.Fatalf("decide = %d, want %d", got, tc.want)
 			}
 		})
-	}
-}
-
-func TestDueNeverAtFirstSightAndOnlyAfterGrace(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	since := map[string]time.Time{}
-	if got := due([]string{"a"}, since, t0, 0); len(got) != 0 {
-		t.Fatalf("due at first sight: %v", got)
-	}
-	if got := due([]string{"a", "b"}, since, t0.Add(30*time.Second), time.Minute); len(got) != 0 {
-		t.Fatalf("due before the grace: %v", got)
-	}
-	if got := due([]string{"a", "b"}, since, t0.Add(time.Minute), time.Minute); !cmp.Equal(got, []string{"a"}) {
-		t.Fatalf("due after a's grace = %v, want [a]", got)
-	}
-	// b stops being an orphan and comes back: its clock restarts.
-	due([]string{"a"}, since, t0.Add(2*time.Minute), time.Minute)
-	if _, ok := since["b"]; ok {
-		t.Fatal("b not forgotten")
-	}
-	if got := due([]string{"b"}, since, t0.Add(3*time.Minute), time.Minute); len(got) != 0 {
-		t.Fatalf("b due at its second first sight: %v", got)
 	}
 }
 
@@ -117,7 +94,7 @@ func TestClaimDevicesAndExplained(t *testing.T) {
 
 func TestOrphansAreInstancesNoClaimHolds(t *testing.T) {
 	m := h100(t)
-	obs := &agent.Observation{GPUs: []*agent.GPU{{Index: 0, UUID: "GPU-0", Model: m, Healthy: true, Slices: []agent.Slice{
+	obs := &engine.Observation{GPUs: []*engine.GPU{{Index: 0, UUID: "GPU-0", Model: m, Healthy: true, Slices: []engine.Slice{
 		{Slot: slot("1g.10gb", 3, 1), CI: 0, MIGUUID: "MIG-1"},
 		{Slot: slot("3g.40gb", 4, 4), CI: -1},
 	}}}}
@@ -185,8 +162,8 @@ func TestRepublishKeepsThePreferredFirstPick(t *testing.T) {
 
 func TestPoolGPUsCountAllocatedDevicesNotYetRealized(t *testing.T) {
 	m := h100(t)
-	obs := &agent.Observation{GPUs: []*agent.GPU{{Index: 0, UUID: "GPU-0", Model: m, Healthy: true, MIGMode: 1,
-		Slices: []agent.Slice{{Slot: slot("1g.10gb", 3, 1), CI: 0, MIGUUID: "MIG-1"}}}}}
+	obs := &engine.Observation{GPUs: []*engine.GPU{{Index: 0, UUID: "GPU-0", Model: m, Healthy: true, MIGMode: 1,
+		Slices: []engine.Slice{{Slot: slot("1g.10gb", 3, 1), CI: 0, MIGUUID: "MIG-1"}}}}}
 	gpus := poolGPUs(obs, map[string][]string{"gpu-0-3g-40gb-at-4": {"uid-b"}, "gpu-1-1g-10gb-at-0": {"uid-c"}})
 	want, err := mig.NewGPUState(m, []mig.Instance{{Profile: "1g.10gb", Placement: mig.Placement{Start: 3, Size: 1}}, {Profile: "3g.40gb", Placement: mig.Placement{Start: 4, Size: 4}}})
 	if err != nil {

@@ -34,7 +34,22 @@ type DefragOptions struct {
 	// MaxRemovalSets bounds the work: how many (GPU, set of its movable slices) pairs the
 	// planner examines before it gives up (0: DefaultDefragRemovalSets).
 	MaxRemovalSets int
+	// Destinations, when set, restricts where each moved slice may be re-created (nil: any
+	// usable GPU of its model).
+	Destinations DestinationFunc
+	// Chains also looks, when no plan of one or two moves exists and MaxMoves allows two, for a
+	// two-move chain (defrag_chain.go): an Ordered plan whose second move goes into the room the
+	// first one leaves. Ignored with Destinations.
+	Chains bool
 }
+
+// DestinationFunc says where the slice at from, once moved, may be re-created: a predicate over
+// node indexes of PlanDefrag's nodes, or nil when any node will do. It is asked once per slice
+// the planner considers moving; the predicate may be asked several times for one node (it
+// should remember its answers). Both must be deterministic for the duration of one PlanDefrag
+// call. (A moved slice's constraints are its
+// pod's, which are a node's: node selector and affinity, taints, schedulability.)
+type DestinationFunc func(from SliceAt) func(node int) bool
 
 // MovableFunc reports whether the slice of profile p at placement pl on GPU gpu of node node may
 // be moved. It must be deterministic for the duration of one PlanDefrag call.
@@ -59,6 +74,9 @@ type Move struct {
 type DefragPlan struct {
 	Moves  []Move
 	Target SliceAt
+	// Ordered: each move's destination is free only once the slices of the moves before it are
+	// gone (a chain, DefragOptions.Chains); otherwise every destination is free now.
+	Ordered bool
 }
 
 // DefragOutcome says what the planner found.
@@ -116,7 +134,7 @@ func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptio
 	if budget <= 0 {
 		budget = DefaultDefragRemovalSets
 	}
-	r := defragRun{nodes: nodes, req: req, movable: movable}
+	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, maxMoves: maxMoves}
 	if out := r.survey(); out != "" {
 		return DefragResult{Outcome: out}
 	}
@@ -137,6 +155,12 @@ func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptio
 			res.Bounded = true
 			break
 		}
+		if k == 2 && opt.Chains && r.dest == nil {
+			if plan, ok := r.chain(); ok {
+				res.Outcome, res.Plan = DefragPlanned, plan
+				return res
+			}
+		}
 	}
 	return res
 }
@@ -146,6 +170,7 @@ type gpuRef struct{ node, gpu int32 }
 type defragCandidate struct {
 	found     bool
 	node, gpu int
+	gi        int    // the target GPU's index in node then GPU order
 	sub       uint32 // slots of the target GPU's state to move
 	slot      int    // the request's slot on the target GPU
 	compute   int    // compute slices moved
@@ -156,6 +181,14 @@ type defragRun struct {
 	nodes   []Node
 	req     *Request
 	movable MovableFunc
+	dest    DestinationFunc
+
+	maxMoves int
+	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
+	// may go; only with dest set.
+	dests map[int]*destInfo
+	// hosts caches chainHosts per (model, profile).
+	hosts map[[2]int][]chainHost
 
 	present  [numModels + 1]bool
 	hist     [numModels + 1][]int32               // usable GPUs per state index
@@ -179,6 +212,18 @@ type defragRun struct {
 	}
 	nover  int
 	choice [MaxDefragMoves]SliceAt
+	info   [MaxDefragMoves]*destInfo // per moved slot: its restriction, nil when none
+}
+
+// destInfo is where one moved slice may go under DefragOptions.Destinations.
+type destInfo struct {
+	allow func(node int) bool
+	// target: the slice may be re-created on its own GPU's node (the request's target GPU).
+	target bool
+	// others counts the allowed GPUs other than its own where its profile fits now, up to
+	// maxMoves; list holds them all when others < maxMoves.
+	others int
+	list   []gpuRef
 }
 
 // survey counts the usable GPUs per state and answers the cheap outcomes.
@@ -284,7 +329,7 @@ func (r *defragRun) scan(budget int) {
 					return
 				}
 				r.examined++
-				if r.tryRemoval(n, g, t, st, p, c, pos[:npos]) {
+				if r.tryRemoval(gi, n, g, t, st, p, c, pos[:npos]) {
 					return
 				}
 				low := c & -c
@@ -333,7 +378,7 @@ func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, s
 
 // tryRemoval checks one removal set (c over pos) on GPU (n, g). It returns true when enough
 // feasible candidates were seen at this level.
-func (r *defragRun) tryRemoval(n, g int, t *modelTable, st, p int, c uint32, pos []int) bool {
+func (r *defragRun) tryRemoval(gi, n, g int, t *modelTable, st, p int, c uint32, pos []int) bool {
 	ns, np := t.nslots(), t.nprof()
 	var sub uint32
 	cur := st
@@ -359,8 +404,8 @@ func (r *defragRun) tryRemoval(n, g int, t *modelTable, st, p int, c uint32, pos
 			continue
 		}
 		cost := t.value[cur] - t.value[next]
-		cand := defragCandidate{found: true, node: n, gpu: g, sub: sub, slot: slot, compute: compute, cost: cost}
-		if !r.feasible(n, g, t, st, uint16(next), forbid, false) {
+		cand := defragCandidate{found: true, node: n, gpu: g, gi: gi, sub: sub, slot: slot, compute: compute, cost: cost}
+		if !r.feasible(gi, n, g, t, st, uint16(next), forbid, false) {
 			continue
 		}
 		if !r.best.found || cand.better(r.best) {
@@ -383,17 +428,31 @@ func (c defragCandidate) better(o defragCandidate) bool {
 
 // feasible decides whether the r.k slots in r.moved (of GPU (n, g), whose state after the
 // removals and the request's placement is after) can all be re-created at placements free now:
-// not overlapping forbid on the target GPU. With record it fills r.choice for the scarce slices
-// and r.overlay with the GPUs they touch.
-func (r *defragRun) feasible(n, g int, t *modelTable, st int, after uint16, forbid uint16, record bool) bool {
+// not overlapping forbid on the target GPU (gi in node then GPU order), and on GPUs its
+// restriction allows. With record it fills r.choice for the scarce slices and r.overlay with
+// the GPUs they touch.
+//
+// A slice whose profile fits now on at least k allowed GPUs other than the target always finds
+// an untouched one (the other k-1 slices touch at most k-1 GPUs besides the target), so only
+// the others, the scarce ones, are placed by search.
+func (r *defragRun) feasible(gi, n, g int, t *modelTable, st int, after uint16, forbid uint16, record bool) bool {
 	m := r.nodes[n].GPUs[g].State.model
 	np := t.nprof()
 	nscarce := 0
 	for i := 0; i < r.k; i++ {
 		q := int(t.slots[r.moved[i]].prof)
-		others := r.fitCount[m][q]
-		if t.nvmlSlot[st*np+q] != noSlot {
-			others-- // the target GPU itself is no "other" GPU
+		var others int
+		r.info[i] = nil
+		if r.dest != nil {
+			r.info[i] = r.destOf(gi, n, g, t, r.moved[i])
+		}
+		if in := r.info[i]; in != nil {
+			others = in.others
+		} else {
+			others = r.fitCount[m][q]
+			if t.nvmlSlot[st*np+q] != noSlot {
+				others-- // the target GPU itself is no "other" GPU
+			}
 		}
 		if others < r.k {
 			r.scarce[nscarce] = i
@@ -416,7 +475,13 @@ func (r *defragRun) place(m Model, t *modelTable, n, g int, forbid uint16, nscar
 	mi := r.scarce[i]
 	q := int(t.slots[r.moved[mi]].prof)
 	target := gpuRef{int32(n), int32(g)}
-	refs := r.fits(m, q)
+	in := r.info[mi]
+	var refs []gpuRef
+	if in != nil {
+		refs = in.list // complete: a restricted slice is scarce only when others < k <= maxMoves
+	} else {
+		refs = r.fits(m, q)
+	}
 	for j := -1; j < len(refs); j++ {
 		ref := target
 		if j >= 0 {
@@ -424,6 +489,8 @@ func (r *defragRun) place(m Model, t *modelTable, n, g int, forbid uint16, nscar
 			if ref == target {
 				continue
 			}
+		} else if in != nil && !in.target {
+			continue
 		}
 		oi, idx := r.stateOf(ref)
 		for _, start := range t.profiles[q].Starts {
@@ -469,8 +536,8 @@ func (r *defragRun) stateOf(ref gpuRef) (int, int) {
 	return -1, int(r.nodes[ref.node].GPUs[ref.gpu].State.idx)
 }
 
-// fits lists the usable GPUs of model m where profile q fits now. It is built on first use
-// and only asked for profiles that fit on at most MaxDefragMoves GPUs.
+// fits lists the usable GPUs of model m where profile q fits now. It is built on first use:
+// for scarce profiles (fewer than MaxDefragMoves such GPUs) and for restricted slices (destOf).
 func (r *defragRun) fits(m Model, q int) []gpuRef {
 	if r.fitBuilt[m][q] {
 		return r.fitList[m][q]
@@ -491,6 +558,48 @@ scan:
 	}
 	r.fitList[m][q] = out
 	return out
+}
+
+// destOf is where the slot s of GPU (n, g) (gi in node then GPU order) may go under r.dest,
+// nil when anywhere. Computed once per slice and call: the allowed GPUs where its profile fits
+// now are counted up to maxMoves (the most a plentiful slice needs), listed in full below that.
+func (r *defragRun) destOf(gi, n, g int, t *modelTable, s int) *destInfo {
+	key := gi*32 + s
+	if in, ok := r.dests[key]; ok {
+		return in
+	}
+	if r.dests == nil {
+		r.dests = map[int]*destInfo{}
+	}
+	sl := t.slots[s]
+	from := SliceAt{Node: n, GPU: g, Profile: t.profiles[sl.prof], Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
+	allow := r.dest(from)
+	if allow == nil {
+		r.dests[key] = nil
+		return nil
+	}
+	in := &destInfo{allow: allow, target: allow(n)}
+	self := gpuRef{int32(n), int32(g)}
+	last, lastOK := int32(-1), false
+	for _, ref := range r.fits(r.nodes[n].GPUs[g].State.model, int(sl.prof)) {
+		if ref == self {
+			continue
+		}
+		if ref.node != last {
+			last, lastOK = ref.node, allow(int(ref.node))
+		}
+		if !lastOK {
+			continue
+		}
+		in.others++
+		if in.others >= r.maxMoves {
+			in.list = nil
+			break
+		}
+		in.list = append(in.list, ref)
+	}
+	r.dests[key] = in
+	return in
 }
 
 // materialize turns the chosen candidate into a plan: the scarce slices where the exhaustive
@@ -516,7 +625,7 @@ func (r *defragRun) materialize(c defragCandidate) DefragPlan {
 	for i := range r.choice {
 		r.choice[i] = SliceAt{Node: -1}
 	}
-	r.feasible(c.node, c.gpu, t, st, after, forbid, true)
+	r.feasible(c.gi, c.node, c.gpu, t, st, after, forbid, true)
 	plan := DefragPlan{Moves: make([]Move, k)}
 	for i := 0; i < k; i++ {
 		sl := t.slots[r.moved[i]]
@@ -524,7 +633,11 @@ func (r *defragRun) materialize(c defragCandidate) DefragPlan {
 			Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
 		to := r.choice[i]
 		if to.Node < 0 {
-			to = r.bestUntouched(m, int(sl.prof))
+			var allow func(int) bool
+			if r.info[i] != nil {
+				allow = r.info[i].allow
+			}
+			to = r.bestUntouched(m, int(sl.prof), allow)
 		}
 		plan.Moves[i] = Move{From: from, To: to}
 	}
@@ -534,9 +647,10 @@ func (r *defragRun) materialize(c defragCandidate) DefragPlan {
 	return plan
 }
 
-// bestUntouched places profile q on the usable GPU of model m, not on the overlay, where the
-// Slicer policy loses the least future placeability, and records it on the overlay.
-func (r *defragRun) bestUntouched(m Model, q int) SliceAt {
+// bestUntouched places profile q on the usable GPU of model m, not on the overlay and on a node
+// allow accepts (nil: any), where the Slicer policy loses the least future placeability, and
+// records it on the overlay.
+func (r *defragRun) bestUntouched(m Model, q int, allow func(int) bool) SliceAt {
 	t := tableFor(m)
 	np := t.nprof()
 	best, bestCost := gpuRef{-1, -1}, int32(0)
@@ -551,6 +665,9 @@ func (r *defragRun) bestUntouched(m Model, q int) SliceAt {
 			}
 			ref := gpuRef{int32(n), int32(g)}
 			if oi, _ := r.stateOf(ref); oi >= 0 {
+				continue
+			}
+			if allow != nil && !allow(n) {
 				continue
 			}
 			best, bestCost = ref, t.bestCost[k]

@@ -31,8 +31,12 @@ func usedMask(s GPUState) uint16 {
 // bruteDefrag is the oracle: the fewest moves (up to maxMoves) of movable slices, from any GPUs,
 // re-created at placements that overlap no current instance, after which the request's slice
 // has a legal placement; -1 when there is none. It enumerates every subset of the movable
-// slices, every target placement and every joint destination.
-func bruteDefrag(nodes []Node, req *Request, movable map[sliceKey]bool, maxMoves int) int {
+// slices, every target placement and every joint destination on the nodes allowed lets the
+// slice go to (nil: any). A destination must be legal with the GPU's instances as they are now
+// (its own moved slices still there) except on the target GPU: every destination is held before
+// anything is evicted, so a slice leaving another GPU frees nothing there for the plan (not
+// even a media-extension slot: two slices cannot swap GPUs).
+func bruteDefrag(nodes []Node, req *Request, movable map[sliceKey]bool, allowed func(from sliceKey, node int) bool, maxMoves int) int {
 	type slice struct {
 		node, gpu int
 		p         Profile
@@ -72,6 +76,9 @@ func bruteDefrag(nodes []Node, req *Request, movable map[sliceKey]bool, maxMoves
 			if st.Model() != sub[i].p.Model {
 				continue
 			}
+			if allowed != nil && !allowed(sliceKey{sub[i].node, sub[i].gpu, sub[i].pl.Start}, h.n) {
+				continue
+			}
 			for _, pl := range sub[i].p.Placements() {
 				if memMask(pl)&usedMask(nodes[h.n].GPUs[h.g].State) != 0 {
 					continue
@@ -97,16 +104,20 @@ func bruteDefrag(nodes []Node, req *Request, movable map[sliceKey]bool, maxMoves
 			for _, h := range gpus {
 				states[h] = nodes[h.n].GPUs[h.g].State
 			}
+			released := map[ref]GPUState{}
+			for _, h := range gpus {
+				released[h] = nodes[h.n].GPUs[h.g].State
+			}
 			for _, s := range pick {
 				r := ref{s.node, s.gpu}
-				next, err := states[r].Release(s.p, s.pl)
+				next, err := released[r].Release(s.p, s.pl)
 				if err != nil {
 					panic(err)
 				}
-				states[r] = next
+				released[r] = next
 			}
 			for _, h := range gpus {
-				st := states[h]
+				st := released[h]
 				p, ok := req.Profile(0, st.Model())
 				if !ok {
 					continue
@@ -115,7 +126,7 @@ func bruteDefrag(nodes []Node, req *Request, movable map[sliceKey]bool, maxMoves
 					next, _ := st.Take(p, pl)
 					states[h] = next
 					ok := dests(pick, 0)
-					states[h] = st
+					states[h] = nodes[h.n].GPUs[h.g].State
 					if ok {
 						return true
 					}
@@ -247,7 +258,7 @@ func TestPlanDefragAgainstBruteForce(t *testing.T) {
 		if fitsNow {
 			continue
 		}
-		want := bruteDefrag(nodes, req, movable, maxMoves)
+		want := bruteDefrag(nodes, req, movable, nil, maxMoves)
 		switch res.Outcome {
 		case DefragPlanned:
 			checkPlan(t, nodes, req, movable, res.Plan)
@@ -464,15 +475,21 @@ func benchCluster(rng *rand.Rand, nodes int, pending Profile, pMove float64) ([]
 // percentiles of one PlanDefrag call (default bounds: 2 moves, 32,768 removal sets), the mean
 // moves of the plans and the share of calls that found one. cpu-p50/p99 are the same calls'
 // CPU time on their thread, which a shared machine does not inflate. "none-movable" is the worst case:
-// no plan, every level searched to the end.
+// no plan, every level searched to the end. "even-nodes" restricts every moved slice to the
+// even nodes (DefragOptions.Destinations, as a zone selector would), "pinned" to its own node
+// (as a nodeSelector on the hostname would): each restricted slice's allowed GPUs are counted.
 func BenchmarkPlanDefrag(b *testing.B) {
+	evenNodes := func(SliceAt) func(int) bool { return func(n int) bool { return n%2 == 0 } }
+	pinned := func(from SliceAt) func(int) bool { return func(n int) bool { return n == from.Node } }
 	cases := []struct {
 		name    string
 		profile string
 		pMove   float64
+		dest    DestinationFunc
 	}{
-		{"7g.80gb", "7g.80gb", 0.9}, {"4g.40gb", "4g.40gb", 0.9}, {"3g.40gb", "3g.40gb", 0.9},
-		{"4g.40gb/half-movable", "4g.40gb", 0.5}, {"7g.80gb/none-movable", "7g.80gb", 0},
+		{"7g.80gb", "7g.80gb", 0.9, nil}, {"4g.40gb", "4g.40gb", 0.9, nil}, {"3g.40gb", "3g.40gb", 0.9, nil},
+		{"4g.40gb/half-movable", "4g.40gb", 0.5, nil}, {"7g.80gb/none-movable", "7g.80gb", 0, nil},
+		{"7g.80gb/even-nodes", "7g.80gb", 0.9, evenNodes}, {"7g.80gb/pinned", "7g.80gb", 0.9, pinned},
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
@@ -497,7 +514,7 @@ func BenchmarkPlanDefrag(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				s := sc[i%len(sc)]
 				c0, t0 := threadCPU(), time.Now()
-				res := PlanDefrag(s.nodes, req, s.movable, DefragOptions{})
+				res := PlanDefrag(s.nodes, req, s.movable, DefragOptions{Destinations: bc.dest})
 				lat = append(lat, time.Since(t0))
 				cpu = append(cpu, threadCPU()-c0)
 				if res.Outcome == DefragPlanned {

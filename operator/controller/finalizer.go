@@ -158,8 +158,8 @@ func (r *SlicerReconciler) deleteAndCheck(ctx context.Context, obj client.Object
 	return u.GetKind() == "Namespace", nil
 }
 
-func ownedBySlicer(u *unstructured.Unstructured) bool {
-	for _, ref := range u.GetOwnerReferences() {
+func ownedBySlicer(obj metav1.Object) bool {
+	for _, ref := range obj.GetOwnerReferences() {
 		if ref.Kind == "Slicer" && ref.APIVersion == slicerv1alpha1.GroupVersion.String() && ref.Name == slicerv1alpha1.SlicerName {
 			return true
 		}

@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +14,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migdra"
 	"github.com/slicer-operator/slicer/operator/render"
 )
 
@@ -145,13 +147,16 @@ func (r *SlicerReconciler) releaseSlices(ctx context.Context, s *slicerv1alpha1.
 		return nil, nil
 	}
 	log := logf.FromContext(ctx)
-	if d.StopScheduler {
+	if d.StopAllocators {
 		scheduler := &appsv1.Deployment{
 			TypeMeta:   metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "Deployment"},
 			ObjectMeta: metav1.ObjectMeta{Name: render.SchedulerName, Namespace: o.Namespace},
 		}
 		if _, err := r.deleteAndCheck(ctx, scheduler); err != nil {
 			return nil, fmt.Errorf("stop the scheduler: %w", err)
+		}
+		if _, err := r.deleteAll(ctx, render.AllDeviceClasses()); err != nil {
+			return nil, fmt.Errorf("remove the DeviceClasses: %w", err)
 		}
 	}
 	for _, h := range d.DeletePods {
@@ -168,33 +173,34 @@ func (r *SlicerReconciler) releaseSlices(ctx context.Context, s *slicerv1alpha1.
 	return []string{d.Message}, nil
 }
 
-// observeRelease reads the allocations, whether the scheduler still runs (Force only), and
-// the holder pods (Force only; uncached: the operator's cache holds only its own pods).
+// observeRelease reads the allocations and the DRA driver's claims, whether the scheduler
+// or a DeviceClass is still there (Force only), and the holder pods (Force only; uncached:
+// the operator's cache holds only its own pods).
 func (r *SlicerReconciler) observeRelease(ctx context.Context, s *slicerv1alpha1.Slicer, o render.Options) (releaseFacts, error) {
 	f := releaseFacts{Policy: s.Spec.Uninstall.Policy}
 	var allocs slicerv1alpha1.SliceAllocationList
-	if err := r.Client.List(ctx, &allocs); err != nil {
-		if meta.IsNoMatchError(err) {
-			return f, nil
-		}
+	switch err := r.Client.List(ctx, &allocs); {
+	case meta.IsNoMatchError(err):
+	case err != nil:
 		return f, fmt.Errorf("list SliceAllocations: %w", err)
 	}
-	f.Holders, f.Releasing = holdersOf(allocs.Items)
-	if f.Policy != slicerv1alpha1.UninstallForce || (len(f.Holders) == 0 && f.Releasing == 0) {
+	byAllocation, releasing := holdersOf(allocs.Items)
+	var claims resourceapi.ResourceClaimList
+	switch err := r.apiReader().List(ctx, &claims); {
+	case meta.IsNoMatchError(err):
+	case err != nil:
+		return f, fmt.Errorf("list ResourceClaims: %w", err)
+	}
+	byClaim, releasingClaims := claimHolders(claims.Items, migdra.DriverName)
+	f.Holders, f.Releasing, f.ReleasingClaims = mergeHolders(byAllocation, byClaim), releasing, releasingClaims
+	if f.Policy != slicerv1alpha1.UninstallForce || (len(f.Holders) == 0 && f.Releasing == 0 && f.ReleasingClaims == 0) {
 		return f, nil
 	}
-	var d appsv1.Deployment
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: render.SchedulerName}, &d)
-	switch {
-	case apierrors.IsNotFound(err):
-		left, err := r.componentPodsLeft(ctx, r.apiReader(), o.Namespace, render.ComponentScheduler)
-		if err != nil {
-			return f, err
-		}
-		f.SchedulerGone = len(left) == 0
-	case err != nil:
-		return f, fmt.Errorf("read the scheduler Deployment: %w", err)
+	gone, err := r.allocatorsGone(ctx, o)
+	if err != nil {
+		return f, err
 	}
+	f.AllocatorsGone = gone
 	for i := range f.Holders {
 		h := &f.Holders[i]
 		var pod corev1.Pod
@@ -209,6 +215,34 @@ func (r *SlicerReconciler) observeRelease(ctx context.Context, s *slicerv1alpha1
 		h.Deleting = pod.DeletionTimestamp != nil
 	}
 	return f, nil
+}
+
+// allocatorsGone reports whether nothing hands out new slices any more: the scheduler's
+// Deployment and pods are gone, and no DeviceClass of Slicer's is left (a class of that name
+// someone else owns is theirs: deleteAndCheck leaves it, and so does this).
+func (r *SlicerReconciler) allocatorsGone(ctx context.Context, o render.Options) (bool, error) {
+	var d appsv1.Deployment
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: render.SchedulerName}, &d); {
+	case err == nil:
+		return false, nil
+	case !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("read the scheduler Deployment: %w", err)
+	}
+	left, err := r.componentPodsLeft(ctx, r.apiReader(), o.Namespace, render.ComponentScheduler)
+	if err != nil || len(left) > 0 {
+		return false, err
+	}
+	for _, c := range render.AllDeviceClasses() {
+		var class resourceapi.DeviceClass
+		switch err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(c), &class); {
+		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		case err != nil:
+			return false, fmt.Errorf("read DeviceClass %s: %w", c.GetName(), err)
+		case ownedBySlicer(&class):
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // setReleased records the SlicesReleased condition: False while the step waits, True once

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -42,19 +43,23 @@ func TestDecideRelease(t *testing.T) {
 			want:  releaseDecision{Reason: slicerv1alpha1.ReasonWaitingForPods},
 			msg:   []string{"release 3 allocations"}},
 		{name: "wait never deletes, even when the scheduler is gone",
-			facts: releaseFacts{Policy: wait, Holders: []sliceHolder{a}, SchedulerGone: true},
+			facts: releaseFacts{Policy: wait, Holders: []sliceHolder{a}, AllocatorsGone: true},
 			want:  releaseDecision{Reason: slicerv1alpha1.ReasonWaitingForPods},
 			msg:   []string{"1 pods hold MIG slices: team-a/train"}},
 		{name: "force: the scheduler goes first, no pod yet",
 			facts: releaseFacts{Policy: force, Holders: []sliceHolder{a, b}},
-			want:  releaseDecision{Reason: slicerv1alpha1.ReasonReleasingSlices, StopScheduler: true},
-			msg:   []string{"stopping the scheduler", "team-a/train, team-b/serve"}},
+			want:  releaseDecision{Reason: slicerv1alpha1.ReasonReleasingSlices, StopAllocators: true},
+			msg:   []string{"stopping the scheduler and removing the DeviceClasses", "team-a/train, team-b/serve"}},
 		{name: "force, scheduler gone: the running pods are deleted, not those gone or terminating",
-			facts: releaseFacts{Policy: force, SchedulerGone: true, Holders: []sliceHolder{gone, a, terminating}, Releasing: 1},
+			facts: releaseFacts{Policy: force, AllocatorsGone: true, Holders: []sliceHolder{gone, a, terminating}, Releasing: 1},
 			want:  releaseDecision{Reason: slicerv1alpha1.ReasonReleasingSlices, DeletePods: []sliceHolder{a}},
 			msg:   []string{"deleting the 3 pods", "team-a/old, team-a/train, team-b/ending", "1 allocations being released"}},
+		{name: "claims being released keep the step waiting, under either policy",
+			facts: releaseFacts{Policy: wait, ReleasingClaims: 2},
+			want:  releaseDecision{Reason: slicerv1alpha1.ReasonWaitingForPods},
+			msg:   []string{"2 ResourceClaims of mig.slicer.dev being released"}},
 		{name: "force, pods gone: wait for the agents",
-			facts: releaseFacts{Policy: force, SchedulerGone: true, Releasing: 2},
+			facts: releaseFacts{Policy: force, AllocatorsGone: true, Releasing: 2},
 			want:  releaseDecision{Reason: slicerv1alpha1.ReasonReleasingSlices},
 			msg:   []string{"destroy the MIG instances of 2 allocations"}},
 	} {
@@ -110,6 +115,50 @@ func TestHoldersOf(t *testing.T) {
 	}
 	if !reflect.DeepEqual(hs, want) || releasing != 1 {
 		t.Errorf("holdersOf = %+v, %d; want %+v, 1", hs, releasing, want)
+	}
+}
+
+// The DRA frontend's holders are the pods its driver's allocated claims are reserved for;
+// claims of other drivers, unallocated or reserved for no pod hold nothing; a claim being
+// deleted is released by the kubelet.
+func TestClaimHolders(t *testing.T) {
+	const ours, theirs = "mig.slicer.dev", "gpu.example.com"
+	claim := func(ns, name string, drivers []string, deleting bool, pods ...string) resourceapi.ResourceClaim {
+		c := resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		if drivers != nil {
+			c.Status.Allocation = &resourceapi.AllocationResult{}
+			for _, d := range drivers {
+				c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{Driver: d})
+			}
+		}
+		if deleting {
+			c.DeletionTimestamp = &metav1.Time{}
+		}
+		for _, p := range pods {
+			c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p, UID: types.UID("uid-" + p)})
+		}
+		return c
+	}
+	hs, releasing := claimHolders([]resourceapi.ResourceClaim{
+		claim("b", "train-gpu", []string{ours, ours, theirs}, false, "train"),
+		claim("a", "shared", []string{ours}, false, "w1", "w2"),
+		claim("a", "other", []string{theirs}, false, "w3"),
+		claim("a", "pending", nil, false),
+		claim("a", "idle", []string{ours}, false),
+		claim("a", "ending", []string{ours}, true, "old"),
+		claim("b", "train-more", []string{ours}, false, "train"),
+	}, ours)
+	want := []sliceHolder{
+		{Pod: types.NamespacedName{Namespace: "a", Name: "w1"}, UID: "uid-w1", Slices: 1},
+		{Pod: types.NamespacedName{Namespace: "a", Name: "w2"}, UID: "uid-w2", Slices: 1},
+		{Pod: types.NamespacedName{Namespace: "b", Name: "train"}, UID: "uid-train", Slices: 3},
+	}
+	if !reflect.DeepEqual(hs, want) || releasing != 1 {
+		t.Errorf("claimHolders = %+v, %d; want %+v, 1", hs, releasing, want)
+	}
+	merged := mergeHolders(hs, []sliceHolder{{Pod: types.NamespacedName{Namespace: "b", Name: "train"}, UID: "uid-train", Slices: 1}})
+	if len(merged) != 3 || merged[2].Slices != 4 {
+		t.Errorf("mergeHolders: a pod named by both frontends is one holder with both counts: %+v", merged)
 	}
 }
 

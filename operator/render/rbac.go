@@ -50,7 +50,7 @@ var (
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: readWatch},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
 		// Its node's NodeAccelerator: created once, then only its status is written
-		// (device-plugin/agent/publish.go).
+		// (device-plugin/engine/publish.go).
 		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators"}, Verbs: []string{"get", "list", "watch", "create"}},
 		{APIGroups: []string{"slicer.dev"}, Resources: []string{"nodeaccelerators/status"}, Verbs: []string{"patch"}},
 		// The finalizer of the allocations it realizes, their status; delete those whose pod

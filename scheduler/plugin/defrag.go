@@ -128,7 +128,7 @@ func (p *Plugin) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (
 		p.log.Error(err, "defragmentation skipped", "pod", klog.KObj(pod))
 		return nil, "defragmentation skipped: " + err.Error()
 	}
-	res := mig.PlanDefrag(in, s.req, movable.at, mig.DefragOptions{MaxMoves: p.defrag.maxMoves})
+	res := mig.PlanDefrag(in, s.req, movable.at, mig.DefragOptions{MaxMoves: p.defrag.maxMoves, Destinations: movable.destinations})
 	p.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
 	p.metrics.DefragPlanDuration.Observe(time.Since(start).Seconds())
 	switch res.Outcome {

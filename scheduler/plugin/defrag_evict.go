@@ -33,6 +33,11 @@ import (
 // planned for again.
 const DefaultDefragReplacementTimeout = 5 * time.Minute
 
+// defragRefusalBackoff is how long a pod whose plan was abandoned on a refused eviction gets no
+// new plan. Without it, the rooms released by the abandoned plan wake the pod at once, and it
+// would plan, hold and ask the Eviction API again in a tight loop while the budget says no.
+const defragRefusalBackoff = 30 * time.Second
+
 // Refusal reasons of slicer_scheduler_defrag_refused_total (bounded label values).
 const (
 	DefragRefusedEvictionCap      = "evictionCap"
@@ -42,6 +47,12 @@ const (
 	EventDefragmentationEvicting  = "DefragmentationEvicting"
 	EventDefragmentationAbandoned = "DefragmentationAbandoned"
 )
+
+// refusal is a pending pod's backoff after an eviction refused its plan.
+type refusal struct {
+	until time.Time
+	why   string
+}
 
 // pledge holds a moved pod's destination for its replacement.
 type pledge struct {
@@ -59,7 +70,10 @@ type pledge struct {
 type defragRun struct {
 	pledges map[types.UID]*pledge
 	// plans maps a pending pod to the deadline of the moves made for it.
-	plans     map[types.UID]time.Time
+	plans map[types.UID]time.Time
+	// refused maps a pending pod whose plan an eviction refusal abandoned to the end of its
+	// backoff (defragRefusalBackoff) and what it was told.
+	refused   map[types.UID]refusal
 	evictions []time.Time
 	seq       int
 }
@@ -137,13 +151,22 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 		uid := v.UID
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: v.Namespace, Name: v.Name},
 			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}}
-		if err := p.client.SubResource("eviction").Create(ctx, v, ev); err != nil {
+		if err := p.evict(ctx, ev); err != nil {
+			// The rooms of the moves not made are released; those of the pods already evicted
+			// stay held for their replacements. The target will not open: the pending pod's
+			// nomination goes, and it may be planned for again.
 			release(held[i:])
+			p.setNomination(pod.UID, "", nil)
 			p.metrics.DefragRefused.WithLabelValues(DefragRefusedEviction).Inc()
 			why := fmt.Sprintf("the eviction of pod %s/%s was refused: %v", v.Namespace, v.Name, err)
-			log.Info("defragmentation plan abandoned", "pod", klog.KObj(pod), "reason", why)
+			p.mu.Lock()
+			if p.defragRun.refused == nil {
+				p.defragRun.refused = map[types.UID]refusal{}
+			}
+			p.defragRun.refused[pod.UID] = refusal{until: now.Add(defragRefusalBackoff), why: why}
+			p.mu.Unlock()
+			log.Info("defragmentation plan abandoned", "pod", klog.KObj(pod), "reason", why, "evicted", evicted)
 			if evicted == 0 {
-				p.setNomination(pod.UID, "", nil)
 				p.recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict", "plan abandoned before any eviction: %s", why)
 				return nil, "defragmentation (Evict): plan abandoned, " + why
 			}
@@ -169,11 +192,28 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 		fmt.Sprintf("defragmentation (Evict): evicted %d pod(s) to open room on node %s: %s", evicted, target, words)
 }
 
+// evict posts the eviction once. A refusal is final for this plan: the Eviction API answers a
+// PodDisruptionBudget that allows no disruption now (or is not yet processed) with 429 and a
+// Retry-After, on which client-go would otherwise retry, up to ten times, within this
+// scheduling cycle.
+func (p *Plugin) evict(ctx context.Context, ev *policyv1.Eviction) error {
+	return p.handle.ClientSet().PolicyV1().RESTClient().Post().AbsPath("/api/v1").
+		Namespace(ev.Namespace).Resource("pods").Name(ev.Name).SubResource("eviction").
+		Body(ev).MaxRetries(0).Do(ctx).Error()
+}
+
 // waitingPlan says, for a pod whose plan was carried out and has not timed out, what it waits
 // for; "" when it has none.
 func (p *Plugin) waitingPlan(pod *corev1.Pod) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if r, ok := p.defragRun.refused[pod.UID]; ok {
+		if p.clock().Before(r.until) {
+			return fmt.Sprintf("defragmentation (Evict): the last plan was abandoned (%s); no new plan before %s",
+				r.why, r.until.UTC().Format(time.RFC3339))
+		}
+		delete(p.defragRun.refused, pod.UID)
+	}
 	if _, ok := p.defragRun.plans[pod.UID]; !ok {
 		return ""
 	}
@@ -233,6 +273,11 @@ func (p *Plugin) sweepDefrag() {
 	for uid, deadline := range p.defragRun.plans {
 		if !now.Before(deadline) {
 			delete(p.defragRun.plans, uid)
+		}
+	}
+	for uid, r := range p.defragRun.refused {
+		if !now.Before(r.until) {
+			delete(p.defragRun.refused, uid)
 		}
 	}
 	p.mu.Unlock()

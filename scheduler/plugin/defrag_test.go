@@ -14,6 +14,8 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	fwk "k8s.io/kube-scheduler/framework"
+	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
@@ -44,7 +46,8 @@ func TestDefragmentRecommends(t *testing.T) {
 		pods   func() (a, b *corev1.Pod)
 		pdbs   []*policyv1.PodDisruptionBudget
 		nsLbls map[string]string
-		want   string // substring of the words; "" for none
+		node   func(*corev1.Node) // changes node n1 as the scheduler's snapshot sees it
+		want   string             // substring of the words; "" for none
 		event  bool
 	}{
 		{name: "ReplicaSet pods move", pods: func() (*corev1.Pod, *corev1.Pod) {
@@ -85,6 +88,34 @@ func TestDefragmentRecommends(t *testing.T) {
 			pods: func() (*corev1.Pod, *corev1.Pod) {
 				return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
 			}, want: "1 move(s)", event: true},
+		{name: "a NoSchedule taint neither pod tolerates: their replacements could not come back", node: func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: "maintenance", Effect: corev1.TaintEffectNoSchedule}}
+		}, pods: func() (*corev1.Pod, *corev1.Pod) {
+			return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
+		}, want: "found no plan"},
+		{name: "a NoSchedule taint one pod tolerates: that one moves", node: func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: "maintenance", Effect: corev1.TaintEffectNoSchedule}}
+		}, pods: func() (*corev1.Pod, *corev1.Pod) {
+			b := ownedBy("ReplicaSet", replica("b").Obj())
+			b.Spec.Tolerations = []corev1.Toleration{{Key: "maintenance", Operator: corev1.TolerationOpExists}}
+			return ownedBy("ReplicaSet", replica("a").Obj()), b
+		}, want: "move pod ns/b (1g.10gb)", event: true},
+		{name: "a cordoned node", node: func(n *corev1.Node) { n.Spec.Unschedulable = true },
+			pods: func() (*corev1.Pod, *corev1.Pod) {
+				return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
+			}, want: "found no plan"},
+		{name: "a node selector the node does not match", pods: func() (*corev1.Pod, *corev1.Pod) {
+			a := ownedBy("ReplicaSet", replica("a").Obj())
+			a.Spec.NodeSelector = map[string]string{"zone": "b"}
+			return a, ownedBy("ReplicaSet", replica("b").Obj())
+		}, want: "move pod ns/b (1g.10gb)", event: true},
+		{name: "a node selector the node matches", node: func(n *corev1.Node) { n.Labels = map[string]string{"zone": "a"} },
+			pods: func() (*corev1.Pod, *corev1.Pod) {
+				a := ownedBy("ReplicaSet", replica("a").Obj())
+				a.Spec.NodeSelector = map[string]string{"zone": "a"}
+				b := ownedBy("ReplicaSet", replica("b").Annotation(slicerv1alpha1.AnnotationMovable, "false").Obj())
+				return a, b
+			}, want: "move pod ns/a (1g.10gb)", event: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlugin(t, accel("n1", 2))
@@ -94,6 +125,11 @@ func TestDefragmentRecommends(t *testing.T) {
 			overlayPod{name: "b", slots: []overlaySlot{{1, "1g.10gb", 0}}}.allocateAs(t, p, b.UID)
 			rec := events.NewFakeRecorder(10)
 			withDefrag(t, p, tc.spec, rec, []*corev1.Pod{a, b}, tc.pdbs, tc.nsLbls)
+			n1 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+			if tc.node != nil {
+				tc.node(n1)
+			}
+			p.handle = snapshotHandle{snap: backendcache.NewSnapshot(nil, []*corev1.Node{n1})}
 
 			pending := migPod("big", "slicer.dev/mig-7g.80gb", "1")
 			cs := framework.NewCycleState()
@@ -172,8 +208,16 @@ func (o overlayPod) allocateAs(t *testing.T, p *Plugin, uid types.UID) {
 	}
 }
 
-// withDefrag gives the test plugin a policy, a recorder and listers holding pods, PDBs and the
-// namespace "ns" with nsLabels.
+// snapshotHandle is a framework handle with the scheduler's snapshot of a cycle.
+type snapshotHandle struct {
+	fwk.Handle
+	snap fwk.SharedLister
+}
+
+func (h snapshotHandle) SnapshotSharedLister() fwk.SharedLister { return h.snap }
+
+// withDefrag gives the test plugin a policy, a recorder, listers holding pods, PDBs and the
+// namespace "ns" with nsLabels, and a scheduler snapshot holding node n1.
 func withDefrag(t *testing.T, p *Plugin, spec *slicerv1alpha1.DefragmentationSpec, rec events.EventRecorder,
 	pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string) {
 	t.Helper()
@@ -198,5 +242,6 @@ func withDefrag(t *testing.T, p *Plugin, spec *slicerv1alpha1.DefragmentationSpe
 		t.Fatal(err)
 	}
 	p.defrag, p.recorder = pol, rec
+	p.handle = snapshotHandle{snap: backendcache.NewSnapshot(nil, []*corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}})}
 	p.pods, p.pdbs, p.namespaces = corelisters.NewPodLister(podIdx), policylisters.NewPodDisruptionBudgetLister(pdbIdx), corelisters.NewNamespaceLister(nsIdx)
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,6 +101,9 @@ type Plugin struct {
 	now                func() time.Time
 	pdbs               policylisters.PodDisruptionBudgetLister
 	namespaces         corelisters.NamespaceLister
+	// tolerationOps: tolerations may use the Gt and Lt operators (the feature gate
+	// TaintTolerationComparisonOperators), for the node filters of defrag_dest.go.
+	tolerationOps bool
 }
 
 var (
@@ -181,6 +186,7 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 			replacementTimeout: opts.DefragReplacementTimeout,
 			pdbs:               h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
 			namespaces:         h.SharedInformerFactory().Core().V1().Namespaces().Lister(),
+			tolerationOps:      feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate).EnableTaintTolerationComparisonOperators,
 		}
 		if p.replacementTimeout <= 0 {
 			p.replacementTimeout = DefaultDefragReplacementTimeout

@@ -168,6 +168,7 @@ func (p *Plugin) PostBind(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 	delete(p.rejected, pod.UID)
 	delete(p.nominations, pod.UID)
 	delete(p.defragRun.plans, pod.UID)
+	delete(p.defragRun.refused, pod.UID)
 	p.mu.Unlock()
 	p.cache.Unreserve(pod.UID)
 }

@@ -192,6 +192,24 @@ func (b *NodeBuilder) Label(k, v string) *NodeBuilder {
 	return b
 }
 
+// Labels sets labels (added to those already set).
+func (b *NodeBuilder) Labels(labels map[string]string) *NodeBuilder {
+	for k, v := range labels {
+		b.Label(k, v)
+	}
+	return b
+}
+
+// Ready makes the node Ready (its kubelet's condition) with room for ordinary pods: 64 CPUs,
+// 256 GiB, 110 pods, in capacity and allocatable.
+func (b *NodeBuilder) Ready() *NodeBuilder {
+	b.Capacity(string(corev1.ResourceCPU), "64", string(corev1.ResourceMemory), "256Gi", string(corev1.ResourcePods), "110")
+	now := metav1.Now()
+	b.node.Status.Conditions = append(b.node.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+		Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now})
+	return b
+}
+
 // Capacity sets capacity and allocatable: name, value, ...
 func (b *NodeBuilder) Capacity(kv ...string) *NodeBuilder {
 	if b.node.Status.Capacity == nil {

@@ -72,6 +72,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(latency.start(watchCtx, restConfig)).To(Succeed())
 }, NodeTimeout(20*time.Minute))
 
+// A failed spec leaves a digest of the cluster (pods, allocations, component errors) in the
+// output and in localnode.DigestFile, whose last lines .ci/run prints.
+var _ = AfterEach(func(ctx SpecContext) { localnode.ReportIfFailed(ctx, repoRoot, k8s, clientset) })
+
 var _ = AfterSuite(func() {
 	if report := latency.report(); report != "" {
 		fmt.Fprintln(os.Stdout, report)

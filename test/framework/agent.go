@@ -21,6 +21,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/device-plugin/plugin"
 	"github.com/slicer-operator/slicer/internal/mig"
@@ -82,7 +83,7 @@ type AgentOptions struct {
 	OrphanGrace time.Duration
 	Usage       agent.UsageSource
 	Advertiser  agent.Advertiser
-	Metrics     *agent.Metrics
+	Metrics     *engine.Metrics
 	Trigger     chan event.GenericEvent
 	// PodGone lets the agent release allocations whose pod does not exist (agent.Options.Live);
 	// tests whose allocations name no real pod leave it off.

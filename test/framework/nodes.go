@@ -5,30 +5,17 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
-// MakeNode returns a Ready node with room for ordinary pods (64 CPUs,
-// 256 GiB, 110 pods) and the given labels.
+// MakeNode returns a Ready node with room for ordinary pods and the given labels
+// (builder.Node's Ready).
 func MakeNode(name string, labels map[string]string) *corev1.Node {
-	res := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("64"),
-		corev1.ResourceMemory: resource.MustParse("256Gi"),
-		corev1.ResourcePods:   resource.MustParse("110"),
-	}
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Status: corev1.NodeStatus{
-			Capacity: res, Allocatable: res,
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
-				Reason: "KubeletReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
-		},
-	}
+	return builder.Node(name).Labels(labels).Ready().Obj()
 }
 
 // CreateNode creates the node, writes its status, and removes the

@@ -28,6 +28,9 @@ type Options struct {
 	// to that many running slices (mig.PlanDefrag; every running pod counts as movable, and a
 	// moved pod keeps its departure time). Slicer scheduler frontend only, not elastic.
 	DefragMoves int
+	// DefragChains also allows two-move chains (mig.DefragOptions.Chains) when no plan of
+	// independent moves exists; with DefragMoves of 2 or more.
+	DefragChains bool
 }
 
 // Decision is one arrival's outcome.
@@ -158,6 +161,9 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 			return nil, fmt.Errorf("moves are modelled only for the Slicer scheduler frontend in loss mode")
 		}
 		res.Policy = fmt.Sprintf("%s + moves ≤%d", res.Policy, opt.DefragMoves)
+		if opt.DefragChains {
+			res.Policy += " + chains"
+		}
 	}
 	// where holds the running request of every slice, for moves.
 	where := map[sliceKey]string{}
@@ -207,7 +213,7 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 						return nil, fmt.Errorf("request %q: Score said node %d fits but Place failed: %w", ev.Arrive, idx, err)
 					}
 				} else if opt.DefragMoves > 0 {
-					if idx, as, moves, err = defrag(nodes, req, where, active, opt.DefragMoves, res); err != nil {
+					if idx, as, moves, err = defrag(nodes, req, where, active, opt.DefragMoves, opt.DefragChains, res); err != nil {
 						return nil, fmt.Errorf("request %q: %w", ev.Arrive, err)
 					}
 				}
@@ -353,12 +359,12 @@ type sliceKey struct{ node, gpu, start int }
 // on the nodes: each moved slice is released and re-created at its destination (its running
 // request follows it), and the request is placed at the plan's target. It returns the node and
 // assignments of the request (-1 when no plan), and the number of moves.
-func defrag(nodes []mig.Node, req *mig.Request, where map[sliceKey]string, active map[string]*live, maxMoves int, res *Result) (int, []mig.Assignment, int, error) {
+func defrag(nodes []mig.Node, req *mig.Request, where map[sliceKey]string, active map[string]*live, maxMoves int, chains bool, res *Result) (int, []mig.Assignment, int, error) {
 	movable := func(n, g int, _ mig.Profile, pl mig.Placement) bool {
 		_, ok := where[sliceKey{n, g, pl.Start}]
 		return ok
 	}
-	out := mig.PlanDefrag(nodes, req, movable, mig.DefragOptions{MaxMoves: maxMoves})
+	out := mig.PlanDefrag(nodes, req, movable, mig.DefragOptions{MaxMoves: maxMoves, Chains: chains})
 	switch out.Outcome {
 	case mig.DefragPlanned:
 	case mig.DefragNoCapacity:

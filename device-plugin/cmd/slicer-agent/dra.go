@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/dra"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 )
@@ -34,7 +34,7 @@ var (
 
 // runDRA serves the kubelet DRA plugin (device-plugin/dra) instead of the SliceAllocation
 // reconciler and the device plugin; the manager only serves metrics and health.
-func runDRA(ctx context.Context, f flags, lib nvml.Library, metrics *agent.Metrics, log logr.Logger) error {
+func runDRA(ctx context.Context, f flags, lib nvml.Library, metrics *engine.Metrics, log logr.Logger) error {
 	// The helper listens in the plugin directory but does not create it.
 	if err := os.MkdirAll(f.draPluginDir, 0o750); err != nil {
 		return fmt.Errorf("DRA plugin directory: %w", err)

@@ -28,6 +28,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/nvidia"
@@ -94,7 +95,7 @@ func run(ctx context.Context, f flags) error {
 		hw := nvidia.New(f.nvmlLib)
 		lib, resources = hw, realResources(hw)
 	}
-	metrics := agent.NewMetrics(ctrlmetrics.Registry)
+	metrics := engine.NewMetrics(ctrlmetrics.Registry)
 	switch f.frontend {
 	case frontendDevicePlugin:
 	case frontendDRA:

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	operatormetrics "github.com/slicer-operator/slicer/operator/metrics"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
 	"github.com/slicer-operator/slicer/webhook"
@@ -45,7 +45,7 @@ type Component struct {
 func Components() []Component {
 	return []Component{
 		{Name: "agent", Collectors: func(reg prometheus.Registerer) ([]prometheus.Collector, error) {
-			return agent.NewMetrics(reg).Collectors(), nil
+			return engine.NewMetrics(reg).Collectors(), nil
 		}},
 		{Name: "operator", Collectors: func(reg prometheus.Registerer) ([]prometheus.Collector, error) {
 			m, err := operatormetrics.New(reg)

@@ -72,3 +72,7 @@ func skipLoudly(reason string) { localnode.SkipLoudly("e2e/dra", reason) }
 func runScript(ctx context.Context, env []string, script string, args ...string) {
 	localnode.RunScript(ctx, repoRoot, env, script, args...)
 }
+
+// A failed spec leaves a digest of the cluster (pods, allocations, component errors) in the
+// output and in localnode.DigestFile, whose last lines .ci/run prints.
+var _ = AfterEach(func(ctx SpecContext) { localnode.ReportIfFailed(ctx, repoRoot, k8s, clientset) })

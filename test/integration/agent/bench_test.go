@@ -12,7 +12,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,15 +19,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
 // benchNode starts a control plane and an emulated node's agent for a benchmark.
 // podGone turns on the agent's release of allocations whose pod is gone or finished.
-func benchNode(b *testing.B, name string, gpus int, podGone ...bool) (*framework.Env, *agent.Metrics) {
+func benchNode(b *testing.B, name string, gpus int, podGone ...bool) (*framework.Env, *engine.Metrics) {
 	b.Helper()
 	e, err := framework.Start(framework.Options{WithoutExternalCRDs: true})
 	if err != nil {
@@ -44,7 +44,7 @@ func benchNode(b *testing.B, name string, gpus int, podGone ...bool) (*framework
 	if err := c.Create(bg, framework.MakeNamespace("bench")); err != nil {
 		b.Fatal(err)
 	}
-	if err := c.Create(bg, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+	if err := c.Create(bg, builder.Node(name).Obj()); err != nil {
 		b.Fatal(err)
 	}
 	models := make([]mig.Model, gpus)
@@ -55,7 +55,7 @@ func benchNode(b *testing.B, name string, gpus int, podGone ...bool) (*framework
 	if err != nil {
 		b.Fatal(err)
 	}
-	m := agent.NewMetrics(prometheus.NewRegistry())
+	m := engine.NewMetrics(prometheus.NewRegistry())
 	log := logr.Discard()
 	if os.Getenv("BENCH_LOG") != "" {
 		log = zap.New(zap.UseDevMode(true))
@@ -146,7 +146,7 @@ func deleteAll(b *testing.B, c client.Client, allocs []*slicerv1alpha1.SliceAllo
 	}
 }
 
-func agentRealizeMean(m *agent.Metrics) float64 {
+func agentRealizeMean(m *engine.Metrics) float64 {
 	ch := make(chan prometheus.Metric, 1)
 	m.RealizeDuration.Collect(ch)
 	var out dto.Metric

@@ -11,14 +11,13 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -35,7 +34,7 @@ var _ = Describe("slicer-agent binary", func() {
 		kubeconfig := filepath.Join(dir, "kubeconfig")
 		Expect(os.WriteFile(kubeconfig, env.Environment.KubeConfig, 0o600)).To(Succeed())
 		nodeName := "n-binary"
-		Expect(k8s.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})).To(Succeed())
+		Expect(k8s.Create(ctx, builder.Node(nodeName).Obj())).To(Succeed())
 		state := filepath.Join(dir, "nvml.json")
 		cdiDir := filepath.Join(dir, "cdi")
 		start := func() *exec.Cmd {
@@ -85,7 +84,7 @@ var _ = Describe("slicer-agent binary", func() {
 var _ = Describe("agent metrics", func() {
 	It("registers lint-clean collectors and drops series of slices that went away", func() {
 		reg := prometheus.NewRegistry()
-		m := agent.NewMetrics(reg)
+		m := engine.NewMetrics(reg)
 		n := newNode("n-metrics", mig.H100_80GB)
 		DeferCleanup(n.cleanup)
 		n.metrics = m

@@ -19,6 +19,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
 
@@ -123,7 +124,7 @@ var _ = Describe("An allocation whose pod finished", func() {
 				return nil
 			},
 		})
-		metrics := agent.NewMetrics(prometheus.NewRegistry())
+		metrics := engine.NewMetrics(prometheus.NewRegistry())
 		r := agent.New(c, events.NewFakeRecorder(100), agent.Options{NodeName: n.name, Library: n.backend, Emulated: true,
 			CDI: &cdi.Writer{Dir: n.cdiDir}, Usage: n.usage, Advertiser: n.adv, OrphanGrace: n.grace, Metrics: metrics, Live: k8s})
 		for range 3 {

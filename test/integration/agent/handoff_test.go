@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/test/framework"
@@ -29,7 +29,7 @@ var _ = Describe("the hand-off's API writes", func() {
 		proxy, err := framework.StartCountingProxy(env.Config)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(proxy.Stop)
-		n.metrics = agent.NewMetrics(prometheus.NewRegistry())
+		n.metrics = engine.NewMetrics(prometheus.NewRegistry())
 		a, err := env.StartAgent(framework.AgentOptions{Node: n.name, Library: n.backend, CDIDir: n.cdiDir, OrphanGrace: n.grace,
 			Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics, PodGone: true, Config: proxy.RestConfig(), PublishInterval: time.Hour},
 			zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))

@@ -18,14 +18,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/test/builder"
@@ -65,7 +64,7 @@ type node struct {
 	agent   *framework.RunningAgent
 	adv     *framework.RecordingAdvertiser
 	usage   *framework.StaticUsage
-	metrics *agent.Metrics
+	metrics *engine.Metrics
 	grace   time.Duration
 	seq     int
 }
@@ -74,7 +73,7 @@ func newNode(name string, models ...mig.Model) *node {
 	dir := GinkgoT().TempDir()
 	n := &node{name: name, models: models, stateF: filepath.Join(dir, "nvml.json"), cdiDir: filepath.Join(dir, "cdi"),
 		adv: &framework.RecordingAdvertiser{}, usage: &framework.StaticUsage{}, grace: time.Hour}
-	Expect(k8s.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	Expect(k8s.Create(ctx, builder.Node(name).Obj())).To(Succeed())
 	n.newBackend()
 	return n
 }
@@ -87,7 +86,7 @@ func (n *node) newBackend() {
 }
 
 func (n *node) start() {
-	n.metrics = agent.NewMetrics(prometheus.NewRegistry())
+	n.metrics = engine.NewMetrics(prometheus.NewRegistry())
 	a, err := env.StartAgent(framework.AgentOptions{Node: n.name, Library: n.backend, CDIDir: n.cdiDir, OrphanGrace: n.grace,
 		Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics, PodGone: true}, zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	Expect(err).NotTo(HaveOccurred())

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -25,12 +24,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/slicer-operator/slicer/device-plugin/agent"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/dra"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 const nodeName = "node-a"
@@ -52,7 +52,7 @@ func (c *clock) Add(d time.Duration) {
 // and a kubelet-side gRPC client of it.
 type plugin struct {
 	drv     *dra.Driver
-	metrics *agent.Metrics
+	metrics *engine.Metrics
 	cancel  context.CancelFunc
 	done    chan error
 	conn    *grpc.ClientConn
@@ -77,7 +77,7 @@ func (h *harness) start() {
 	h.t.Helper()
 	// The plugin's clock only moves when the test moves it, so status writes are not
 	// coalesced (a deferred write would wait for a time that never comes).
-	metrics := agent.NewMetrics(prometheus.NewRegistry())
+	metrics := engine.NewMetrics(prometheus.NewRegistry())
 	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Emulated: true, Client: h.cs, Status: h.status, PublishInterval: -1,
 		CDI: h.cdi, Metrics: metrics, OrphanGrace: h.grace, Resync: time.Hour,
 		Now: h.clock.Now, Log: testr.New(h.t)})
@@ -224,7 +224,7 @@ func (h *harness) instances() map[string]string {
 
 func newHarness(t *testing.T) *harness {
 	cs, env := startEnv(t, nil)
-	if _, err := cs.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Nodes().Create(context.Background(), builder.Node(nodeName).Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h100, _ := mig.ParseModel("H100-80GB")

@@ -13,16 +13,15 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/cmd/slicer/cli"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -70,7 +69,7 @@ func serveDCGM(backend *emulated.Backend, node string, value func(start int) (ac
 var _ = Describe("Prometheus joining DCGM exporter's series to the agent's slices", func() {
 	It("gives per-pod utilization and framebuffer use", func() {
 		const node, ns = "gpu-node-dcgm", "team-d"
-		Expect(k8s.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})).To(Succeed())
+		Expect(k8s.Create(ctx, builder.Node(node).Obj())).To(Succeed())
 		Expect(k8s.Create(ctx, framework.MakeNamespace(ns))).To(Succeed())
 		dir := GinkgoT().TempDir()
 		backend, err := emulated.New(emulated.Options{Node: node, GPUs: []mig.Model{mig.H100_80GB}, StateFile: filepath.Join(dir, "nvml.json")})
@@ -79,7 +78,7 @@ var _ = Describe("Prometheus joining DCGM exporter's series to the agent's slice
 
 		agentReg := prometheus.NewRegistry()
 		running, err := env.StartAgent(framework.AgentOptions{Node: node, Library: backend, CDIDir: filepath.Join(dir, "cdi"),
-			OrphanGrace: time.Hour, Usage: &framework.StaticUsage{}, Advertiser: &framework.RecordingAdvertiser{}, Metrics: agent.NewMetrics(agentReg)},
+			OrphanGrace: time.Hour, Usage: &framework.StaticUsage{}, Advertiser: &framework.RecordingAdvertiser{}, Metrics: engine.NewMetrics(agentReg)},
 			zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(running.Stop)

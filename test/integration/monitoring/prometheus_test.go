@@ -18,19 +18,18 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/agent"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/prometheusrules"
 	"github.com/slicer-operator/slicer/prometheusrules/promtest"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -153,7 +152,7 @@ type alert struct {
 var _ = Describe("Prometheus with the shipped rules", func() {
 	It("sees the slices and raises SlicerMIGInstancesLeaked for an orphaned instance", func() {
 		const node = "gpu-node-1"
-		Expect(k8s.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})).To(Succeed())
+		Expect(k8s.Create(ctx, builder.Node(node).Obj())).To(Succeed())
 		Expect(k8s.Create(ctx, framework.MakeNamespace("team-a"))).To(Succeed())
 		dir := GinkgoT().TempDir()
 		backend, err := emulated.New(emulated.Options{Node: node, GPUs: []mig.Model{mig.H100_80GB}, StateFile: filepath.Join(dir, "nvml.json")})
@@ -165,7 +164,7 @@ var _ = Describe("Prometheus with the shipped rules", func() {
 		Expect(err).NotTo(HaveOccurred())
 
 		agentReg := prometheus.NewRegistry()
-		metrics := agent.NewMetrics(agentReg)
+		metrics := engine.NewMetrics(agentReg)
 		running, err := env.StartAgent(framework.AgentOptions{Node: node, Library: backend, CDIDir: filepath.Join(dir, "cdi"),
 			OrphanGrace: time.Hour, Usage: &framework.StaticUsage{}, Advertiser: &framework.RecordingAdvertiser{}, Metrics: metrics},
 			zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))

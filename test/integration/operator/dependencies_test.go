@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -23,26 +22,7 @@ import (
 // reports DependencyMissing, keeps running, installs everything else, and
 // applies the rest as soon as the CRDs appear.
 var _ = Describe("Optional dependencies absent, then installed (O3)", Ordered, func() {
-	var (
-		bare          *framework.Env
-		savedEnv      *framework.Env
-		savedAdmin    client.Client
-		savedOperator *rest.Config
-	)
-	BeforeAll(func() {
-		var err error
-		bare, err = framework.Start(framework.Options{WithoutExternalCRDs: true})
-		Expect(err).NotTo(HaveOccurred())
-		savedEnv, savedAdmin, savedOperator = env, admin, asOperator
-		env, admin = bare, bare.Client
-		Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
-		Expect(framework.InstallOperatorRBAC(ctx, admin, operatorNamespace)).To(Succeed())
-		asOperator = framework.ImpersonatedConfig(bare.Config, operatorNamespace, framework.OperatorServiceAccount)
-	})
-	AfterAll(func() {
-		env, admin, asOperator = savedEnv, savedAdmin, savedOperator
-		Expect(bare.Stop()).To(Succeed())
-	})
+	ownControlPlane(framework.Options{WithoutExternalCRDs: true})
 
 	It("is Available without the optional APIs the spec does not need, and says what is missing", func() {
 		defer cleanSlate()
@@ -130,7 +110,7 @@ var _ = Describe("Optional dependencies absent, then installed (O3)", Ordered, f
 		Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: render.WebhookName + "-metrics"}, &corev1.Service{})).To(Succeed())
 
 		By("installing NFD, KMM and the Prometheus operator's CRDs at run time")
-		_, err := envtest.InstallCRDs(bare.Config, envtest.CRDInstallOptions{
+		_, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{
 			Paths: []string{filepath.Join(framework.RepoRoot(), "config", "crd", "external")}, ErrorIfPathMissing: true,
 		})
 		Expect(err).NotTo(HaveOccurred())

@@ -12,7 +12,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/render"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -277,31 +277,75 @@ var _ = Describe("DRA frontend", Ordered, func() {
 		Expect(sliceNames(Default)).To(ConsistOf(theirs))
 		Expect(deviceClassNames(Default)).To(BeEmpty())
 	})
+	// Issue 28 item 5 in the DRA frontend: a pod holds MIG slices through claims Slicer's
+	// driver allocated. The uninstall waits for it, naming it; forced, it removes the
+	// DeviceClasses first (the stock scheduler allocates no new slice without them), then
+	// deletes the pod, and goes on once the claim is released.
+	It("waits for a pod holding its driver's claims on uninstall, naming it; forced, removes the DeviceClasses, then the pod", func() {
+		defer cleanSlate()
+		const tenant = "dra-tenant"
+		ns := nextAgentNamespace()
+		op := startOperator(operatorOptions{agentNamespace: ns})
+		defer op.stop()
+		Expect(admin.Create(ctx, newSlicer(draSlicer))).To(Succeed())
+		waitAvailable(ns)
+		Eventually(deviceClassNames).ShouldNot(BeEmpty())
+		createNamespace(tenant)
+		pod := builder.Pod(tenant, "infer").Container("c", builder.None).Obj()
+		Expect(admin.Create(ctx, pod)).To(Succeed())
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "infer-mig"},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: migdra.ClassName("1g.10gb")}}}}}}
+		Expect(admin.Create(ctx, claim)).To(Succeed())
+		// What the stock scheduler writes when it allocates the claim and reserves it for the pod.
+		claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "mig", Driver: migdra.DriverName, Pool: node, Device: "gpu-0-1g-10gb-0"}}}}
+		claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+		Expect(admin.Status().Update(ctx, claim)).To(Succeed())
+
+		Expect(admin.Delete(ctx, newSlicer())).To(Succeed())
+		By("Wait (the default): the condition names the pod, nothing is removed")
+		Eventually(func(g Gomega) {
+			c := condition(getSlicer(g), slicerv1alpha1.ConditionSlicesReleased)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(slicerv1alpha1.ReasonWaitingForPods))
+			g.Expect(c.Message).To(ContainSubstring("1 pods hold MIG slices: " + tenant + "/infer"))
+		}).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(deviceClassNames(g)).NotTo(BeEmpty())
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})).To(Succeed())
+			g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.AgentName}, &appsv1.DaemonSet{})).To(Succeed())
+		}, 3*time.Second, 300*time.Millisecond).Should(Succeed())
+
+		By("Force: the DeviceClasses go, then the pod")
+		s := getSlicer(Default)
+		s.Spec.Uninstall.Policy = slicerv1alpha1.UninstallForce
+		Expect(admin.Update(ctx, s)).To(Succeed())
+		Eventually(func(g Gomega) {
+			err := admin.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "pod: %v", err)
+		}).Should(Succeed())
+		Expect(deviceClassNames(Default)).To(BeEmpty(), "the classes go before the pod")
+		Expect(admin.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{})).To(Succeed(),
+			"the claim is still reserved for the pod: the kubelet has not unprepared it")
+
+		By("the claim controller's part (no kube-controller-manager here): the claim is released; the teardown runs to the end")
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+		claim.Status.ReservedFor = nil
+		Expect(admin.Status().Update(ctx, claim)).To(Succeed())
+		Expect(admin.Delete(ctx, claim)).To(Succeed())
+		Eventually(func(g Gomega) {
+			err := admin.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+		}, time.Minute).Should(Succeed())
+	})
 })
 
 // An apiserver with partitionable devices off would drop the counters that keep MIG
 // placements apart: DRA mode refuses, says why, and installs no DeviceClass.
 var _ = Describe("DRA frontend without partitionable devices", Ordered, func() {
-	var (
-		off           *framework.Env
-		savedEnv      *framework.Env
-		savedAdmin    client.Client
-		savedOperator *rest.Config
-	)
-	BeforeAll(func() {
-		var err error
-		off, err = framework.Start(framework.Options{APIServerArgs: map[string]string{"feature-gates": "DRAPartitionableDevices=false"}})
-		Expect(err).NotTo(HaveOccurred())
-		savedEnv, savedAdmin, savedOperator = env, admin, asOperator
-		env, admin = off, off.Client
-		Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
-		Expect(framework.InstallOperatorRBAC(ctx, admin, operatorNamespace)).To(Succeed())
-		asOperator = framework.ImpersonatedConfig(off.Config, operatorNamespace, framework.OperatorServiceAccount)
+	ownControlPlane(framework.Options{APIServerArgs: map[string]string{"feature-gates": "DRAPartitionableDevices=false"}}, func() {
 		Expect(framework.CreateNode(ctx, admin, framework.MakeNode("dra-node-2", map[string]string{slicerv1alpha1.LabelGPUModel: "H100-80GB"}))).To(Succeed())
-	})
-	AfterAll(func() {
-		env, admin, asOperator = savedEnv, savedAdmin, savedOperator
-		Expect(off.Stop()).To(Succeed())
 	})
 
 	It("is not Available, with PartitionableDevicesOff and what to do", func() {

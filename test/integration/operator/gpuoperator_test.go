@@ -16,6 +16,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/render"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 const (
@@ -46,7 +47,7 @@ func clusterPolicyCRD() *apiextensionsv1.CustomResourceDefinition {
 }
 
 func gpuNodeWith(name string, labels map[string]string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	return builder.Node(name).Labels(labels).Obj()
 }
 
 func nodeLabels(g Gomega, name string) (map[string]string, map[string]string) {

@@ -19,6 +19,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 	"github.com/slicer-operator/slicer/operator/render"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -325,8 +326,8 @@ var _ = Describe("Device access guard", Ordered, func() {
 			Expect(client.IgnoreAlreadyExists(admin.Create(ctx, sa))).To(Succeed())
 		}
 		pod := func(namespace, name string, mutate ...func(*corev1.Pod)) *corev1.Pod {
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-				Spec: corev1.PodSpec{AutomountServiceAccountToken: ptr.To(false), Containers: []corev1.Container{{Name: "app", Image: "cuda"}}}}
+			p := builder.Pod(namespace, name).Container("app", builder.None).Obj()
+			p.Spec.AutomountServiceAccountToken = ptr.To(false)
 			for _, m := range mutate {
 				m(p)
 			}

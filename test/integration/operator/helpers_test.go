@@ -428,3 +428,32 @@ var _ = AfterEach(func() {
 		}
 	}
 })
+
+// ownControlPlane gives the Ordered container it is called in a control plane of its own,
+// started with opts, in place of the suite's (env, admin, asOperator) for its specs: the
+// operator's namespace and RBAC installed, then setup run on it. The suite's come back after.
+func ownControlPlane(opts framework.Options, setup ...func()) {
+	var (
+		own           *framework.Env
+		savedEnv      *framework.Env
+		savedAdmin    client.Client
+		savedOperator *rest.Config
+	)
+	BeforeAll(func() {
+		var err error
+		own, err = framework.Start(opts)
+		Expect(err).NotTo(HaveOccurred())
+		savedEnv, savedAdmin, savedOperator = env, admin, asOperator
+		env, admin = own, own.Client
+		Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
+		Expect(framework.InstallOperatorRBAC(ctx, admin, operatorNamespace)).To(Succeed())
+		asOperator = framework.ImpersonatedConfig(own.Config, operatorNamespace, framework.OperatorServiceAccount)
+		for _, f := range setup {
+			f()
+		}
+	})
+	AfterAll(func() {
+		env, admin, asOperator = savedEnv, savedAdmin, savedOperator
+		Expect(own.Stop()).To(Succeed())
+	})
+}

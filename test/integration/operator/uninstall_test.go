@@ -17,6 +17,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/render"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -34,8 +35,7 @@ var _ = Describe("Uninstall with MIG pods running", Ordered, func() {
 	// immediate) and the allocation the scheduler commits for it.
 	runningPod := func(name string) {
 		GinkgoHelper()
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: name},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "reg.test/app:v1"}}}}
+		pod := builder.Pod(tenant, name).Container("c", builder.None).Obj()
 		Expect(admin.Create(ctx, pod)).To(Succeed())
 		a := placed(tenant, name+"-0", node)
 		a.Spec.PodName, a.Spec.PodUID = name, string(pod.UID)

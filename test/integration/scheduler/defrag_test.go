@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,8 +24,22 @@ import (
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
-// nodeLabel pins a pod of the defragmentation specs to one node of the pool.
+// nodeLabel names each node of the defragmentation specs; a pod whose nodeSelector asks for it
+// is pinned to that node, and so never moved elsewhere.
 const nodeLabel = "it.slicer.dev/node"
+
+// cordon sets the node's spec.unschedulable.
+func cordon(name string, on bool) {
+	GinkgoHelper()
+	Eventually(func() error {
+		var n corev1.Node
+		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+			return err
+		}
+		n.Spec.Unschedulable = on
+		return k8s.Update(ctx, &n)
+	}).Should(Succeed())
+}
 
 var _ = Describe("Defragmentation", func() {
 	var (
@@ -50,9 +67,11 @@ var _ = Describe("Defragmentation", func() {
 	})
 
 	// twoBlockedGPUs makes two nodes of one H100 each and puts one 1g.10gb replica of a
-	// ReplicaSet on each (owned: movable unless annotated), so that a 7g.80gb fits neither.
+	// ReplicaSet on each (owned: movable unless annotated), so that a 7g.80gb fits neither. The
+	// replicas are spread by cordoning the other node while each is placed; those in pin (1, 2)
+	// also have a nodeSelector for their node.
 	var rsRef metav1.OwnerReference
-	twoBlockedGPUs := func(annotate map[string]string) {
+	twoBlockedGPUs := func(annotate map[string]string, pin ...int) {
 		GinkgoHelper()
 		rs := &appsv1.ReplicaSet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "web"},
@@ -67,14 +86,20 @@ var _ = Describe("Defragmentation", func() {
 			Expect(framework.CreateNode(ctx, k8s, framework.MakeNode(name, map[string]string{poolLabel: s.pool, nodeLabel: name}))).To(Succeed())
 			Expect(framework.CreateNodeAccelerator(ctx, k8s, framework.MakeNodeAccelerator(name).GPUs("H100-80GB", 1).Obj())).To(Succeed())
 			s.nodes = append(s.nodes, name)
+			if i == 2 {
+				cordon(s.nodes[0], true)
+			}
 			p := s.pod(fmt.Sprintf("web-%d", i), map[string]int64{"1g.10gb": 1})
-			p.Spec.NodeSelector[nodeLabel] = name
+			if slices.Contains(pin, i) {
+				p.Spec.NodeSelector[nodeLabel] = name
+			}
 			p.Labels = map[string]string{"app": "web"}
 			p.Annotations = annotate
 			p.OwnerReferences = []metav1.OwnerReference{rsRef}
 			s.create(p)
+			Eventually(func() string { return s.get(p.Name).Spec.NodeName }).Should(Equal(name))
 		}
-		Eventually(s.bound).Should(Equal(2))
+		cordon(s.nodes[0], false)
 	}
 	eventsOf := func(pod *corev1.Pod, reason string) []string {
 		var list corev1.EventList
@@ -137,6 +162,25 @@ var _ = Describe("Defragmentation", func() {
 		Expect(plans(big)).To(BeEmpty())
 	})
 
+	It("does not move a replica whose nodeSelector pins it to its node: the plan moves the other one", func() {
+		r = startScheduler(ctx, plugin.Options{}, timeout)
+		twoBlockedGPUs(nil, 1)
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() []string { return plans(big) }, 30*time.Second).Should(ContainElement(
+			MatchRegexp(`^1 move\(s\): move pod %s/web-2 \(1g\.10gb\) from node %s-n2 GPU 0 @\d to node %s-n1 GPU 0 @\d; then 7g\.80gb fits on node %s-n2 GPU 0 @0$`,
+				s.ns, s.ns, s.ns, s.ns)))
+		Expect(plans(big)).NotTo(ContainElement(ContainSubstring("web-1")))
+	})
+
+	It("plans nothing when every blocking replica is pinned to its node, and says so", func() {
+		r = startScheduler(ctx, plugin.Options{}, timeout)
+		twoBlockedGPUs(nil, 1, 2)
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
+			ContainSubstring("defragmentation found no plan of at most 2 moves of movable pods"))
+		Expect(plans(big)).To(BeEmpty())
+	})
+
 	It("looks for no plan when disabled", func() {
 		r = startSchedulerWith(ctx, plugin.Options{}, timeout, func(o *config.Options) {
 			o.Defragmentation = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationDisabled}
@@ -170,6 +214,138 @@ var _ = Describe("Defragmentation", func() {
 		Expect(s.allocationsOf(s.get(big.Name))[0].Spec.Placement.Start).To(BeEquivalentTo(0))
 		Expect(webLeft()).To(ConsistOf(left, "web-3"))
 		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
+	})
+
+	// The Eviction API enforces a PodDisruptionBudget on running pods only (and lets an unready
+	// one go while the budget's healthy pods suffice); the fake kubelet leaves pod status alone.
+	markRunning := func(name string) {
+		GinkgoHelper()
+		p := s.get(name)
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()})
+		Expect(k8s.Status().Update(ctx, p)).To(Succeed())
+	}
+	// staleBudget is a PodDisruptionBudget over the pods with the labels whose status, as the
+	// scheduler's informer reads it, allows one disruption, but whose controller has not caught
+	// up with its spec (observedGeneration behind): the Eviction API refuses with 429, as it does
+	// when a budget changes between the plan and the eviction.
+	staleBudget := func(name string, match map[string]string) {
+		GinkgoHelper()
+		pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name},
+			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: match}}}
+		Expect(k8s.Create(ctx, pdb)).To(Succeed())
+		pdb.Status = policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1, CurrentHealthy: 2, DesiredHealthy: 1, ExpectedPods: 2, ObservedGeneration: 0}
+		Expect(k8s.Status().Update(ctx, pdb)).To(Succeed())
+		Eventually(func() int32 {
+			var got policyv1.PodDisruptionBudget
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(pdb), &got)).To(Succeed())
+			return got.Status.DisruptionsAllowed
+		}).Should(BeEquivalentTo(1))
+	}
+	// story says, for a failure, what the pending pod was told.
+	story := func(pod *corev1.Pod) func() string {
+		return func() string {
+			var list corev1.EventList
+			Expect(k8s.List(ctx, &list, client.InNamespace(s.ns))).To(Succeed())
+			var evs []string
+			for _, e := range list.Items {
+				if e.InvolvedObject.UID == pod.UID {
+					evs = append(evs, e.Reason+": "+e.Message)
+				}
+			}
+			return fmt.Sprintf("reason %q; events %q; replicas left %v", unschedulable(s.get(pod.Name)), evs, webLeft())
+		}
+	}
+	refused := func() float64 {
+		return testutil.ToFloat64(r.plugin.Metrics().DefragRefused.WithLabelValues(plugin.DefragRefusedEviction))
+	}
+	noRoomHeld := func() {
+		GinkgoHelper()
+		for _, n := range s.nodes {
+			for gpu, holders := range r.plugin.Cache().Holders(n) {
+				Expect(holders).NotTo(ContainElement(ContainSubstring("replacement of")), "room still held on %s %s", n, gpu)
+			}
+		}
+	}
+
+	It("abandons a plan whose one eviction a PodDisruptionBudget refuses: rooms released, nothing evicted, the pod told", func() {
+		startEvict(plugin.Options{})
+		twoBlockedGPUs(nil)
+		markRunning("web-1")
+		markRunning("web-2")
+		staleBudget("web", map[string]string{"app": "web"})
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() []string { return eventsOf(big, plugin.EventDefragmentationAbandoned) }, 30*time.Second).Should(ContainElement(
+			MatchRegexp(`^plan abandoned before any eviction: the eviction of pod %s/web-[12] was refused: .*disruption budget`, s.ns)), story(big))
+		// First told "plan abandoned, ..."; the cycles after, while the backoff lasts, "the last
+		// plan was abandoned (...)".
+		Eventually(func() string { return unschedulable(s.get(big.Name)) }).Should(
+			MatchRegexp(`defragmentation \(Evict\): (plan abandoned, |the last plan was abandoned \()the eviction of pod %s/web-[12] was refused`, s.ns))
+		Expect(refused()).To(BeNumerically(">=", 1))
+		first := refused()
+		Consistently(webLeft, 3*time.Second).Should(HaveLen(2), "nothing is evicted")
+		Expect(refused()-first).To(BeNumerically("<=", 1), "a refused plan is not retried at once, over and over")
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(BeZero())
+		noRoomHeld()
+		got := s.get(big.Name)
+		Expect(got.Spec.NodeName).To(BeEmpty())
+		Expect(got.Status.NominatedNodeName).To(BeEmpty())
+	})
+
+	It("abandons a two-move plan whose second eviction a PodDisruptionBudget refuses: the first replacement keeps its room, nothing else evicted", func() {
+		startEvict(plugin.Options{})
+		a, b := s.ns+"-a", s.ns+"-b"
+		// Node a gets the two 1g.10gb replicas; node b a bare 4g.40gb, so that the 7g.80gb fits
+		// on a only, once both replicas have moved to b.
+		s.addNode(a, 1)
+		rs := &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "web"},
+			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}},
+		}
+		Expect(k8s.Create(ctx, rs)).To(Succeed())
+		rsRef = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}
+		for i := 1; i <= 2; i++ {
+			p := s.pod(fmt.Sprintf("web-%d", i), map[string]int64{"1g.10gb": 1})
+			p.Labels = map[string]string{"app": "web"}
+			p.OwnerReferences = []metav1.OwnerReference{rsRef}
+			s.create(p)
+		}
+		Eventually(s.bound).Should(Equal(2))
+		s.addNode(b, 1)
+		cordon(a, true)
+		s.create(s.pod("four", map[string]int64{"4g.40gb": 1}))
+		Eventually(func() string { return s.get("four").Spec.NodeName }).Should(Equal(b))
+		cordon(a, false)
+		// The plan evicts in the order of the replicas' placements: the budget guards the later.
+		start := func(name string) int32 { return s.allocationsOf(s.get(name))[0].Spec.Placement.Start }
+		second := "web-2"
+		if start("web-1") > start("web-2") {
+			second = "web-1"
+		}
+		staleBudget("guard", map[string]string{"guard": "yes"})
+		g := s.get(second)
+		g.Labels["guard"] = "yes"
+		Expect(k8s.Update(ctx, g)).To(Succeed())
+		markRunning(second)
+
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() []string { return eventsOf(big, plugin.EventDefragmentationAbandoned) }, 30*time.Second).Should(ContainElement(
+			MatchRegexp(`^plan abandoned after 1 eviction\(s\): the eviction of pod %s/%s was refused: .*disruption budget.*; the evicted pods' replacements keep their rooms$`, s.ns, second)), story(big))
+		Eventually(webLeft).Should(ConsistOf(second), "the first replica is evicted")
+		Expect(refused()).To(BeNumerically(">=", 1))
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
+		By("the room held for the evicted replica's replacement stays, and takes it")
+		repl := replacement("web-3")
+		Eventually(func() string { return s.get(repl.Name).Spec.NodeName }, 30*time.Second).Should(Equal(b))
+		noRoomHeld()
+		By("nothing else is evicted, and the pending pod is not placed")
+		Consistently(webLeft, 3*time.Second).Should(ConsistOf(second, "web-3"))
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
+		got := s.get(big.Name)
+		Expect(got.Spec.NodeName).To(BeEmpty())
+		Expect(got.Status.NominatedNodeName).To(BeEmpty())
 	})
 
 	It("abandons the held room when no replacement comes, with nothing else evicted", func() {

@@ -1,4 +1,4 @@
-package agent
+package engine
 
 import (
 	"context"
@@ -17,6 +17,16 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
+
+const testGPU = "GPU-0"
+
+func h100(slices ...Slice) *Observation {
+	return &Observation{GPUs: []*GPU{{UUID: testGPU, Model: mig.H100_80GB, MIGSupported: true, MIGMode: nvml.MIGEnabled, Healthy: true, Slices: slices}}}
+}
+
+func slot(gpu, prof string, start, size int) mig.Slot {
+	return mig.Slot{GPU: gpu, Profile: prof, Placement: mig.Placement{Start: start, Size: size}}
+}
 
 // claimNode is two GPUs: an H100 in MIG mode with a claimed and an unclaimed instance, and
 // an unhealthy H100 with MIG mode off.
@@ -42,7 +52,7 @@ func claimNode() (*Observation, func(*GPU, Slice) (slicerv1alpha1.ClaimReference
 // frontend renders them.
 func TestRenderClaimView(t *testing.T) {
 	obs, claim := claimNode()
-	st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 3, ClaimView{Emulated: true, Obs: obs, Claim: claim}.nodeView())
+	st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 3, ClaimView{Emulated: true, Obs: obs, Claim: claim}.NodeView())
 	want := []slicerv1alpha1.GPUStatus{{
 		Index: 0, UUID: testGPU, Model: "H100-80GB", ProductName: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559,
 		MIGMode: slicerv1alpha1.MIGModeEnabled, Health: slicerv1alpha1.GPUHealthy,
@@ -86,7 +96,7 @@ func TestRenderClaimViewNotReady(t *testing.T) {
 		{"another device plugin", ClaimView{Obs: obs, Claim: claim, Conflict: foreignPlugin}, slicerv1alpha1.ReasonForeignDevicePlugin, 2},
 	}
 	for _, tc := range cases {
-		st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, tc.v.nodeView())
+		st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, tc.v.NodeView())
 		c := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionReady)
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
 			t.Errorf("%s: Ready = %+v, want False/%s", tc.name, c, tc.reason)
@@ -103,12 +113,12 @@ var foreignPlugin = migapi.Foreign{Reason: slicerv1alpha1.ReasonForeignDevicePlu
 // with none.
 func TestRenderOwnershipConflict(t *testing.T) {
 	obs, claim := claimNode()
-	st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, ClaimView{Obs: obs, Claim: claim, Conflict: foreignPlugin}.nodeView())
+	st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, ClaimView{Obs: obs, Claim: claim, Conflict: foreignPlugin}.NodeView())
 	c := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != foreignPlugin.Reason || c.Message != foreignPlugin.Message {
 		t.Fatalf("OwnershipConflict = %+v, want True/%s/%q", c, foreignPlugin.Reason, foreignPlugin.Message)
 	}
-	st = renderStatus(st, 2, ClaimView{Obs: obs, Claim: claim}.nodeView())
+	st = renderStatus(st, 2, ClaimView{Obs: obs, Claim: claim}.NodeView())
 	if c := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionOwnershipConflict); c == nil || c.Status != metav1.ConditionFalse || c.Reason != slicerv1alpha1.ReasonAsExpected {
 		t.Fatalf("OwnershipConflict once the other owner is gone = %+v", c)
 	}
@@ -125,7 +135,7 @@ func TestStatusWriterPublishesClaims(t *testing.T) {
 	w := NewStatusWriter(c, nil, "n1", -1, nil)
 	obs, claim := claimNode()
 	ctx := context.Background()
-	if _, err := w.Publish(ctx, ClaimView{Obs: obs, Claim: claim}); err != nil {
+	if _, err := w.Publish(ctx, ClaimView{Obs: obs, Claim: claim}.NodeView()); err != nil {
 		t.Fatal(err)
 	}
 	var na slicerv1alpha1.NodeAccelerator
@@ -136,7 +146,7 @@ func TestStatusWriterPublishesClaims(t *testing.T) {
 		t.Fatalf("claimed slice %+v", s)
 	}
 	rv := na.ResourceVersion
-	if _, err := w.Publish(ctx, ClaimView{Obs: obs, Claim: claim}); err != nil {
+	if _, err := w.Publish(ctx, ClaimView{Obs: obs, Claim: claim}.NodeView()); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Get(ctx, types.NamespacedName{Name: "n1"}, &na); err != nil || na.ResourceVersion != rv {

@@ -1,17 +1,18 @@
-package agent
+package engine
 
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilstrings "k8s.io/utils/strings"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
-// nodeView is what the NodeAccelerator status is rendered from.
-type nodeView struct {
+// NodeView is what the NodeAccelerator status is rendered from.
+type NodeView struct {
 	Emulated  bool
 	DriverErr error
 	// Conflict: another tool owns the node (migapi.NodeForeign).
@@ -20,18 +21,16 @@ type nodeView struct {
 	// device-plugin frontend always does, since its devices come and go with the slices).
 	NotServing error
 	Obs        *Observation
-	// SliceState and holder per MIG UUID or orphan key: an allocation (device-plugin
-	// frontend) or a claim (DRA frontend), never both.
+	// SliceState and holder per Slice.Key: an allocation (device-plugin frontend) or a
+	// claim (DRA frontend), never both. A slice in none is Orphaned.
 	States  map[string]slicerv1alpha1.SliceState
 	Holders map[string]types.NamespacedName
 	Claims  map[string]slicerv1alpha1.ClaimReference
 }
 
-func sliceKey(s Slice) string { return orphanKey(s) }
-
 // renderStatus computes the NodeAccelerator status (pure; conditions keep
 // their transition times when unchanged).
-func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v nodeView) slicerv1alpha1.NodeAcceleratorStatus {
+func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v NodeView) slicerv1alpha1.NodeAcceleratorStatus {
 	st := slicerv1alpha1.NodeAcceleratorStatus{Conditions: append([]metav1.Condition(nil), old.Conditions...)}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: generation})
@@ -48,7 +47,7 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 	if v.Obs != nil {
 		st.DriverVersion = v.Obs.DriverVersion
 		for _, g := range v.Obs.GPUs {
-			gs := slicerv1alpha1.GPUStatus{Index: int32(g.Index), UUID: g.UUID, ProductName: truncate(g.ProductName, 96), MemoryMiB: int64(g.MemoryMiB), Health: slicerv1alpha1.GPUHealthy}
+			gs := slicerv1alpha1.GPUStatus{Index: int32(g.Index), UUID: g.UUID, ProductName: utilstrings.ShortenString(g.ProductName, 96), MemoryMiB: int64(g.MemoryMiB), Health: slicerv1alpha1.GPUHealthy}
 			if g.Model.Valid() {
 				gs.Model = slicerv1alpha1.GPUModel(g.Model.String())
 			}
@@ -72,12 +71,12 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 				if s.CI >= 0 {
 					ms.ComputeInstanceID = int32(s.CI)
 				}
-				if state, ok := v.States[sliceKey(s)]; ok {
+				if state, ok := v.States[s.Key()]; ok {
 					ms.State = state
 				}
-				if h, ok := v.Holders[sliceKey(s)]; ok {
+				if h, ok := v.Holders[s.Key()]; ok {
 					ms.Allocation = &slicerv1alpha1.AllocationReference{Namespace: h.Namespace, Name: h.Name}
-				} else if c, ok := v.Claims[sliceKey(s)]; ok {
+				} else if c, ok := v.Claims[s.Key()]; ok {
 					ms.Claim = &c
 				}
 				gs.Slices = append(gs.Slices, ms)
@@ -86,7 +85,7 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 		}
 	}
 	if v.DriverErr != nil {
-		set(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionTrue, slicerv1alpha1.ReasonNVMLUnavailable, truncate(v.DriverErr.Error(), 1024))
+		set(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionTrue, slicerv1alpha1.ReasonNVMLUnavailable, utilstrings.ShortenString(v.DriverErr.Error(), 1024))
 	} else {
 		set(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "NVML is usable")
 	}
@@ -96,7 +95,7 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 		set(slicerv1alpha1.ConditionMIGDisabled, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "MIG mode is enabled on every MIG-capable GPU")
 	}
 	if v.Conflict.Present() {
-		set(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionTrue, v.Conflict.Reason, truncate(v.Conflict.Message, 1024))
+		set(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionTrue, v.Conflict.Reason, utilstrings.ShortenString(v.Conflict.Message, 1024))
 	} else {
 		set(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected,
 			"no other MIG manager or device plugin of NVIDIA's resources owns the node")
@@ -107,16 +106,42 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 	case v.Conflict.Present():
 		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, v.Conflict.Reason, "another tool owns the node's MIG devices (OwnershipConflict says which and how to fix it)")
 	case v.NotServing != nil:
-		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, slicerv1alpha1.ReasonPluginNotServing, truncate(v.NotServing.Error(), 1024))
+		set(slicerv1alpha1.ConditionReady, metav1.ConditionFalse, slicerv1alpha1.ReasonPluginNotServing, utilstrings.ShortenString(v.NotServing.Error(), 1024))
 	default:
 		set(slicerv1alpha1.ConditionReady, metav1.ConditionTrue, slicerv1alpha1.ReasonAsExpected, "the agent manages the node's GPUs")
 	}
 	return st
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// ClaimView is the node as the DRA frontend sees it.
+type ClaimView struct {
+	Emulated bool
+	// DriverErr is why NVML is not usable (Obs is then nil).
+	DriverErr error
+	// NotServing is why the kubelet plugin does not serve (nil: it does).
+	NotServing error
+	// Conflict: another tool owns the node (migapi.NodeForeign).
+	Conflict migapi.Foreign
+	Obs      *Observation
+	// Claim names the allocated claim that holds observed slice s of GPU g (false: none).
+	Claim func(g *GPU, s Slice) (slicerv1alpha1.ClaimReference, bool)
+}
+
+// NodeView is the status view of v: each observed slice that a claim holds is Allocated
+// with that claim, any other is Orphaned (the DRA frontend destroys instances within one
+// sync, so none is ever seen PendingDelete).
+func (v ClaimView) NodeView() NodeView {
+	nv := NodeView{Emulated: v.Emulated, DriverErr: v.DriverErr, NotServing: v.NotServing, Conflict: v.Conflict, Obs: v.Obs,
+		States: map[string]slicerv1alpha1.SliceState{}, Claims: map[string]slicerv1alpha1.ClaimReference{}}
+	if v.Obs == nil || v.Claim == nil {
+		return nv
 	}
-	return s[:n]
+	for _, g := range v.Obs.GPUs {
+		for _, sl := range g.Slices {
+			if ref, ok := v.Claim(g, sl); ok {
+				nv.States[sl.Key()], nv.Claims[sl.Key()] = slicerv1alpha1.SliceAllocated, ref
+			}
+		}
+	}
+	return nv
 }

@@ -1,4 +1,4 @@
-package agent
+package engine
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 )
 
 // DefaultPublishInterval is the least time between two NodeAccelerator status writes that
-// only move slices (Options.PublishInterval).
+// only move slices (NewStatusWriter's every).
 const DefaultPublishInterval = time.Second
 
 // statusChange classifies how a NodeAccelerator status differs from the one in the API.
@@ -118,26 +118,41 @@ func (c *publishClock) wrote(now time.Time) {
 	c.last, c.due = now, time.Time{}
 }
 
-// statusWriter writes the node's NodeAccelerator status for either frontend (the
-// Reconciler's, and device-plugin/dra's through StatusWriter): the status rendered by
-// renderStatus, written when it changed, coalesced by publishClock.
-type statusWriter struct {
+// StatusWriter writes one node's NodeAccelerator status for either frontend: the status
+// rendered by renderStatus, written when it changed, coalesced by publishClock, never from a
+// cached copy older than its own last write. Not safe for concurrent use: the caller
+// serializes its calls (the Reconciler and the DRA driver hold their locks).
+type StatusWriter struct {
 	client   client.Client
 	recorder events.EventRecorder
 	node     string
-	// every is Options.PublishInterval.
+	// every is the least time between two writes that only move slices.
 	every time.Duration
 	now   func() time.Time
 	clock publishClock
 	// replacedRV is the NodeAccelerator resourceVersion the last status write replaced (see
-	// publish).
+	// Publish).
 	replacedRV string
 }
 
-// publish creates the node's NodeAccelerator if needed and writes its status when it
+// NewStatusWriter returns a writer for node's NodeAccelerator through c (created when
+// absent). every is the least time between two writes that only move slices (0 is
+// DefaultPublishInterval, negative is no coalescing); now is the clock (nil: time.Now);
+// events go to rec (may be nil).
+func NewStatusWriter(c client.Client, rec events.EventRecorder, node string, every time.Duration, now func() time.Time) *StatusWriter {
+	if every == 0 {
+		every = DefaultPublishInterval
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &StatusWriter{client: c, recorder: rec, node: node, every: every, now: now}
+}
+
+// Publish creates the node's NodeAccelerator if needed and writes its status when it
 // changed, coalesced by publishClock. It returns how long a pending write waits (0: none
 // pending); the caller publishes again by then.
-func (w *statusWriter) publish(ctx context.Context, v nodeView) (time.Duration, error) {
+func (w *StatusWriter) Publish(ctx context.Context, v NodeView) (time.Duration, error) {
 	var na slicerv1alpha1.NodeAccelerator
 	err := w.client.Get(ctx, types.NamespacedName{Name: w.node}, &na)
 	if apierrors.IsNotFound(err) {
@@ -174,16 +189,16 @@ func (w *statusWriter) publish(ctx context.Context, v nodeView) (time.Duration, 
 	w.replacedRV = replaced
 	w.clock.wrote(now)
 	if v.Conflict.Present() && !wasConflict {
-		emit(w.recorder, &na, corev1.EventTypeWarning, v.Conflict.Reason, "%s", v.Conflict.Message)
+		Emit(w.recorder, &na, corev1.EventTypeWarning, v.Conflict.Reason, "%s", v.Conflict.Message)
 	}
 	if v.DriverErr != nil && !wasDriverDown {
-		emit(w.recorder, &na, corev1.EventTypeWarning, slicerv1alpha1.ReasonNVMLUnavailable, "%s", v.DriverErr.Error())
+		Emit(w.recorder, &na, corev1.EventTypeWarning, slicerv1alpha1.ReasonNVMLUnavailable, "%s", v.DriverErr.Error())
 	}
 	return 0, nil
 }
 
-// emit records an event on obj (none without a recorder).
-func emit(rec events.EventRecorder, obj client.Object, typ, reason, format string, args ...any) {
+// Emit records an event on obj (none without a recorder).
+func Emit(rec events.EventRecorder, obj client.Object, typ, reason, format string, args ...any) {
 	if rec != nil && obj != nil {
 		rec.Eventf(obj, nil, typ, reason, "Reconcile", format, args...)
 	}

@@ -1,0 +1,168 @@
+package mig
+
+import "math/bits"
+
+// Two-move chains (DefragOptions.Chains): a movable slice b on a GPU X other than the target
+// moves first to a place free now on a GPU other than the target; then the target's movable
+// slice a moves into the room b left on X; then the request fits on the target. Unlike the
+// plans of PlanDefrag's main search, a chain must be carried out in order (a's destination is
+// free only once b's slice is gone), so it cannot be held before anything is evicted; the
+// scheduler does not ask for chains. Not with DefragOptions.Destinations.
+
+// chainHost is one way to make room for a profile q on a GPU where it does not fit now: move
+// its movable slot b away, put q at slot d.
+type chainHost struct {
+	ref    gpuRef
+	b, d   int
+	after  uint16 // the GPU's state without b and with q at d
+	selfE  int    // a slot for b's profile on the same GPU, free now and legal after: -1 if none
+	fitsQb bool   // b's profile fits on this GPU now (so it is no "other" GPU for b)
+}
+
+// chainHosts lists, for model m and profile q, every usable GPU where q does not fit now and
+// one movable slice's removal lets it, where that slice has somewhere to go (its own GPU, or
+// another GPU where its profile fits now), in node then GPU order, up to the second GPU with a
+// robust host (below); built once per call. For a given target only the hosts on the target's
+// GPU and those whose slice fits only on the target are skipped, so chain() costs O(GPUs)
+// however many targets it tries.
+func (r *defragRun) chainHosts(m Model, q int) []chainHost {
+	if r.hosts == nil {
+		r.hosts = map[[2]int][]chainHost{}
+	}
+	key := [2]int{int(m), q}
+	if h, ok := r.hosts[key]; ok {
+		return h
+	}
+	t, dt := tableFor(m), defragTableFor(m)
+	ns, np := t.nslots(), t.nprof()
+	p := int(r.req.prof[m][0])
+	var out []chainHost
+	// A host is robust when its slice has somewhere to go whatever the target (its own GPU, or
+	// two other GPUs): two robust hosts on two GPUs serve every target, so the scan stops there.
+	robust, first := 0, gpuRef{-1, -1}
+	gi := -1
+scan:
+	for n := range r.nodes {
+		for g := range r.nodes[n].GPUs {
+			gi++
+			gpu := &r.nodes[n].GPUs[g]
+			if !gpu.Usable || gpu.State.model != m {
+				continue
+			}
+			st := int(gpu.State.idx)
+			if dt.minRemovals[st*np+q] != 1 {
+				continue
+			}
+			mov := r.movableSlots(gi, n, g, t, dt, st, p) &^ (movKnown | movHopeless)
+			for rest := mov; rest != 0; rest &= rest - 1 {
+				b := bits.TrailingZeros32(rest)
+				cur := int(t.release[st*ns+b])
+				qb := int(t.slots[b].prof)
+				for _, start := range t.profiles[q].Starts {
+					d := int(t.slotOf[q][start])
+					next := t.take[cur*ns+d]
+					if next == noState {
+						continue
+					}
+					h := chainHost{ref: gpuRef{int32(n), int32(g)}, b: b, d: d, after: uint16(next), selfE: -1,
+						fitsQb: t.nvmlSlot[st*np+qb] != noSlot}
+					for _, e := range t.profiles[qb].Starts {
+						es := int(t.slotOf[qb][e])
+						if t.slots[es].mem&t.used[st] == 0 && t.take[int(next)*ns+es] != noState {
+							h.selfE = es
+							break
+						}
+					}
+					if h.selfE < 0 && r.fitCount[m][qb]-b2i(h.fitsQb) < 1 {
+						continue // b has nowhere to go for any target
+					}
+					out = append(out, h)
+					if h.selfE >= 0 || r.fitCount[m][qb]-b2i(h.fitsQb) >= 2 {
+						switch {
+						case robust == 0:
+							robust, first = 1, h.ref
+						case h.ref != first:
+							break scan
+						}
+					}
+				}
+			}
+		}
+	}
+	r.hosts[key] = out
+	return out
+}
+
+// chain finds the first two-move chain in node then GPU order of the target: its first movable
+// slot a whose removal opens the request, the first host of a's profile on another GPU whose
+// moved slice has somewhere to go (its own GPU first, else the untouched GPU of best fit).
+func (r *defragRun) chain() (DefragPlan, bool) {
+	gi := -1
+	for n := range r.nodes {
+		for g := range r.nodes[n].GPUs {
+			gi++
+			gpu := &r.nodes[n].GPUs[g]
+			m := gpu.State.model
+			if !gpu.Usable || m == 0 || m > numModels || !r.present[m] || r.req.prof[m][0] < 0 {
+				continue
+			}
+			t, dt := tableFor(m), defragTableFor(m)
+			ns, np := t.nslots(), t.nprof()
+			p := int(r.req.prof[m][0])
+			st := int(gpu.State.idx)
+			if dt.minRemovals[st*np+p] != 1 {
+				continue
+			}
+			mov := r.movableSlots(gi, n, g, t, dt, st, p)
+			if mov&movHopeless != 0 {
+				continue
+			}
+			target := gpuRef{int32(n), int32(g)}
+			for rest := mov &^ movKnown; rest != 0; rest &= rest - 1 {
+				a := bits.TrailingZeros32(rest)
+				cur := int(t.release[st*ns+a])
+				ps := int(t.best[cur*np+p])
+				if ps == noSlot {
+					continue
+				}
+				qa := int(t.slots[a].prof)
+				for _, h := range r.chainHosts(m, qa) {
+					if h.ref == target {
+						continue
+					}
+					qb := int(t.slots[h.b].prof)
+					var to SliceAt
+					switch {
+					case h.selfE >= 0:
+						to = r.sliceOf(h.ref, t, h.selfE)
+					case r.fitCount[m][qb]-b2i(t.nvmlSlot[st*np+qb] != noSlot)-b2i(h.fitsQb) >= 1:
+						r.nover = 2
+						r.overlay[0].ref, r.overlay[1].ref = target, h.ref
+						to = r.bestUntouched(m, qb, nil)
+					default:
+						continue
+					}
+					plan := DefragPlan{Ordered: true, Moves: []Move{
+						{From: r.sliceOf(h.ref, t, h.b), To: to},
+						{From: r.sliceOf(target, t, a), To: r.sliceOf(h.ref, t, h.d)},
+					}, Target: r.sliceOf(target, t, ps)}
+					return plan, true
+				}
+			}
+		}
+	}
+	return DefragPlan{}, false
+}
+
+func (r *defragRun) sliceOf(ref gpuRef, t *modelTable, slot int) SliceAt {
+	sl := t.slots[slot]
+	return SliceAt{Node: int(ref.node), GPU: int(ref.gpu), Profile: t.profiles[sl.prof],
+		Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,61 @@
+package plugin
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+
+	"github.com/slicer-operator/slicer/internal/mig"
+)
+
+// Where a moved pod's replacement may go (docs/design/defragmentation.md): the planner re-creates
+// a moved slice only on a node that the moved pod passes kube-scheduler's node filters for, read
+// from the scheduler's own snapshot of the cycle (fwk.NodeInfo) with the helpers those filters
+// use: NodeUnschedulable (spec.unschedulable unless the pod tolerates the unschedulable taint),
+// NodeAffinity (spec.nodeSelector and required node affinity) and TaintToleration (NoSchedule
+// and NoExecute taints the pod does not tolerate). The replacement is a new pod of the same
+// controller, so the moved pod's spec stands for its template. Not checked: the other filters
+// (resources other than the slice, ports, volumes, inter-pod affinity and topology spread),
+// which depend on what else runs on the node when the replacement comes.
+
+// destinations implements mig.DestinationFunc for the plan being made: a moved slice's pod (the
+// one the movability callback found there) may go to the nodes it passes the node filters for.
+func (m *movableIndex) destinations(from mig.SliceAt) func(int) bool {
+	pod := m.pods[sliceOf(m.nodes, from)]
+	if pod == nil {
+		return func(int) bool { return false } // not asked: the planner moves only movable slices
+	}
+	aff := nodeaffinity.GetRequiredNodeAffinity(pod)
+	memo := map[int]bool{}
+	return func(n int) bool {
+		ok, seen := memo[n]
+		if !seen {
+			ok = m.nodeAdmits(pod, aff, n)
+			memo[n] = ok
+		}
+		return ok
+	}
+}
+
+// nodeAdmits reports whether pod passes the node filters on node n of the plan's nodes, as the
+// scheduler's snapshot of this cycle has it (a node it does not know admits nothing).
+func (m *movableIndex) nodeAdmits(pod *corev1.Pod, aff nodeaffinity.RequiredNodeAffinity, n int) bool {
+	ni, err := m.p.handle.SnapshotSharedLister().NodeInfos().Get(m.nodes[n].Name)
+	if err != nil || ni == nil || ni.Node() == nil {
+		return false
+	}
+	node := ni.Node()
+	log := klog.Background()
+	if node.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(log, pod.Spec.Tolerations,
+		&corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, m.p.tolerationOps) {
+		return false
+	}
+	if ok, err := aff.Match(node); err != nil || !ok {
+		return false
+	}
+	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(log, node.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}, m.p.tolerationOps)
+	return !untolerated
+}
