@@ -147,7 +147,7 @@ e2e-suites:
 	@echo $(E2E_SUITES)
 
 e2e-deps:
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay kueue-bin; fi
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay kueue-bin helm; fi
 
 test-e2e-suite: ## One end-to-end suite alone: E2E_SUITE=test/e2e, test/e2e/dra or test/olm (built by e2e-deps).
 	@[ -n "$(E2E_SUITE)" ] || { echo "test-e2e-suite: set E2E_SUITE to one of: $(E2E_SUITES)" >&2; exit 2; }

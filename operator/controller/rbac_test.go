@@ -67,7 +67,8 @@ var operatorClusterWrites = []string{
 	"resource.k8s.io/resourceclaims/status patch", "resource.k8s.io/resourceclaims/status update",
 	"resource.k8s.io/resourceslices create", "resource.k8s.io/resourceslices delete", "resource.k8s.io/resourceslices deletecollection",
 	"resource.k8s.io/resourceslices update",
-	"slicer.dev/nodeaccelerators create", "slicer.dev/nodeaccelerators/status patch",
+	"slicer.dev/nodeaccelerators create", "slicer.dev/nodeaccelerators delete", // the uninstall deletes every node's (teardownSteps)
+	"slicer.dev/nodeaccelerators/status patch",
 	"slicer.dev/sliceallocations create", "slicer.dev/sliceallocations delete", "slicer.dev/sliceallocations patch",
 	"slicer.dev/sliceallocations/status patch",
 	"slicer.dev/slicers patch", "slicer.dev/slicers update", "slicer.dev/slicers/finalizers update",

@@ -105,7 +105,7 @@ type SlicerReconciler struct {
 // +kubebuilder:rbac:groups=slicer.dev,resources=slicers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=slicer.dev,resources=slicers/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=slicer.dev,resources=slicers/finalizers,verbs=update
-// +kubebuilder:rbac:groups=slicer.dev,resources=nodeaccelerators,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=slicer.dev,resources=nodeaccelerators,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=slicer.dev,resources=nodeaccelerators/status,verbs=patch
 // +kubebuilder:rbac:groups=slicer.dev,resources=sliceallocations,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=slicer.dev,resources=sliceallocations/status,verbs=patch

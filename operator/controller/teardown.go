@@ -40,8 +40,10 @@ type teardownStep struct {
 //     which a terminating namespace would refuse, so it goes before the namespace).
 //  4. components: every other cleanup target (RBAC, admission, the agent's namespace,
 //     NodeFeatureRule, DeviceClasses, dashboards); the rest goes by owner reference.
-//  5. DRA ResourceSlices, once no agent pod runs the DRA plugin.
-//  6. GPU operator labels: the NVIDIA GPU operator's deploy labels on Slicer's nodes put back
+//  5. NodeAccelerators: every node's, which its agent created and no agent updates any more
+//     (left, a stale Ready one would count in a later install's status until its agent ran).
+//  6. DRA ResourceSlices, once no agent pod runs the DRA plugin.
+//  7. GPU operator labels: the NVIDIA GPU operator's deploy labels on Slicer's nodes put back
 //     as they were before Slicer (gpuoperator.go).
 func (r *SlicerReconciler) teardownSteps(s *slicerv1alpha1.Slicer, o render.Options) []teardownStep {
 	agents, driver, rest := splitTargets(r.cleanupTargets(o))
@@ -56,6 +58,7 @@ func (r *SlicerReconciler) teardownSteps(s *slicerv1alpha1.Slicer, o render.Opti
 		}},
 		{name: "driver", run: func(ctx context.Context) ([]string, error) { return r.deleteAll(ctx, driver) }},
 		{name: "components", run: func(ctx context.Context) ([]string, error) { return r.deleteAll(ctx, rest) }},
+		{name: "NodeAccelerators", run: r.deleteNodeAccelerators},
 		{name: "DRA ResourceSlices", run: func(ctx context.Context) ([]string, error) { return r.removeDriverSlices(ctx, o) }},
 		{name: "GPU operator labels", run: func(ctx context.Context) ([]string, error) { return nil, r.restoreGPUOperatorLabels(ctx) }},
 	}
@@ -88,6 +91,24 @@ func (r *SlicerReconciler) deleteAll(ctx context.Context, objs []client.Object) 
 		if !gone {
 			pending = append(pending, obj.GetObjectKind().GroupVersionKind().Kind+" "+client.ObjectKeyFromObject(obj).String())
 		}
+	}
+	return pending, nil
+}
+
+// deleteNodeAccelerators deletes every NodeAccelerator and lists those not gone yet. It runs
+// after the agents are gone, so none is created again.
+func (r *SlicerReconciler) deleteNodeAccelerators(ctx context.Context) ([]string, error) {
+	var list slicerv1alpha1.NodeAcceleratorList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list NodeAccelerators: %w", err)
+	}
+	var pending []string
+	for i := range list.Items {
+		na := &list.Items[i]
+		if err := client.IgnoreNotFound(r.Client.Delete(ctx, na)); err != nil {
+			return pending, fmt.Errorf("delete NodeAccelerator %s: %w", na.Name, err)
+		}
+		pending = append(pending, "NodeAccelerator "+na.Name)
 	}
 	return pending, nil
 }

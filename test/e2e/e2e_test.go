@@ -19,7 +19,8 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
-// The specs share one cluster and run in order; the last one uninstalls Slicer.
+// The specs share one cluster and run in order; the last two uninstall Slicer (kustomize
+// install), then install, upgrade and uninstall it with Helm.
 var _ = Describe("Slicer on the local node", Ordered, func() {
 	// What fits at once on the emulated 2 × H100-80GB + 2 × A100-40GB.
 	burst := map[string]string{
@@ -295,8 +296,11 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 
 	It("under Kueue: 5 Jobs of one nvidia.com/mig-1g.10gb against a quota of 3 run at most 3 at once, all complete; a plain pod counts once; no slice left", kueueSpec, SpecTimeout(8*time.Minute))
 
-	// Last: it uninstalls Slicer.
+	// Last but one: it uninstalls Slicer.
 	It("keeps running while MIG pods hold slices, naming them (uninstall policy Wait); forced, releases every slice, then removes everything it created (I12, I2)", uninstallSpec)
+
+	// After the uninstall: the same node, Slicer installed again with Helm (issue 30).
+	It("installs with helm install (the previous chart version), gives the demo workload its slices, upgrades to the current chart with them running changing no pod and no slice, and uninstalls to the CRDs", helmSpec, SpecTimeout(12*time.Minute))
 })
 
 func scale(ctx SpecContext, ns, name string, replicas int32) {

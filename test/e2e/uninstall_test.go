@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"errors"
-	"io/fs"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -17,8 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/cdi"
-	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/operator/render"
 	"github.com/slicer-operator/slicer/test/builder"
@@ -63,7 +59,7 @@ func expectDirectSlicesRefusedInKubeNamespaces(ctx SpecContext) {
 // default policy it waits, naming the pods, with everything running; forced, it deletes
 // the pods, the agent destroys their instances and releases their allocations, and then
 // everything Slicer created goes; no allocation, finalizer, instance, CDI spec or
-// namespace is left behind. It runs last: it uninstalls Slicer.
+// namespace is left behind. It runs last but the Helm spec: it uninstalls Slicer.
 func uninstallSpec(ctx SpecContext) {
 	const ns = "e2e-uninstall"
 	createNamespace(ctx, ns)
@@ -104,21 +100,7 @@ func uninstallSpec(ctx SpecContext) {
 		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{}))
 	}).WithContext(ctx).WithTimeout(4*time.Minute).Should(BeTrue(), "the Slicer resource was not removed")
 
-	var allocs slicerv1alpha1.SliceAllocationList
-	Expect(k8s.List(ctx, &allocs)).To(Succeed())
-	Expect(allocs.Items).To(BeEmpty(), "allocations (and their finalizers) left behind")
-	insts, err := emulated.ReadStateFile(emulatedStateFile)
-	if errors.Is(err, fs.ErrNotExist) {
-		insts, err = nil, nil
-	}
-	Expect(err).NotTo(HaveOccurred())
-	for _, si := range insts {
-		Expect(si.MIGUUIDs).To(BeEmpty(), "MIG instance %s %s on GPU %s left behind", si.Profile, si.MIGUUIDs, si.GPUUUID)
-	}
-	Expect(insts).To(BeEmpty(), "GPU instances left behind")
-	specs, err := (&cdi.Writer{Dir: cdiDir}).List()
-	Expect(err).NotTo(HaveOccurred())
-	Expect(specs).To(BeEmpty(), "CDI specs left behind")
+	expectNoSliceLeft(ctx)
 
 	managed := client.MatchingLabels{render.ManagedByLabel: render.ManagedByValue}
 	lists := map[string]client.ObjectList{

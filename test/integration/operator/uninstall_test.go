@@ -95,6 +95,9 @@ var _ = Describe("Uninstall with MIG pods running", Ordered, func() {
 		Expect(admin.Create(ctx, newSlicer(mutate...))).To(Succeed())
 		waitAvailable(ns)
 		createNamespace(tenant)
+		// the node's NodeAccelerator, as its agent creates it
+		na := &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: slicerv1alpha1.NodeAcceleratorSpec{NodeName: node}}
+		Expect(client.IgnoreAlreadyExists(admin.Create(ctx, na))).To(Succeed())
 		for i := range 12 {
 			runningPod(fmt.Sprintf("train-%02d", i))
 		}
@@ -126,6 +129,9 @@ var _ = Describe("Uninstall with MIG pods running", Ordered, func() {
 		}
 		err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.AgentName}, &appsv1.DaemonSet{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "agents left behind: %v", err)
+		var nas slicerv1alpha1.NodeAcceleratorList
+		Expect(admin.List(ctx, &nas)).To(Succeed())
+		Expect(nas.Items).To(BeEmpty(), "NodeAccelerators left behind")
 	}
 
 	It("waits, by default, with a condition naming the pods and everything running; set to Force meanwhile, it releases the slices and removes the rest", func() {
@@ -185,7 +191,7 @@ var _ = Describe("Uninstall with MIG pods running", Ordered, func() {
 		By("the agent back: it releases every allocation, then the teardown runs to the end")
 		releasedAndRemoved(ns)
 
-		By("in order: the pods, then the agents, then the driver, then the rest")
+		By("in order: the pods, then the agents, then the driver, then the rest, then the NodeAccelerators")
 		_, writes := op.writes.count()
 		at := func(what string) int {
 			for i, w := range writes {
@@ -200,9 +206,11 @@ var _ = Describe("Uninstall with MIG pods running", Ordered, func() {
 		scheduler, pods := at("Unstructured "+operatorNamespace+"/"+render.SchedulerName), at("delete *v1.Pod "+tenant+"/")
 		agents, driver := at("Unstructured "+ns+"/"+render.AgentName), at("Unstructured "+ns+"/"+render.ModuleName)
 		guard := at("Unstructured /" + render.AllocationGuardName)
+		accelerator := at("NodeAccelerator /" + node)
 		Expect(scheduler).To(BeNumerically("<", pods))
 		Expect(pods).To(BeNumerically("<", agents))
 		Expect(agents).To(BeNumerically("<", driver))
 		Expect(driver).To(BeNumerically("<", guard))
+		Expect(guard).To(BeNumerically("<", accelerator), "the NodeAccelerators go after the rest (no agent recreates them)")
 	})
 })
