@@ -53,6 +53,19 @@ func (c *Client) PodDevices(ctx context.Context) (map[string]map[string][]string
 }
 
 func (c *Client) list(ctx context.Context) (*podresourcesapi.ListPodResourcesResponse, error) {
+	var resp *podresourcesapi.ListPodResourcesResponse
+	err := c.call(ctx, func(ctx context.Context, pr podresourcesapi.PodResourcesListerClient) (err error) {
+		resp, err = pr.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+		if err != nil {
+			return fmt.Errorf("pod resources list: %w", err)
+		}
+		return nil
+	})
+	return resp, err
+}
+
+// call runs f with a client of the kubelet's PodResources socket, within the timeout.
+func (c *Client) call(ctx context.Context, f func(context.Context, podresourcesapi.PodResourcesListerClient) error) error {
 	timeout := c.Timeout
 	if timeout == 0 {
 		timeout = 5 * time.Second
@@ -61,14 +74,10 @@ func (c *Client) list(ctx context.Context) (*podresourcesapi.ListPodResourcesRes
 	defer cancel()
 	conn, err := grpc.NewClient("unix://"+c.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, fmt.Errorf("pod resources %s: %w", c.Socket, err)
+		return fmt.Errorf("pod resources %s: %w", c.Socket, err)
 	}
 	defer conn.Close()
-	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).List(ctx, &podresourcesapi.ListPodResourcesRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("pod resources list: %w", err)
-	}
-	return resp, nil
+	return f(ctx, podresourcesapi.NewPodResourcesListerClient(conn))
 }
 
 // PodDevicesOf extracts every pod and its Slicer MIG devices from a List
@@ -98,20 +107,16 @@ func PodDevicesOf(resp *podresourcesapi.ListPodResourcesResponse) map[string]map
 // The kubelet updates this list and the devices it admits pods with in one step, so a device
 // listed here can be handed to a pod being admitted now.
 func (c *Client) AllocatableDeviceIDs(ctx context.Context) (map[string]bool, error) {
-	timeout := c.Timeout
-	if timeout == 0 {
-		timeout = 5 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	conn, err := grpc.NewClient("unix://"+c.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	var resp *podresourcesapi.AllocatableResourcesResponse
+	err := c.call(ctx, func(ctx context.Context, pr podresourcesapi.PodResourcesListerClient) (err error) {
+		resp, err = pr.GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
+		if err != nil {
+			return fmt.Errorf("pod resources allocatable: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("pod resources %s: %w", c.Socket, err)
-	}
-	defer conn.Close()
-	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("pod resources allocatable: %w", err)
+		return nil, err
 	}
 	out := map[string]bool{}
 	for _, d := range resp.GetDevices() {

@@ -23,6 +23,14 @@ func (f *fakeLister) List(context.Context, *podresourcesapi.ListPodResourcesRequ
 	return f.resp, nil
 }
 
+func (f *fakeLister) GetAllocatableResources(context.Context, *podresourcesapi.AllocatableResourcesRequest) (*podresourcesapi.AllocatableResourcesResponse, error) {
+	return &podresourcesapi.AllocatableResourcesResponse{Devices: []*podresourcesapi.ContainerDevices{
+		{ResourceName: "slicer.dev/mig-1g.10gb", DeviceIds: []string{"GPU-1_1g.10gb_0", "GPU-1_1g.10gb_1"}},
+		{ResourceName: "slicer.dev/mig-3g.40gb", DeviceIds: []string{"GPU-2_3g.40gb_4"}},
+		{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-x"}},
+	}}, nil
+}
+
 func TestDeviceUsage(t *testing.T) {
 	dir, err := os.MkdirTemp("", "pr")
 	if err != nil {
@@ -66,6 +74,17 @@ func TestDeviceUsage(t *testing.T) {
 	}
 	if d := cmp.Diff(wantPods, pods); d != "" {
 		t.Errorf("PodDevices (-want +got):\n%s", d)
+	}
+	allocatable, err := (&podresources.Client{Socket: sock}).AllocatableDeviceIDs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAllocatable := map[string]bool{"GPU-1_1g.10gb_0": true, "GPU-1_1g.10gb_1": true, "GPU-2_3g.40gb_4": true}
+	if d := cmp.Diff(wantAllocatable, allocatable); d != "" {
+		t.Errorf("AllocatableDeviceIDs, Slicer's only (-want +got):\n%s", d)
+	}
+	if _, err := (&podresources.Client{Socket: filepath.Join(dir, "missing.sock")}).AllocatableDeviceIDs(context.Background()); err == nil {
+		t.Error("a missing socket gave no error")
 	}
 	if _, err := (&podresources.Client{Socket: filepath.Join(dir, "missing.sock")}).PodDevices(context.Background()); err == nil {
 		t.Error("a missing socket gave no error")

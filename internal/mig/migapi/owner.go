@@ -60,10 +60,7 @@ func NodeForeign(node *corev1.Node) Foreign {
 	if len(names) == 0 {
 		return Foreign{}
 	}
-	shown := names
-	if len(shown) > maxNamed {
-		shown = append(append([]string(nil), shown[:maxNamed]...), fmt.Sprintf("and %d more", len(names)-maxNamed))
-	}
+	shown := capNamed(names)
 	return Foreign{
 		Reason: slicerv1alpha1.ReasonForeignDevicePlugin,
 		Message: fmt.Sprintf("another device plugin advertises %s on the node, and its pods could be given the MIG devices Slicer creates; "+
@@ -71,6 +68,14 @@ func NodeForeign(node *corev1.Node) Foreign {
 			"(NVIDIA's GPU operator: node label %s=false, which Slicer sets itself in Preinstalled mode; see docs/install.md)",
 			strings.Join(shown, ", "), slicerv1alpha1.LabelGPUOperatorDeployDevicePlugin),
 	}
+}
+
+// capNamed keeps the first maxNamed names and says how many more there are.
+func capNamed(names []string) []string {
+	if len(names) <= maxNamed {
+		return names
+	}
+	return append(append([]string(nil), names[:maxNamed]...), fmt.Sprintf("and %d more", len(names)-maxNamed))
 }
 
 // foreignResources lists, sorted, the NVIDIA device plugin's resources the node has a

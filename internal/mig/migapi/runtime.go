@@ -61,10 +61,7 @@ func RuntimeBypass(node *corev1.Node, classes []nodev1.RuntimeClass) Bypass {
 		return Bypass{Message: fmt.Sprintf("the node's container runtime offers the NVIDIA runtime handler %s, and no RuntimeClass selects it",
 			strings.Join(handlers, ", "))}
 	}
-	shown := selecting
-	if len(shown) > maxNamed {
-		shown = append(append([]string(nil), shown[:maxNamed]...), fmt.Sprintf("and %d more", len(selecting)-maxNamed))
-	}
+	shown := capNamed(selecting)
 	return Bypass{
 		Reason: slicerv1alpha1.ReasonNVIDIARuntimeClass,
 		Message: fmt.Sprintf("RuntimeClass %s selects the NVIDIA container runtime of this node: a pod that names it gets the GPUs its NVIDIA_VISIBLE_DEVICES "+
