@@ -80,18 +80,7 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 			devices[a.Status.MIGDeviceUUID] = true
 		}
 		deleteNamespace(ctx, ns)
-		Eventually(func(g Gomega) {
-			g.Expect(allocationsIn(ctx, ns)).To(BeEmpty())
-			v, err := readDeviceView(ctx)
-			g.Expect(err).NotTo(HaveOccurred())
-			for _, d := range v.instances {
-				g.Expect(devices).NotTo(HaveKey(d.MIGUUID), "instance %s still exists", d.MIGUUID)
-			}
-			for _, d := range v.cdi {
-				g.Expect(devices).NotTo(HaveKey(d), "CDI spec for %s still exists", d)
-			}
-			g.Expect(checkInvariants(ctx)).To(Succeed())
-		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+		expectDevicesGone(ctx, ns, devices)
 	})
 
 	It("gives a pod with init, sidecar and app containers exactly the slices the kubelet hands them out (init slices reused)", func(ctx SpecContext) {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -391,3 +392,21 @@ func createNamespace(ctx context.Context, name string) {
 }
 
 func deleteNamespace(ctx context.Context, name string) { localnode.DeleteNamespace(ctx, k8s, name) }
+
+// expectDevicesGone waits until the namespace has no allocation and none of the MIG devices
+// its pods had is left, as an instance or a CDI spec, and the node's views agree (I2).
+func expectDevicesGone(ctx context.Context, ns string, devices map[string]bool) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		g.Expect(allocationsIn(ctx, ns)).To(BeEmpty())
+		v, err := readDeviceView(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, d := range v.instances {
+			g.Expect(devices).NotTo(HaveKey(d.MIGUUID), "instance %s still exists", d.MIGUUID)
+		}
+		for _, d := range v.cdi {
+			g.Expect(devices).NotTo(HaveKey(d), "CDI spec for %s still exists", d)
+		}
+		g.Expect(checkInvariants(ctx)).To(Succeed())
+	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+}

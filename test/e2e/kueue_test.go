@@ -373,18 +373,7 @@ func kueueSpec(ctx SpecContext) {
 
 	By("no slice left: allocations and instances gone, the node's views agree")
 	Expect(devices).NotTo(BeEmpty())
-	Eventually(func(g Gomega) {
-		g.Expect(allocationsIn(ctx, ns)).To(BeEmpty())
-		v, err := readDeviceView(ctx)
-		g.Expect(err).NotTo(HaveOccurred())
-		for _, d := range v.instances {
-			g.Expect(devices).NotTo(HaveKey(d.MIGUUID), "instance %s still exists", d.MIGUUID)
-		}
-		for _, d := range v.cdi {
-			g.Expect(devices).NotTo(HaveKey(d), "CDI spec for %s still exists", d)
-		}
-		g.Expect(checkInvariants(ctx)).To(Succeed())
-	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+	expectDevicesGone(ctx, ns, devices)
 }
 
 // expectSlicerPod: the pod, as stored, asks for slicer.dev/ only (the webhook's rewrite), is
