@@ -179,8 +179,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 		r.initialized = true
 	}
-	allocs, err := r.allocations(ctx, now)
+	allocs, needFinalizer, err := r.allocations(ctx, now)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureFinalizers(ctx, allocs, needFinalizer); err != nil {
 		return ctrl.Result{}, err
 	}
 	obs, err := engine.Observe(r.opts.Library, r.opts.Metrics)

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,18 +36,14 @@ func (r *Reconciler) nodeFacts(ctx context.Context) (migapi.Foreign, migapi.Bypa
 	return foreign, engine.RuntimeBypass(n, classes.Items, lerr), nil
 }
 
-// allocations lists the node's allocations from the cache and adds the agent's finalizer
-// to live ones that lack it. The scheduler creates allocations with the finalizer, so this
-// writes nothing but for allocations a scheduler up to v0.1.0 created (the upgrade path).
-// For those the cache may still show an allocation that is gone (the scheduler's
-// Unreserve, a deleted pod): adding the finalizer is the check, and one that is gone is
-// left out, so it gets no slice (which would be left to the orphan grace period). An
-// allocation created with the finalizer cannot be gone while the cache shows it live:
-// it goes only once this agent, having seen its deletion, removes the finalizer.
-func (r *Reconciler) allocations(ctx context.Context, now time.Time) (map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, error) {
+// allocations lists the node's allocations from the cache, and the live ones that lack the
+// agent's finalizer (ensureFinalizers adds it, write.go). The scheduler creates allocations
+// with the finalizer, so only allocations a scheduler up to v0.1.0 created lack it (the
+// upgrade path).
+func (r *Reconciler) allocations(ctx context.Context, now time.Time) (map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, []*slicerv1alpha1.SliceAllocation, error) {
 	var list slicerv1alpha1.SliceAllocationList
 	if err := r.client.List(ctx, &list, client.MatchingLabels{slicerv1alpha1.LabelNode: r.opts.NodeName}); err != nil {
-		return nil, fmt.Errorf("list allocations: %w", err)
+		return nil, nil, fmt.Errorf("list allocations: %w", err)
 	}
 	allocs := map[types.NamespacedName]*slicerv1alpha1.SliceAllocation{}
 	var needFinalizer []*slicerv1alpha1.SliceAllocation
@@ -71,17 +66,7 @@ func (r *Reconciler) allocations(ctx context.Context, now time.Time) (map[types.
 		}
 	}
 	r.own.prune(allocs)
-	var goneMu sync.Mutex
-	err := parallel(needFinalizer, func(a *slicerv1alpha1.SliceAllocation) error {
-		gone, err := r.ensureFinalizer(ctx, a)
-		if gone {
-			goneMu.Lock()
-			delete(allocs, client.ObjectKeyFromObject(a))
-			goneMu.Unlock()
-		}
-		return err
-	})
-	return allocs, err
+	return allocs, needFinalizer, nil
 }
 
 // usage asks the kubelet which device each pod got; nil when it cannot say (NVML's

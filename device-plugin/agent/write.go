@@ -117,6 +117,26 @@ func parallel[T any](items []T, fn func(T) error) error {
 	return errors.Join(errs...)
 }
 
+// ensureFinalizers adds the agent's finalizer to the live allocations that lack it
+// (allocations, observe.go) before any slice is made for them. For those the cache may still
+// show an allocation that is gone (the scheduler's Unreserve, a deleted pod): adding the
+// finalizer is the check, and one that is gone is dropped from allocs, so it gets no slice
+// (which would be left to the orphan grace period). An allocation created with the finalizer
+// cannot be gone while the cache shows it live: it goes only once this agent, having seen its
+// deletion, removes the finalizer.
+func (r *Reconciler) ensureFinalizers(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, need []*slicerv1alpha1.SliceAllocation) error {
+	var goneMu sync.Mutex
+	return parallel(need, func(a *slicerv1alpha1.SliceAllocation) error {
+		gone, err := r.ensureFinalizer(ctx, a)
+		if gone {
+			goneMu.Lock()
+			delete(allocs, client.ObjectKeyFromObject(a))
+			goneMu.Unlock()
+		}
+		return err
+	})
+}
+
 // ensureFinalizer adds the agent's finalizer; gone reports an allocation that
 // no longer exists.
 func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.SliceAllocation) (gone bool, err error) {
