@@ -77,13 +77,19 @@ func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slice
 	var stepErr error
 	step := ""
 	untimed := false
-	for _, st := range r.teardownSteps(s, o) {
+	// notRun are the steps after the one that waits: a timeout leaves them undone.
+	var notRun []string
+	steps := r.teardownSteps(s, o)
+	for i, st := range steps {
 		pending, stepErr = st.run(ctx)
 		if stepErr != nil {
 			stepErr = fmt.Errorf("uninstall step %q: %w", st.name, stepErr)
 		}
 		if len(pending) > 0 || stepErr != nil {
 			step, untimed = st.name, st.untimed
+			for _, later := range steps[i+1:] {
+				notRun = append(notRun, later.name)
+			}
 			break
 		}
 	}
@@ -101,7 +107,7 @@ func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slice
 			log.Info("waiting for cleanup", "step", step, "pending", pending)
 			return ctrl.Result{RequeueAfter: timeout / 20}, nil
 		}
-		msg := fmt.Sprintf("cleanup did not finish within %s; left: %v; errors: %v", timeout, pending, stepErr)
+		msg := fmt.Sprintf("cleanup did not finish within %s at step %q; left: %v; errors: %v; steps not run: %v (docs/uninstall.md)", timeout, step, pending, stepErr, notRun)
 		meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{
 			Type: slicerv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: slicerv1alpha1.ReasonDeletionTimedOut,
 			Message: truncate(msg), ObservedGeneration: s.Generation,

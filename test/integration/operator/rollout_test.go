@@ -215,13 +215,19 @@ var _ = Describe("Slicer rollout", Ordered, func() {
 		Eventually(func(g Gomega) {
 			var events corev1.EventList
 			g.Expect(admin.List(ctx, &events)).To(Succeed())
-			reasons := []string{}
+			reasons, timedOut := []string{}, ""
 			for _, e := range events.Items {
 				if e.InvolvedObject.Kind == "Slicer" {
 					reasons = append(reasons, e.Reason)
+					if e.Reason == slicerv1alpha1.ReasonDeletionTimedOut {
+						timedOut = e.Message
+					}
 				}
 			}
 			g.Expect(reasons).To(ContainElement(slicerv1alpha1.ReasonDeletionTimedOut))
+			// What the admin must finish by hand: the step that waited and those never run.
+			g.Expect(timedOut).To(And(ContainSubstring(`at step "components"`),
+				ContainSubstring("steps not run: [NodeAccelerators DRA ResourceSlices GPU operator labels]")))
 		}).Should(Succeed())
 		nfr, err = getRef(ref{nfrGVK, "", render.NodeFeatureRuleKey})
 		Expect(err).NotTo(HaveOccurred())
