@@ -72,13 +72,10 @@ func (r *SlicerReconciler) applyGPUOperatorLabels(ctx context.Context, off bool)
 
 // gpuOperatorNodes lists the nodes the step may write: those Slicer manages, and those that
 // carry a deploy label at "false" (among them every node with Slicer's record, since Slicer
-// sets both). Read through NodeReader from the API server's watch cache: the manager's cache
+// sets both). Read through APIReader from the API server's watch cache: the manager's cache
 // holds only the nodes with a GPU model label (operator/manager).
 func (r *SlicerReconciler) gpuOperatorNodes(ctx context.Context) ([]*corev1.Node, error) {
-	reader := r.NodeReader
-	if reader == nil {
-		reader = r.Client
-	}
+	reader := r.apiReader()
 	seen := map[string]bool{}
 	var out []*corev1.Node
 	for _, sel := range []client.MatchingLabels{

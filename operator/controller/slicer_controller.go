@@ -51,8 +51,10 @@ const (
 // SlicerReconciler installs Slicer from the Slicer CR.
 type SlicerReconciler struct {
 	Client client.Client
-	// APIReader reads what the manager's cache does not hold (tenant pods, at uninstall);
-	// Client when nil.
+	// APIReader reads past the manager's cache what it does not hold: tenant pods and claims
+	// at uninstall, and the nodes whose GPU operator labels Slicer sets (gpuoperator.go; the
+	// cache holds only nodes with a GPU model label). The manager's API reader when nil at
+	// SetupWithManager, Client when nil still.
 	APIReader client.Reader
 	Discovery discovery.DiscoveryInterface
 	// ServerVersion reads the apiserver's version; Discovery when nil.
@@ -89,10 +91,6 @@ type SlicerReconciler struct {
 	DeletionTimeout time.Duration
 	// CertValidity of self-managed webhook certificates.
 	CertValidity time.Duration
-	// NodeReader reads the nodes whose GPU operator labels Slicer sets (gpuoperator.go)
-	// past the manager's cache, which holds only nodes with a GPU model label; the
-	// manager's API reader when nil at SetupWithManager, Client when nil still.
-	NodeReader client.Reader
 }
 
 // Operator RBAC. The operator also holds every permission it grants to the
@@ -149,8 +147,8 @@ type SlicerReconciler struct {
 // so do NodeAccelerators (status summary, GPU models), Nodes (GPU model
 // label), the DRA agent's pods and CRDs (optional APIs installed at run time).
 func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.NodeReader == nil {
-		r.NodeReader = mgr.GetAPIReader()
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	toSlicer := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: slicerv1alpha1.SlicerName}}}
