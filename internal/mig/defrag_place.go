@@ -1,0 +1,265 @@
+package mig
+
+import "math/bits"
+
+// Where the moved slices of a defragmentation plan go (defrag.go has the search): whether a
+// removal set's slices can all be re-created at placements free now (feasible, place), where
+// each may go (destOf), and the plan made of the best candidate (materialize, bestUntouched).
+
+// feasible decides whether the r.k slots in r.moved (of GPU (n, g), whose state after the
+// removals and the request's placement is after) can all be re-created at placements free now:
+// not overlapping forbid on the target GPU (gi in node then GPU order), and on GPUs its
+// restriction allows. With record it fills r.choice for the scarce slices and r.overlay with
+// the GPUs they touch.
+//
+// A slice whose profile fits now on at least k allowed GPUs other than the target always finds
+// an untouched one (the other k-1 slices touch at most k-1 GPUs besides the target), so only
+// the others, the scarce ones, are placed by search.
+func (r *defragRun) feasible(gi, n, g int, t *modelTable, st int, after uint16, forbid uint16, record bool) bool {
+	m := r.nodes[n].GPUs[g].State.model
+	np := t.nprof()
+	nscarce := 0
+	for i := 0; i < r.k; i++ {
+		q := int(t.slots[r.moved[i]].prof)
+		var others int
+		r.info[i] = nil
+		if r.dest != nil {
+			r.info[i] = r.destOf(gi, n, g, t, r.moved[i])
+		}
+		if in := r.info[i]; in != nil {
+			others = in.others
+		} else {
+			others = r.fitCount[m][q]
+			if t.nvmlSlot[st*np+q] != noSlot {
+				others-- // the target GPU itself is no "other" GPU
+			}
+		}
+		if others < r.k {
+			r.scarce[nscarce] = i
+			nscarce++
+		}
+	}
+	r.nover = 1
+	r.overlay[0].ref, r.overlay[0].idx = gpuRef{int32(n), int32(g)}, after
+	if nscarce == 0 {
+		return true
+	}
+	return r.place(m, t, n, g, forbid, nscarce, 0, record)
+}
+
+// place tries every destination of scarce slice i and the ones after it (backtracking).
+func (r *defragRun) place(m Model, t *modelTable, n, g int, forbid uint16, nscarce, i int, record bool) bool {
+	if i == nscarce {
+		return true
+	}
+	mi := r.scarce[i]
+	q := int(t.slots[r.moved[mi]].prof)
+	target := gpuRef{int32(n), int32(g)}
+	in := r.info[mi]
+	var refs []gpuRef
+	if in != nil {
+		refs = in.list // complete: a restricted slice is scarce only when others < k <= maxMoves
+	} else {
+		refs = r.fits(m, q)
+	}
+	for j := -1; j < len(refs); j++ {
+		ref := target
+		if j >= 0 {
+			ref = refs[j]
+			if ref == target {
+				continue
+			}
+		} else if in != nil && !in.target {
+			continue
+		}
+		oi, idx := r.stateOf(ref)
+		for _, start := range t.profiles[q].Starts {
+			slot := int(t.slotOf[q][start])
+			if ref == target && t.slots[slot].mem&forbid != 0 {
+				continue // not free now: a moved slice's old place
+			}
+			next := t.take[idx*t.nslots()+slot]
+			if next == noState {
+				continue
+			}
+			at := oi
+			if at < 0 {
+				at = r.nover
+				r.overlay[at].ref = ref
+				r.nover++
+			}
+			r.overlay[at].idx = uint16(next)
+			if record {
+				r.choice[mi] = SliceAt{Node: int(ref.node), GPU: int(ref.gpu), Profile: t.profiles[q],
+					Placement: Placement{Start: start, Size: t.profiles[q].MemorySlices}}
+			}
+			if r.place(m, t, n, g, forbid, nscarce, i+1, record) {
+				return true
+			}
+			if oi < 0 {
+				r.nover--
+			} else {
+				r.overlay[at].idx = uint16(idx)
+			}
+		}
+	}
+	return false
+}
+
+// stateOf is a GPU's state on the overlay and its overlay index (-1 when untouched).
+func (r *defragRun) stateOf(ref gpuRef) (int, int) {
+	for i := 0; i < r.nover; i++ {
+		if r.overlay[i].ref == ref {
+			return i, int(r.overlay[i].idx)
+		}
+	}
+	return -1, int(r.nodes[ref.node].GPUs[ref.gpu].State.idx)
+}
+
+// fits lists the usable GPUs of model m where profile q fits now. It is built on first use:
+// for scarce profiles (fewer than MaxDefragMoves such GPUs) and for restricted slices (destOf).
+func (r *defragRun) fits(m Model, q int) []gpuRef {
+	if r.fitBuilt[m][q] {
+		return r.fitList[m][q]
+	}
+	r.fitBuilt[m][q] = true
+	t := tableFor(m)
+	var out []gpuRef
+scan:
+	for n := range r.nodes {
+		for g, gpu := range r.nodes[n].GPUs {
+			if gpu.Usable && gpu.State.model == m && t.nvmlSlot[int(gpu.State.idx)*t.nprof()+q] != noSlot {
+				out = append(out, gpuRef{int32(n), int32(g)})
+				if len(out) == r.fitCount[m][q] {
+					break scan
+				}
+			}
+		}
+	}
+	r.fitList[m][q] = out
+	return out
+}
+
+// destOf is where the slot s of GPU (n, g) (gi in node then GPU order) may go under r.dest,
+// nil when anywhere. Computed once per slice and call: the allowed GPUs where its profile fits
+// now are counted up to maxMoves (the most a plentiful slice needs), listed in full below that.
+func (r *defragRun) destOf(gi, n, g int, t *modelTable, s int) *destInfo {
+	key := gi*32 + s
+	if in, ok := r.dests[key]; ok {
+		return in
+	}
+	if r.dests == nil {
+		r.dests = map[int]*destInfo{}
+	}
+	sl := t.slots[s]
+	from := SliceAt{Node: n, GPU: g, Profile: t.profiles[sl.prof], Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
+	allow := r.dest(from)
+	if allow == nil {
+		r.dests[key] = nil
+		return nil
+	}
+	in := &destInfo{allow: allow, target: allow(n)}
+	self := gpuRef{int32(n), int32(g)}
+	last, lastOK := int32(-1), false
+	for _, ref := range r.fits(r.nodes[n].GPUs[g].State.model, int(sl.prof)) {
+		if ref == self {
+			continue
+		}
+		if ref.node != last {
+			last, lastOK = ref.node, allow(int(ref.node))
+		}
+		if !lastOK {
+			continue
+		}
+		in.others++
+		if in.others >= r.maxMoves {
+			in.list = nil
+			break
+		}
+		in.list = append(in.list, ref)
+	}
+	r.dests[key] = in
+	return in
+}
+
+// materialize turns the chosen candidate into a plan: the scarce slices where the exhaustive
+// search put them, the others on the untouched GPU of best fit.
+func (r *defragRun) materialize(c defragCandidate) DefragPlan {
+	gpu := r.nodes[c.node].GPUs[c.gpu]
+	m := gpu.State.model
+	t := tableFor(m)
+	ns := t.nslots()
+	st := int(gpu.State.idx)
+	cur := st
+	var forbid uint16
+	k := 0
+	for rest := c.sub; rest != 0; rest &= rest - 1 {
+		s := bits.TrailingZeros32(rest)
+		cur = int(t.release[cur*ns+s])
+		forbid |= t.slots[s].mem
+		r.moved[k] = s
+		k++
+	}
+	r.k = k
+	after := uint16(t.take[cur*ns+c.slot])
+	for i := range r.choice {
+		r.choice[i] = SliceAt{Node: -1}
+	}
+	r.feasible(c.gi, c.node, c.gpu, t, st, after, forbid, true)
+	plan := DefragPlan{Moves: make([]Move, k)}
+	for i := 0; i < k; i++ {
+		sl := t.slots[r.moved[i]]
+		from := SliceAt{Node: c.node, GPU: c.gpu, Profile: t.profiles[sl.prof],
+			Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
+		to := r.choice[i]
+		if to.Node < 0 {
+			var allow func(int) bool
+			if r.info[i] != nil {
+				allow = r.info[i].allow
+			}
+			to = r.bestUntouched(m, int(sl.prof), allow)
+		}
+		plan.Moves[i] = Move{From: from, To: to}
+	}
+	ts := t.slots[c.slot]
+	plan.Target = SliceAt{Node: c.node, GPU: c.gpu, Profile: t.profiles[ts.prof],
+		Placement: Placement{Start: int(ts.start), Size: int(ts.size)}}
+	return plan
+}
+
+// bestUntouched places profile q on the usable GPU of model m, not on the overlay and on a node
+// allow accepts (nil: any), where the Slicer policy loses the least future placeability, and
+// records it on the overlay.
+func (r *defragRun) bestUntouched(m Model, q int, allow func(int) bool) SliceAt {
+	t := tableFor(m)
+	np := t.nprof()
+	best, bestCost := gpuRef{-1, -1}, int32(0)
+	for n := range r.nodes {
+		for g, gpu := range r.nodes[n].GPUs {
+			if !gpu.Usable || gpu.State.model != m {
+				continue
+			}
+			k := int(gpu.State.idx)*np + q
+			if t.best[k] == noSlot || (best.node >= 0 && t.bestCost[k] >= bestCost) {
+				continue
+			}
+			ref := gpuRef{int32(n), int32(g)}
+			if oi, _ := r.stateOf(ref); oi >= 0 {
+				continue
+			}
+			if allow != nil && !allow(n) {
+				continue
+			}
+			best, bestCost = ref, t.bestCost[k]
+		}
+	}
+	// best.node >= 0 always: a plentiful slice fits on more untouched GPUs than there are
+	// touched ones (see feasible).
+	idx := int(r.nodes[best.node].GPUs[best.gpu].State.idx)
+	slot := int(t.best[idx*np+q])
+	r.overlay[r.nover].ref, r.overlay[r.nover].idx = best, uint16(t.take[idx*t.nslots()+slot])
+	r.nover++
+	sl := t.slots[slot]
+	return SliceAt{Node: int(best.node), GPU: int(best.gpu), Profile: t.profiles[q],
+		Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
+}
