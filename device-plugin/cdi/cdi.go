@@ -16,7 +16,8 @@
 // parent GPU's /dev/nvidia<minor>, and the two MIG capability nodes
 // /dev/nvidia-caps/nvidia-cap<N> whose minors the driver publishes in
 // /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<GI>/access and
-// .../gi<GI>/ci<CI>/access ("DeviceFileMinor: N"). Driver libraries are not
+// .../gi<GI>/ci<CI>/access ("DeviceFileMinor: N"), given as character devices with the
+// nvidia-caps major of /proc/devices. Driver libraries are not
 // injected: the container image or the NVIDIA container toolkit provides them.
 package cdi
 
@@ -151,14 +152,64 @@ func (w *Writer) deviceNodes(s Slice) ([]*cdispec.DeviceNode, error) {
 	if err != nil {
 		return nil, err
 	}
+	major, err := charMajor(filepath.Join(proc, "devices"), "nvidia-caps")
+	if err != nil {
+		return nil, err
+	}
 	return []*cdispec.DeviceNode{
 		{Path: "/dev/nvidiactl"},
 		{Path: "/dev/nvidia-uvm"},
 		{Path: "/dev/nvidia-uvm-tools"},
 		{Path: "/dev/nvidia" + strconv.Itoa(s.GPUMinor)},
-		{Path: "/dev/nvidia-caps/nvidia-cap" + strconv.Itoa(giMinor)},
-		{Path: "/dev/nvidia-caps/nvidia-cap" + strconv.Itoa(ciMinor)},
+		capNode(major, giMinor),
+		capNode(major, ciMinor),
 	}, nil
+}
+
+// capNode is a MIG capability's device node. With the driver's nvidia-caps major known it is
+// given by type and numbers, so the runtime creates it in the container whether or not the
+// host has /dev/nvidia-caps populated (nvidia-modprobe creates those nodes on demand, and
+// nothing here runs it); with none (major 0), by path only, as before.
+func capNode(major int64, minor int) *cdispec.DeviceNode {
+	n := &cdispec.DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap" + strconv.Itoa(minor)}
+	if major > 0 {
+		n.Type, n.Major, n.Minor = "c", major, int64(minor)
+	}
+	return n
+}
+
+// charMajor reads the major number of a character device driver from /proc/devices (0 when
+// the driver has none).
+func charMajor(path, driver string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("device majors: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	inChar := false
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "Character devices:"):
+			inChar = true
+		case strings.HasPrefix(line, "Block devices:"):
+			inChar = false
+		case inChar:
+			num, name, ok := strings.Cut(line, " ")
+			if ok && strings.TrimSpace(name) == driver {
+				major, err := strconv.ParseInt(num, 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("device majors %s: %q: %w", path, line, err)
+				}
+				return major, nil
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("device majors %s: %w", path, err)
+	}
+	return 0, nil
 }
 
 // capMinor reads "DeviceFileMinor: N" from a driver capability file.

@@ -1,6 +1,7 @@
 package cdi_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -67,18 +68,37 @@ func TestRealModeDeviceNodes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(gi, "ci0", "access"), []byte("DeviceFileMinor: 76\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	devices := "Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n237 nvidia-uvm\n\nBlock devices:\n  8 sd\n238 nvidia-caps-imex\n"
+	if err := os.WriteFile(filepath.Join(proc, "devices"), []byte(devices), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	w := &cdi.Writer{Dir: t.TempDir(), Real: true, ProcRoot: proc}
 	spec, err := w.Spec(slice("MIG-x"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var paths []string
+	var nodes []string
 	for _, n := range spec.Devices[0].ContainerEdits.DeviceNodes {
-		paths = append(paths, n.Path)
+		nodes = append(nodes, fmt.Sprintf("%s %s %d:%d", n.Path, n.Type, n.Major, n.Minor))
 	}
-	want := []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia3", "/dev/nvidia-caps/nvidia-cap75", "/dev/nvidia-caps/nvidia-cap76"}
-	if d := cmp.Diff(want, paths); d != "" {
+	want := []string{"/dev/nvidiactl  0:0", "/dev/nvidia-uvm  0:0", "/dev/nvidia-uvm-tools  0:0", "/dev/nvidia3  0:0",
+		"/dev/nvidia-caps/nvidia-cap75 c 236:75", "/dev/nvidia-caps/nvidia-cap76 c 236:76"}
+	if d := cmp.Diff(want, nodes); d != "" {
 		t.Errorf("device nodes (-want +got):\n%s", d)
+	}
+	// A driver that has no nvidia-caps major: the capability nodes by path only.
+	if err := os.WriteFile(filepath.Join(proc, "devices"), []byte("Character devices:\n195 nvidia-frontend\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err = w.Spec(slice("MIG-x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := spec.Devices[0].ContainerEdits.DeviceNodes[4]; n.Path != "/dev/nvidia-caps/nvidia-cap75" || n.Type != "" || n.Major != 0 {
+		t.Errorf("without an nvidia-caps major: %+v", n)
+	}
+	if err := os.WriteFile(filepath.Join(proc, "devices"), []byte(devices), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := w.Write(slice("MIG-x")); err != nil {
 		t.Fatal(err)
