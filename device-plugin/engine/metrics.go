@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +31,11 @@ const (
 // join to a slice and its pod (docs/monitoring.md). StepDown has one series per profile of
 // each MIG GPU that has a smaller one (at most 10 per GPU).
 type Metrics struct {
+	// recordMu serializes Record; recorded are the series of each per-GPU and per-slice
+	// vector the last Record wrote (the next deletes those it does not write again).
+	recordMu sync.Mutex
+	recorded map[*prometheus.GaugeVec]map[string][]string
+
 	Instances       *prometheus.GaugeVec
 	SliceInfo       *prometheus.GaugeVec
 	StepDown        *prometheus.GaugeVec
@@ -164,50 +171,97 @@ var stateLabel = map[slicerv1alpha1.SliceState]string{
 
 // Record sets the per-GPU and per-slice gauges from an observation, for either frontend:
 // every slice of each MIGReady GPU in the state holder gives it, with the namespace and
-// pod it serves ("" when none); series of slices and GPUs that went away are dropped (the
-// vectors are reset).
+// pod it serves ("" when none); series of slices and GPUs that went away are dropped. The
+// new values are written in place and only the series that went away are deleted, so a
+// reader (a scrape) never sees a series that exists before and after missing, or at 0,
+// halfway through (gaugePass).
 func (m *Metrics) Record(obs *Observation, holder func(g *GPU, s Slice) (state slicerv1alpha1.SliceState, namespace, pod string)) {
-	m.resetGPUs()
+	m.recordMu.Lock()
+	defer m.recordMu.Unlock()
+	p := newGaugePass()
 	for _, g := range obs.GPUs {
 		if !g.MIGReady() {
 			continue
 		}
 		for _, s := range g.Slices {
 			state, ns, pod := holder(g, s)
-			m.recordSlice(g.Index, s, stateLabel[state], ns, pod)
+			m.recordSlice(p, g.Index, s, stateLabel[state], ns, pod)
 		}
-		m.recordGPU(g)
+		m.recordGPU(p, g)
+	}
+	if m.recorded == nil {
+		m.recorded = map[*prometheus.GaugeVec]map[string][]string{}
+	}
+	for _, v := range []*prometheus.GaugeVec{m.Instances, m.SliceInfo, m.StepDown, m.FreeCompute, m.FreeMemory, m.ComputeSlices, m.MemorySlices, m.Fragmentation} {
+		m.recorded[v] = p.write(v, m.recorded[v])
 	}
 }
 
-// resetGPUs drops every per-GPU and per-slice series; Record starts with it, so slices and
-// GPUs that went away lose theirs.
-func (m *Metrics) resetGPUs() {
-	for _, v := range []interface{ Reset() }{m.Instances, m.SliceInfo, m.StepDown, m.FreeCompute, m.FreeMemory, m.ComputeSlices, m.MemorySlices, m.Fragmentation} {
-		v.Reset()
+// gaugePass is what one Record gives each per-GPU and per-slice gauge vector: values by
+// series (label values joined), written by write.
+type gaugePass struct {
+	vals   map[*prometheus.GaugeVec]map[string]float64
+	labels map[string][]string
+}
+
+func newGaugePass() *gaugePass {
+	return &gaugePass{vals: map[*prometheus.GaugeVec]map[string]float64{}, labels: map[string][]string{}}
+}
+
+func seriesKey(lvs []string) string { return strings.Join(lvs, "\x00") }
+
+// set gives series lvs of v the value x; add adds to it.
+func (p *gaugePass) set(v *prometheus.GaugeVec, x float64, lvs ...string) { p.put(v, lvs, x, false) }
+func (p *gaugePass) add(v *prometheus.GaugeVec, x float64, lvs ...string) { p.put(v, lvs, x, true) }
+
+func (p *gaugePass) put(v *prometheus.GaugeVec, lvs []string, x float64, add bool) {
+	if p.vals[v] == nil {
+		p.vals[v] = map[string]float64{}
 	}
+	k := seriesKey(lvs)
+	p.labels[k] = lvs
+	if add {
+		x += p.vals[v][k]
+	}
+	p.vals[v][k] = x
+}
+
+// write sets v's series to the pass's values, deletes those of before (the series the
+// previous pass wrote) it did not give, and returns the series it wrote.
+func (p *gaugePass) write(v *prometheus.GaugeVec, before map[string][]string) map[string][]string {
+	now := make(map[string][]string, len(p.vals[v]))
+	for k, x := range p.vals[v] {
+		v.WithLabelValues(p.labels[k]...).Set(x)
+		now[k] = p.labels[k]
+	}
+	for k, lvs := range before {
+		if _, ok := now[k]; !ok {
+			v.DeleteLabelValues(lvs...)
+		}
+	}
+	return now
 }
 
 // recordSlice counts one MIG instance of GPU gpu in state (its metric spelling) and sets its
 // info series, with the namespace and pod it serves ("" when none), its GPU's UUID (the
 // slot's GPU) and its GPU instance id.
-func (m *Metrics) recordSlice(gpu int, s Slice, state, namespace, pod string) {
+func (m *Metrics) recordSlice(p *gaugePass, gpu int, s Slice, state, namespace, pod string) {
 	gl, profile := gpuLabel(gpu), mig.LegalProfileName(s.Profile)
-	m.Instances.WithLabelValues(gl, profile, state).Inc()
-	m.SliceInfo.WithLabelValues(gl, profile, fmt.Sprintf("%d:%d", s.Placement.Start, s.Placement.Size), state, namespace, pod,
-		s.GPU, strconv.Itoa(s.GI)).Set(1)
+	p.add(m.Instances, 1, gl, profile, state)
+	p.set(m.SliceInfo, 1, gl, profile, fmt.Sprintf("%d:%d", s.Placement.Start, s.Placement.Size), state, namespace, pod,
+		s.GPU, strconv.Itoa(s.GI))
 }
 
 // recordGPU sets a MIG-enabled GPU's capacity, free room and fragmentation gauges from its
 // instances: fragmentation is the share of the free compute slices the largest profile that
 // still fits cannot use.
-func (m *Metrics) recordGPU(g *GPU) {
+func (m *Metrics) recordGPU(p *gaugePass, g *GPU) {
 	gl := gpuLabel(g.Index)
-	m.ComputeSlices.WithLabelValues(gl).Set(float64(g.Model.ComputeSlices()))
-	m.MemorySlices.WithLabelValues(gl).Set(float64(g.Model.MemorySlices()))
-	for _, p := range g.Model.Profiles() {
-		if q, ok := p.StepDown(); ok {
-			m.StepDown.WithLabelValues(gl, mig.LegalProfileName(p.Name), mig.LegalProfileName(q.Name)).Set(float64(q.MemoryBytes()))
+	p.set(m.ComputeSlices, float64(g.Model.ComputeSlices()), gl)
+	p.set(m.MemorySlices, float64(g.Model.MemorySlices()), gl)
+	for _, prof := range g.Model.Profiles() {
+		if q, ok := prof.StepDown(); ok {
+			p.set(m.StepDown, float64(q.MemoryBytes()), gl, mig.LegalProfileName(prof.Name), mig.LegalProfileName(q.Name))
 		}
 	}
 	insts := make([]mig.Instance, 0, len(g.Slices))
@@ -219,17 +273,17 @@ func (m *Metrics) recordGPU(g *GPU) {
 		return
 	}
 	free := st.FreeComputeSlices()
-	m.FreeCompute.WithLabelValues(gl).Set(float64(free))
-	m.FreeMemory.WithLabelValues(gl).Set(float64(g.Model.MemorySlices() - st.UsedMemorySlices()))
+	p.set(m.FreeCompute, float64(free), gl)
+	p.set(m.FreeMemory, float64(g.Model.MemorySlices()-st.UsedMemorySlices()), gl)
 	largest := 0
-	for _, p := range g.Model.Profiles() {
-		if st.Fits(p) && p.ComputeSlices > largest {
-			largest = p.ComputeSlices
+	for _, prof := range g.Model.Profiles() {
+		if st.Fits(prof) && prof.ComputeSlices > largest {
+			largest = prof.ComputeSlices
 		}
 	}
 	frag := 0.0
 	if free > 0 {
 		frag = 1 - float64(largest)/float64(free)
 	}
-	m.Fragmentation.WithLabelValues(gl).Set(frag)
+	p.set(m.Fragmentation, frag, gl)
 }
