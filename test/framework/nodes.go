@@ -9,14 +9,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
-	"github.com/slicer-operator/slicer/test/builder"
 )
-
-// MakeNode returns a Ready node with room for ordinary pods and the given labels
-// (builder.Node's Ready).
-func MakeNode(name string, labels map[string]string) *corev1.Node {
-	return builder.Node(name).Labels(labels).Ready().Obj()
-}
 
 // CreateNode creates the node, writes its status, and removes the
 // node.kubernetes.io/not-ready taint that admission adds (envtest runs no

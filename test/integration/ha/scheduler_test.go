@@ -39,7 +39,7 @@ var _ = Describe("Two scheduler replicas", func() {
 		Expect(k8s.Create(ctx, framework.MakeNamespace(ns))).To(Succeed())
 		for i := range schedNodes {
 			name := fmt.Sprintf("ha-sched-n%d", i)
-			Expect(framework.CreateNode(ctx, k8s, framework.MakeNode(name, map[string]string{schedPool: ns}))).To(Succeed())
+			Expect(framework.CreateNode(ctx, k8s, builder.Node(name).Label(schedPool, ns).Ready().Obj())).To(Succeed())
 			Expect(framework.CreateNodeAccelerator(ctx, k8s, framework.MakeNodeAccelerator(name).GPUs("H100-80GB", gpusPerNode).Obj())).To(Succeed())
 		}
 		agent, err := framework.StartFakeAgent(ctx, env.Config, framework.FakeAgentOptions{ReportSlices: true, CollectOrphans: true})

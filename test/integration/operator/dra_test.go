@@ -136,7 +136,7 @@ func publishSlices(node string) (string, string) {
 var _ = Describe("DRA frontend", Ordered, func() {
 	const node = "dra-node-1"
 	BeforeAll(func() {
-		Expect(framework.CreateNode(ctx, admin, framework.MakeNode(node, map[string]string{slicerv1alpha1.LabelGPUModel: "H100-80GB"}))).To(Succeed())
+		Expect(framework.CreateNode(ctx, admin, builder.Node(node).Label(slicerv1alpha1.LabelGPUModel, "H100-80GB").Ready().Obj())).To(Succeed())
 	})
 	AfterAll(func() {
 		Expect(client.IgnoreNotFound(admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))).To(Succeed())
@@ -345,7 +345,7 @@ var _ = Describe("DRA frontend", Ordered, func() {
 // placements apart: DRA mode refuses, says why, and installs no DeviceClass.
 var _ = Describe("DRA frontend without partitionable devices", Ordered, func() {
 	ownControlPlane(framework.Options{APIServerArgs: map[string]string{"feature-gates": "DRAPartitionableDevices=false"}}, func() {
-		Expect(framework.CreateNode(ctx, admin, framework.MakeNode("dra-node-2", map[string]string{slicerv1alpha1.LabelGPUModel: "H100-80GB"}))).To(Succeed())
+		Expect(framework.CreateNode(ctx, admin, builder.Node("dra-node-2").Label(slicerv1alpha1.LabelGPUModel, "H100-80GB").Ready().Obj())).To(Succeed())
 	})
 
 	It("is not Available, with PartitionableDevicesOff and what to do", func() {

@@ -40,7 +40,7 @@ func newScenario(name string) *scenario {
 // addNode creates a node of the pool with n H100-80GB GPUs (n = 0: no NodeAccelerator).
 func (s *scenario) addNode(name string, gpus int) {
 	GinkgoHelper()
-	Expect(framework.CreateNode(ctx, k8s, framework.MakeNode(name, map[string]string{poolLabel: s.pool}))).To(Succeed())
+	Expect(framework.CreateNode(ctx, k8s, builder.Node(name).Label(poolLabel, s.pool).Ready().Obj())).To(Succeed())
 	if gpus > 0 {
 		Expect(framework.CreateNodeAccelerator(ctx, k8s, framework.MakeNodeAccelerator(name).GPUs("H100-80GB", gpus).Obj())).To(Succeed())
 	}

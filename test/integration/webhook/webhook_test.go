@@ -133,7 +133,7 @@ var _ = Describe("pod admission", Ordered, func() {
 		})
 
 		It("never touches mirror pods (W11)", func() {
-			node := framework.MakeNode("static-node", nil)
+			node := builder.Node("static-node").Ready().Obj()
 			Expect(framework.CreateNode(ctx, k8s, node)).To(Succeed())
 			p, err := create(ctx, makePod(userNS).Node(node.Name).Annotation(corev1.MirrorPodAnnotationKey, "hash").Container("app", builder.Limits(nv1g, "1")).Obj())
 			Expect(err).NotTo(HaveOccurred())
