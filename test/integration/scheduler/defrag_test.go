@@ -21,6 +21,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -71,7 +72,9 @@ var _ = Describe("Defragmentation", func() {
 	// replicas are spread by cordoning the other node while each is placed; those in pin (1, 2)
 	// also have a nodeSelector for their node.
 	var rsRef metav1.OwnerReference
-	twoBlockedGPUs := func(annotate map[string]string, pin ...int) {
+	// createWeb creates the ReplicaSet "web" (two replicas labelled app=web) that owns the
+	// movable 1g.10gb replicas, and sets rsRef to it. The test creates the replicas itself.
+	createWeb := func() {
 		GinkgoHelper()
 		rs := &appsv1.ReplicaSet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "web"},
@@ -81,9 +84,13 @@ var _ = Describe("Defragmentation", func() {
 		}
 		Expect(k8s.Create(ctx, rs)).To(Succeed())
 		rsRef = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}
+	}
+	twoBlockedGPUs := func(annotate map[string]string, pin ...int) {
+		GinkgoHelper()
+		createWeb()
 		for i := 1; i <= 2; i++ {
 			name := fmt.Sprintf("%s-n%d", s.ns, i)
-			Expect(framework.CreateNode(ctx, k8s, framework.MakeNode(name, map[string]string{poolLabel: s.pool, nodeLabel: name}))).To(Succeed())
+			Expect(framework.CreateNode(ctx, k8s, builder.Node(name).Label(poolLabel, s.pool).Label(nodeLabel, name).Ready().Obj())).To(Succeed())
 			Expect(framework.CreateNodeAccelerator(ctx, k8s, framework.MakeNodeAccelerator(name).GPUs("H100-80GB", 1).Obj())).To(Succeed())
 			s.nodes = append(s.nodes, name)
 			if i == 2 {
@@ -298,14 +305,7 @@ var _ = Describe("Defragmentation", func() {
 		// Node a gets the two 1g.10gb replicas; node b a bare 4g.40gb, so that the 7g.80gb fits
 		// on a only, once both replicas have moved to b.
 		s.addNode(a, 1)
-		rs := &appsv1.ReplicaSet{
-			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "web"},
-			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}},
-		}
-		Expect(k8s.Create(ctx, rs)).To(Succeed())
-		rsRef = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}
+		createWeb()
 		for i := 1; i <= 2; i++ {
 			p := s.pod(fmt.Sprintf("web-%d", i), map[string]int64{"1g.10gb": 1})
 			p.Labels = map[string]string{"app": "web"}
