@@ -261,6 +261,7 @@ func registerKueueWebhooks(ctx SpecContext, manifests string, caPEM []byte) {
 		}
 	}
 	var objs []client.Object
+	names := map[string]bool{} // the webhooks kept
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	for {
 		var doc map[string]any
@@ -276,50 +277,23 @@ func registerKueueWebhooks(ctx SpecContext, manifests string, caPEM []byte) {
 			var c admissionregistrationv1.MutatingWebhookConfiguration
 			Expect(yaml.Unmarshal(js, &c)).To(Succeed())
 			c.Name = "kueue-" + c.Name
-			var keep []admissionregistrationv1.MutatingWebhook
-			for _, w := range c.Webhooks {
-				if kueueServed(w.Rules) {
-					w.ClientConfig = url(w.ClientConfig)
-					if w.Name == "mpod.kb.io" {
-						w.NamespaceSelector = kueueNamespaceSelector
-					}
-					keep = append(keep, w)
-				}
-			}
-			c.Webhooks = keep
+			c.Webhooks = servedWebhooks(c.Webhooks, "mpod.kb.io", url, names,
+				func(w *admissionregistrationv1.MutatingWebhook) webhookFields {
+					return webhookFields{w.Name, w.Rules, &w.ClientConfig, &w.NamespaceSelector}
+				})
 			objs = append(objs, &c)
 		case "ValidatingWebhookConfiguration":
 			var c admissionregistrationv1.ValidatingWebhookConfiguration
 			Expect(yaml.Unmarshal(js, &c)).To(Succeed())
 			c.Name = "kueue-" + c.Name
-			var keep []admissionregistrationv1.ValidatingWebhook
-			for _, w := range c.Webhooks {
-				if kueueServed(w.Rules) {
-					w.ClientConfig = url(w.ClientConfig)
-					if w.Name == "vpod.kb.io" {
-						w.NamespaceSelector = kueueNamespaceSelector
-					}
-					keep = append(keep, w)
-				}
-			}
-			c.Webhooks = keep
+			c.Webhooks = servedWebhooks(c.Webhooks, "vpod.kb.io", url, names,
+				func(w *admissionregistrationv1.ValidatingWebhook) webhookFields {
+					return webhookFields{w.Name, w.Rules, &w.ClientConfig, &w.NamespaceSelector}
+				})
 			objs = append(objs, &c)
 		}
 	}
 	Expect(objs).To(HaveLen(2), "manifests.yaml: one mutating and one validating configuration")
-	names := map[string]bool{}
-	for _, o := range objs {
-		switch c := o.(type) {
-		case *admissionregistrationv1.MutatingWebhookConfiguration:
-			for _, w := range c.Webhooks {
-				names[w.Name] = true
-			}
-		case *admissionregistrationv1.ValidatingWebhookConfiguration:
-			for _, w := range c.Webhooks {
-				names[w.Name] = true
-			}
-		}
-	}
 	// the webhooks the spec relies on are in the release's manifests
 	for _, n := range []string{"mjob.kb.io", "vjob.kb.io", "mpod.kb.io", "vpod.kb.io", "mworkload.kb.io", "vclusterqueue.kb.io"} {
 		Expect(names).To(HaveKey(n))
@@ -330,6 +304,35 @@ func registerKueueWebhooks(ctx SpecContext, manifests string, caPEM []byte) {
 			Expect(client.IgnoreNotFound(k8s.Delete(ctx, o))).To(Succeed())
 		})
 	}
+}
+
+// webhookFields are the fields of a mutating or validating webhook that registerKueueWebhooks
+// reads or sets.
+type webhookFields struct {
+	name     string
+	rules    []admissionregistrationv1.RuleWithOperations
+	client   *admissionregistrationv1.WebhookClientConfig
+	selector **metav1.LabelSelector
+}
+
+// servedWebhooks keeps the webhooks the manager serves (kueueServed), each pointed at it (url),
+// the pod webhook podWebhook limited to kueueNamespaceSelector, and adds their names to names.
+func servedWebhooks[W any](ws []W, podWebhook string, url func(admissionregistrationv1.WebhookClientConfig) admissionregistrationv1.WebhookClientConfig,
+	names map[string]bool, fields func(*W) webhookFields) []W {
+	var keep []W
+	for i := range ws {
+		f := fields(&ws[i])
+		if !kueueServed(f.rules) {
+			continue
+		}
+		*f.client = url(*f.client)
+		if f.name == podWebhook {
+			*f.selector = kueueNamespaceSelector
+		}
+		names[f.name] = true
+		keep = append(keep, ws[i])
+	}
+	return keep
 }
 
 // kueueObject is an empty Kueue object of kind, for a Get, Create or Delete.
