@@ -318,24 +318,17 @@ var _ = Describe("node agent", func() {
 		setCapacity("7")
 		n.start()
 		a := n.allocate(0, "1g.10gb", 0, 1)
-		Eventually(func(g Gomega) {
-			na := n.nodeAccelerator(g)
-			c := meta.FindStatusCondition(na.Status.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
-			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-			g.Expect(c.Reason).To(Equal(slicerv1alpha1.ReasonForeignDevicePlugin))
-			g.Expect(c.Message).To(ContainSubstring("nvidia.com/mig-1g.10gb"))
-			g.Expect(c.Message).To(ContainSubstring(slicerv1alpha1.LabelGPUOperatorDeployDevicePlugin + "=false"))
-			g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionReady)).To(Equal(metav1.ConditionFalse))
-			g.Expect(n.get(a).Status.Reason).To(Equal(slicerv1alpha1.ReasonForeignDevicePlugin))
-		}).WithTimeout(30 * time.Second).Should(Succeed())
+		n.waitCondition(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionTrue, slicerv1alpha1.ReasonForeignDevicePlugin,
+			[]string{"nvidia.com/mig-1g.10gb", slicerv1alpha1.LabelGPUOperatorDeployDevicePlugin + "=false"},
+			func(g Gomega, na *slicerv1alpha1.NodeAccelerator) {
+				g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionReady)).To(Equal(metav1.ConditionFalse))
+				g.Expect(n.get(a).Status.Reason).To(Equal(slicerv1alpha1.ReasonForeignDevicePlugin))
+			})
 		Expect(n.backend.Calls(emulated.OpCreateGPUInstance)).To(Equal(0))
 
 		setCapacity("0") // the kubelet's answer once the other plugin is gone
 		n.waitReady(a)
-		Eventually(func(g Gomega) {
-			g.Expect(framework.NodeConditionStatus(n.nodeAccelerator(g), slicerv1alpha1.ConditionOwnershipConflict)).To(Equal(metav1.ConditionFalse))
-		}).WithTimeout(30 * time.Second).Should(Succeed())
+		n.waitCondition(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionFalse, "", nil, nil)
 		n.release(a)
 		n.waitGone(a)
 	})
@@ -354,23 +347,15 @@ var _ = Describe("node agent", func() {
 		n.start()
 		a := n.allocate(0, "1g.10gb", 0, 1)
 		n.waitReady(a)
-		Eventually(func(g Gomega) {
-			na := n.nodeAccelerator(g)
-			c := meta.FindStatusCondition(na.Status.Conditions, slicerv1alpha1.ConditionRuntimeBypass)
-			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-			g.Expect(c.Reason).To(Equal(slicerv1alpha1.ReasonNVIDIARuntimeClass))
-			g.Expect(c.Message).To(ContainSubstring("RuntimeClass nvidia-bypass-test (handler nvidia)"))
-			g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionReady)).To(Equal(metav1.ConditionTrue), "reported, not acted on")
-		}).WithTimeout(30 * time.Second).Should(Succeed())
+		n.waitCondition(slicerv1alpha1.ConditionRuntimeBypass, metav1.ConditionTrue, slicerv1alpha1.ReasonNVIDIARuntimeClass,
+			[]string{"RuntimeClass nvidia-bypass-test (handler nvidia)"},
+			func(g Gomega, na *slicerv1alpha1.NodeAccelerator) {
+				g.Expect(framework.NodeConditionStatus(na, slicerv1alpha1.ConditionReady)).To(Equal(metav1.ConditionTrue), "reported, not acted on")
+			})
 
 		Expect(k8s.Delete(ctx, class)).To(Succeed()) // the agent watches RuntimeClasses
-		Eventually(func(g Gomega) {
-			c := meta.FindStatusCondition(n.nodeAccelerator(g).Status.Conditions, slicerv1alpha1.ConditionRuntimeBypass)
-			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Message).To(ContainSubstring("offers the NVIDIA runtime handler nvidia, and no RuntimeClass selects it"))
-		}).WithTimeout(30 * time.Second).Should(Succeed())
+		n.waitCondition(slicerv1alpha1.ConditionRuntimeBypass, metav1.ConditionFalse, "",
+			[]string{"offers the NVIDIA runtime handler nvidia, and no RuntimeClass selects it"}, nil)
 		n.release(a)
 		n.waitGone(a)
 	})

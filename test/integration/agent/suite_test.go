@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -165,6 +167,28 @@ func (n *node) nodeAccelerator(g Gomega) *slicerv1alpha1.NodeAccelerator {
 	var na slicerv1alpha1.NodeAccelerator
 	g.Expect(k8s.Get(ctx, types.NamespacedName{Name: n.name}, &na)).To(Succeed())
 	return &na
+}
+
+// waitCondition waits until the node's NodeAccelerator has condition typ with status, with
+// reason when it is not empty, and a message that contains each of messages; also, when not
+// nil, makes more checks of the same NodeAccelerator in the same attempt.
+func (n *node) waitCondition(typ string, status metav1.ConditionStatus, reason string, messages []string, also func(g Gomega, na *slicerv1alpha1.NodeAccelerator)) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		na := n.nodeAccelerator(g)
+		c := meta.FindStatusCondition(na.Status.Conditions, typ)
+		g.Expect(c).NotTo(BeNil(), "condition %s", typ)
+		g.Expect(c.Status).To(Equal(status), "condition %s: %s", typ, c.Message)
+		if reason != "" {
+			g.Expect(c.Reason).To(Equal(reason))
+		}
+		for _, m := range messages {
+			g.Expect(c.Message).To(ContainSubstring(m))
+		}
+		if also != nil {
+			also(g, na)
+		}
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 }
 
 func (n *node) deviceInstances() []framework.DeviceInstance {
