@@ -84,7 +84,7 @@ func Run(ctx context.Context, c client.Client, o Options, out io.Writer) error {
 	sort.Strings(ours)
 	sort.Strings(foreign)
 	if len(foreign) > 0 {
-		return fmt.Errorf("Slicer %s is not part of release %s/%s, and its finalizer %s needs the operator this uninstall removes: "+
+		return fmt.Errorf("the Slicer %s is not part of release %s/%s, and its finalizer %s needs the operator this uninstall removes: "+
 			"delete it first (kubectl delete slicer %s --wait), then run helm uninstall again (docs/uninstall.md)",
 			strings.Join(foreign, ", "), o.ReleaseNamespace, o.ReleaseName, o.Finalizer, strings.Join(foreign, " "))
 	}
