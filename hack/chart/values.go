@@ -85,7 +85,7 @@ func valuesTree(ns string, images map[string]string, d operatorDefaults, sampleS
 		}},
 		{key: "uninstall", doc: "helm uninstall's pre-delete hook: a Job (the operator's image, slicer-operator uninstall-release) that deletes the release's Slicer and waits until the operator has torn it down (docs/uninstall.md).", children: []value{
 			{key: "timeoutSeconds", doc: "How long the hook waits for the Slicer to go before it fails the uninstall, naming what is left and what the Slicer's SlicesReleased condition says (pods holding MIG slices under spec.uninstall.policy Wait); nothing is deleted then. Keep helm uninstall's --timeout (5m by default) longer.", def: 240,
-				schema: obj{"type": "integer", "minimum": 10}},
+				schema: obj{"type": "integer", "minimum": 10, "maximum": 86400}},
 		}},
 	}
 }

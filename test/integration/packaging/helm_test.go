@@ -99,6 +99,7 @@ var customValues = []string{
 	"--set", "operator.tolerations[0].effect=NoSchedule",
 	"--set", "slicer.spec.driver.mode=Preinstalled",
 	"--set", "slicer.spec.driver.inTreeModulesToRemove=null",
+	"--set", "uninstall.timeoutSeconds=600",
 }
 
 var _ = Describe("Helm chart", Ordered, func() {
@@ -168,6 +169,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 				var j batchv1.Job
 				Expect(k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &j)).To(Succeed())
 				Expect(j.Spec.Template.Spec.Containers[0].Image).To(Equal("registry.example.com:5000/slicer/operator:v9"))
+				Expect(j.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--timeout=600s"))
 				pod := podOf(j.Spec.Template, j.Namespace, j.Name+"-probe")
 				Expect(k8s.Create(ctx, pod, client.DryRunAll)).To(Succeed(), "the uninstall hook's pod in a restricted namespace")
 			}
@@ -201,6 +203,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Entry("an unknown pull policy", "/operator/imagePullPolicy", "--set", "operator.imagePullPolicy=Sometimes"),
 		Entry("a resource quantity that is none", "/operator/resources/limits/memory", "--set", "operator.resources.limits.memory=lots"),
 		Entry("a value the chart does not have", "replicas", "--set", "operator.replicas=2"),
+		Entry("an uninstall hook timeout too short for any teardown", "/uninstall/timeoutSeconds", "--set", "uninstall.timeoutSeconds=1"),
 		Entry("a driver mode the Slicer CRD does not have", "/slicer/spec/driver/mode", "--set", "slicer.spec.driver.mode=Magic"),
 		Entry("creating the namespace the release is stored in", `namespace.create=true makes the chart create namespace "slicer-system"`, "--namespace", "slicer-system"),
 	)
