@@ -110,3 +110,36 @@ func TestContainerfile(t *testing.T) {
 		}
 	}
 }
+
+// Every download is checked against its checksum build ARG (README.md,
+// supply chain), and REQUIRE_PINNED exists to make the checks mandatory.
+func TestDownloadsAreVerified(t *testing.T) {
+	stages, _ := parse(t)
+	args := map[string]bool{}
+	downloads := 0
+	for _, c := range stages[0].Commands {
+		switch x := c.(type) {
+		case *instructions.ArgCommand:
+			for _, kv := range x.Args {
+				args[kv.Key] = true
+			}
+		case *instructions.RunCommand:
+			run := x.String()
+			for _, part := range strings.Split(run, "curl ")[1:] {
+				downloads++
+				out := strings.Fields(strings.TrimPrefix(part, "-fsSL -o "))[0]
+				if !strings.Contains(run, "sh /build/verify.sh "+out+" ") {
+					t.Errorf("the download to %s is not checked with /build/verify.sh: %s", out, run)
+				}
+			}
+		}
+	}
+	if downloads != 2 {
+		t.Errorf("%d downloads, want the source tarball and the runfile", downloads)
+	}
+	for _, a := range []string{"DRIVER_SOURCE_SHA256", "DRIVER_RUNFILE_SHA256", "REQUIRE_PINNED"} {
+		if !args[a] {
+			t.Errorf("the builder stage has no ARG %s", a)
+		}
+	}
+}

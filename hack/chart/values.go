@@ -78,10 +78,14 @@ func valuesTree(ns string, images map[string]string, d operatorDefaults, sampleS
 				}}}},
 		}},
 		{key: "slicer", doc: "The Slicer resource (cluster-scoped, named default: the one the operator reconciles).", children: []value{
-			{key: "create", doc: "Make the Slicer part of the release. Delete it (kubectl delete slicer default --wait) before helm uninstall: its finalizer needs the operator.", def: true,
+			{key: "create", doc: "Make the Slicer part of the release; helm uninstall's pre-delete hook then deletes it, and waits for the operator's teardown, before the operator goes. false: you create and delete it; helm uninstall refuses while it exists (its finalizer needs the operator).", def: true,
 				schema: obj{"type": "boolean"}},
 			{key: "spec", doc: "The Slicer's spec (docs/operator.md), checked against the Slicer CRD's schema; the default is config/samples' Slicer. Helm merges what you set into it: set a field to null to drop it.", def: sampleSpec,
 				schema: specSchema},
+		}},
+		{key: "uninstall", doc: "helm uninstall's pre-delete hook: a Job (the operator's image, slicer-operator uninstall-release) that deletes the release's Slicer and waits until the operator has torn it down (docs/uninstall.md).", children: []value{
+			{key: "timeoutSeconds", doc: "How long the hook waits for the Slicer to go before it fails the uninstall, naming what is left and what the Slicer's SlicesReleased condition says (pods holding MIG slices under spec.uninstall.policy Wait); nothing is deleted then. Keep helm uninstall's --timeout (5m by default) longer.", def: 240,
+				schema: obj{"type": "integer", "minimum": 10, "maximum": 86400}},
 		}},
 	}
 }
@@ -188,9 +192,19 @@ installs, generated from the same files (docs/install.md).
 ` + "```sh" + `
 helm install slicer charts/slicer                     # release in the current namespace; operator in slicer-system
 kubectl wait --for=condition=Available slicer/default --timeout=10m
-# uninstall: the Slicer first (its finalizer needs the operator), then the release
-kubectl delete slicer default --wait && helm uninstall slicer
+# uninstall: a pre-delete hook deletes the Slicer and waits for the operator's teardown first
+helm uninstall slicer
 ` + "```" + `
+
+The pre-delete hook (templates/uninstall-hook.yaml) runs before Helm deletes
+anything: a Job with the operator's image deletes the Slicer and waits until
+the operator's finalizer has torn it down (helm uninstall would otherwise
+delete the operator first and strand the Slicer). Under the Slicer's
+` + "`spec.uninstall.policy: Wait`" + ` (the default) with pods holding MIG slices, the
+hook fails after ` + "`uninstall.timeoutSeconds`" + `, Helm prints its log (the
+SlicesReleased condition, naming the pods) and deletes nothing; delete the pods
+or set ` + "`Force`" + `, then run helm uninstall again. ` + "`helm uninstall --no-hooks`" + `
+skips the hook and strands the Slicer: do not.
 
 Helm installs crds/ only on install and never changes or deletes them: before
 an upgrade that changes them, ` + "`kubectl apply --server-side -f charts/slicer/crds`" + `.
@@ -207,7 +221,7 @@ an upgrade that changes them, ` + "`kubectl apply --server-side -f charts/slicer
 			}
 			def := "see values.yaml"
 			switch d := v.def.(type) {
-			case string, bool:
+			case string, bool, int:
 				def = fmt.Sprintf("`%v`", d)
 			case obj:
 				if len(d) == 0 {

@@ -289,7 +289,7 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 	It("keeps running while MIG pods hold slices, naming them (uninstall policy Wait); forced, releases every slice, then removes everything it created (I12, I2)", uninstallSpec)
 
 	// After the uninstall: the same node, Slicer installed again with Helm (issue 30).
-	It("installs with helm install (the previous chart version), gives the demo workload its slices, upgrades to the current chart with them running changing no pod and no slice, and uninstalls to the CRDs", helmSpec, SpecTimeout(12*time.Minute))
+	It("installs with helm install (the previous chart version), gives the demo workload its slices, upgrades to the current chart with them running changing no pod and no slice; plain helm uninstall: refused naming the pods under Wait, to the CRDs under Force", helmSpec, SpecTimeout(12*time.Minute))
 })
 
 func scale(ctx SpecContext, ns, name string, replicas int32) {

@@ -43,9 +43,11 @@ const (
 // earlier specs ran on, after the uninstall spec removed the Slicer and hack/demo uninstall
 // the rest of the kustomize install, Slicer is installed with `helm install` of the previous
 // chart version, becomes Available, and the demo workload gets its slices; `helm upgrade` to
-// the current chart with those pods running changes no pod and no slice; the documented
-// uninstall (the Slicer first, docs/uninstall.md, then `helm uninstall`) leaves, of everything
-// that names Slicer, only the CRDs Helm keeps.
+// the current chart with those pods running changes no pod and no slice; a plain `helm
+// uninstall` with the Slicer there and its pods running under uninstall policy Wait fails, its
+// pre-delete hook's message naming the pods, and removes nothing; with policy Force, `helm
+// uninstall` again (the hook waits for the operator's teardown) leaves, of everything that
+// names Slicer, only the CRDs Helm keeps.
 func helmSpec(ctx SpecContext) {
 	step := stepTimer()
 	By("removing the rest of the kustomize install (config/overlays/emulated): operator, RBAC, namespace, CRDs")
@@ -88,11 +90,26 @@ func helmSpec(ctx SpecContext) {
 	waitSlicerAvailable(ctx, 10*time.Second)
 	step("helm upgrade, 20 s unchanged")
 
-	By("uninstalling as documented: the Slicer first (Force: the demo's pods go, the agent releases their slices), then helm uninstall")
-	forceDeleteSlicer(ctx)
+	By("helm uninstall with the Slicer and the demo's pods there, uninstall policy Wait: the pre-delete hook fails naming the pods, and nothing is deleted")
+	out, err := h.runErr(ctx, "uninstall", helmRelease)
+	Expect(err).To(HaveOccurred(), "helm uninstall succeeded while pods held MIG slices under policy Wait:\n%s", out)
+	Expect(out).To(ContainSubstring("SlicesReleased=False ("+slicerv1alpha1.ReasonWaitingForPods+")"), "Helm does not print what the hook found")
+	Expect(out).To(ContainSubstring(demoNamespace+"/"), "the hook's message names no demo pod")
+	var s slicerv1alpha1.Slicer
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &s)).To(Succeed())
+	Expect(s.DeletionTimestamp).NotTo(BeNil(), "the hook did not delete the Slicer")
+	Expect(operatorChartLabel(ctx)).To(Equal("slicer-"+current), "the operator went with the hook failing")
+	Expect(checkInvariants(ctx)).To(Succeed())
+	step("helm uninstall refused under Wait")
+
+	By("uninstall policy Force, then a plain helm uninstall again: the hook waits for the teardown (the demo's pods go, the agent releases their slices), then Helm removes the rest")
+	patch := client.MergeFrom(s.DeepCopy())
+	s.Spec.Uninstall.Policy = slicerv1alpha1.UninstallForce
+	Expect(k8s.Patch(ctx, &s, patch)).To(Succeed())
+	h.run(ctx, "uninstall", helmRelease)
+	Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{}))).To(BeTrue(), "the Slicer outlived helm uninstall")
 	expectNoSliceLeft(ctx)
 	deleteNamespace(ctx, demoNamespace)
-	h.run(ctx, "uninstall", helmRelease)
 	want := keptByHelm(ctx)
 	Eventually(func(g Gomega) {
 		after, err := slicerObjects(ctx)
@@ -105,7 +122,7 @@ func helmSpec(ctx SpecContext) {
 		}
 		g.Expect(left).To(ConsistOf(want), "objects that name Slicer left after helm uninstall (Helm keeps crds/ only)")
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
-	step("uninstall: Slicer, then helm uninstall, only the CRDs left")
+	step("plain helm uninstall (Force): only the CRDs left")
 }
 
 // stepTimer prints the time each step of the spec took (docs/install.md quotes them).
@@ -125,6 +142,12 @@ type helmRun struct{ dir string }
 func newHelm(dir string) helmRun { return helmRun{dir: dir} }
 
 func (h helmRun) run(ctx context.Context, args ...string) {
+	out, err := h.runErr(ctx, args...)
+	Expect(err).NotTo(HaveOccurred(), "helm %s:\n%s", args[0], out)
+}
+
+// runErr runs Helm and returns its combined output and error.
+func (h helmRun) runErr(ctx context.Context, args ...string) (string, error) {
 	args = append(args, "--kubeconfig", kubeconfig, "--namespace", helmReleaseNamespace)
 	if args[0] == "install" || args[0] == "upgrade" {
 		args = append(args, "--post-renderer", "loopback", "--post-renderer-args", repoRoot)
@@ -140,7 +163,7 @@ func (h helmRun) run(ctx context.Context, args ...string) {
 	start := time.Now()
 	err := cmd.Run()
 	GinkgoWriter.Printf("$ helm %s (%s)\n%s\n", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), out.String())
-	Expect(err).NotTo(HaveOccurred(), "helm %s:\n%s", args[0], out.String())
+	return out.String(), err
 }
 
 func chartVersion(dir string) string {
@@ -194,9 +217,12 @@ func localNodeValues(dir string) string {
 	var s map[string]any
 	readYAML(filepath.Join(overlay, "slicer.yaml"), &s)
 	values := map[string]any{
-		"images":   images,
-		"operator": map[string]any{"imagePullPolicy": string(corev1.PullNever)},
-		"slicer":   map[string]any{"spec": s["spec"]},
+		// the pre-delete hook's wait: long enough for the Force teardown of the demo's pods,
+		// short enough that the spec sees it fail under Wait
+		"uninstall": map[string]any{"timeoutSeconds": 90},
+		"images":    images,
+		"operator":  map[string]any{"imagePullPolicy": string(corev1.PullNever)},
+		"slicer":    map[string]any{"spec": s["spec"]},
 	}
 	raw, err := yaml.Marshal(values)
 	Expect(err).NotTo(HaveOccurred())
@@ -340,20 +366,6 @@ func takeUpgradeSnapshot(ctx context.Context) (upgradeSnapshot, error) {
 	}
 	s.generations["Slicer default"] = slicer.Generation
 	return s, nil
-}
-
-// forceDeleteSlicer is docs/uninstall.md's path with pods holding slices: policy Force, then
-// delete the Slicer and wait until its finalizer is done (hack/demo uninstall does the same).
-func forceDeleteSlicer(ctx context.Context) {
-	var s slicerv1alpha1.Slicer
-	Expect(k8s.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &s)).To(Succeed())
-	patch := client.MergeFrom(s.DeepCopy())
-	s.Spec.Uninstall.Policy = slicerv1alpha1.UninstallForce
-	Expect(k8s.Patch(ctx, &s, patch)).To(Succeed())
-	Expect(k8s.Delete(ctx, &s)).To(Succeed())
-	Eventually(func() bool {
-		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &slicerv1alpha1.Slicer{}))
-	}).WithContext(ctx).WithTimeout(4*time.Minute).Should(BeTrue(), "the Slicer resource was not removed")
 }
 
 // keptByHelm is what the chart leaves by design, as slicerObjects names it: the CRDs of its

@@ -12,3 +12,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end -}}
 {{- .Values.namespace.name -}}
 {{- end }}
+
+{{/* The name of the pre-delete hook's Job, ServiceAccount and RBAC (uninstall-hook.yaml). */}}
+{{- define "slicer.uninstallHook" -}}
+{{- printf "slicer-uninstall-%s" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end }}

@@ -1,6 +1,8 @@
 // Command slicer-operator installs and runs Slicer from the cluster-scoped
 // Slicer "default": NFD rule, KMM Module, webhook, scheduler, agent and
 // monitoring objects. Images come from RELATED_IMAGE_* variables.
+// `slicer-operator uninstall-release` is the Helm chart's pre-delete hook
+// (operator/releasehook).
 package main
 
 import (
@@ -51,6 +53,9 @@ func schedulerImages() map[kubeversion.Minor]string {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == uninstallReleaseCmd {
+		os.Exit(uninstallRelease(os.Args[2:]))
+	}
 	var (
 		namespace, agentNamespace, hostAddr string
 		leaderElect                         bool

@@ -2,21 +2,29 @@ package packaging_test
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/operator/controller"
+	"github.com/slicer-operator/slicer/operator/releasehook"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -91,6 +99,7 @@ var customValues = []string{
 	"--set", "operator.tolerations[0].effect=NoSchedule",
 	"--set", "slicer.spec.driver.mode=Preinstalled",
 	"--set", "slicer.spec.driver.inTreeModulesToRemove=null",
+	"--set", "uninstall.timeoutSeconds=600",
 }
 
 var _ = Describe("Helm chart", Ordered, func() {
@@ -107,8 +116,18 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred(), out)
 	})
 
-	It("renders by default exactly what kustomize renders from config/default, but for the chart's labels", func() {
-		Expect(withoutHelmLabels(helmTemplate())).To(Equal(withoutHelmLabels(render("default"))))
+	It("renders by default exactly what kustomize renders from config/default, but for the chart's labels and its pre-delete hook", func() {
+		var release []*unstructured.Unstructured
+		hooks := 0
+		for _, u := range helmTemplate() {
+			if u.GetAnnotations()["helm.sh/hook"] != "" {
+				hooks++
+				continue
+			}
+			release = append(release, u)
+		}
+		Expect(hooks).To(Equal(4), "the uninstall hook: ServiceAccount, ClusterRole, ClusterRoleBinding, Job")
+		Expect(withoutHelmLabels(release)).To(Equal(withoutHelmLabels(render("default"))))
 	})
 
 	It("renders, with changed values, objects that pass a server-side dry run", func() {
@@ -123,7 +142,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 			}
 		}
 		Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 3))
-		for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "Slicer"} {
+		for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "Slicer", "Job"} {
 			Expect(kinds).To(HaveKey(k))
 		}
 		for _, u := range objs {
@@ -145,6 +164,14 @@ var _ = Describe("Helm chart", Ordered, func() {
 			}
 			if u.GetKind() == "Slicer" {
 				Expect(u.Object["spec"]).To(HaveKeyWithValue("driver", map[string]any{"mode": "Preinstalled"}))
+			}
+			if u.GetKind() == "Job" {
+				var j batchv1.Job
+				Expect(k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &j)).To(Succeed())
+				Expect(j.Spec.Template.Spec.Containers[0].Image).To(Equal("registry.example.com:5000/slicer/operator:v9"))
+				Expect(j.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--timeout=600s"))
+				pod := podOf(j.Spec.Template, j.Namespace, j.Name+"-probe")
+				Expect(k8s.Create(ctx, pod, client.DryRunAll)).To(Succeed(), "the uninstall hook's pod in a restricted namespace")
 			}
 			if u.GetKind() != "Deployment" {
 				continue
@@ -176,6 +203,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Entry("an unknown pull policy", "/operator/imagePullPolicy", "--set", "operator.imagePullPolicy=Sometimes"),
 		Entry("a resource quantity that is none", "/operator/resources/limits/memory", "--set", "operator.resources.limits.memory=lots"),
 		Entry("a value the chart does not have", "replicas", "--set", "operator.replicas=2"),
+		Entry("an uninstall hook timeout too short for any teardown", "/uninstall/timeoutSeconds", "--set", "uninstall.timeoutSeconds=1"),
 		Entry("a driver mode the Slicer CRD does not have", "/slicer/spec/driver/mode", "--set", "slicer.spec.driver.mode=Magic"),
 		Entry("creating the namespace the release is stored in", `namespace.create=true makes the chart create namespace "slicer-system"`, "--namespace", "slicer-system"),
 	)
@@ -218,8 +246,23 @@ var _ = Describe("Helm chart", Ordered, func() {
 		Expect(k8s.Get(ctx, client.ObjectKey{Name: slicerv1alpha1.SlicerName}, &s2)).To(Succeed())
 		Expect(s2.Generation).To(Equal(s.Generation), "the upgrade changed the Slicer's spec")
 
-		out, err = helm(append([]string{"uninstall"}, release...)...)
+		// This apiserver runs no Job controller: the spec plays it for the pre-delete hook,
+		// running its subcommand's code as the hook's ServiceAccount (the chart's RBAC, real
+		// authorization) and then marking the Job complete, as the controller would.
+		hookDone := make(chan error, 1)
+		go func() { hookDone <- playUninstallHook(ns, "slicer", "default") }()
+		out, err = helm(append([]string{"uninstall", "--timeout", "2m"}, release...)...)
 		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(<-hookDone).To(Succeed())
+		for _, o := range []client.Object{
+			&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "slicer-uninstall-slicer"}},
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "slicer-uninstall-slicer"}},
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "slicer-uninstall-slicer"}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "slicer-uninstall-slicer"}},
+		} {
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(o), o)
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the hook's %T %s is left: %v", o, o.GetName(), err)
+		}
 		// Left: the CRDs (Helm never deletes crds/) and the namespace, which
 		// this apiserver without kube-controller-manager only marks deleted.
 		for _, crd := range []string{"slicers.slicer.dev", "nodeaccelerators.slicer.dev", "sliceallocations.slicer.dev"} {
@@ -244,3 +287,45 @@ var _ = Describe("Helm chart", Ordered, func() {
 		}
 	})
 })
+
+// playUninstallHook does what the Job controller and the hook's pod would for
+// the chart's pre-delete hook of release: it waits for the Job, runs
+// releasehook.Run impersonating the Job's ServiceAccount, and records the
+// Job's outcome in its status, which is what helm uninstall waits on.
+func playUninstallHook(ns, release, releaseNS string) error {
+	var j batchv1.Job
+	key := client.ObjectKey{Namespace: ns, Name: "slicer-uninstall-" + release}
+	deadline := time.Now().Add(time.Minute)
+	for k8s.Get(ctx, key, &j) != nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no Job %s", key)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	sa := j.Spec.Template.Spec.ServiceAccountName
+	c, err := client.New(framework.ImpersonatedConfig(env.Config, ns, sa), client.Options{Scheme: env.Scheme})
+	if err != nil {
+		return err
+	}
+	var log bytes.Buffer
+	runErr := releasehook.Run(ctx, c, releasehook.Options{ReleaseName: release, ReleaseNamespace: releaseNS,
+		Finalizer: controller.Finalizer, Timeout: 30 * time.Second, Poll: 200 * time.Millisecond}, &log)
+	GinkgoWriter.Printf("uninstall hook as %s/%s: %v\n%s", ns, sa, runErr, log.String())
+	now := metav1.Now()
+	j.Status.StartTime = &now
+	outcome := batchv1.JobComplete
+	if runErr != nil {
+		outcome = batchv1.JobFailed
+		j.Status.Failed = 1
+		j.Status.Conditions = append(j.Status.Conditions, batchv1.JobCondition{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: now})
+	} else {
+		j.Status.Succeeded = 1
+		j.Status.CompletionTime = &now
+		j.Status.Conditions = append(j.Status.Conditions, batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, Reason: "CompletionsReached", LastTransitionTime: now})
+	}
+	j.Status.Conditions = append(j.Status.Conditions, batchv1.JobCondition{Type: outcome, Status: corev1.ConditionTrue, Reason: "Played", LastTransitionTime: now})
+	if err := k8s.Status().Update(ctx, &j); err != nil {
+		return errors.Join(runErr, fmt.Errorf("record the Job's outcome: %w", err))
+	}
+	return runErr
+}
