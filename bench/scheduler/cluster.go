@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -78,7 +79,7 @@ func startCluster(ctx context.Context, nodes, gpus, workers int, dra bool, draPr
 	}
 	err = parallel(nodes, workers, func(i int) error {
 		name := fmt.Sprintf("node-%05d", i)
-		n := framework.MakeNode(name, nil)
+		n := builder.Node(name).Ready().Obj()
 		n.Status.Capacity[plainResource] = *resource.NewQuantity(perNode, resource.DecimalSI)
 		n.Status.Allocatable[plainResource] = *resource.NewQuantity(perNode, resource.DecimalSI)
 		if err := framework.CreateNode(ctx, cl.admin, n); err != nil {
