@@ -122,6 +122,12 @@ type DefragResult struct {
 // the one whose request placement loses the least future placeability on the target GPU, then
 // the first found; slices moved to untouched GPUs go to the one of best fit (Slicer policy).
 func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions) DefragResult {
+	return planDefrag(nodes, req, movable, opt, false)
+}
+
+// planDefrag is PlanDefrag; noPrune turns off the stuck-slice rule (keep), which must not
+// change any answer, for the tests and benchmarks that compare the two.
+func planDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune bool) DefragResult {
 	if req == nil || req.n != 1 {
 		return DefragResult{Outcome: DefragUnsupported}
 	}
@@ -134,7 +140,7 @@ func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptio
 	if budget <= 0 {
 		budget = DefaultDefragRemovalSets
 	}
-	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, maxMoves: maxMoves}
+	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, maxMoves: maxMoves, noPrune: noPrune}
 	if out := r.survey(); out != "" {
 		return DefragResult{Outcome: out}
 	}
@@ -184,6 +190,7 @@ type defragRun struct {
 	dest    DestinationFunc
 
 	maxMoves int
+	noPrune  bool
 	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
 	// may go; only with dest set.
 	dests map[int]*destInfo
@@ -195,6 +202,10 @@ type defragRun struct {
 	fitCount [numModels + 1][maxProfiles]int      // usable GPUs where the profile fits now
 	fitList  [numModels + 1][maxProfiles][]gpuRef // those GPUs, built only for scarce profiles
 	fitBuilt [numModels + 1][maxProfiles]bool
+	// keep, per state index of the GPUs of a model, the slots whose slice has somewhere to go
+	// were it moved, with movHopeless when moving all of them cannot open the request (see
+	// stuck); nil with noPrune.
+	keep     [numModels + 1][]uint32
 	movCache []uint32 // per GPU in node then GPU order, see movableSlots
 
 	k        int
@@ -283,7 +294,55 @@ func (r *defragRun) survey() DefragOutcome {
 		return DefragNoCapacity
 	}
 	r.movCache = make([]uint32, ngpus)
+	if !r.noPrune {
+		for m := Model(1); m <= numModels; m++ {
+			if tabs[m] != nil && want[m] >= 0 {
+				r.keep[m] = r.stuck(m, tabs[m], want[m])
+			}
+		}
+	}
 	return ""
+}
+
+// stuck computes keep for model m and the request's profile p. A slice is stuck on its GPU X
+// when its profile fits now on no usable GPU but X, and no placement of it on X is clear of
+// X's instances now: every destination of a moved slice is free now, on X (the target) or on
+// another GPU where its profile fits now (feasible, place), so a stuck slice is in no feasible
+// removal set, and a GPU that the removal of its other slices cannot open is no target. Only
+// the states that usable GPUs are in are filled in.
+func (r *defragRun) stuck(m Model, t *modelTable, p int) []uint32 {
+	np := t.nprof()
+	dt := defragTableFor(m)
+	out := make([]uint32, len(t.states))
+	for st, c := range r.hist[m] {
+		if c == 0 {
+			continue
+		}
+		mask, used := t.states[st], t.used[st]
+		keep := mask
+		for rest := mask; rest != 0; rest &= rest - 1 {
+			s := bits.TrailingZeros32(rest)
+			q := int(t.slots[s].prof)
+			if r.fitCount[m][q]-b2i(t.nvmlSlot[st*np+q] != noSlot) > 0 {
+				continue
+			}
+			room := false
+			for _, start := range t.profiles[q].Starts {
+				if t.slots[t.slotOf[q][start]].mem&used == 0 {
+					room = true
+					break
+				}
+			}
+			if !room {
+				keep &^= 1 << s
+			}
+		}
+		if keep != mask && t.nvmlSlot[int(dt.index[mask&^keep])*np+p] == noSlot {
+			keep |= movHopeless
+		}
+		out[st] = keep
+	}
+	return out
 }
 
 // scan examines level r.k: every GPU that k removals may open, every k-set of its movable
@@ -312,13 +371,19 @@ func (r *defragRun) scan(budget int) {
 			if int(dts[m].minRemovals[st*t.nprof()+p]) > r.k {
 				continue
 			}
+			keep := uint32(movSlots)
+			if ks := r.keep[m]; ks != nil {
+				if keep = ks[st]; keep&movHopeless != 0 {
+					continue
+				}
+			}
 			mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
-			if mov&movHopeless != 0 || bits.OnesCount32(mov&^movKnown) < r.k {
+			if mov&(movHopeless|movStuck) != 0 || bits.OnesCount32(mov&keep&movSlots) < r.k {
 				continue
 			}
 			var pos [32]int
 			npos := 0
-			for mask := mov &^ movKnown; mask != 0; mask &= mask - 1 {
+			for mask := mov & keep & movSlots; mask != 0; mask &= mask - 1 {
 				pos[npos] = bits.TrailingZeros32(mask)
 				npos++
 			}
@@ -341,13 +406,15 @@ func (r *defragRun) scan(budget int) {
 }
 
 const (
-	movKnown    = 1 << 30 // movCache entry computed
-	movHopeless = 1 << 31 // the profile does not fit even with every movable slice gone
+	movSlots    = 1<<29 - 1 // the slot bits of a movCache or keep entry
+	movStuck    = 1 << 29   // movHopeless, counting only the movable slots keep keeps
+	movKnown    = 1 << 30   // movCache entry computed
+	movHopeless = 1 << 31   // the profile does not fit even with every movable slice gone
 )
 
 // movableSlots is the slot mask of GPU gi's movable instances, asked of the callback once per
 // call and kept in r.movCache, with movHopeless set when removing all of them would not open
-// the profile.
+// the profile, movStuck when removing those of them that are not stuck would not.
 func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, st, p int) uint32 {
 	if e := r.movCache[gi]; e&movKnown != 0 {
 		return e
@@ -370,6 +437,11 @@ func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, s
 	case mov != mask: // mov == mask: the empty GPU fits every profile
 		if fixed := dt.index[mask&^mov]; t.nvmlSlot[int(fixed)*t.nprof()+p] == noSlot {
 			e |= movHopeless
+		}
+	}
+	if ks := r.keep[r.nodes[n].GPUs[g].State.model]; ks != nil && e&movHopeless == 0 {
+		if use := mov & ks[st]; use != mov && t.nvmlSlot[int(dt.index[mask&^use])*t.nprof()+p] == noSlot {
+			e |= movStuck
 		}
 	}
 	r.movCache[gi] = e

@@ -3,10 +3,7 @@ package mig
 import (
 	"math/rand/v2"
 	"os"
-	"runtime"
-	"sort"
 	"testing"
-	"time"
 )
 
 // bruteChain is the chain oracle: whether some movable slice b on a GPU X other than the
@@ -197,17 +194,10 @@ func BenchmarkPlanDefragChain(b *testing.B) {
 			chainsOn := os.Getenv("DEFRAG_BENCH_NO_CHAINS") == ""
 			req := MustRequest(RequestItem{Profile: "7g.80gb", Count: 1})
 			all := func(int, int, Profile, Placement) bool { return true }
-			lat := make([]time.Duration, 0, b.N)
-			cpu := make([]time.Duration, 0, b.N)
 			planned := 0
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				c0, t0 := threadCPU(), time.Now()
-				res := PlanDefrag(nodes, req, all, DefragOptions{Chains: chainsOn})
-				lat = append(lat, time.Since(t0))
-				cpu = append(cpu, threadCPU()-c0)
+			for _, res := range benchPlans(b, func(_ int, noPrune bool) DefragResult {
+				return planDefrag(nodes, req, all, DefragOptions{Chains: chainsOn}, noPrune)
+			}) {
 				if res.Outcome == DefragPlanned {
 					planned++
 					if !res.Plan.Ordered {
@@ -215,15 +205,6 @@ func BenchmarkPlanDefragChain(b *testing.B) {
 					}
 				}
 			}
-			b.StopTimer()
-			pct := func(d []time.Duration, q float64) float64 {
-				sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-				return float64(d[min(int(q*float64(len(d))), len(d)-1)].Microseconds())
-			}
-			b.ReportMetric(pct(lat, 0.5), "p50-µs")
-			b.ReportMetric(pct(lat, 0.99), "p99-µs")
-			b.ReportMetric(pct(cpu, 0.5), "cpu-p50-µs")
-			b.ReportMetric(pct(cpu, 0.99), "cpu-p99-µs")
 			b.ReportMetric(float64(planned)/float64(b.N), "planned")
 		})
 	}

@@ -3,10 +3,8 @@ package mig
 import (
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sort"
 	"testing"
-	"time"
 )
 
 type sliceKey struct {
@@ -505,32 +503,17 @@ func BenchmarkPlanDefrag(b *testing.B) {
 				nodes, mov := benchCluster(rng, 5000, pending, bc.pMove)
 				sc = append(sc, scenario{nodes, mov})
 			}
-			lat := make([]time.Duration, 0, b.N)
-			cpu := make([]time.Duration, 0, b.N)
-			moves, planned := 0, 0
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
+			results := benchPlans(b, func(i int, noPrune bool) DefragResult {
 				s := sc[i%len(sc)]
-				c0, t0 := threadCPU(), time.Now()
-				res := PlanDefrag(s.nodes, req, s.movable, DefragOptions{Destinations: bc.dest})
-				lat = append(lat, time.Since(t0))
-				cpu = append(cpu, threadCPU()-c0)
+				return planDefrag(s.nodes, req, s.movable, DefragOptions{Destinations: bc.dest}, noPrune)
+			})
+			moves, planned := 0, 0
+			for _, res := range results {
 				if res.Outcome == DefragPlanned {
 					planned++
 					moves += len(res.Plan.Moves)
 				}
 			}
-			b.StopTimer()
-			pct := func(d []time.Duration, q float64) float64 {
-				sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-				return float64(d[min(int(q*float64(len(d))), len(d)-1)].Microseconds())
-			}
-			b.ReportMetric(pct(lat, 0.5), "p50-µs")
-			b.ReportMetric(pct(lat, 0.99), "p99-µs")
-			b.ReportMetric(pct(cpu, 0.5), "cpu-p50-µs")
-			b.ReportMetric(pct(cpu, 0.99), "cpu-p99-µs")
 			if planned > 0 {
 				b.ReportMetric(float64(moves)/float64(planned), "moves/plan")
 			}
