@@ -121,6 +121,8 @@ type DefragResult struct {
 // 16 feasible candidates with k moves it takes the one moving the fewest compute slices, then
 // the one whose request placement loses the least future placeability on the target GPU, then
 // the first found; slices moved to untouched GPUs go to the one of best fit (Slicer policy).
+// Removal sets that hold a slice with nowhere to go, and without destinations the GPUs whose
+// state no removal set opens, are passed over unexamined (defrag_prune.go).
 func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions) DefragResult {
 	return planDefrag(nodes, req, movable, opt, false)
 }
@@ -205,7 +207,11 @@ type defragRun struct {
 	// keep, per state index of the GPUs of a model, the slots whose slice has somewhere to go
 	// were it moved, with movHopeless when moving all of them cannot open the request (see
 	// stuck); nil with noPrune.
-	keep     [numModels + 1][]uint32
+	keep [numModels + 1][]uint32
+	// opens, per state index, whether some removal set of r.k of its slots opens the request
+	// on a GPU in that state (stateOpens: stateUnknown, stateOpen or stateShut, plus r.k<<2);
+	// nil with noPrune or DefragOptions.Destinations.
+	opens    [numModels + 1][]uint8
 	movCache []uint32 // per GPU in node then GPU order, see movableSlots
 
 	k        int
@@ -298,51 +304,13 @@ func (r *defragRun) survey() DefragOutcome {
 		for m := Model(1); m <= numModels; m++ {
 			if tabs[m] != nil && want[m] >= 0 {
 				r.keep[m] = r.stuck(m, tabs[m], want[m])
+				if r.dest == nil {
+					r.opens[m] = make([]uint8, len(tabs[m].states))
+				}
 			}
 		}
 	}
 	return ""
-}
-
-// stuck computes keep for model m and the request's profile p. A slice is stuck on its GPU X
-// when its profile fits now on no usable GPU but X, and no placement of it on X is clear of
-// X's instances now: every destination of a moved slice is free now, on X (the target) or on
-// another GPU where its profile fits now (feasible, place), so a stuck slice is in no feasible
-// removal set, and a GPU that the removal of its other slices cannot open is no target. Only
-// the states that usable GPUs are in are filled in.
-func (r *defragRun) stuck(m Model, t *modelTable, p int) []uint32 {
-	np := t.nprof()
-	dt := defragTableFor(m)
-	out := make([]uint32, len(t.states))
-	for st, c := range r.hist[m] {
-		if c == 0 {
-			continue
-		}
-		mask, used := t.states[st], t.used[st]
-		keep := mask
-		for rest := mask; rest != 0; rest &= rest - 1 {
-			s := bits.TrailingZeros32(rest)
-			q := int(t.slots[s].prof)
-			if r.fitCount[m][q]-b2i(t.nvmlSlot[st*np+q] != noSlot) > 0 {
-				continue
-			}
-			room := false
-			for _, start := range t.profiles[q].Starts {
-				if t.slots[t.slotOf[q][start]].mem&used == 0 {
-					room = true
-					break
-				}
-			}
-			if !room {
-				keep &^= 1 << s
-			}
-		}
-		if keep != mask && t.nvmlSlot[int(dt.index[mask&^keep])*np+p] == noSlot {
-			keep |= movHopeless
-		}
-		out[st] = keep
-	}
-	return out
 }
 
 // scan examines level r.k: every GPU that k removals may open, every k-set of its movable
@@ -376,6 +344,9 @@ func (r *defragRun) scan(budget int) {
 				if keep = ks[st]; keep&movHopeless != 0 {
 					continue
 				}
+			}
+			if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
+				continue
 			}
 			mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
 			if mov&(movHopeless|movStuck) != 0 || bits.OnesCount32(mov&keep&movSlots) < r.k {

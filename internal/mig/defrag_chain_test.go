@@ -172,14 +172,18 @@ func TestPlanDefragChainsAgainstBruteForce(t *testing.T) {
 // 4g.40gb@0 + 1g.10gb@4 + 1g.10gb@6 (movable): the 1g at 4 can move to slot 5 of another GPU,
 // then the 2g into its room (a chain). "none": the others are 4g.40gb@0 + 2g.20gb@4, room for a
 // 1g only: the 2g at 4 could leave room for the 2g but has nowhere to go itself, so no chain.
-// Neither has a plan of independent moves, so both levels are searched first.
+// "crowded": the others as in "none", the one GPU a 3g.40gb@4: the others' 4g.40gb and
+// 2g.20gb can only go there, not both, and its 3g.40gb nowhere (no chain either). None has a
+// plan of independent moves, so both levels are searched first.
 func BenchmarkPlanDefragChain(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
 		others []Instance
+		target Instance
 	}{
-		{"found", []Instance{{"4g.40gb", Placement{0, 4}}, {"1g.10gb", Placement{4, 1}}, {"1g.10gb", Placement{6, 1}}}},
-		{"none", []Instance{{"4g.40gb", Placement{0, 4}}, {"2g.20gb", Placement{4, 2}}}},
+		{"found", []Instance{{"4g.40gb", Placement{0, 4}}, {"1g.10gb", Placement{4, 1}}, {"1g.10gb", Placement{6, 1}}}, Instance{"2g.20gb", Placement{0, 2}}},
+		{"none", []Instance{{"4g.40gb", Placement{0, 4}}, {"2g.20gb", Placement{4, 2}}}, Instance{"2g.20gb", Placement{0, 2}}},
+		{"crowded", []Instance{{"4g.40gb", Placement{0, 4}}, {"2g.20gb", Placement{4, 2}}}, Instance{"3g.40gb", Placement{4, 4}}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			other := h100(b, bc.others...)
@@ -190,7 +194,7 @@ func BenchmarkPlanDefragChain(b *testing.B) {
 					nodes[n].GPUs[g] = other
 				}
 			}
-			nodes[2500].GPUs[3] = h100(b, Instance{"2g.20gb", Placement{0, 2}})
+			nodes[2500].GPUs[3] = h100(b, bc.target)
 			chainsOn := os.Getenv("DEFRAG_BENCH_NO_CHAINS") == ""
 			req := MustRequest(RequestItem{Profile: "7g.80gb", Count: 1})
 			all := func(int, int, Profile, Placement) bool { return true }

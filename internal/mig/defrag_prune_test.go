@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// The stuck-slice rule (defragRun.stuck) changes no answer: on random clusters, nearly full
-// ones included, with and without destinations and chains, PlanDefrag gives what the search
-// without the rule gives, examining no more removal sets, and fewer on some.
+// The pruning rules (defragRun.stuck, defragRun.stateOpens) change no answer: on random
+// clusters, nearly full ones and ones of many GPUs alike included, with and without
+// destinations and chains, PlanDefrag gives what the search without them gives, examining no
+// more removal sets, and fewer on some.
 func TestPlanDefragPruneChangesNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(27, 6))
 	pruned, bounded := 0, 0
@@ -21,6 +22,9 @@ func TestPlanDefragPruneChangesNothing(t *testing.T) {
 			models = []Model{A30_24GB}
 		}
 		nodes, movable := randomCluster(rng, models, 1+rng.IntN(4), 1+rng.IntN(4), 0.8)
+		if c%2 == 0 {
+			alike(rng, nodes, movable)
+		}
 		profs := models[0].Profiles()
 		req := MustRequest(RequestItem{Profile: profs[rng.IntN(len(profs))].Name, Count: 1})
 		opt := DefragOptions{MaxMoves: 1 + rng.IntN(MaxDefragMoves), Chains: c%3 == 0}
@@ -60,6 +64,27 @@ func TestPlanDefragPruneChangesNothing(t *testing.T) {
 	}
 }
 
+// alike makes most GPUs copies of the first two (their slices movable at random), so that many
+// GPUs share a state.
+func alike(rng *rand.Rand, nodes []Node, movable map[sliceKey]bool) {
+	var src []GPU
+	for n := range nodes {
+		for g := range nodes[n].GPUs {
+			if len(src) < 2 {
+				src = append(src, nodes[n].GPUs[g])
+				continue
+			}
+			if rng.IntN(4) == 0 {
+				continue
+			}
+			nodes[n].GPUs[g] = src[rng.IntN(len(src))]
+			for _, in := range nodes[n].GPUs[g].State.Instances() {
+				movable[sliceKey{n, g, in.Placement.Start}] = rng.IntN(5) > 0
+			}
+		}
+	}
+}
+
 // The shape of BenchmarkPlanDefragChain's "none" case: every other GPU opens the 7g.80gb with
 // two removals, but its 4g.40gb fits on no other GPU and on no free room of its own, so the
 // rule examines no removal set at two moves.
@@ -80,6 +105,26 @@ func TestPlanDefragPruneStuckSlices(t *testing.T) {
 		if res.RemovalSets != 1 || old.RemovalSets != 3 {
 			t.Fatalf("chains %v: %d removal sets with the rule, %d without; want 1, 3", chains, res.RemovalSets, old.RemovalSets)
 		}
+	}
+}
+
+// The shape of BenchmarkPlanDefragChain's "crowded" case: the others' 4g.40gb and 2g.20gb may
+// each go to GPU 0 (no slice is stuck) but not both, so no removal set of the others' state is
+// feasible, which stateOpens finds once for all four.
+func TestPlanDefragPruneAlikeGPUs(t *testing.T) {
+	other := h100(t, Instance{"4g.40gb", Placement{0, 4}}, Instance{"2g.20gb", Placement{4, 2}})
+	nodes := []Node{{GPUs: []GPU{h100(t, Instance{"3g.40gb", Placement{4, 4}}), other, other, other, other}}}
+	req := MustRequest(RequestItem{Profile: "7g.80gb", Count: 1})
+	all := func(int, int, Profile, Placement) bool { return true }
+	res := PlanDefrag(nodes, req, all, DefragOptions{})
+	old := planDefrag(nodes, req, all, DefragOptions{}, true)
+	if res.Outcome != DefragNoPlan || old.Outcome != DefragNoPlan {
+		t.Fatalf("outcomes %s, %s; want NoPlan", res.Outcome, old.Outcome)
+	}
+	// One removal set at one move (GPU 0's 3g.40gb) either way; at two moves, one per other GPU
+	// without the rule, none with it.
+	if res.RemovalSets != 1 || old.RemovalSets != 5 {
+		t.Fatalf("%d removal sets with the rule, %d without; want 1, 5", res.RemovalSets, old.RemovalSets)
 	}
 }
 
