@@ -1,6 +1,9 @@
 package mig
 
-import "math/bits"
+import (
+	"iter"
+	"math/bits"
+)
 
 // Defragmentation planning: a pending single-slice request fits the cluster's free compute and
 // memory but no legal placement is left. PlanDefrag finds the fewest moves of movable slices,
@@ -313,6 +316,35 @@ func (r *defragRun) survey() DefragOutcome {
 	return ""
 }
 
+// reqGPU is one GPU of requestGPUs: its index in node then GPU order (over all GPUs), node
+// and GPU indexes, model and state index.
+type reqGPU struct {
+	gi, n, g int
+	m        Model
+	st       int
+}
+
+// requestGPUs walks the usable GPUs of the models present that have the request's profile, in
+// node then GPU order: the GPUs a plan may target.
+func (r *defragRun) requestGPUs() iter.Seq[reqGPU] {
+	return func(yield func(reqGPU) bool) {
+		gi := -1
+		for n := range r.nodes {
+			for g := range r.nodes[n].GPUs {
+				gi++
+				gpu := &r.nodes[n].GPUs[g]
+				m := gpu.State.model
+				if !gpu.Usable || m == 0 || m > numModels || !r.present[m] || r.req.prof[m][0] < 0 {
+					continue
+				}
+				if !yield(reqGPU{gi: gi, n: n, g: g, m: m, st: int(gpu.State.idx)}) {
+					return
+				}
+			}
+		}
+	}
+}
+
 // scan examines level r.k: every GPU that k removals may open, every k-set of its movable
 // slices, every placement of the request they open.
 func (r *defragRun) scan(budget int) {
@@ -324,54 +356,45 @@ func (r *defragRun) scan(budget int) {
 			tabs[m], dts[m] = tableFor(m), defragTableFor(m)
 		}
 	}
-	gi := -1
-	for n := range r.nodes {
-		for g := range r.nodes[n].GPUs {
-			gi++
-			gpu := &r.nodes[n].GPUs[g]
-			m := gpu.State.model
-			if !gpu.Usable || m == 0 || m > numModels || tabs[m] == nil {
+	for u := range r.requestGPUs() {
+		gi, n, g, m, st := u.gi, u.n, u.g, u.m, u.st
+		p := int(r.req.prof[m][0])
+		t := tabs[m]
+		if int(dts[m].minRemovals[st*t.nprof()+p]) > r.k {
+			continue
+		}
+		keep := uint32(movSlots)
+		if ks := r.keep[m]; ks != nil {
+			if keep = ks[st]; keep&movHopeless != 0 {
 				continue
 			}
-			p := int(r.req.prof[m][0])
-			t := tabs[m]
-			st := int(gpu.State.idx)
-			if int(dts[m].minRemovals[st*t.nprof()+p]) > r.k {
-				continue
+		}
+		if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
+			continue
+		}
+		mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
+		if mov&(movHopeless|movStuck) != 0 || bits.OnesCount32(mov&keep&movSlots) < r.k {
+			continue
+		}
+		var pos [32]int
+		npos := 0
+		for mask := mov & keep & movSlots; mask != 0; mask &= mask - 1 {
+			pos[npos] = bits.TrailingZeros32(mask)
+			npos++
+		}
+		// Every k-subset of the npos movable slots, as a bitmask over pos (Gosper's hack).
+		for c := uint32(1)<<r.k - 1; c < 1<<npos; {
+			if r.examined >= budget {
+				r.stopped = true
+				return
 			}
-			keep := uint32(movSlots)
-			if ks := r.keep[m]; ks != nil {
-				if keep = ks[st]; keep&movHopeless != 0 {
-					continue
-				}
+			r.examined++
+			if r.tryRemoval(gi, n, g, t, st, p, c, pos[:npos]) {
+				return
 			}
-			if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
-				continue
-			}
-			mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
-			if mov&(movHopeless|movStuck) != 0 || bits.OnesCount32(mov&keep&movSlots) < r.k {
-				continue
-			}
-			var pos [32]int
-			npos := 0
-			for mask := mov & keep & movSlots; mask != 0; mask &= mask - 1 {
-				pos[npos] = bits.TrailingZeros32(mask)
-				npos++
-			}
-			// Every k-subset of the npos movable slots, as a bitmask over pos (Gosper's hack).
-			for c := uint32(1)<<r.k - 1; c < 1<<npos; {
-				if r.examined >= budget {
-					r.stopped = true
-					return
-				}
-				r.examined++
-				if r.tryRemoval(gi, n, g, t, st, p, c, pos[:npos]) {
-					return
-				}
-				low := c & -c
-				ripple := c + low
-				c = (((ripple ^ c) >> 2) / low) | ripple
-			}
+			low := c & -c
+			ripple := c + low
+			c = (((ripple ^ c) >> 2) / low) | ripple
 		}
 	}
 }

@@ -70,61 +70,56 @@ func (r *defragRun) chainHosts(m Model, q int) []chainHost {
 		return false
 	}
 	var tmpl [][]chainHost // per state: its possible hosts, movability aside
-	gi := -1
 scan:
-	for n := range r.nodes {
-		for g := range r.nodes[n].GPUs {
-			gi++
-			gpu := &r.nodes[n].GPUs[g]
-			if !gpu.Usable || gpu.State.model != m {
+	for x := range r.requestGPUs() {
+		if x.m != m {
+			continue
+		}
+		gi, n, g, st := x.gi, x.n, x.g, x.st
+		if dt.minRemovals[st*np+q] != 1 {
+			continue
+		}
+		if tmpl == nil {
+			tmpl = make([][]chainHost, len(t.states))
+		}
+		if tmpl[st] == nil {
+			tmpl[st] = r.hostsOf(t, st, q)
+		}
+		ref := gpuRef{int32(n), int32(g)}
+		maybe := false
+		for i := range tmpl[st] {
+			h := tmpl[st][i]
+			h.ref = ref
+			if useful(&h) {
+				maybe = true
+				break
+			}
+		}
+		if !maybe {
+			continue
+		}
+		mov := r.movableSlots(gi, n, g, t, dt, st, p) & movSlots
+		for i := range tmpl[st] {
+			h := tmpl[st][i]
+			h.ref = ref
+			if mov&(1<<h.b) == 0 || !useful(&h) {
 				continue
 			}
-			st := int(gpu.State.idx)
-			if dt.minRemovals[st*np+q] != 1 {
+			out = append(out, h)
+			f, nf := fail(&h)
+			if !seen {
+				seen, unserved, nun = true, f, nf
 				continue
 			}
-			if tmpl == nil {
-				tmpl = make([][]chainHost, len(t.states))
-			}
-			if tmpl[st] == nil {
-				tmpl[st] = r.hostsOf(t, st, q)
-			}
-			ref := gpuRef{int32(n), int32(g)}
-			maybe := false
-			for i := range tmpl[st] {
-				h := tmpl[st][i]
-				h.ref = ref
-				if useful(&h) {
-					maybe = true
-					break
+			kept := 0
+			for _, u := range unserved[:nun] {
+				if u == f[0] || (nf == 2 && u == f[1]) {
+					unserved[kept] = u
+					kept++
 				}
 			}
-			if !maybe {
-				continue
-			}
-			mov := r.movableSlots(gi, n, g, t, dt, st, p) & movSlots
-			for i := range tmpl[st] {
-				h := tmpl[st][i]
-				h.ref = ref
-				if mov&(1<<h.b) == 0 || !useful(&h) {
-					continue
-				}
-				out = append(out, h)
-				f, nf := fail(&h)
-				if !seen {
-					seen, unserved, nun = true, f, nf
-					continue
-				}
-				kept := 0
-				for _, u := range unserved[:nun] {
-					if u == f[0] || (nf == 2 && u == f[1]) {
-						unserved[kept] = u
-						kept++
-					}
-				}
-				if nun = kept; nun == 0 {
-					break scan
-				}
+			if nun = kept; nun == 0 {
+				break scan
 			}
 		}
 	}
@@ -169,57 +164,48 @@ func (r *defragRun) hostsOf(t *modelTable, st, q int) []chainHost {
 // slot a whose removal opens the request, the first host of a's profile on another GPU whose
 // moved slice has somewhere to go (its own GPU first, else the untouched GPU of best fit).
 func (r *defragRun) chain() (DefragPlan, bool) {
-	gi := -1
-	for n := range r.nodes {
-		for g := range r.nodes[n].GPUs {
-			gi++
-			gpu := &r.nodes[n].GPUs[g]
-			m := gpu.State.model
-			if !gpu.Usable || m == 0 || m > numModels || !r.present[m] || r.req.prof[m][0] < 0 {
+	for u := range r.requestGPUs() {
+		gi, n, g, m, st := u.gi, u.n, u.g, u.m, u.st
+		t, dt := tableFor(m), defragTableFor(m)
+		ns, np := t.nslots(), t.nprof()
+		p := int(r.req.prof[m][0])
+		if dt.minRemovals[st*np+p] != 1 {
+			continue
+		}
+		mov := r.movableSlots(gi, n, g, t, dt, st, p)
+		if mov&movHopeless != 0 {
+			continue
+		}
+		target := gpuRef{int32(n), int32(g)}
+		for rest := mov & movSlots; rest != 0; rest &= rest - 1 {
+			a := bits.TrailingZeros32(rest)
+			cur := int(t.release[st*ns+a])
+			ps := int(t.best[cur*np+p])
+			if ps == noSlot {
 				continue
 			}
-			t, dt := tableFor(m), defragTableFor(m)
-			ns, np := t.nslots(), t.nprof()
-			p := int(r.req.prof[m][0])
-			st := int(gpu.State.idx)
-			if dt.minRemovals[st*np+p] != 1 {
-				continue
-			}
-			mov := r.movableSlots(gi, n, g, t, dt, st, p)
-			if mov&movHopeless != 0 {
-				continue
-			}
-			target := gpuRef{int32(n), int32(g)}
-			for rest := mov & movSlots; rest != 0; rest &= rest - 1 {
-				a := bits.TrailingZeros32(rest)
-				cur := int(t.release[st*ns+a])
-				ps := int(t.best[cur*np+p])
-				if ps == noSlot {
+			qa := int(t.slots[a].prof)
+			for _, h := range r.chainHosts(m, qa) {
+				if h.ref == target {
 					continue
 				}
-				qa := int(t.slots[a].prof)
-				for _, h := range r.chainHosts(m, qa) {
-					if h.ref == target {
-						continue
-					}
-					qb := int(t.slots[h.b].prof)
-					var to SliceAt
-					switch {
-					case h.selfE >= 0:
-						to = r.sliceOf(h.ref, t, h.selfE)
-					case r.fitCount[m][qb]-b2i(t.nvmlSlot[st*np+qb] != noSlot)-b2i(h.fitsQb) >= 1:
-						r.nover = 2
-						r.overlay[0].ref, r.overlay[1].ref = target, h.ref
-						to = r.bestUntouched(m, qb, nil)
-					default:
-						continue
-					}
-					plan := DefragPlan{Ordered: true, Moves: []Move{
-						{From: r.sliceOf(h.ref, t, h.b), To: to},
-						{From: r.sliceOf(target, t, a), To: r.sliceOf(h.ref, t, h.d)},
-					}, Target: r.sliceOf(target, t, ps)}
-					return plan, true
+				qb := int(t.slots[h.b].prof)
+				var to SliceAt
+				switch {
+				case h.selfE >= 0:
+					to = r.sliceOf(h.ref, t, h.selfE)
+				case r.fitCount[m][qb]-b2i(t.nvmlSlot[st*np+qb] != noSlot)-b2i(h.fitsQb) >= 1:
+					r.nover = 2
+					r.overlay[0].ref, r.overlay[1].ref = target, h.ref
+					to = r.bestUntouched(m, qb, nil)
+				default:
+					continue
 				}
+				plan := DefragPlan{Ordered: true, Moves: []Move{
+					{From: r.sliceOf(h.ref, t, h.b), To: to},
+					{From: r.sliceOf(target, t, a), To: r.sliceOf(h.ref, t, h.d)},
+				}, Target: r.sliceOf(target, t, ps)}
+				return plan, true
 			}
 		}
 	}

@@ -11,16 +11,8 @@ import (
 // with what follows), after which the target's movable slice a fits on X without b, after
 // which the request fits on the target without a.
 func bruteChain(nodes []Node, req *Request, movable map[sliceKey]bool) bool {
-	type ref struct{ n, g int }
-	var gpus []ref
-	for n, node := range nodes {
-		for g, gpu := range node.GPUs {
-			if gpu.Usable {
-				gpus = append(gpus, ref{n, g})
-			}
-		}
-	}
-	state := func(h ref) GPUState { return nodes[h.n].GPUs[h.g].State }
+	gpus := usableGPUs(nodes)
+	state := func(h gpuAt) GPUState { return nodes[h.n].GPUs[h.g].State }
 	for _, T := range gpus {
 		m := state(T).Model()
 		p, ok := req.Profile(0, m)
@@ -80,12 +72,7 @@ func bruteChain(nodes []Node, req *Request, movable map[sliceKey]bool) bool {
 // of the slices moved before it, and the request then fits at the target.
 func checkChain(t *testing.T, nodes []Node, req *Request, movable map[sliceKey]bool, plan DefragPlan) {
 	t.Helper()
-	states := make([][]GPUState, len(nodes))
-	for n := range nodes {
-		for _, g := range nodes[n].GPUs {
-			states[n] = append(states[n], g.State)
-		}
-	}
+	states := stateCopy(nodes)
 	var gone []SliceAt
 	for _, mv := range plan.Moves {
 		f, to := mv.From, mv.To

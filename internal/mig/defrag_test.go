@@ -26,6 +26,33 @@ func usedMask(s GPUState) uint16 {
 	return m
 }
 
+// gpuAt is a GPU by node and GPU index.
+type gpuAt struct{ n, g int }
+
+// usableGPUs lists the usable GPUs of nodes in node then GPU order.
+func usableGPUs(nodes []Node) []gpuAt {
+	var out []gpuAt
+	for n, node := range nodes {
+		for g, gpu := range node.GPUs {
+			if gpu.Usable {
+				out = append(out, gpuAt{n, g})
+			}
+		}
+	}
+	return out
+}
+
+// stateCopy is the GPUs' states per node, for a test to change.
+func stateCopy(nodes []Node) [][]GPUState {
+	states := make([][]GPUState, len(nodes))
+	for n := range nodes {
+		for _, g := range nodes[n].GPUs {
+			states[n] = append(states[n], g.State)
+		}
+	}
+	return states
+}
+
 // bruteDefrag is the oracle: the fewest moves (up to maxMoves) of movable slices, from any GPUs,
 // re-created at placements that overlap no current instance, after which the request's slice
 // has a legal placement; -1 when there is none. It enumerates every subset of the movable
@@ -54,16 +81,8 @@ func bruteDefrag(nodes []Node, req *Request, movable map[sliceKey]bool, allowed 
 			}
 		}
 	}
-	type ref struct{ n, g int }
-	var gpus []ref
-	for n, node := range nodes {
-		for g, gpu := range node.GPUs {
-			if gpu.Usable {
-				gpus = append(gpus, ref{n, g})
-			}
-		}
-	}
-	states := map[ref]GPUState{}
+	gpus := usableGPUs(nodes)
+	states := map[gpuAt]GPUState{}
 	var dests func(sub []slice, i int) bool
 	dests = func(sub []slice, i int) bool {
 		if i == len(sub) {
@@ -102,12 +121,12 @@ func bruteDefrag(nodes []Node, req *Request, movable map[sliceKey]bool, allowed 
 			for _, h := range gpus {
 				states[h] = nodes[h.n].GPUs[h.g].State
 			}
-			released := map[ref]GPUState{}
+			released := map[gpuAt]GPUState{}
 			for _, h := range gpus {
 				released[h] = nodes[h.n].GPUs[h.g].State
 			}
 			for _, s := range pick {
-				r := ref{s.node, s.gpu}
+				r := gpuAt{s.node, s.gpu}
 				next, err := released[r].Release(s.p, s.pl)
 				if err != nil {
 					panic(err)
@@ -155,12 +174,7 @@ func bruteDefrag(nodes []Node, req *Request, movable map[sliceKey]bool, allowed 
 // together with the request's slice at its target.
 func checkPlan(t *testing.T, nodes []Node, req *Request, movable map[sliceKey]bool, plan DefragPlan) {
 	t.Helper()
-	states := make([][]GPUState, len(nodes))
-	for n := range nodes {
-		for _, g := range nodes[n].GPUs {
-			states[n] = append(states[n], g.State)
-		}
-	}
+	states := stateCopy(nodes)
 	for _, mv := range plan.Moves {
 		f := mv.From
 		if !movable[sliceKey{f.Node, f.GPU, f.Placement.Start}] {
