@@ -1,6 +1,9 @@
 package mig
 
-import "math/bits"
+import (
+	"iter"
+	"math/bits"
+)
 
 // Defragmentation planning: a pending single-slice request fits the cluster's free compute and
 // memory but no legal placement is left. PlanDefrag finds the fewest moves of movable slices,
@@ -121,7 +124,15 @@ type DefragResult struct {
 // 16 feasible candidates with k moves it takes the one moving the fewest compute slices, then
 // the one whose request placement loses the least future placeability on the target GPU, then
 // the first found; slices moved to untouched GPUs go to the one of best fit (Slicer policy).
+// Removal sets that hold a slice with nowhere to go, and without destinations the GPUs whose
+// state no removal set opens, are passed over unexamined (defrag_prune.go).
 func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions) DefragResult {
+	return planDefrag(nodes, req, movable, opt, false)
+}
+
+// planDefrag is PlanDefrag; noPrune turns off the stuck-slice rule (keep), which must not
+// change any answer, for the tests and benchmarks that compare the two.
+func planDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune bool) DefragResult {
 	if req == nil || req.n != 1 {
 		return DefragResult{Outcome: DefragUnsupported}
 	}
@@ -134,7 +145,7 @@ func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptio
 	if budget <= 0 {
 		budget = DefaultDefragRemovalSets
 	}
-	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, maxMoves: maxMoves}
+	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, maxMoves: maxMoves, noPrune: noPrune}
 	if out := r.survey(); out != "" {
 		return DefragResult{Outcome: out}
 	}
@@ -184,6 +195,7 @@ type defragRun struct {
 	dest    DestinationFunc
 
 	maxMoves int
+	noPrune  bool
 	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
 	// may go; only with dest set.
 	dests map[int]*destInfo
@@ -195,6 +207,14 @@ type defragRun struct {
 	fitCount [numModels + 1][maxProfiles]int      // usable GPUs where the profile fits now
 	fitList  [numModels + 1][maxProfiles][]gpuRef // those GPUs, built only for scarce profiles
 	fitBuilt [numModels + 1][maxProfiles]bool
+	// keep, per state index of the GPUs of a model, the slots whose slice has somewhere to go
+	// were it moved, with movHopeless when moving all of them cannot open the request (see
+	// stuck); nil with noPrune.
+	keep [numModels + 1][]uint32
+	// opens, per state index, whether some removal set of r.k of its slots opens the request
+	// on a GPU in that state (stateOpens: stateUnknown, stateOpen or stateShut, plus r.k<<2);
+	// nil with noPrune or DefragOptions.Destinations.
+	opens    [numModels + 1][]uint8
 	movCache []uint32 // per GPU in node then GPU order, see movableSlots
 
 	k        int
@@ -283,7 +303,46 @@ func (r *defragRun) survey() DefragOutcome {
 		return DefragNoCapacity
 	}
 	r.movCache = make([]uint32, ngpus)
+	if !r.noPrune {
+		for m := Model(1); m <= numModels; m++ {
+			if tabs[m] != nil && want[m] >= 0 {
+				r.keep[m] = r.stuck(m, tabs[m], want[m])
+				if r.dest == nil {
+					r.opens[m] = make([]uint8, len(tabs[m].states))
+				}
+			}
+		}
+	}
 	return ""
+}
+
+// reqGPU is one GPU of requestGPUs: its index in node then GPU order (over all GPUs), node
+// and GPU indexes, model and state index.
+type reqGPU struct {
+	gi, n, g int
+	m        Model
+	st       int
+}
+
+// requestGPUs walks the usable GPUs of the models present that have the request's profile, in
+// node then GPU order: the GPUs a plan may target.
+func (r *defragRun) requestGPUs() iter.Seq[reqGPU] {
+	return func(yield func(reqGPU) bool) {
+		gi := -1
+		for n := range r.nodes {
+			for g := range r.nodes[n].GPUs {
+				gi++
+				gpu := &r.nodes[n].GPUs[g]
+				m := gpu.State.model
+				if !gpu.Usable || m == 0 || m > numModels || !r.present[m] || r.req.prof[m][0] < 0 {
+					continue
+				}
+				if !yield(reqGPU{gi: gi, n: n, g: g, m: m, st: int(gpu.State.idx)}) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // scan examines level r.k: every GPU that k removals may open, every k-set of its movable
@@ -297,57 +356,59 @@ func (r *defragRun) scan(budget int) {
 			tabs[m], dts[m] = tableFor(m), defragTableFor(m)
 		}
 	}
-	gi := -1
-	for n := range r.nodes {
-		for g := range r.nodes[n].GPUs {
-			gi++
-			gpu := &r.nodes[n].GPUs[g]
-			m := gpu.State.model
-			if !gpu.Usable || m == 0 || m > numModels || tabs[m] == nil {
+	for u := range r.requestGPUs() {
+		gi, n, g, m, st := u.gi, u.n, u.g, u.m, u.st
+		p := int(r.req.prof[m][0])
+		t := tabs[m]
+		if int(dts[m].minRemovals[st*t.nprof()+p]) > r.k {
+			continue
+		}
+		keep := uint32(movSlots)
+		if ks := r.keep[m]; ks != nil {
+			if keep = ks[st]; keep&movHopeless != 0 {
 				continue
 			}
-			p := int(r.req.prof[m][0])
-			t := tabs[m]
-			st := int(gpu.State.idx)
-			if int(dts[m].minRemovals[st*t.nprof()+p]) > r.k {
-				continue
+		}
+		if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
+			continue
+		}
+		mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
+		if mov&(movHopeless|movStuck) != 0 || bits.OnesCount32(mov&keep&movSlots) < r.k {
+			continue
+		}
+		var pos [32]int
+		npos := 0
+		for mask := mov & keep & movSlots; mask != 0; mask &= mask - 1 {
+			pos[npos] = bits.TrailingZeros32(mask)
+			npos++
+		}
+		// Every k-subset of the npos movable slots, as a bitmask over pos (Gosper's hack).
+		for c := uint32(1)<<r.k - 1; c < 1<<npos; {
+			if r.examined >= budget {
+				r.stopped = true
+				return
 			}
-			mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
-			if mov&movHopeless != 0 || bits.OnesCount32(mov&^movKnown) < r.k {
-				continue
+			r.examined++
+			if r.tryRemoval(gi, n, g, t, st, p, c, pos[:npos]) {
+				return
 			}
-			var pos [32]int
-			npos := 0
-			for mask := mov &^ movKnown; mask != 0; mask &= mask - 1 {
-				pos[npos] = bits.TrailingZeros32(mask)
-				npos++
-			}
-			// Every k-subset of the npos movable slots, as a bitmask over pos (Gosper's hack).
-			for c := uint32(1)<<r.k - 1; c < 1<<npos; {
-				if r.examined >= budget {
-					r.stopped = true
-					return
-				}
-				r.examined++
-				if r.tryRemoval(gi, n, g, t, st, p, c, pos[:npos]) {
-					return
-				}
-				low := c & -c
-				ripple := c + low
-				c = (((ripple ^ c) >> 2) / low) | ripple
-			}
+			low := c & -c
+			ripple := c + low
+			c = (((ripple ^ c) >> 2) / low) | ripple
 		}
 	}
 }
 
 const (
-	movKnown    = 1 << 30 // movCache entry computed
-	movHopeless = 1 << 31 // the profile does not fit even with every movable slice gone
+	movSlots    = 1<<29 - 1 // the slot bits of a movCache or keep entry
+	movStuck    = 1 << 29   // movHopeless, counting only the movable slots keep keeps
+	movKnown    = 1 << 30   // movCache entry computed
+	movHopeless = 1 << 31   // the profile does not fit even with every movable slice gone
 )
 
 // movableSlots is the slot mask of GPU gi's movable instances, asked of the callback once per
 // call and kept in r.movCache, with movHopeless set when removing all of them would not open
-// the profile.
+// the profile, movStuck when removing those of them that are not stuck would not.
 func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, st, p int) uint32 {
 	if e := r.movCache[gi]; e&movKnown != 0 {
 		return e
@@ -370,6 +431,11 @@ func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, s
 	case mov != mask: // mov == mask: the empty GPU fits every profile
 		if fixed := dt.index[mask&^mov]; t.nvmlSlot[int(fixed)*t.nprof()+p] == noSlot {
 			e |= movHopeless
+		}
+	}
+	if ks := r.keep[r.nodes[n].GPUs[g].State.model]; ks != nil && e&movHopeless == 0 {
+		if use := mov & ks[st]; use != mov && t.nvmlSlot[int(dt.index[mask&^use])*t.nprof()+p] == noSlot {
+			e |= movStuck
 		}
 	}
 	r.movCache[gi] = e

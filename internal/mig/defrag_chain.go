@@ -19,12 +19,17 @@ type chainHost struct {
 	fitsQb bool   // b's profile fits on this GPU now (so it is no "other" GPU for b)
 }
 
-// chainHosts lists, for model m and profile q, every usable GPU where q does not fit now and
+// chainHosts lists, for model m and profile q, the usable GPUs where q does not fit now and
 // one movable slice's removal lets it, where that slice has somewhere to go (its own GPU, or
-// another GPU where its profile fits now), in node then GPU order, up to the second GPU with a
-// robust host (below); built once per call. For a given target only the hosts on the target's
-// GPU and those whose slice fits only on the target are skipped, so chain() costs O(GPUs)
-// however many targets it tries.
+// another GPU where its profile fits now), in node then GPU order; built once per call.
+//
+// A host serves every target but the GPUs of its fail set: its own GPU, and when its slice
+// has no room on its own GPU and its profile fits now on one other GPU only, that GPU. The
+// list keeps a host only when it serves a target that no host before it serves (the targets
+// all earlier hosts fail, at most two), and ends when every target is served: for each
+// target, the first host in node then GPU order that serves it is kept, which is all chain()
+// asks. GPUs whose every possible host fails all those targets are passed over without asking
+// which of their slices may move. So chain() costs O(GPUs) however many targets it tries.
 func (r *defragRun) chainHosts(m Model, q int) []chainHost {
 	if r.hosts == nil {
 		r.hosts = map[[2]int][]chainHost{}
@@ -34,58 +39,87 @@ func (r *defragRun) chainHosts(m Model, q int) []chainHost {
 		return h
 	}
 	t, dt := tableFor(m), defragTableFor(m)
-	ns, np := t.nslots(), t.nprof()
+	np := t.nprof()
 	p := int(r.req.prof[m][0])
 	var out []chainHost
-	// A host is robust when its slice has somewhere to go whatever the target (its own GPU, or
-	// two other GPUs): two robust hosts on two GPUs serve every target, so the scan stops there.
-	robust, first := 0, gpuRef{-1, -1}
-	gi := -1
-scan:
-	for n := range r.nodes {
-		for g := range r.nodes[n].GPUs {
-			gi++
-			gpu := &r.nodes[n].GPUs[g]
-			if !gpu.Usable || gpu.State.model != m {
-				continue
-			}
-			st := int(gpu.State.idx)
-			if dt.minRemovals[st*np+q] != 1 {
-				continue
-			}
-			mov := r.movableSlots(gi, n, g, t, dt, st, p) &^ (movKnown | movHopeless)
-			for rest := mov; rest != 0; rest &= rest - 1 {
-				b := bits.TrailingZeros32(rest)
-				cur := int(t.release[st*ns+b])
-				qb := int(t.slots[b].prof)
-				for _, start := range t.profiles[q].Starts {
-					d := int(t.slotOf[q][start])
-					next := t.take[cur*ns+d]
-					if next == noState {
-						continue
-					}
-					h := chainHost{ref: gpuRef{int32(n), int32(g)}, b: b, d: d, after: uint16(next), selfE: -1,
-						fitsQb: t.nvmlSlot[st*np+qb] != noSlot}
-					for _, e := range t.profiles[qb].Starts {
-						es := int(t.slotOf[qb][e])
-						if t.slots[es].mem&t.used[st] == 0 && t.take[int(next)*ns+es] != noState {
-							h.selfE = es
-							break
-						}
-					}
-					if h.selfE < 0 && r.fitCount[m][qb]-b2i(h.fitsQb) < 1 {
-						continue // b has nowhere to go for any target
-					}
-					out = append(out, h)
-					if h.selfE >= 0 || r.fitCount[m][qb]-b2i(h.fitsQb) >= 2 {
-						switch {
-						case robust == 0:
-							robust, first = 1, h.ref
-						case h.ref != first:
-							break scan
-						}
-					}
+	// The targets every host so far fails (all of them before the first host).
+	var unserved [2]gpuRef
+	nun, seen := 0, false
+	fail := func(h *chainHost) (f [2]gpuRef, nf int) {
+		f[0], nf = h.ref, 1
+		if qb := int(t.slots[h.b].prof); h.selfE < 0 && r.fitCount[m][qb]-b2i(h.fitsQb) == 1 {
+			for _, z := range r.fits(m, qb) {
+				if z != h.ref {
+					f[1], nf = z, 2
 				}
+			}
+		}
+		return f, nf
+	}
+	// useful: h serves a target no host before it serves.
+	useful := func(h *chainHost) bool {
+		if !seen {
+			return true
+		}
+		f, nf := fail(h)
+		for _, u := range unserved[:nun] {
+			if u != f[0] && (nf < 2 || u != f[1]) {
+				return true
+			}
+		}
+		return false
+	}
+	var tmpl [][]chainHost // per state: its possible hosts, movability aside
+scan:
+	for x := range r.requestGPUs() {
+		if x.m != m {
+			continue
+		}
+		gi, n, g, st := x.gi, x.n, x.g, x.st
+		if dt.minRemovals[st*np+q] != 1 {
+			continue
+		}
+		if tmpl == nil {
+			tmpl = make([][]chainHost, len(t.states))
+		}
+		if tmpl[st] == nil {
+			tmpl[st] = r.hostsOf(t, st, q)
+		}
+		ref := gpuRef{int32(n), int32(g)}
+		maybe := false
+		for i := range tmpl[st] {
+			h := tmpl[st][i]
+			h.ref = ref
+			if useful(&h) {
+				maybe = true
+				break
+			}
+		}
+		if !maybe {
+			continue
+		}
+		mov := r.movableSlots(gi, n, g, t, dt, st, p) & movSlots
+		for i := range tmpl[st] {
+			h := tmpl[st][i]
+			h.ref = ref
+			if mov&(1<<h.b) == 0 || !useful(&h) {
+				continue
+			}
+			out = append(out, h)
+			f, nf := fail(&h)
+			if !seen {
+				seen, unserved, nun = true, f, nf
+				continue
+			}
+			kept := 0
+			for _, u := range unserved[:nun] {
+				if u == f[0] || (nf == 2 && u == f[1]) {
+					unserved[kept] = u
+					kept++
+				}
+			}
+			if nun = kept; nun == 0 {
+				break scan
 			}
 		}
 	}
@@ -93,61 +127,85 @@ scan:
 	return out
 }
 
+// hostsOf lists the hosts for profile q a GPU in state st would have were all its slices
+// movable (ref unset), in slot then start order; a non-nil empty slice when none.
+func (r *defragRun) hostsOf(t *modelTable, st, q int) []chainHost {
+	ns, np := t.nslots(), t.nprof()
+	m := t.profiles[q].Model
+	out := []chainHost{}
+	for rest := t.states[st]; rest != 0; rest &= rest - 1 {
+		b := bits.TrailingZeros32(rest)
+		cur := int(t.release[st*ns+b])
+		qb := int(t.slots[b].prof)
+		for _, start := range t.profiles[q].Starts {
+			d := int(t.slotOf[q][start])
+			next := t.take[cur*ns+d]
+			if next == noState {
+				continue
+			}
+			h := chainHost{b: b, d: d, after: uint16(next), selfE: -1, fitsQb: t.nvmlSlot[st*np+qb] != noSlot}
+			for _, e := range t.profiles[qb].Starts {
+				es := int(t.slotOf[qb][e])
+				if t.slots[es].mem&t.used[st] == 0 && t.take[int(next)*ns+es] != noState {
+					h.selfE = es
+					break
+				}
+			}
+			if h.selfE < 0 && r.fitCount[m][qb]-b2i(h.fitsQb) < 1 {
+				continue // b has nowhere to go for any target
+			}
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
 // chain finds the first two-move chain in node then GPU order of the target: its first movable
 // slot a whose removal opens the request, the first host of a's profile on another GPU whose
 // moved slice has somewhere to go (its own GPU first, else the untouched GPU of best fit).
 func (r *defragRun) chain() (DefragPlan, bool) {
-	gi := -1
-	for n := range r.nodes {
-		for g := range r.nodes[n].GPUs {
-			gi++
-			gpu := &r.nodes[n].GPUs[g]
-			m := gpu.State.model
-			if !gpu.Usable || m == 0 || m > numModels || !r.present[m] || r.req.prof[m][0] < 0 {
+	for u := range r.requestGPUs() {
+		gi, n, g, m, st := u.gi, u.n, u.g, u.m, u.st
+		t, dt := tableFor(m), defragTableFor(m)
+		ns, np := t.nslots(), t.nprof()
+		p := int(r.req.prof[m][0])
+		if dt.minRemovals[st*np+p] != 1 {
+			continue
+		}
+		mov := r.movableSlots(gi, n, g, t, dt, st, p)
+		if mov&movHopeless != 0 {
+			continue
+		}
+		target := gpuRef{int32(n), int32(g)}
+		for rest := mov & movSlots; rest != 0; rest &= rest - 1 {
+			a := bits.TrailingZeros32(rest)
+			cur := int(t.release[st*ns+a])
+			ps := int(t.best[cur*np+p])
+			if ps == noSlot {
 				continue
 			}
-			t, dt := tableFor(m), defragTableFor(m)
-			ns, np := t.nslots(), t.nprof()
-			p := int(r.req.prof[m][0])
-			st := int(gpu.State.idx)
-			if dt.minRemovals[st*np+p] != 1 {
-				continue
-			}
-			mov := r.movableSlots(gi, n, g, t, dt, st, p)
-			if mov&movHopeless != 0 {
-				continue
-			}
-			target := gpuRef{int32(n), int32(g)}
-			for rest := mov &^ movKnown; rest != 0; rest &= rest - 1 {
-				a := bits.TrailingZeros32(rest)
-				cur := int(t.release[st*ns+a])
-				ps := int(t.best[cur*np+p])
-				if ps == noSlot {
+			qa := int(t.slots[a].prof)
+			for _, h := range r.chainHosts(m, qa) {
+				if h.ref == target {
 					continue
 				}
-				qa := int(t.slots[a].prof)
-				for _, h := range r.chainHosts(m, qa) {
-					if h.ref == target {
-						continue
-					}
-					qb := int(t.slots[h.b].prof)
-					var to SliceAt
-					switch {
-					case h.selfE >= 0:
-						to = r.sliceOf(h.ref, t, h.selfE)
-					case r.fitCount[m][qb]-b2i(t.nvmlSlot[st*np+qb] != noSlot)-b2i(h.fitsQb) >= 1:
-						r.nover = 2
-						r.overlay[0].ref, r.overlay[1].ref = target, h.ref
-						to = r.bestUntouched(m, qb, nil)
-					default:
-						continue
-					}
-					plan := DefragPlan{Ordered: true, Moves: []Move{
-						{From: r.sliceOf(h.ref, t, h.b), To: to},
-						{From: r.sliceOf(target, t, a), To: r.sliceOf(h.ref, t, h.d)},
-					}, Target: r.sliceOf(target, t, ps)}
-					return plan, true
+				qb := int(t.slots[h.b].prof)
+				var to SliceAt
+				switch {
+				case h.selfE >= 0:
+					to = r.sliceOf(h.ref, t, h.selfE)
+				case r.fitCount[m][qb]-b2i(t.nvmlSlot[st*np+qb] != noSlot)-b2i(h.fitsQb) >= 1:
+					r.nover = 2
+					r.overlay[0].ref, r.overlay[1].ref = target, h.ref
+					to = r.bestUntouched(m, qb, nil)
+				default:
+					continue
 				}
+				plan := DefragPlan{Ordered: true, Moves: []Move{
+					{From: r.sliceOf(h.ref, t, h.b), To: to},
+					{From: r.sliceOf(target, t, a), To: r.sliceOf(h.ref, t, h.d)},
+				}, Target: r.sliceOf(target, t, ps)}
+				return plan, true
 			}
 		}
 	}

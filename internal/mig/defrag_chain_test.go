@@ -3,10 +3,7 @@ package mig
 import (
 	"math/rand/v2"
 	"os"
-	"runtime"
-	"sort"
 	"testing"
-	"time"
 )
 
 // bruteChain is the chain oracle: whether some movable slice b on a GPU X other than the
@@ -14,16 +11,8 @@ import (
 // with what follows), after which the target's movable slice a fits on X without b, after
 // which the request fits on the target without a.
 func bruteChain(nodes []Node, req *Request, movable map[sliceKey]bool) bool {
-	type ref struct{ n, g int }
-	var gpus []ref
-	for n, node := range nodes {
-		for g, gpu := range node.GPUs {
-			if gpu.Usable {
-				gpus = append(gpus, ref{n, g})
-			}
-		}
-	}
-	state := func(h ref) GPUState { return nodes[h.n].GPUs[h.g].State }
+	gpus := usableGPUs(nodes)
+	state := func(h gpuAt) GPUState { return nodes[h.n].GPUs[h.g].State }
 	for _, T := range gpus {
 		m := state(T).Model()
 		p, ok := req.Profile(0, m)
@@ -83,12 +72,7 @@ func bruteChain(nodes []Node, req *Request, movable map[sliceKey]bool) bool {
 // of the slices moved before it, and the request then fits at the target.
 func checkChain(t *testing.T, nodes []Node, req *Request, movable map[sliceKey]bool, plan DefragPlan) {
 	t.Helper()
-	states := make([][]GPUState, len(nodes))
-	for n := range nodes {
-		for _, g := range nodes[n].GPUs {
-			states[n] = append(states[n], g.State)
-		}
-	}
+	states := stateCopy(nodes)
 	var gone []SliceAt
 	for _, mv := range plan.Moves {
 		f, to := mv.From, mv.To
@@ -175,14 +159,18 @@ func TestPlanDefragChainsAgainstBruteForce(t *testing.T) {
 // 4g.40gb@0 + 1g.10gb@4 + 1g.10gb@6 (movable): the 1g at 4 can move to slot 5 of another GPU,
 // then the 2g into its room (a chain). "none": the others are 4g.40gb@0 + 2g.20gb@4, room for a
 // 1g only: the 2g at 4 could leave room for the 2g but has nowhere to go itself, so no chain.
-// Neither has a plan of independent moves, so both levels are searched first.
+// "crowded": the others as in "none", the one GPU a 3g.40gb@4: the others' 4g.40gb and
+// 2g.20gb can only go there, not both, and its 3g.40gb nowhere (no chain either). None has a
+// plan of independent moves, so both levels are searched first.
 func BenchmarkPlanDefragChain(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
 		others []Instance
+		target Instance
 	}{
-		{"found", []Instance{{"4g.40gb", Placement{0, 4}}, {"1g.10gb", Placement{4, 1}}, {"1g.10gb", Placement{6, 1}}}},
-		{"none", []Instance{{"4g.40gb", Placement{0, 4}}, {"2g.20gb", Placement{4, 2}}}},
+		{"found", []Instance{{"4g.40gb", Placement{0, 4}}, {"1g.10gb", Placement{4, 1}}, {"1g.10gb", Placement{6, 1}}}, Instance{"2g.20gb", Placement{0, 2}}},
+		{"none", []Instance{{"4g.40gb", Placement{0, 4}}, {"2g.20gb", Placement{4, 2}}}, Instance{"2g.20gb", Placement{0, 2}}},
+		{"crowded", []Instance{{"4g.40gb", Placement{0, 4}}, {"2g.20gb", Placement{4, 2}}}, Instance{"3g.40gb", Placement{4, 4}}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			other := h100(b, bc.others...)
@@ -193,21 +181,14 @@ func BenchmarkPlanDefragChain(b *testing.B) {
 					nodes[n].GPUs[g] = other
 				}
 			}
-			nodes[2500].GPUs[3] = h100(b, Instance{"2g.20gb", Placement{0, 2}})
+			nodes[2500].GPUs[3] = h100(b, bc.target)
 			chainsOn := os.Getenv("DEFRAG_BENCH_NO_CHAINS") == ""
 			req := MustRequest(RequestItem{Profile: "7g.80gb", Count: 1})
 			all := func(int, int, Profile, Placement) bool { return true }
-			lat := make([]time.Duration, 0, b.N)
-			cpu := make([]time.Duration, 0, b.N)
 			planned := 0
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				c0, t0 := threadCPU(), time.Now()
-				res := PlanDefrag(nodes, req, all, DefragOptions{Chains: chainsOn})
-				lat = append(lat, time.Since(t0))
-				cpu = append(cpu, threadCPU()-c0)
+			for _, res := range benchPlans(b, func(_ int, noPrune bool) DefragResult {
+				return planDefrag(nodes, req, all, DefragOptions{Chains: chainsOn}, noPrune)
+			}) {
 				if res.Outcome == DefragPlanned {
 					planned++
 					if !res.Plan.Ordered {
@@ -215,15 +196,6 @@ func BenchmarkPlanDefragChain(b *testing.B) {
 					}
 				}
 			}
-			b.StopTimer()
-			pct := func(d []time.Duration, q float64) float64 {
-				sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-				return float64(d[min(int(q*float64(len(d))), len(d)-1)].Microseconds())
-			}
-			b.ReportMetric(pct(lat, 0.5), "p50-µs")
-			b.ReportMetric(pct(lat, 0.99), "p99-µs")
-			b.ReportMetric(pct(cpu, 0.5), "cpu-p50-µs")
-			b.ReportMetric(pct(cpu, 0.99), "cpu-p99-µs")
 			b.ReportMetric(float64(planned)/float64(b.N), "planned")
 		})
 	}

@@ -3,10 +3,8 @@ package mig
 import (
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sort"
 	"testing"
-	"time"
 )
 
 type sliceKey struct {
@@ -26,6 +24,33 @@ func usedMask(s GPUState) uint16 {
 		m |= memMask(in.Placement)
 	}
 	return m
+}
+
+// gpuAt is a GPU by node and GPU index.
+type gpuAt struct{ n, g int }
+
+// usableGPUs lists the usable GPUs of nodes in node then GPU order.
+func usableGPUs(nodes []Node) []gpuAt {
+	var out []gpuAt
+	for n, node := range nodes {
+		for g, gpu := range node.GPUs {
+			if gpu.Usable {
+				out = append(out, gpuAt{n, g})
+			}
+		}
+	}
+	return out
+}
+
+// stateCopy is the GPUs' states per node, for a test to change.
+func stateCopy(nodes []Node) [][]GPUState {
+	states := make([][]GPUState, len(nodes))
+	for n := range nodes {
+		for _, g := range nodes[n].GPUs {
+			states[n] = append(states[n], g.State)
+		}
+	}
+	return states
 }
 
 // bruteDefrag is the oracle: the fewest moves (up to maxMoves) of movable slices, from any GPUs,
@@ -56,16 +81,8 @@ func bruteDefrag(nodes []Node, req *Request, movable map[sliceKey]bool, allowed 
 			}
 		}
 	}
-	type ref struct{ n, g int }
-	var gpus []ref
-	for n, node := range nodes {
-		for g, gpu := range node.GPUs {
-			if gpu.Usable {
-				gpus = append(gpus, ref{n, g})
-			}
-		}
-	}
-	states := map[ref]GPUState{}
+	gpus := usableGPUs(nodes)
+	states := map[gpuAt]GPUState{}
 	var dests func(sub []slice, i int) bool
 	dests = func(sub []slice, i int) bool {
 		if i == len(sub) {
@@ -104,12 +121,12 @@ func bruteDefrag(nodes []Node, req *Request, movable map[sliceKey]bool, allowed 
 			for _, h := range gpus {
 				states[h] = nodes[h.n].GPUs[h.g].State
 			}
-			released := map[ref]GPUState{}
+			released := map[gpuAt]GPUState{}
 			for _, h := range gpus {
 				released[h] = nodes[h.n].GPUs[h.g].State
 			}
 			for _, s := range pick {
-				r := ref{s.node, s.gpu}
+				r := gpuAt{s.node, s.gpu}
 				next, err := released[r].Release(s.p, s.pl)
 				if err != nil {
 					panic(err)
@@ -157,12 +174,7 @@ func bruteDefrag(nodes []Node, req *Request, movable map[sliceKey]bool, allowed 
 // together with the request's slice at its target.
 func checkPlan(t *testing.T, nodes []Node, req *Request, movable map[sliceKey]bool, plan DefragPlan) {
 	t.Helper()
-	states := make([][]GPUState, len(nodes))
-	for n := range nodes {
-		for _, g := range nodes[n].GPUs {
-			states[n] = append(states[n], g.State)
-		}
-	}
+	states := stateCopy(nodes)
 	for _, mv := range plan.Moves {
 		f := mv.From
 		if !movable[sliceKey{f.Node, f.GPU, f.Placement.Start}] {
@@ -505,32 +517,17 @@ func BenchmarkPlanDefrag(b *testing.B) {
 				nodes, mov := benchCluster(rng, 5000, pending, bc.pMove)
 				sc = append(sc, scenario{nodes, mov})
 			}
-			lat := make([]time.Duration, 0, b.N)
-			cpu := make([]time.Duration, 0, b.N)
-			moves, planned := 0, 0
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
+			results := benchPlans(b, func(i int, noPrune bool) DefragResult {
 				s := sc[i%len(sc)]
-				c0, t0 := threadCPU(), time.Now()
-				res := PlanDefrag(s.nodes, req, s.movable, DefragOptions{Destinations: bc.dest})
-				lat = append(lat, time.Since(t0))
-				cpu = append(cpu, threadCPU()-c0)
+				return planDefrag(s.nodes, req, s.movable, DefragOptions{Destinations: bc.dest}, noPrune)
+			})
+			moves, planned := 0, 0
+			for _, res := range results {
 				if res.Outcome == DefragPlanned {
 					planned++
 					moves += len(res.Plan.Moves)
 				}
 			}
-			b.StopTimer()
-			pct := func(d []time.Duration, q float64) float64 {
-				sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-				return float64(d[min(int(q*float64(len(d))), len(d)-1)].Microseconds())
-			}
-			b.ReportMetric(pct(lat, 0.5), "p50-µs")
-			b.ReportMetric(pct(lat, 0.99), "p99-µs")
-			b.ReportMetric(pct(cpu, 0.5), "cpu-p50-µs")
-			b.ReportMetric(pct(cpu, 0.99), "cpu-p99-µs")
 			if planned > 0 {
 				b.ReportMetric(float64(moves)/float64(planned), "moves/plan")
 			}
