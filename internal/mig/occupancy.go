@@ -85,16 +85,19 @@ func Occupancy(m Model, occupants []Occupant, misfits Misfits) (GPUState, error)
 			return &OccupancyError{Occupant: i, Fault: f, Err: err, instance: len(seen)}
 		}
 		p, err := m.Profile(o.Profile)
-		if err != nil {
-			if _, perr := ParseProfileName(o.Profile); perr != nil {
-				err = fail(FaultUnknownProfile, perr)
-			} else {
-				err = fail(FaultDoesNotFit, err)
+		if err != nil { // a name ParseProfileName reads (surrounding space) or a fault
+			canon, perr := ParseProfileName(o.Profile)
+			if perr == nil {
+				p, err = m.Profile(canon)
 			}
-			if misfits == SkipMisfits {
+			switch {
+			case misfits == SkipMisfits && (perr != nil || err != nil):
 				continue
+			case perr != nil:
+				return GPUState{}, fail(FaultUnknownProfile, perr)
+			case err != nil:
+				return GPUState{}, fail(FaultDoesNotFit, err)
 			}
-			return GPUState{}, err
 		}
 		dup := false
 		for _, t := range seen {

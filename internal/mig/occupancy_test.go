@@ -98,6 +98,11 @@ func TestOccupancy(t *testing.T) {
 			wantFault: FaultDoesNotFit, wantAt: 1, wantErr: `instance 1: profile "3g.20gb" is not a MIG profile of H100-80GB`,
 		},
 		{
+			name: "a name with space around it, as ParseProfileName reads it", model: H100_80GB,
+			occupants: []Occupant{at(" 1g.10gb.me ", 0, 1, ""), at("1g.10gb+me", 0, 1, "pod-a")},
+			want:      []Instance{{"1g.10gb+me", Placement{0, 1}}},
+		},
+		{
 			name: "no MIG profile name: the name's error alone", model: H100_80GB,
 			occupants: []Occupant{at("1g.10gb", 0, 1, ""), at("big", 4, 4, "")},
 			wantFault: FaultUnknownProfile, wantAt: 1, wantErr: `"big" is not a MIG profile name`,
