@@ -129,10 +129,8 @@ func plan(in planInput) Plan {
 		}
 		want := w.desired()
 		idx := -1
-		for i, s := range in.Slices {
-			if s.Slot == want {
-				idx = i
-			}
+		if st, i := engine.AtSlot(in.Slices, want); st == engine.SlotReuse || st == engine.SlotFinish {
+			idx = i
 		}
 		if idx >= 0 && claimed[idx] && holder[idx] != nil && holder[idx].desired() != in.Slices[idx].Slot {
 			// The kubelet gave our slice to another pod of the same profile:
@@ -174,19 +172,14 @@ func plan(in planInput) Plan {
 	var planned []Slot
 	for _, k := range createKeys {
 		slot := p.Create[k]
-		for i, s := range in.Slices {
-			if !s.Overlaps(slot) {
-				continue
-			}
+		if st, i := engine.AtSlot(in.Slices, slot); st != engine.SlotCreate { // a slice overlaps it
+			s := in.Slices[i]
 			delete(p.Create, k)
 			if claimed[i] && holder[i] != nil {
 				p.Conflict[k] = fmt.Sprintf("slot %s overlaps %s held by %s", slot, s.Slot, holder[i].Key)
 			} else {
 				p.Blocked[k] = [2]string{"WaitingForOrphan", fmt.Sprintf("slot %s overlaps %s, a slice no allocation holds; it is destroyed after the orphan grace period if unused", slot, s.Slot)}
 			}
-			break
-		}
-		if _, ok := p.Create[k]; !ok {
 			continue
 		}
 		for _, o := range planned {

@@ -25,17 +25,10 @@ func poolGPUs(o *engine.Observation, held map[string][]string) []migdra.GPU {
 	return out
 }
 
+// occupancy is mig.Occupancy of g's instances, then of the devices held on it in name order,
+// each left out when it does not fit beside those before it.
 func occupancy(g *engine.GPU, held map[string][]string) mig.GPUState {
-	st := mig.EmptyGPU(g.Model)
-	for _, s := range g.Slices {
-		p, err := g.Model.Profile(s.Profile)
-		if err != nil {
-			continue
-		}
-		if next, err := st.Take(p, s.Placement); err == nil {
-			st = next
-		}
-	}
+	occ := g.AppendOccupants(make([]mig.Occupant, 0, len(g.Slices)+len(held)))
 	names := make([]string, 0, len(held))
 	for name := range held {
 		names = append(names, name)
@@ -47,13 +40,12 @@ func occupancy(g *engine.GPU, held map[string][]string) mig.GPUState {
 			continue
 		}
 		p, pl, err := ref.Resolve(g.Model)
-		if err != nil || !st.CanTake(p, pl) {
+		if err != nil {
 			continue
 		}
-		if next, err := st.Take(p, pl); err == nil {
-			st = next
-		}
+		occ = append(occ, mig.Occupant{Instance: mig.Instance{Profile: p.Name, Placement: pl}})
 	}
+	st, _ := mig.Occupancy(g.Model, occ, mig.SkipMisfits) // an unknown model: the zero state, as EmptyGPU gives
 	return st
 }
 

@@ -91,33 +91,24 @@ func resolve(o *engine.Observation, ref migdra.DeviceRef) (mig.Slot, error) {
 	return mig.Slot{GPU: g.UUID, Profile: p.Name, Placement: pl}, nil
 }
 
-// step is what Prepare does for one allocated device.
-type step int
+// step is what Prepare does for one allocated device (engine.AtSlot).
+type step = engine.SlotStep
 
 const (
-	stepReuse   step = iota // a complete instance is at the slot
-	stepFinish              // a GPU instance without compute instance is at the slot
-	stepCreate              // the slot is free
-	stepBlocked             // another instance overlaps the slot
+	stepReuse   = engine.SlotReuse   // a complete instance is at the slot
+	stepFinish  = engine.SlotFinish  // a GPU instance without compute instance is at the slot
+	stepCreate  = engine.SlotCreate  // the slot is free
+	stepBlocked = engine.SlotBlocked // another instance overlaps the slot
 )
 
-// decide finds what to do for slot among the GPU's instances.
+// decide finds what to do for slot among the GPU's instances: engine.AtSlot, the decision the
+// device-plugin frontend's plan takes for a slot too, with the instance it names.
 func decide(instances []engine.Slice, slot mig.Slot) (step, engine.Slice) {
-	for _, s := range instances {
-		if s.GPU != slot.GPU {
-			continue
-		}
-		if s.Profile == slot.Profile && s.Placement == slot.Placement {
-			if s.Complete() {
-				return stepReuse, s
-			}
-			return stepFinish, s
-		}
-		if s.Overlaps(slot) {
-			return stepBlocked, s
-		}
+	st, i := engine.AtSlot(instances, slot)
+	if i < 0 {
+		return st, engine.Slice{}
 	}
-	return stepCreate, engine.Slice{}
+	return st, instances[i]
 }
 
 // orphans lists the device names of the observed slices no allocated claim explains, sorted.

@@ -264,11 +264,7 @@ func (m *Metrics) recordGPU(p *gaugePass, g *GPU) {
 			p.set(m.StepDown, float64(q.MemoryBytes()), gl, mig.LegalProfileName(prof.Name), mig.LegalProfileName(q.Name))
 		}
 	}
-	insts := make([]mig.Instance, 0, len(g.Slices))
-	for _, s := range g.Slices {
-		insts = append(insts, mig.Instance{Profile: s.Profile, Placement: s.Placement})
-	}
-	st, err := mig.NewGPUState(g.Model, insts)
+	st, err := mig.Occupancy(g.Model, g.AppendOccupants(make([]mig.Occupant, 0, len(g.Slices))), mig.FailOnMisfit)
 	if err != nil {
 		return
 	}

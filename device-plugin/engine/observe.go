@@ -54,6 +54,15 @@ type GPU struct {
 // room, metrics and devices in a pool. Health is not part of it: Unusable adds it.
 func (g *GPU) MIGReady() bool { return g.Model.Valid() && g.MIGMode == nvml.MIGEnabled }
 
+// AppendOccupants appends to dst the occupants of g's observed slices, holding no one (the
+// input of mig.Occupancy, beside the claims a frontend lists).
+func (g *GPU) AppendOccupants(dst []mig.Occupant) []mig.Occupant {
+	for _, s := range g.Slices {
+		dst = append(dst, mig.Occupant{Instance: mig.Instance{Profile: s.Profile, Placement: s.Placement}})
+	}
+	return dst
+}
+
 // Unusable says why g (nil: not on the node) cannot serve MIG devices now, "" when it can:
 // it is unhealthy, or not MIGReady.
 func (g *GPU) Unusable() string {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
@@ -35,5 +37,20 @@ func TestUsable(t *testing.T) {
 		if got := tc.g.Unusable(); got != tc.unusable {
 			t.Errorf("%s: Unusable = %q, want %q", tc.name, got, tc.unusable)
 		}
+	}
+}
+
+// A GPU's occupants are its observed slices, complete or not, in order, holding no one.
+func TestAppendOccupants(t *testing.T) {
+	g := &GPU{Model: mig.H100_80GB, Slices: []Slice{
+		{Slot: mig.Slot{GPU: "GPU-0", Profile: "4g.40gb", Placement: mig.Placement{Start: 0, Size: 4}}, GI: 1, CI: 0, MIGUUID: "MIG-a"},
+		{Slot: mig.Slot{GPU: "GPU-0", Profile: "1g.10gb+me", Placement: mig.Placement{Start: 6, Size: 1}}, GI: 2, CI: -1},
+	}}
+	want := []mig.Occupant{
+		{Instance: mig.Instance{Profile: "4g.40gb", Placement: mig.Placement{Start: 0, Size: 4}}},
+		{Instance: mig.Instance{Profile: "1g.10gb+me", Placement: mig.Placement{Start: 6, Size: 1}}},
+	}
+	if diff := cmp.Diff(want, g.AppendOccupants(nil)); diff != "" {
+		t.Errorf("occupants (-want +got):\n%s", diff)
 	}
 }

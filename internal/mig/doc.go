@@ -25,6 +25,7 @@
 // the legal states: 2,319 on 8-slice GPUs, 76 on A30). Every question is a table lookup:
 //
 //	EmptyGPU(m); NewGPUState(m, []Instance) (GPUState, error)   // validates, never panics
+//	Occupancy(m, []Occupant, misfits) (GPUState, error)          // instances + claims, each slot once
 //	s.Take(p, pl) / s.Release(p, pl) (GPUState, error)
 //	s.Fits(p) bool; s.Candidates(p) []Placement; s.Count(p); s.WhyNot(p) string
 //

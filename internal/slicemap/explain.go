@@ -76,46 +76,28 @@ func rooms(accels []*slicerv1alpha1.NodeAccelerator, nodes map[string]*Node) []r
 }
 
 // occupancy is the GPU's state with its slices and the node's unrealized allocations and
-// unprepared claims on it (each placement once).
+// unprepared claims on it (mig.Occupancy: each placement once, holders not compared).
 func occupancy(g *slicerv1alpha1.GPUStatus, n *Node) (mig.GPUState, error) {
 	m, err := mig.ParseModel(string(g.Model))
 	if err != nil {
 		return mig.GPUState{}, err
 	}
-	seen := map[mig.Instance]bool{}
-	var inst []mig.Instance
-	add := func(profile slicerv1alpha1.MIGProfile, start, size int32) error {
-		name, err := migapi.Profile(profile)
-		if err != nil {
-			return err
-		}
-		in := mig.Instance{Profile: name, Placement: migapi.Placement(slicerv1alpha1.Placement{Start: start, Size: size})}
-		if !seen[in] {
-			seen[in] = true
-			inst = append(inst, in)
-		}
-		return nil
-	}
-	for _, s := range g.Slices {
-		if err := add(s.Profile, s.Placement.Start, s.Placement.Size); err != nil {
-			return mig.GPUState{}, err
-		}
+	occ := migapi.AppendReported(nil, g)
+	add := func(profile string, start, size int32) {
+		occ = append(occ, mig.Occupant{Instance: mig.Instance{Profile: profile,
+			Placement: migapi.Placement(slicerv1alpha1.Placement{Start: start, Size: size})}})
 	}
 	for _, a := range n.Unrealized {
 		if a.GPUUUID == g.UUID {
-			if err := add(slicerv1alpha1.MIGProfile(a.Profile), a.Start, a.Size); err != nil {
-				return mig.GPUState{}, err
-			}
+			add(a.Profile, a.Start, a.Size)
 		}
 	}
 	for _, c := range n.Unprepared {
 		if c.GPUIndex == g.Index && c.Size > 0 {
-			if err := add(slicerv1alpha1.MIGProfile(c.Profile), c.Start, c.Size); err != nil {
-				return mig.GPUState{}, err
-			}
+			add(c.Profile, c.Start, c.Size)
 		}
 	}
-	return mig.NewGPUState(m, inst)
+	return mig.Occupancy(m, occ, mig.FailOnMisfit)
 }
 
 // explainAll explains each distinct profile of the requests, largest first (mig.SortSlices).

@@ -6,6 +6,7 @@
 package snapshot
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -497,6 +498,7 @@ func (c *Cache) rebuild(name string) {
 		claims[u.slot.GPU] = append(claims[u.slot.GPU], holder{slot: u.slot, pod: u.pod})
 	}
 	anyUsable := false
+	var occ []mig.Occupant
 	for _, g := range gpus {
 		gpu := GPU{Index: g.Index, UUID: g.UUID}
 		var state mig.GPUState
@@ -504,7 +506,7 @@ func (c *Cache) rebuild(name string) {
 		_, gpu.Reason = migapi.GPUBlocked(na, &g)
 		if err == nil && g.Model != "" {
 			gpu.Model = model
-			state, err = c.gpuState(name, g, model, claims[g.UUID])
+			state, occ, err = c.gpuState(name, &g, model, claims[g.UUID], occ)
 			if err != nil && gpu.Reason == "" {
 				gpu.Reason = err.Error()
 			}
@@ -523,58 +525,36 @@ func (c *Cache) rebuild(name string) {
 	c.nodes[name] = n
 }
 
-// gpuState is the union of the slices the agent reports and the scheduler's
-// claims. Two pods claiming overlapping slots is a double allocation (I1): the
-// GPU is made unusable and the conflict counted once. A layout the agent
-// reports that does not add up (S7) also makes the GPU unusable, with a reason.
-func (c *Cache) gpuState(node string, g slicerv1alpha1.GPUStatus, model mig.Model, claims []holder) (mig.GPUState, error) {
-	seen := map[mig.Slot]types.UID{}
-	var inst []mig.Instance
-	conflict := false
+// gpuState is the union of the scheduler's claims and the slices the agent
+// reports (mig.Occupancy, claims first, each slot once). Two pods claiming
+// overlapping slots is a double allocation (I1): the GPU is made unusable and
+// the conflict counted once. A layout the agent reports that does not add up
+// (S7) also makes the GPU unusable, with a reason. occ is scratch space.
+func (c *Cache) gpuState(node string, g *slicerv1alpha1.GPUStatus, model mig.Model, claims []holder, occ []mig.Occupant) (mig.GPUState, []mig.Occupant, error) {
+	occ = occ[:0]
 	for _, h := range claims {
-		key := h.slot.Slot
-		if prev, ok := seen[key]; ok {
-			if prev != h.pod {
-				conflict = true
-			}
-			continue
-		}
-		seen[key] = h.pod
-		inst = append(inst, mig.Instance{Profile: key.Profile, Placement: key.Placement})
+		occ = append(occ, mig.Occupant{Instance: mig.Instance{Profile: h.slot.Profile, Placement: h.slot.Placement}, Holder: string(h.pod)})
 	}
-	claimed, err := mig.NewGPUState(model, inst)
-	if err != nil {
-		conflict = true
-	}
-	if conflict {
+	occ = migapi.AppendReported(occ, g)
+	state, err := mig.Occupancy(model, occ, mig.FailOnMisfit)
+	var misfit *mig.OccupancyError
+	if err != nil && (!errors.As(err, &misfit) || misfit.Occupant < len(claims)) {
 		if !c.conflicted[g.UUID] {
 			c.conflicted[g.UUID] = true
 			c.events.Conflict()
 		}
 		c.log.Error(err, "scheduler claims overlap on a GPU: double allocation", "node", node, "gpu", g.UUID)
-		return mig.GPUState{}, fmt.Errorf("allocations on this GPU overlap (double allocation)")
+		return mig.GPUState{}, occ, fmt.Errorf("allocations on this GPU overlap (double allocation)")
 	}
 	delete(c.conflicted, g.UUID)
-	state := claimed
-	for _, s := range g.Slices {
-		prof, err := migapi.Profile(s.Profile)
-		if err != nil {
-			c.log.Error(err, "agent reports an unknown profile", "node", node, "gpu", g.UUID)
-			return mig.GPUState{}, fmt.Errorf("agent reports unknown profile %q", s.Profile)
-		}
-		key := mig.Slot{GPU: g.UUID, Profile: prof, Placement: migapi.Placement(s.Placement)}
-		if _, ok := seen[key]; ok {
-			continue // the realized slice of a claim
-		}
-		seen[key] = ""
-		p, err := model.Profile(prof)
-		if err == nil {
-			state, err = state.Take(p, key.Placement)
-		}
-		if err != nil {
-			c.log.Error(err, "agent-reported layout conflicts with the scheduler's view", "node", node, "gpu", g.UUID)
-			return mig.GPUState{}, fmt.Errorf("reported slices conflict with allocations: %w", err)
-		}
+	switch {
+	case err == nil:
+		return state, occ, nil
+	case misfit.Fault == mig.FaultUnknownProfile:
+		c.log.Error(err, "agent reports an unknown profile", "node", node, "gpu", g.UUID)
+		return mig.GPUState{}, occ, fmt.Errorf("agent reports unknown profile %q", g.Slices[misfit.Occupant-len(claims)].Profile)
+	default:
+		c.log.Error(err, "agent-reported layout conflicts with the scheduler's view", "node", node, "gpu", g.UUID)
+		return mig.GPUState{}, occ, fmt.Errorf("reported slices conflict with allocations: %w", misfit.Err)
 	}
-	return state, nil
 }
