@@ -100,10 +100,14 @@ verify: verify-generated vet lint ## Fail on stale or hand-edited generated file
 verify-generated: $(CONTROLLER_GEN) ## Regenerate everything and fail if any generated file changed.
 	hack/verify-clean.sh
 
+# Every nested module (per-minor schedulers, hack/k8s-bin*, hack/{containerd,kmm,kueue,nfd,olm},
+# hack/tools/*, the parse and rule tests): found by their go.mod, so a new one is checked too.
+NESTED_MODS = $(patsubst %/go.mod,%,$(wildcard */*/go.mod hack/tools/*/go.mod))
+
 .PHONY: vet
-vet: ## go mod tidy check (main, per-minor and listed nested modules) and go vet every package.
+vet: ## go mod tidy check of the main and every nested module, and go vet every package.
 	$(GO) mod tidy -diff
-	for d in $(wildcard scheduler/k8s-1.* hack/k8s-bin-1.*) hack/olm hack/tools/helm; do (cd $$d && $(GO) mod tidy -diff) || exit 1; done
+	for d in $(NESTED_MODS); do (cd $$d && $(GO) mod tidy -diff) || { echo "vet: go mod tidy -diff failed in $$d" >&2; exit 1; }; done
 	$(GO) vet ./...
 
 .PHONY: lint
