@@ -55,16 +55,21 @@ help: ## Show the targets.
 
 ##@ Build
 
+# No -trimpath in the builds of bin/ (here and build-scheduler-*): -trimpath changes every
+# package's build cache key, so a package compiled for `make verify` (go vet and golangci-lint
+# compile the dependencies without it) or for test-minors would be compiled again for the
+# binary. Without it the builds share the Go cache with them (docs/ci.md, "What a cold run
+# compiles"). The images (images/*.Containerfile) keep -trimpath.
 .PHONY: build
 build: ## Build every binary into bin/.
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -o $(BIN)/ $(MAIN_PKGS)
+	$(GO) build -o $(BIN)/ $(MAIN_PKGS)
 
 .PHONY: build-schedulers $(addprefix build-scheduler-,$(K8S_MINORS))
 build-schedulers: $(addprefix build-scheduler-,$(K8S_MINORS)) ## slicer-scheduler for every supported minor: bin/slicer-scheduler-k8s-1.N.
 $(addprefix build-scheduler-,$(K8S_MINORS)): build-scheduler-%:
 	@mkdir -p $(BIN)
-	cd $(call minor_mod,$*) && $(GO) build -trimpath -tags $(call minor_tag,$*) -o $(BIN)/slicer-scheduler-k8s-$* $(SLICER_MOD)/scheduler/cmd/slicer-scheduler
+	cd $(call minor_mod,$*) && $(GO) build -tags $(call minor_tag,$*) -o $(BIN)/slicer-scheduler-k8s-$* $(SLICER_MOD)/scheduler/cmd/slicer-scheduler
 
 ##@ Generate
 
