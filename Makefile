@@ -176,6 +176,21 @@ test-olm: ## OLM install, upgrade and uninstall on the local node (root; OLM_FRO
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay $(if $(filter released,$(OLM_FROM)),released-bin); fi
 	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
 
+# .ci/run starts this in the background at nice 19 once `make verify` is done: the binaries
+# of later stages (the older minors' kube-apiserver and etcd for test-minors, then the
+# end-to-end stage's), each through its stamp-keyed script, so they use the CPU the tests
+# leave idle. Each script holds a lock on its output folder: a stage that needs a binary
+# still being built waits for it, then finds the stamp (docs/ci.md).
+.PHONY: ci-prebuild
+ci-prebuild:
+	for m in $(K8S_OLDER_MINORS); do K8S_MINOR=$$m hack/build-k8s-bin.sh etcd kube-apiserver || exit 1; done
+	hack/build-kueue.sh
+	hack/build-containerd.sh
+	hack/build-nfd.sh
+	hack/build-k8s-bin.sh etcd kube-apiserver kube-controller-manager kubectl kubelet kube-scheduler
+	hack/build-olm.sh
+	hack/kmm/build.sh
+
 .PHONY: olm-bin
 olm-bin: ## OLM v0 (olm, catalog) and our catalog-server, render-catalog from hack/olm into bin/olm (once).
 	hack/build-olm.sh

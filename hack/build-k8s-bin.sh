@@ -11,6 +11,9 @@ out=$root/bin/k8s$suffix
 mod=$root/hack/k8s-bin$suffix
 [ -f "$mod/go.mod" ] || { echo "no module $mod for K8S_MINOR=${K8S_MINOR:-}" >&2; exit 1; }
 mkdir -p "$out"
+# One build of this output at a time: .ci/run builds it ahead in the background (make
+# ci-prebuild); a second caller waits here, then finds the stamp.
+exec 9<"$out"; flock 9
 ver=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$mod/go.mod")
 minor=$(echo "$ver" | cut -d. -f2)
 key=$( (cat "$mod/go.sum" "$mod/go.mod"; go version) | sha256sum | cut -c1-16)

@@ -10,6 +10,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 mod=$root/hack/kueue
 out=$root/bin/kueue
 mkdir -p "$out"
+# One build of this output at a time: .ci/run builds it ahead in the background (make
+# ci-prebuild); a second caller waits here, then finds the stamp.
+exec 9<"$out"; flock 9
 ver=$(grep -oE "sigs.k8s.io/kueue v[0-9][^ ]*" "$mod/go.mod" | head -1 | cut -d" " -f2)
 key=$( (cat "$mod/go.mod" "$mod/go.sum"; go version) | sha256sum | cut -c1-16)
 stamp=$out/.stamp

@@ -9,6 +9,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/bin/olm
 mod=$root/hack/olm
 mkdir -p "$out"
+# One build of this output at a time: .ci/run builds it ahead in the background (make
+# ci-prebuild); a second caller waits here, then finds the stamp.
+exec 9<"$out"; flock 9
 key=$( (cd "$mod" && find . -name '*.go' -o -name 'go.mod' -o -name 'go.sum' | LC_ALL=C sort | xargs cat; go version) |
   sha256sum | cut -c1-16)
 stamp=$out/.stamp
