@@ -4,6 +4,7 @@
 # -tags containers_image_openpgp: OLM's image code (go.podman.io/image) otherwise needs libgpgme
 # through cgo. A stamp keyed on hack/olm (go.mod, go.sum, our commands) and the Go version makes
 # a rebuild a no-op.
+# No -trimpath: the packages test-nested compiled for hack/olm's tests (same tags) are reused.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/bin/olm
@@ -24,7 +25,7 @@ fi
 ver=$(awk '$1=="github.com/operator-framework/operator-lifecycle-manager"{print $2; exit}' "$mod/go.mod")
 echo "building OLM $ver (first time only; about 5 minutes on 2 cores)"
 start=$(date +%s)
-(cd "$mod" && go build -trimpath -tags containers_image_openpgp -ldflags "-s -w" -o "$out/" \
+(cd "$mod" && go build -tags containers_image_openpgp -ldflags "-s -w" -o "$out/" \
   github.com/operator-framework/operator-lifecycle-manager/cmd/olm \
   github.com/operator-framework/operator-lifecycle-manager/cmd/catalog \
   ./cmd/catalog-server ./cmd/render-catalog)
