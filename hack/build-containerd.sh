@@ -24,5 +24,6 @@ start=$(date +%s)
   github.com/containerd/containerd/v2/cmd/containerd \
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
   github.com/containerd/containerd/v2/cmd/ctr)
-echo "$key" >"$stamp"
+# A new file, not the old one rewritten: bin/ may be hard-linked from another clone's.
+rm -f "$stamp"; echo "$key" >"$stamp"
 echo "built containerd in $(( $(date +%s) - start ))s"

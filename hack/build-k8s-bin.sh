@@ -32,6 +32,7 @@ for c in "$@"; do
     etcd) (cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3) ;;
     *) (cd "$mod" && go build -trimpath -ldflags "$ldflags" -o "$out/$c" "k8s.io/kubernetes/cmd/$c") ;;
   esac
-  echo "$key" >"$stamp"
+  # A new file, not the old one rewritten: bin/ may be hard-linked from another clone's.
+  rm -f "$stamp"; echo "$key" >"$stamp"
   echo "built $c in $(( $(date +%s) - start ))s"
 done

@@ -31,5 +31,6 @@ mkdir -p "$out/config/crd" "$out/config/webhook"
 cp "$src"/config/components/crd/bases/*.yaml "$out/config/crd/"
 cp "$src/config/components/webhook/manifests.yaml" "$out/config/webhook/"
 chmod -R u+w "$out/config"
-echo "$key" >"$stamp"
+# A new file, not the old one rewritten: bin/ may be hard-linked from another clone's.
+rm -f "$stamp"; echo "$key" >"$stamp"
 echo "built Kueue's manager in $(( $(date +%s) - start ))s"

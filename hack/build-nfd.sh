@@ -24,5 +24,6 @@ start=$(date +%s)
   -ldflags "-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version=$ver" -o "$out/" \
   sigs.k8s.io/node-feature-discovery/cmd/nfd-master \
   sigs.k8s.io/node-feature-discovery/cmd/nfd-worker)
-echo "$key" >"$stamp"
+# A new file, not the old one rewritten: bin/ may be hard-linked from another clone's.
+rm -f "$stamp"; echo "$key" >"$stamp"
 echo "built NFD in $(( $(date +%s) - start ))s"

@@ -29,5 +29,6 @@ start=$(date +%s)
   github.com/operator-framework/operator-lifecycle-manager/cmd/olm \
   github.com/operator-framework/operator-lifecycle-manager/cmd/catalog \
   ./cmd/catalog-server ./cmd/render-catalog)
-echo "$key" >"$stamp"
+# A new file, not the old one rewritten: bin/ may be hard-linked from another clone's.
+rm -f "$stamp"; echo "$key" >"$stamp"
 echo "built OLM in $(( $(date +%s) - start ))s"

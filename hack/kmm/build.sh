@@ -25,5 +25,6 @@ start=$(date +%s)
 (cd "$mod" && CGO_ENABLED=0 nice -n 19 go build -trimpath -ldflags "-s -w" -o "$out/manager" \
   github.com/rh-ecosystem-edge/kernel-module-management/cmd/manager)
 (cd "$mod" && CGO_ENABLED=0 nice -n 19 go build -trimpath -ldflags "-s -w" -o "$out/noop" ./noop)
-echo "$key" >"$stamp"
+# A new file, not the old one rewritten: bin/ may be hard-linked from another clone's.
+rm -f "$stamp"; echo "$key" >"$stamp"
 echo "built the KMM manager and the no-op in $(( $(date +%s) - start ))s"
