@@ -176,7 +176,7 @@ test-olm: ## OLM install, upgrade and uninstall on the local node (root; OLM_FRO
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay $(if $(filter released,$(OLM_FROM)),released-bin); fi
 	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
 
-# .ci/run starts this in the background at nice 19 once `make verify` is done: the binaries
+# .ci/run starts this in the background at nice 19 right after `go mod download`: the binaries
 # of later stages (the older minors' kube-apiserver and etcd for test-minors, then the
 # end-to-end stage's), each through its stamp-keyed script, so they use the CPU the tests
 # leave idle. Each script holds a lock on its output folder: a stage that needs a binary
