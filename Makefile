@@ -55,16 +55,21 @@ help: ## Show the targets.
 
 ##@ Build
 
+# No -trimpath in the builds of bin/ (here and build-scheduler-*): -trimpath changes every
+# package's build cache key, so a package compiled for `make verify` (go vet and golangci-lint
+# compile the dependencies without it) or for test-minors would be compiled again for the
+# binary. Without it the builds share the Go cache with them (docs/ci.md, "What a cold run
+# compiles"). The images (images/*.Containerfile) keep -trimpath.
 .PHONY: build
 build: ## Build every binary into bin/.
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -o $(BIN)/ $(MAIN_PKGS)
+	$(GO) build -o $(BIN)/ $(MAIN_PKGS)
 
 .PHONY: build-schedulers $(addprefix build-scheduler-,$(K8S_MINORS))
 build-schedulers: $(addprefix build-scheduler-,$(K8S_MINORS)) ## slicer-scheduler for every supported minor: bin/slicer-scheduler-k8s-1.N.
 $(addprefix build-scheduler-,$(K8S_MINORS)): build-scheduler-%:
 	@mkdir -p $(BIN)
-	cd $(call minor_mod,$*) && $(GO) build -trimpath -tags $(call minor_tag,$*) -o $(BIN)/slicer-scheduler-k8s-$* $(SLICER_MOD)/scheduler/cmd/slicer-scheduler
+	cd $(call minor_mod,$*) && $(GO) build -tags $(call minor_tag,$*) -o $(BIN)/slicer-scheduler-k8s-$* $(SLICER_MOD)/scheduler/cmd/slicer-scheduler
 
 ##@ Generate
 
@@ -100,10 +105,14 @@ verify: verify-generated vet lint ## Fail on stale or hand-edited generated file
 verify-generated: $(CONTROLLER_GEN) ## Regenerate everything and fail if any generated file changed.
 	hack/verify-clean.sh
 
+# Every nested module (per-minor schedulers, hack/k8s-bin*, hack/{containerd,kmm,kueue,nfd,olm},
+# hack/tools/*, the parse and rule tests): found by their go.mod, so a new one is checked too.
+NESTED_MODS = $(patsubst %/go.mod,%,$(wildcard */*/go.mod hack/tools/*/go.mod))
+
 .PHONY: vet
-vet: ## go mod tidy check (main, per-minor and listed nested modules) and go vet every package.
+vet: ## go mod tidy check of the main and every nested module, and go vet every package.
 	$(GO) mod tidy -diff
-	for d in $(wildcard scheduler/k8s-1.* hack/k8s-bin-1.*) hack/olm hack/tools/helm; do (cd $$d && $(GO) mod tidy -diff) || exit 1; done
+	for d in $(NESTED_MODS); do (cd $$d && $(GO) mod tidy -diff) || { echo "vet: go mod tidy -diff failed in $$d" >&2; exit 1; }; done
 	$(GO) vet ./...
 
 .PHONY: lint
@@ -166,6 +175,21 @@ test-kmm: ## KMM's manager gates the agent with its ready label, no-op worker (r
 test-olm: ## OLM install, upgrade and uninstall on the local node (root; OLM_FROM=released: from v0.1.0; see test/olm).
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay $(if $(filter released,$(OLM_FROM)),released-bin); fi
 	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
+
+# .ci/run starts this in the background at nice 19 right after `go mod download`: the binaries
+# of later stages (the older minors' kube-apiserver and etcd for test-minors, then the
+# end-to-end stage's), each through its stamp-keyed script, so they use the CPU the tests
+# leave idle. Each script holds a lock on its output folder: a stage that needs a binary
+# still being built waits for it, then finds the stamp (docs/ci.md).
+.PHONY: ci-prebuild
+ci-prebuild:
+	for m in $(K8S_OLDER_MINORS); do K8S_MINOR=$$m hack/build-k8s-bin.sh etcd kube-apiserver || exit 1; done
+	hack/build-kueue.sh
+	hack/build-containerd.sh
+	hack/build-nfd.sh
+	hack/build-k8s-bin.sh etcd kube-apiserver kube-controller-manager kubectl kubelet kube-scheduler
+	hack/build-olm.sh
+	hack/kmm/build.sh
 
 .PHONY: olm-bin
 olm-bin: ## OLM v0 (olm, catalog) and our catalog-server, render-catalog from hack/olm into bin/olm (once).

@@ -7,6 +7,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/bin/containerd
 mod=$root/hack/containerd
 mkdir -p "$out"
+# One build of this output at a time: .ci/run builds it ahead in the background (make
+# ci-prebuild); a second caller waits here, then finds the stamp.
+exec 9<"$out"; flock 9
 ver=$(grep -oE "github.com/containerd/containerd/v2 v[0-9][^ ]*" "$mod/go.mod" | head -1 | cut -d" " -f2)
 key=$( (cat "$mod/go.sum" "$mod/go.mod"; go version) | sha256sum | cut -c1-16)
 stamp=$out/.stamp
@@ -21,5 +24,6 @@ start=$(date +%s)
   github.com/containerd/containerd/v2/cmd/containerd \
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
   github.com/containerd/containerd/v2/cmd/ctr)
-echo "$key" >"$stamp"
+# A new file, not the old one rewritten: bin/ may be hard-linked from another clone's.
+rm -f "$stamp"; echo "$key" >"$stamp"
 echo "built containerd in $(( $(date +%s) - start ))s"

@@ -10,6 +10,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 mod=$root/hack/kueue
 out=$root/bin/kueue
 mkdir -p "$out"
+# One build of this output at a time: .ci/run builds it ahead in the background (make
+# ci-prebuild); a second caller waits here, then finds the stamp.
+exec 9<"$out"; flock 9
 ver=$(grep -oE "sigs.k8s.io/kueue v[0-9][^ ]*" "$mod/go.mod" | head -1 | cut -d" " -f2)
 key=$( (cat "$mod/go.mod" "$mod/go.sum"; go version) | sha256sum | cut -c1-16)
 stamp=$out/.stamp
@@ -28,5 +31,6 @@ mkdir -p "$out/config/crd" "$out/config/webhook"
 cp "$src"/config/components/crd/bases/*.yaml "$out/config/crd/"
 cp "$src/config/components/webhook/manifests.yaml" "$out/config/webhook/"
 chmod -R u+w "$out/config"
-echo "$key" >"$stamp"
+# A new file, not the old one rewritten: bin/ may be hard-linked from another clone's.
+rm -f "$stamp"; echo "$key" >"$stamp"
 echo "built Kueue's manager in $(( $(date +%s) - start ))s"

@@ -9,6 +9,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/bin/nfd
 mod=$root/hack/nfd
 mkdir -p "$out"
+# One build of this output at a time: .ci/run builds it ahead in the background (make
+# ci-prebuild); a second caller waits here, then finds the stamp.
+exec 9<"$out"; flock 9
 ver=$(grep -oE "sigs.k8s.io/node-feature-discovery v[0-9][^ ]*" "$mod/go.mod" | head -1 | cut -d" " -f2)
 key=$( (cat "$mod/go.sum" "$mod/go.mod"; go version) | sha256sum | cut -c1-16)
 stamp=$out/.stamp
@@ -21,5 +24,6 @@ start=$(date +%s)
   -ldflags "-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version=$ver" -o "$out/" \
   sigs.k8s.io/node-feature-discovery/cmd/nfd-master \
   sigs.k8s.io/node-feature-discovery/cmd/nfd-worker)
-echo "$key" >"$stamp"
+# A new file, not the old one rewritten: bin/ may be hard-linked from another clone's.
+rm -f "$stamp"; echo "$key" >"$stamp"
 echo "built NFD in $(( $(date +%s) - start ))s"

@@ -26,5 +26,6 @@ mkdir -p "$out"
 (cd "$src" && GOFLAGS=-mod=readonly go build -trimpath -o "$out/" \
   ./operator/cmd/slicer-operator ./scheduler/cmd/slicer-scheduler \
   ./webhook/cmd/slicer-webhook ./device-plugin/cmd/slicer-agent)
-echo "$key" >"$stamp"
+# A new file, not the old one rewritten: bin/ may be hard-linked from another clone's.
+rm -f "$stamp"; echo "$key" >"$stamp"
 echo "built Slicer $version in $(( $(date +%s) - start ))s"

@@ -2,7 +2,9 @@
 // cluster run (kube-apiserver, kube-controller-manager, kubectl, kubelet, etcd)
 // from the Go module proxy, pinned to the Kubernetes version of the main module.
 // It is a separate module so that the application's dependencies cannot
-// perturb the control plane's (and vice versa).
+// perturb the control plane's (and vice versa). Where the versions agree anyway, they are
+// kept equal to the main module's (go.yaml.in/yaml/v3 v3.0.5, a patch above what Kubernetes
+// asks): the packages both import then compile once for both (docs/ci.md).
 module github.com/slicer-operator/slicer/hack/k8s-bin
 go 1.26.0
 
@@ -130,7 +132,7 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
-	go.yaml.in/yaml/v3 v3.0.4 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.54.0 // indirect
 	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
 	golang.org/x/net v0.57.0 // indirect

@@ -8,6 +8,9 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 mod=$root/hack/kmm
 out=$root/bin/kmm
 mkdir -p "$out"
+# One build of this output at a time: .ci/run builds it ahead in the background (make
+# ci-prebuild); a second caller waits here, then finds the stamp.
+exec 9<"$out"; flock 9
 # The manager must be the KMM whose API Slicer renders (the main go.mod's pin).
 want=$(grep -oE "github.com/rh-ecosystem-edge/kernel-module-management v[^ ]+" "$root/go.mod" | head -1 | cut -d" " -f2)
 have=$(grep -oE "github.com/rh-ecosystem-edge/kernel-module-management v[^ ]+" "$mod/go.mod" | head -1 | cut -d" " -f2)
@@ -22,5 +25,6 @@ start=$(date +%s)
 (cd "$mod" && CGO_ENABLED=0 nice -n 19 go build -trimpath -ldflags "-s -w" -o "$out/manager" \
   github.com/rh-ecosystem-edge/kernel-module-management/cmd/manager)
 (cd "$mod" && CGO_ENABLED=0 nice -n 19 go build -trimpath -ldflags "-s -w" -o "$out/noop" ./noop)
-echo "$key" >"$stamp"
+# A new file, not the old one rewritten: bin/ may be hard-linked from another clone's.
+rm -f "$stamp"; echo "$key" >"$stamp"
 echo "built the KMM manager and the no-op in $(( $(date +%s) - start ))s"
