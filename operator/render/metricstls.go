@@ -19,7 +19,7 @@ const (
 	// MetricsCertMountPath is where a component's pods mount its metrics serving certificate.
 	MetricsCertMountPath = "/etc/slicer-metrics-tls"
 	// MetricsCAKey is the key of the CA bundle in a metrics CA ConfigMap.
-	MetricsCAKey = "ca.crt"
+	MetricsCAKey      = "ca.crt"
 	metricsCertVolume = "metrics-tls"
 )
 
