@@ -100,8 +100,9 @@ func metricsCertArgs() []string {
 	return []string{"--" + serving.FlagMetricsCertDir + "=" + MetricsCertMountPath}
 }
 
-// schedulerCertArgs give kube-scheduler's secure port the mounted certificate (it reloads
-// the files when they change).
+// schedulerCertArgs give kube-scheduler's secure port the mounted certificate; it reloads
+// the files when they change (k8s.io/apiserver pkg/server/options/serving.go serves them
+// through dynamiccertificates.NewDynamicServingContentFromFiles).
 func schedulerCertArgs() []string {
 	return []string{
 		"--tls-cert-file=" + MetricsCertMountPath + "/" + corev1.TLSCertKey,
