@@ -1,9 +1,11 @@
 package operator_test
 
 import (
+	"bytes"
 	"crypto/x509"
 	"encoding/pem"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -19,7 +21,8 @@ import (
 // Metrics TLS (issue 28): the operator, with its own RBAC, stores a serving certificate per
 // verified metrics Service and its CA in a ConfigMap next to the ServiceMonitor; the
 // certificate chains to that CA for both of the Service's names, and the ServiceMonitor
-// names the ConfigMap and the server name instead of skipping verification.
+// names the ConfigMap and the server name instead of skipping verification. A certificate
+// close to expiry is renewed, and the ConfigMap then holds the new and the previous CA.
 var _ = Describe("Verified metrics endpoints", Ordered, func() {
 	AfterEach(cleanSlate)
 
@@ -74,6 +77,26 @@ var _ = Describe("Verified metrics endpoints", Ordered, func() {
 			Expect(tlsConfig).NotTo(HaveKey("insecureSkipVerify"))
 			Expect(tlsConfig).To(HaveKeyWithValue("serverName", v.ServerName()))
 			Expect(tlsConfig).To(HaveKeyWithValue("ca", HaveKeyWithValue("configMap", And(HaveKeyWithValue("name", v.CAConfigMap), HaveKeyWithValue("key", render.MetricsCAKey)))))
+
+			By(v.Service + ": renewal keeps the previous CA in the ConfigMap")
+			short, err := certs.Ensure(nil, certs.Request{DNSNames: v.DNSNames(), Validity: 2 * time.Hour}, time.Now())
+			Expect(err).NotTo(HaveOccurred())
+			original := secret.Data[certs.CertKey]
+			secret.Data = short.Data
+			Expect(admin.Update(ctx, secret)).To(Succeed())
+			Eventually(func(g Gomega) {
+				g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: v.Secret}, secret)).To(Succeed())
+				if bytes.Equal(secret.Data[certs.CertKey], original) {
+					// A reconcile from the cache before our write put the original back (W10).
+					secret.Data = short.Data
+					g.Expect(admin.Update(ctx, secret)).To(Succeed())
+					g.Expect(secret.Data[certs.CertKey]).NotTo(Equal(original), "short-lived certificate stored again")
+				}
+				g.Expect(secret.Data[certs.CertKey]).NotTo(Equal(short.Data[certs.CertKey]), "renewed")
+				g.Expect(pemCount(secret.Data[certs.CAKey])).To(Equal(2), "bundle keeps the previous CA")
+				g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: v.CAConfigMap}, cm)).To(Succeed())
+				g.Expect(cm.Data[render.MetricsCAKey]).To(Equal(string(secret.Data[certs.CAKey])))
+			}).Should(Succeed())
 
 			dep := &appsv1.Deployment{}
 			Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: strings.TrimSuffix(v.Service, "-metrics")}, dep)).To(Succeed())
