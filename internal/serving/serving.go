@@ -18,6 +18,13 @@ const (
 	FlagMetricsBindAddress = "metrics-bind-address"
 	FlagMetricsSecure      = "metrics-secure"
 	FlagHealthBindAddress  = "health-probe-bind-address"
+	FlagMetricsCertDir     = "metrics-cert-dir"
+)
+
+// Files of a metrics certificate directory (a mounted kubernetes.io/tls Secret).
+const (
+	MetricsCertFile = "tls.crt"
+	MetricsKeyFile  = "tls.key"
 )
 
 // Flags are where a binary listens for metrics and health probes.
@@ -28,6 +35,10 @@ type Flags struct {
 	// whose bearer token the apiserver authenticates (TokenReview) and
 	// authorizes for GET on the non-resource URL /metrics (SubjectAccessReview).
 	SecureMetrics bool
+	// MetricsCertDir holds the metrics serving certificate (MetricsCertFile, MetricsKeyFile),
+	// reloaded when the files change; empty: a self-signed certificate made in memory at
+	// start, which no scraper can verify.
+	MetricsCertDir string
 	// ProbeAddr is host:port of /healthz and /readyz (plain HTTP: the
 	// kubelet probes them); "0" turns them off.
 	ProbeAddr string
@@ -38,17 +49,22 @@ type Flags struct {
 func (f *Flags) Bind(fs *flag.FlagSet, metricsDefault, probeDefault string) {
 	fs.StringVar(&f.MetricsAddr, FlagMetricsBindAddress, metricsDefault, `host:port of the metrics endpoint ("0" disables it; ":port" listens on every interface).`)
 	fs.BoolVar(&f.SecureMetrics, FlagMetricsSecure, true, "Serve metrics over HTTPS, only to callers the apiserver authenticates and authorizes for GET /metrics.")
+	fs.StringVar(&f.MetricsCertDir, FlagMetricsCertDir, "", "Directory with the metrics serving certificate ("+MetricsCertFile+", "+MetricsKeyFile+"), reloaded on change; empty: a self-signed one made in memory.")
 	fs.StringVar(&f.ProbeAddr, FlagHealthBindAddress, probeDefault, `host:port of the /healthz and /readyz endpoints (plain HTTP; "0" disables them).`)
 }
 
 // MetricsOptions are the controller-runtime metrics server options for f.
-// Secure metrics use a self-signed certificate (scrapers skip verification
-// and authenticate with their ServiceAccount token) and refuse HTTP/2
-// (CVE-2023-44487, CVE-2023-39325).
+// Secure metrics use the certificate of MetricsCertDir (controller-runtime
+// watches the files with its certwatcher) or, without one, a self-signed
+// certificate made in memory; they refuse HTTP/2 (CVE-2023-44487,
+// CVE-2023-39325).
 func (f Flags) MetricsOptions() metricsserver.Options {
 	o := metricsserver.Options{BindAddress: f.MetricsAddr, SecureServing: f.SecureMetrics}
 	if f.SecureMetrics {
 		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+		if f.MetricsCertDir != "" {
+			o.CertDir, o.CertName, o.KeyName = f.MetricsCertDir, MetricsCertFile, MetricsKeyFile
+		}
 		o.TLSOpts = []func(*tls.Config){func(c *tls.Config) {
 			c.NextProtos = []string{"http/1.1"}
 			c.MinVersion = tls.VersionTLS12

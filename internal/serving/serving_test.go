@@ -1,9 +1,20 @@
 package serving
 
 import (
+	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"flag"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
+
+	certutil "k8s.io/client-go/util/cert"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
 func TestBindDefaultsAndOverrides(t *testing.T) {
@@ -40,4 +51,82 @@ func TestMetricsOptions(t *testing.T) {
 	if plain.SecureServing || plain.FilterProvider != nil || len(plain.TLSOpts) != 0 {
 		t.Errorf("plain options = %+v: want HTTP without filter", plain)
 	}
+}
+
+// A metrics server given a certificate directory serves that certificate: a client that
+// trusts only its CA and checks the Service name connects, one that trusts another CA does not.
+func TestMetricsServeMountedCertificate(t *testing.T) {
+	dir := t.TempDir()
+	const name = "slicer-webhook-metrics.ns.svc"
+	ca := writeCert(t, dir, name)
+	other := writeCert(t, t.TempDir(), name)
+
+	addr := freeAddr(t)
+	o := Flags{MetricsAddr: addr, SecureMetrics: true, MetricsCertDir: dir}.MetricsOptions()
+	if o.CertDir != dir || o.CertName != MetricsCertFile || o.KeyName != MetricsKeyFile {
+		t.Fatalf("options = %+v: want the certificate of %s", o, dir)
+	}
+	o.FilterProvider = nil // authentication needs an apiserver; the TLS handshake does not
+	srv, err := metricsserver.NewServer(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = srv.Start(ctx) }()
+
+	dial := func(roots []byte) error {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(roots)
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: name, MinVersion: tls.VersionTLS12})
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := dial(ca)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TLS with the mounted certificate's CA: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var unknown x509.UnknownAuthorityError
+	if err := dial(other); !errors.As(err, &unknown) {
+		t.Errorf("TLS with another CA: %v, want an unknown authority error", err)
+	}
+}
+
+// writeCert writes a certificate for name and its key into dir and returns the CA.
+func writeCert(t *testing.T, dir, name string) []byte {
+	t.Helper()
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKeyWithOptions(certutil.SelfSignedCertKeyOptions{Host: name, MaxAge: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, rest := pem.Decode(certPEM)
+	if leaf == nil || len(rest) == 0 {
+		t.Fatal("expected a certificate and its CA")
+	}
+	if err := os.WriteFile(filepath.Join(dir, MetricsCertFile), pem.EncodeToMemory(leaf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, MetricsKeyFile), keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return rest
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
 }

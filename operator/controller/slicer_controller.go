@@ -301,6 +301,8 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		schedulerOK = r.reconcileDRA(ctx, opts, st, res, apply)
 	} else {
 		r.removeDRA(ctx, opts, st, res)
+		// The metrics certificates before the scheduler and webhook pods that mount them.
+		r.reconcileMetricsCerts(ctx, s, opts, res, apply)
 		schedulerOK = r.reconcileDevicePluginFrontend(ctx, s, &opts, st, res, apply, supported)
 	}
 	switch {

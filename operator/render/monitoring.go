@@ -67,7 +67,7 @@ func ServiceMonitors(o Options) []client.Object {
 			"port":            "metrics",
 			"scheme":          "https",
 			"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
-			"tlsConfig":       map[string]any{"insecureSkipVerify": true},
+			"tlsConfig":       metricsTLSConfig(o, component),
 			"relabelings": []any{map[string]any{
 				"sourceLabels": []any{"__meta_kubernetes_pod_node_name"},
 				"targetLabel":  "node",
@@ -90,6 +90,20 @@ func ServiceMonitors(o Options) []client.Object {
 		}})
 	}
 	return objs
+}
+
+// metricsTLSConfig is how Prometheus checks a component's certificate: with the CA the
+// operator publishes next to the ServiceMonitor (metricstls.go). The agent's endpoint is not
+// verified yet (its certificate is made in memory by each agent; docs/listeners.md).
+func metricsTLSConfig(o Options, component string) map[string]any {
+	v, ok := metricsTLSOf(o, component)
+	if !ok {
+		return map[string]any{"insecureSkipVerify": true}
+	}
+	return map[string]any{
+		"ca":         map[string]any{"configMap": map[string]any{"name": v.CAConfigMap, "key": MetricsCAKey}},
+		"serverName": v.ServerName(),
+	}
 }
 
 // PrometheusRule renders prometheusrules/' PrometheusRule in the operator namespace.

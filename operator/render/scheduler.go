@@ -86,6 +86,10 @@ func Scheduler(o Options) ([]client.Object, error) {
 		// delegated authentication and authorization) and the health checks.
 		args = append(args, "--bind-address="+h)
 	}
+	tlsMetrics, verified := metricsTLSOf(o, ComponentScheduler)
+	if verified {
+		args = append(args, schedulerCertArgs()...)
+	}
 	pod := corev1.PodSpec{
 		ServiceAccountName: SchedulerName,
 		SecurityContext:    restrictedPod(),
@@ -107,6 +111,9 @@ func Scheduler(o Options) ([]client.Object, error) {
 		Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: SchedulerConfigMap}},
 		}}},
+	}
+	if verified {
+		mountMetricsCert(&pod, tlsMetrics)
 	}
 	if o.hostNetwork() {
 		pod.DNSPolicy = corev1.DNSClusterFirstWithHostNet

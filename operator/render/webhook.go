@@ -103,6 +103,10 @@ func Webhook(o Options) ([]client.Object, error) {
 		"--translate-nvidia-resources=" + translateFlag(o),
 	}
 	args = append(args, listenArgs(o, p.WebhookMetrics, p.WebhookHealth)...)
+	tlsMetrics, verified := metricsTLSOf(o, ComponentWebhook)
+	if verified {
+		args = append(args, metricsCertArgs()...)
+	}
 	if o.hostNetwork() {
 		args = append(args, "--bind-address="+o.HostNetworkAddress)
 	}
@@ -131,6 +135,9 @@ func Webhook(o Options) ([]client.Object, error) {
 		Volumes: []corev1.Volume{{Name: "cert", VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: WebhookCertSecret},
 		}}},
+	}
+	if verified {
+		mountMetricsCert(&pod, tlsMetrics)
 	}
 	if o.hostNetwork() {
 		pod.DNSPolicy = corev1.DNSClusterFirstWithHostNet

@@ -58,8 +58,6 @@ func freePort() int {
 // PrometheusRule's .spec, unchanged) and the given scrape targets, and
 // returns its base URL. It is killed when the spec ends.
 func startPrometheus(targets map[string]string, node string) string {
-	bin, err := promtest.Binary("prometheus")
-	Expect(err).NotTo(HaveOccurred())
 	dir := GinkgoT().TempDir()
 	spec, err := prometheusrules.Load()
 	Expect(err).NotTo(HaveOccurred())
@@ -74,6 +72,14 @@ func startPrometheus(targets map[string]string, node string) string {
 			"static_configs": []any{map[string]any{"targets": []string{addr}, "labels": map[string]string{"node": node}}},
 		})
 	}
+	return runPrometheus(dir, scrape)
+}
+
+// runPrometheus runs Debian's prometheus with the rules in dir/rules.yaml and
+// the given scrape configurations, and returns its base URL. It is killed when the spec ends.
+func runPrometheus(dir string, scrape []any) string {
+	bin, err := promtest.Binary("prometheus")
+	Expect(err).NotTo(HaveOccurred())
 	cfg, err := yaml.Marshal(map[string]any{
 		"global":         map[string]string{"scrape_interval": "1s", "evaluation_interval": "1s"},
 		"rule_files":     []string{filepath.Join(dir, "rules.yaml")},

@@ -329,6 +329,9 @@ func fullInstall(agentNamespace string) []ref {
 	for name := range mustDashboards() {
 		refs = append(refs, ref{cm, ns, render.DashboardConfigMapName(strings.TrimSuffix(name, ".json"))})
 	}
+	for _, v := range render.MetricsTLS(render.Options{Slicer: newSlicer(), Namespace: ns}) {
+		refs = append(refs, ref{gvk(&corev1.Secret{}), v.Namespace, v.Secret}, ref{cm, v.Namespace, v.CAConfigMap})
+	}
 	return refs
 }
 
