@@ -142,7 +142,7 @@ func waitAvailable(c client.Client) {
 // outcome: identities and timestamps (uid, resourceVersion,
 // creationTimestamp, managedFields, owner UIDs and the applied hash over
 // them, condition times), generated
-// key material (Secret data, caBundle) and what kube-controller-manager's
+// key material (Secret data, caBundle, the metrics CA ConfigMaps) and what kube-controller-manager's
 // stand-in wrote (workload status).
 func endState(c client.Client) map[string]string {
 	GinkgoHelper()
@@ -188,6 +188,10 @@ func endState(c client.Client) map[string]string {
 				}
 				sort.Strings(keys)
 				u.Object["data"] = keys
+			case "ConfigMap": // a metrics CA bundle is generated key material too
+				if _, ok, _ := unstructured.NestedString(u.Object, "data", render.MetricsCAKey); ok {
+					Expect(unstructured.SetNestedField(u.Object, "(generated CA bundle)", "data", render.MetricsCAKey)).To(Succeed())
+				}
 			case "MutatingWebhookConfiguration":
 				hooks, _, _ := unstructured.NestedSlice(u.Object, "webhooks")
 				for _, h := range hooks {
