@@ -19,6 +19,7 @@ const (
 	FlagMetricsSecure      = "metrics-secure"
 	FlagHealthBindAddress  = "health-probe-bind-address"
 	FlagMetricsCertDir     = "metrics-cert-dir"
+	FlagMetricsCertSecret  = "metrics-cert-secret"
 )
 
 // Files of a metrics certificate directory (a mounted kubernetes.io/tls Secret).
@@ -39,6 +40,10 @@ type Flags struct {
 	// reloaded when the files change; empty: a self-signed certificate made in memory at
 	// start, which no scraper can verify.
 	MetricsCertDir string
+	// MetricsCertSecret is "namespace/name" of a kubernetes.io/tls Secret that holds the
+	// metrics serving certificate, read through the API (SecretCertificate) by a binary that
+	// cannot mount it; it takes the place of MetricsCertDir.
+	MetricsCertSecret string
 	// ProbeAddr is host:port of /healthz and /readyz (plain HTTP: the
 	// kubelet probes them); "0" turns them off.
 	ProbeAddr string
@@ -50,6 +55,7 @@ func (f *Flags) Bind(fs *flag.FlagSet, metricsDefault, probeDefault string) {
 	fs.StringVar(&f.MetricsAddr, FlagMetricsBindAddress, metricsDefault, `host:port of the metrics endpoint ("0" disables it; ":port" listens on every interface).`)
 	fs.BoolVar(&f.SecureMetrics, FlagMetricsSecure, true, "Serve metrics over HTTPS, only to callers the apiserver authenticates and authorizes for GET /metrics.")
 	fs.StringVar(&f.MetricsCertDir, FlagMetricsCertDir, "", "Directory with the metrics serving certificate ("+MetricsCertFile+", "+MetricsKeyFile+"), reloaded on change; empty: a self-signed one made in memory.")
+	fs.StringVar(&f.MetricsCertSecret, FlagMetricsCertSecret, "", "namespace/name of a kubernetes.io/tls Secret with the metrics serving certificate, read through the API and re-read every minute; takes the place of --"+FlagMetricsCertDir+".")
 	fs.StringVar(&f.ProbeAddr, FlagHealthBindAddress, probeDefault, `host:port of the /healthz and /readyz endpoints (plain HTTP; "0" disables them).`)
 }
 

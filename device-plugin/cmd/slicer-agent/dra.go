@@ -44,9 +44,9 @@ func runDRA(ctx context.Context, f flags, lib nvml.Library, metrics *engine.Metr
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme(), Metrics: f.listen.MetricsOptions(), HealthProbeBindAddress: f.listen.ProbeAddr})
+	mgr, err := newManager(cfg, f, ctrl.Options{Scheme: scheme()}, log)
 	if err != nil {
-		return fmt.Errorf("manager: %w", err)
+		return err
 	}
 	// The NodeAccelerator status is read and written through the API server, with no cache:
 	// one GET per sync, and no watch to keep (the plugin syncs on its own schedule, so a

@@ -103,14 +103,9 @@ func run(ctx context.Context, f flags) error {
 	default:
 		return fmt.Errorf("--frontend %q: want %s or %s", f.frontend, frontendDevicePlugin, frontendDRA)
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                 scheme(),
-		Metrics:                f.listen.MetricsOptions(),
-		HealthProbeBindAddress: f.listen.ProbeAddr,
-		Cache:                  agent.CacheOptions(f.node),
-	})
+	mgr, err := newManager(ctrl.GetConfigOrDie(), f, ctrl.Options{Scheme: scheme(), Cache: agent.CacheOptions(f.node)}, log)
 	if err != nil {
-		return fmt.Errorf("manager: %w", err)
+		return err
 	}
 	trigger := make(chan event.GenericEvent, 1)
 	poke := func() {
