@@ -288,10 +288,14 @@ func (r *SlicerReconciler) reconcileAgent(ctx context.Context, o render.Options,
 	}
 }
 
-func (r *SlicerReconciler) reconcileMonitoring(o render.Options, st *status, res *result, apply applyFunc, agentRolledOut bool) {
+// reconcileMonitoring applies the metrics Services, dashboards, ServiceMonitors and rules, and
+// metricsCA, the CA ConfigMaps of verified metrics Services in the agent's namespace
+// (reconcileMetricsCerts).
+func (r *SlicerReconciler) reconcileMonitoring(o render.Options, st *status, res *result, apply applyFunc, agentRolledOut bool, metricsCA []client.Object) {
 	const cond = slicerv1alpha1.ConditionMonitoringReady
 	var objs []client.Object
 	objs = append(objs, render.MetricsServices(o)...)
+	objs = append(objs, metricsCA...)
 	objs = append(objs, render.Dashboards(o)...)
 	wantsCRDs := wantsPrometheusOperator(o.Slicer)
 	if o.Platform.Monitoring {

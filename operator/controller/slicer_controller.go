@@ -297,12 +297,12 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	// schedulerOK: the frontend is in place, so the agent may advertise capacity.
 	schedulerOK := false
+	// The metrics certificates before the scheduler and webhook pods that mount them.
+	agentMetricsCA := r.reconcileMetricsCerts(ctx, s, opts, res, apply)
 	if render.UsesDRA(opts) {
 		schedulerOK = r.reconcileDRA(ctx, opts, st, res, apply)
 	} else {
 		r.removeDRA(ctx, opts, st, res)
-		// The metrics certificates before the scheduler and webhook pods that mount them.
-		r.reconcileMetricsCerts(ctx, s, opts, res, apply)
 		schedulerOK = r.reconcileDevicePluginFrontend(ctx, s, &opts, st, res, apply, supported)
 	}
 	switch {
@@ -321,7 +321,7 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		r.reconcileAgent(ctx, opts, st, res, apply)
 	}
 	// The agent's metrics objects live in its namespace: only once it exists.
-	r.reconcileMonitoring(opts, st, res, apply, schedulerOK && driverOK)
+	r.reconcileMonitoring(opts, st, res, apply, schedulerOK && driverOK, agentMetricsCA)
 	if err := r.summarize(ctx, st); err != nil {
 		res.fail(err)
 	}

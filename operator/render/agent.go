@@ -122,6 +122,9 @@ func Agent(o Options) ([]client.Object, error) {
 		"--orphan-grace-period=" + (time.Duration(a.OrphanGracePeriodSeconds) * time.Second).String(),
 	}
 	args = append(args, listenArgs(o, p.AgentMetrics, p.AgentHealth)...)
+	if v, ok := metricsTLSOf(o, ComponentAgent); ok {
+		args = append(args, agentCertArgs(v)...)
+	}
 	mounts := []corev1.VolumeMount{
 		{Name: "device-plugins", MountPath: kd.DevicePlugins},
 		{Name: "pod-resources", MountPath: kd.PodResources, ReadOnly: true},

@@ -2,19 +2,22 @@ package render
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slicer-operator/slicer/internal/serving"
 )
 
-// Verified metrics endpoints. The operator issues each metrics Service of its own namespace
-// a serving certificate (a Secret the component's pods mount, from operator/certs like the
-// webhook's) and publishes its CA bundle in a ConfigMap next to the ServiceMonitor, which
-// tells Prometheus to verify the endpoint with it (docs/listeners.md). The agent's Service,
-// in the agent's namespace, is not covered yet: the operator may write Secrets only in its
-// own namespace (slicer_controller.go's RBAC markers), and the agent's namespace is one it
-// creates, so no Role can be installed there beforehand.
+// Verified metrics endpoints. The operator issues each metrics Service a serving certificate
+// (a Secret in its own namespace, from operator/certs like the webhook's) and publishes its CA
+// bundle in a ConfigMap next to the ServiceMonitor, which tells Prometheus to verify the
+// endpoint with it (docs/listeners.md). The scheduler's and the webhook's pods mount their
+// Secret. The agent's cannot: it runs in the agent's namespace, where the operator may not
+// write Secrets (slicer_controller.go's RBAC markers), so the agent reads its Secret in the
+// operator's namespace through the API (internal/serving.SecretCertificate), allowed by a Role
+// there that names that one Secret (AgentMetricsCertRBAC). Every agent serves the same
+// certificate, for the agent Service's name.
 const (
 	// MetricsCertMountPath is where a component's pods mount its metrics serving certificate.
 	MetricsCertMountPath = "/etc/slicer-metrics-tls"
@@ -27,9 +30,10 @@ const (
 type VerifiedMetrics struct {
 	// Component, Namespace and Service name the scraped Service.
 	Component, Namespace, Service string
-	// Secret holds the serving certificate (kubernetes.io/tls plus ca.crt), mounted by the
-	// component's pods; CAConfigMap the CA bundle Prometheus verifies with (key MetricsCAKey).
-	Secret, CAConfigMap string
+	// Secret holds the serving certificate (kubernetes.io/tls plus ca.crt), in the operator's
+	// namespace SecretNamespace; CAConfigMap the CA bundle Prometheus verifies with (key
+	// MetricsCAKey), in Namespace, next to the ServiceMonitor.
+	Secret, SecretNamespace, CAConfigMap string
 }
 
 // DNSNames are the certificate's names: the Service's in-cluster names.
@@ -42,17 +46,18 @@ func (v VerifiedMetrics) DNSNames() []string {
 func (v VerifiedMetrics) ServerName() string { return v.DNSNames()[0] }
 
 // MetricsTLS lists the metrics Services with an operator-issued certificate: the scheduler's
-// and the webhook's, which run only with the device plugin frontend.
+// and the webhook's, which run only with the device plugin frontend, and the agent's, in both
+// frontends.
 func MetricsTLS(o Options) []VerifiedMetrics {
+	verified := func(component, name, namespace string) VerifiedMetrics {
+		svc := name + "-metrics"
+		return VerifiedMetrics{Component: component, Namespace: namespace, Service: svc, Secret: svc + "-cert", SecretNamespace: o.Namespace, CAConfigMap: svc + "-ca"}
+	}
+	agent := verified(ComponentAgent, AgentName, o.AgentNamespace)
 	if UsesDRA(o) {
-		return nil
+		return []VerifiedMetrics{agent}
 	}
-	var out []VerifiedMetrics
-	for _, c := range []struct{ component, name string }{{ComponentScheduler, SchedulerName}, {ComponentWebhook, WebhookName}} {
-		svc := c.name + "-metrics"
-		out = append(out, VerifiedMetrics{Component: c.component, Namespace: o.Namespace, Service: svc, Secret: svc + "-cert", CAConfigMap: svc + "-ca"})
-	}
-	return out
+	return []VerifiedMetrics{verified(ComponentScheduler, SchedulerName, o.Namespace), verified(ComponentWebhook, WebhookName, o.Namespace), agent}
 }
 
 // metricsTLSOf is the verified metrics Service of component, if it has one.
@@ -79,7 +84,7 @@ func MetricsCAConfigMap(v VerifiedMetrics, bundle []byte) client.Object {
 func MetricsCertSecret(v VerifiedMetrics, data map[string][]byte) client.Object {
 	return &corev1.Secret{
 		TypeMeta:   typeMeta(corev1.SchemeGroupVersion.WithKind("Secret")),
-		ObjectMeta: metav1.ObjectMeta{Name: v.Secret, Namespace: v.Namespace, Labels: labels(v.Component)},
+		ObjectMeta: metav1.ObjectMeta{Name: v.Secret, Namespace: v.SecretNamespace, Labels: labels(v.Component)},
 		Type:       corev1.SecretTypeTLS,
 		Data:       data,
 	}
@@ -108,4 +113,26 @@ func schedulerCertArgs() []string {
 		"--tls-cert-file=" + MetricsCertMountPath + "/" + corev1.TLSCertKey,
 		"--tls-private-key-file=" + MetricsCertMountPath + "/" + corev1.TLSPrivateKeyKey,
 	}
+}
+
+// agentCertArgs point the agent at its metrics certificate's Secret, which it reads through
+// the API (internal/serving.SecretCertificate).
+func agentCertArgs(v VerifiedMetrics) []string {
+	return []string{"--" + serving.FlagMetricsCertSecret + "=" + v.SecretNamespace + "/" + v.Secret}
+}
+
+// AgentMetricsCertName names the Role and RoleBinding that let the agent read its metrics
+// certificate's Secret.
+const AgentMetricsCertName = AgentName + "-metrics-cert"
+
+// AgentMetricsCertRBAC lets the agent's ServiceAccount get its metrics certificate's Secret,
+// that one Secret only, in the operator's namespace.
+func AgentMetricsCertRBAC(o Options) []client.Object {
+	v, _ := metricsTLSOf(o, ComponentAgent)
+	r := role(v.SecretNamespace, AgentMetricsCertName, ComponentAgent, []rbacv1.PolicyRule{{
+		APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{v.Secret}, Verbs: []string{"get"},
+	}})
+	b := roleBinding(v.SecretNamespace, AgentMetricsCertName, ComponentAgent, o.AgentNamespace)
+	b.Subjects[0].Name = AgentName
+	return []client.Object{r, b}
 }

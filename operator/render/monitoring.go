@@ -93,12 +93,11 @@ func ServiceMonitors(o Options) []client.Object {
 }
 
 // metricsTLSConfig is how Prometheus checks a component's certificate: with the CA the
-// operator publishes next to the ServiceMonitor (metricstls.go). The agent's endpoint is not
-// verified yet (its certificate is made in memory by each agent; docs/listeners.md).
+// operator publishes next to the ServiceMonitor (metricstls.go).
 func metricsTLSConfig(o Options, component string) map[string]any {
 	v, ok := metricsTLSOf(o, component)
 	if !ok {
-		return map[string]any{"insecureSkipVerify": true}
+		return map[string]any{} // not one of ours: Prometheus's own roots, never no verification
 	}
 	return map[string]any{
 		"ca":         map[string]any{"configMap": map[string]any{"name": v.CAConfigMap, "key": MetricsCAKey}},

@@ -102,6 +102,7 @@ func RBAC(o Options) []client.Object {
 				role(o.AgentNamespace, AgentName, ComponentAgent, SCCRules),
 				roleBinding(o.AgentNamespace, AgentName, ComponentAgent, o.AgentNamespace))
 		}
+		objs = append(objs, AgentMetricsCertRBAC(o)...)
 		return append(objs, Guards(o)...)
 	}
 	if SchedulerSupported(o) {
@@ -121,6 +122,7 @@ func RBAC(o Options) []client.Object {
 			role(o.AgentNamespace, AgentName, ComponentAgent, SCCRules),
 			roleBinding(o.AgentNamespace, AgentName, ComponentAgent, o.AgentNamespace))
 	}
+	objs = append(objs, AgentMetricsCertRBAC(o)...)
 	return append(objs, Guards(o)...)
 }
 

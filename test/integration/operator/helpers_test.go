@@ -329,9 +329,10 @@ func fullInstall(agentNamespace string) []ref {
 	for name := range mustDashboards() {
 		refs = append(refs, ref{cm, ns, render.DashboardConfigMapName(strings.TrimSuffix(name, ".json"))})
 	}
-	for _, v := range render.MetricsTLS(render.Options{Slicer: newSlicer(), Namespace: ns}) {
-		refs = append(refs, ref{gvk(&corev1.Secret{}), v.Namespace, v.Secret}, ref{cm, v.Namespace, v.CAConfigMap})
+	for _, v := range render.MetricsTLS(render.Options{Slicer: newSlicer(), Namespace: ns, AgentNamespace: agentNamespace}) {
+		refs = append(refs, ref{gvk(&corev1.Secret{}), v.SecretNamespace, v.Secret}, ref{cm, v.Namespace, v.CAConfigMap})
 	}
+	refs = append(refs, ref{gvk(&rbacv1.Role{}), ns, render.AgentMetricsCertName}, ref{gvk(&rbacv1.RoleBinding{}), ns, render.AgentMetricsCertName})
 	return refs
 }
 

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,15 +34,16 @@ var _ = Describe("Verified metrics endpoints", Ordered, func() {
 		Expect(admin.Create(ctx, newSlicer())).To(Succeed())
 		waitAvailable(ns)
 
-		verified := render.MetricsTLS(render.Options{Slicer: newSlicer(), Namespace: operatorNamespace})
-		Expect(verified).To(HaveLen(2))
+		verified := render.MetricsTLS(render.Options{Slicer: newSlicer(), Namespace: operatorNamespace, AgentNamespace: ns})
+		Expect(verified).To(HaveLen(3))
 		for _, v := range verified {
 			By(v.Service)
 			secret := &corev1.Secret{}
+			Expect(v.SecretNamespace).To(Equal(operatorNamespace), "every certificate's Secret is in the operator's namespace")
 			Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: v.Secret}, secret)).To(Succeed())
 			Expect(secret.Type).To(Equal(corev1.SecretTypeTLS))
 			cm := &corev1.ConfigMap{}
-			Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: v.CAConfigMap}, cm)).To(Succeed())
+			Expect(admin.Get(ctx, client.ObjectKey{Namespace: v.Namespace, Name: v.CAConfigMap}, cm)).To(Succeed())
 			Expect(cm.Data[render.MetricsCAKey]).To(Equal(string(secret.Data[certs.CAKey])), "the ConfigMap publishes the Secret's CA bundle")
 
 			roots := x509.NewCertPool()
@@ -50,7 +52,7 @@ var _ = Describe("Verified metrics endpoints", Ordered, func() {
 			Expect(block).NotTo(BeNil())
 			leaf, err := x509.ParseCertificate(block.Bytes)
 			Expect(err).NotTo(HaveOccurred())
-			Expect(leaf.DNSNames).To(ConsistOf(v.Service+"."+operatorNamespace+".svc", v.Service+"."+operatorNamespace+".svc.cluster.local"))
+			Expect(leaf.DNSNames).To(ConsistOf(v.Service+"."+v.Namespace+".svc", v.Service+"."+v.Namespace+".svc.cluster.local"))
 			for _, name := range leaf.DNSNames {
 				_, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots})
 				Expect(err).NotTo(HaveOccurred(), "certificate of %s for %s", v.Service, name)
@@ -61,7 +63,7 @@ var _ = Describe("Verified metrics endpoints", Ordered, func() {
 					continue
 				}
 				oc := &corev1.ConfigMap{}
-				Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: other.CAConfigMap}, oc)).To(Succeed())
+				Expect(admin.Get(ctx, client.ObjectKey{Namespace: other.Namespace, Name: other.CAConfigMap}, oc)).To(Succeed())
 				otherRoots := x509.NewCertPool()
 				Expect(otherRoots.AppendCertsFromPEM([]byte(oc.Data[render.MetricsCAKey]))).To(BeTrue())
 				_, err := leaf.Verify(x509.VerifyOptions{DNSName: v.ServerName(), Roots: otherRoots})
@@ -70,7 +72,7 @@ var _ = Describe("Verified metrics endpoints", Ordered, func() {
 
 			sm := &unstructured.Unstructured{}
 			sm.SetGroupVersionKind(smGVK)
-			Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: v.Service}, sm)).To(Succeed())
+			Expect(admin.Get(ctx, client.ObjectKey{Namespace: v.Namespace, Name: v.Service}, sm)).To(Succeed())
 			eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
 			Expect(eps).To(HaveLen(1))
 			tlsConfig, _, _ := unstructured.NestedMap(eps[0].(map[string]any), "tlsConfig")
@@ -94,10 +96,26 @@ var _ = Describe("Verified metrics endpoints", Ordered, func() {
 				}
 				g.Expect(secret.Data[certs.CertKey]).NotTo(Equal(short.Data[certs.CertKey]), "renewed")
 				g.Expect(pemCount(secret.Data[certs.CAKey])).To(Equal(2), "bundle keeps the previous CA")
-				g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: v.CAConfigMap}, cm)).To(Succeed())
+				g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: v.Namespace, Name: v.CAConfigMap}, cm)).To(Succeed())
 				g.Expect(cm.Data[render.MetricsCAKey]).To(Equal(string(secret.Data[certs.CAKey])))
 			}).Should(Succeed())
 
+			if v.Component == render.ComponentAgent {
+				// The agent reads its Secret through the API: that one, and no other.
+				ds := &appsv1.DaemonSet{}
+				Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: render.AgentName}, ds)).To(Succeed())
+				Expect(ds.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--metrics-cert-secret=" + operatorNamespace + "/" + v.Secret))
+				agent := agentOn(ns, "")
+				Expect(agent.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: v.Secret}, &corev1.Secret{})).To(Succeed())
+				for _, other := range verified {
+					if other.Secret != v.Secret {
+						err := agent.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: other.Secret}, &corev1.Secret{})
+						Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the agent reads %s: %v", other.Secret, err)
+					}
+				}
+				Expect(apierrors.IsForbidden(agent.List(ctx, &corev1.SecretList{}, client.InNamespace(operatorNamespace)))).To(BeTrue(), "the agent lists Secrets")
+				continue
+			}
 			dep := &appsv1.Deployment{}
 			Expect(admin.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: strings.TrimSuffix(v.Service, "-metrics")}, dep)).To(Succeed())
 			Expect(dep.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("VolumeSource.Secret", HaveField("SecretName", v.Secret))))
