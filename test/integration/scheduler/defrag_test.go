@@ -42,6 +42,43 @@ func cordon(name string, on bool) {
 	}).Should(Succeed())
 }
 
+// cordonSeen cordons the node and waits until the scheduler itself has seen it: a probe pod
+// with no slices, pinned to the node, is refused as unschedulable. A pod created after that
+// cannot be placed there by a scheduler that has not yet seen the cordon (on a loaded
+// machine its informer may lag the write). A probe placed before the cordon was seen holds
+// nothing (no slices) and is deleted; the next probe tries again.
+func (s *scenario) cordonSeen(node string) {
+	GinkgoHelper()
+	cordon(node, true)
+	for i := 0; ; i++ {
+		Expect(i).To(BeNumerically("<", 20), "the scheduler never saw node %s cordoned", node)
+		probe := s.pod(fmt.Sprintf("cordon-probe-%d", i), nil)
+		probe.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}},
+		}}}
+		s.create(probe)
+		var got *corev1.Pod
+		Eventually(func() bool {
+			got = s.get(probe.Name)
+			c := podCondition(got, corev1.PodScheduled)
+			return got.Spec.NodeName != "" || c != nil && c.Status == corev1.ConditionFalse
+		}, 30*time.Second).Should(BeTrue(), "probe %s neither placed nor refused", probe.Name)
+		Expect(k8s.Delete(ctx, got, client.GracePeriodSeconds(0))).To(Succeed())
+		if got.Spec.NodeName == "" {
+			return
+		}
+	}
+}
+
+func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
 var _ = Describe("Defragmentation", func() {
 	var (
 		s    *scenario
@@ -94,7 +131,7 @@ var _ = Describe("Defragmentation", func() {
 			Expect(framework.CreateNodeAccelerator(ctx, k8s, framework.MakeNodeAccelerator(name).GPUs("H100-80GB", 1).Obj())).To(Succeed())
 			s.nodes = append(s.nodes, name)
 			if i == 2 {
-				cordon(s.nodes[0], true)
+				s.cordonSeen(s.nodes[0])
 			}
 			p := s.pod(fmt.Sprintf("web-%d", i), map[string]int64{"1g.10gb": 1})
 			if slices.Contains(pin, i) {
@@ -314,7 +351,7 @@ var _ = Describe("Defragmentation", func() {
 		}
 		Eventually(s.bound).Should(Equal(2))
 		s.addNode(b, 1)
-		cordon(a, true)
+		s.cordonSeen(a)
 		s.create(s.pod("four", map[string]int64{"4g.40gb": 1}))
 		Eventually(func() string { return s.get("four").Spec.NodeName }).Should(Equal(b))
 		cordon(a, false)
