@@ -104,14 +104,19 @@ func (pr *preemptor) PodEligibleToPreemptOthers(_ context.Context, pod *corev1.P
 
 // awaited lists what a pod nominated to node waits for: lower-priority pods terminating by
 // preemption there, slices being released that overlap the placement cleared for it (any slice
-// being released on the node when none is recorded), and slices there that the agent still
-// reports once their allocation is gone.
+// being released on the node when none is recorded), slices whose pod is already gone while
+// their allocation is not yet being deleted (the garbage collector deletes it after the pod,
+// seconds later on a busy cluster), and slices there that the agent still reports once their
+// allocation is gone. Preempting again in any of these windows would evict more pods for room
+// that is about to free.
 func (p *Plugin) awaited(pod *corev1.Pod, node string) []string {
 	prio := corev1helpers.PodPriority(pod)
 	var waits []string
+	present := map[types.UID]bool{}
 	if ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node); err == nil && ni != nil {
 		for _, pi := range ni.GetPods() {
 			q := pi.GetPod()
+			present[q.UID] = true
 			if corev1helpers.PodPriority(q) < prio && terminatingByPreemption(q) {
 				waits = append(waits, "pod "+q.Namespace+"/"+q.Name+" to terminate")
 			}
@@ -120,12 +125,13 @@ func (p *Plugin) awaited(pod *corev1.Pod, node string) []string {
 	mine := p.nominatedSlots(pod.UID, node)
 	for _, claims := range p.cache.Claims(node) {
 		for _, c := range claims {
+			concerns := mine == nil || overlapsAny(c.Slot, mine)
 			switch {
-			case c.Leaving && (mine == nil || overlapsAny(c.Slot, mine)):
+			case c.Leaving && concerns:
 				waits = append(waits, fmt.Sprintf("the slice %s of %s to be released", c.Slot, c.Pod))
+			case c.Allocated && c.PodUID != pod.UID && !present[c.PodUID] && concerns:
+				waits = append(waits, fmt.Sprintf("the slice %s of %s (pod deleted) to be released", c.Slot, c.Pod))
 			case c.PodUID == "" && mine != nil && overlapsAny(c.Slot, mine):
-				// A victim's allocation is gone and the agent's report still shows its slice:
-				// preempting again now would evict more pods for room that is about to free.
 				waits = append(waits, fmt.Sprintf("the slice %s the node's agent still reports to be destroyed", c.Slot))
 			}
 		}

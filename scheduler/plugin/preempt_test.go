@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
@@ -133,5 +134,44 @@ func TestPreemptingMessage(t *testing.T) {
 	want := "preemption: room cleared on node n1 at GPU-1 3g.40gb@4; waiting for 7 pods of lower priority to terminate: ns/a, ns/b, ns/c, ns/d, ns/e, 2 more"
 	if got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+// TestNominatedPodWaitsForTheSliceOfADeletedVictim: once preemption has cleared a placement
+// for a pod, the victim's pod can be gone before its allocation is being deleted (the garbage
+// collector deletes it after the pod). The nominated pod must wait for that slice, not preempt
+// again: its Filter still counts the slice taken, and a second preemption would evict more.
+func TestNominatedPodWaitsForTheSliceOfADeletedVictim(t *testing.T) {
+	p := testPlugin(t, accel("n1", 1))
+	high := migPod("high", "slicer.dev/mig-3g.40gb", "1")
+	p.setNomination(high.UID, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "3g.40gb", 4}}}.snapshotSlots(t))
+	victim := overlayPod{name: "victim", slots: []overlaySlot{{0, "1g.10gb", 4}}}
+	victim.allocate(t, p)
+	kept := overlayPod{name: "kept", slots: []overlaySlot{{0, "1g.10gb", 0}}}
+	kept.allocate(t, p)
+	high.Status.NominatedNodeName = "n1"
+	pr := &preemptor{p: p}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	onNode := func(o overlayPod) *corev1.Pod {
+		pod := o.pod()
+		pod.Spec.NodeName = "n1"
+		return pod
+	}
+
+	// Both pods still there: nothing to wait for (the victim is not terminating).
+	p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim), onNode(kept)}, []*corev1.Node{node})}
+	if ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), high, nil); !ok {
+		t.Fatalf("with every pod present: not eligible: %s", msg)
+	}
+	// The victim's pod is gone, its allocation not yet deleting: wait for its slice only.
+	p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(kept)}, []*corev1.Node{node})}
+	ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), high, nil)
+	if ok || !strings.Contains(msg, "ns/victim (pod deleted) to be released") {
+		t.Fatalf("with the victim's pod gone: eligible %v, %q", ok, msg)
+	}
+	// A gone pod's slice outside the cleared placement is not waited for.
+	p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim)}, []*corev1.Node{node})}
+	if ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), high, nil); !ok {
+		t.Fatalf("with a pod gone outside the cleared placement: not eligible: %s", msg)
 	}
 }

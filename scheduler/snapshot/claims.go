@@ -21,6 +21,9 @@ type Claim struct {
 	Pod string
 	// Leaving: the allocation is being deleted; its slot frees without anyone being evicted.
 	Leaving bool
+	// Allocated: the claim is a SliceAllocation the cache has seen (not a reservation, nor the
+	// record of an allocation just created, nor a slice only the agent reports).
+	Allocated bool
 }
 
 // Claims returns the claims of a node's GPUs by GPU UUID, each sorted by start (one claim per
@@ -44,7 +47,7 @@ func (c *Cache) Claims(node string) map[string][]Claim {
 	}
 	sort.Slice(allocs, func(i, j int) bool { return allocs[i].Name < allocs[j].Name })
 	for _, a := range allocs {
-		add(Claim{Slot: a.Slot, PodUID: a.PodUID, Pod: a.Namespace + "/" + a.PodName, Leaving: a.Deleting})
+		add(Claim{Slot: a.Slot, PodUID: a.PodUID, Pod: a.Namespace + "/" + a.PodName, Leaving: a.Deleting, Allocated: true})
 	}
 	for _, r := range c.reservations {
 		if r.NodeName == node {
