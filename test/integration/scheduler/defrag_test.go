@@ -42,17 +42,20 @@ func cordon(name string, on bool) {
 	}).Should(Succeed())
 }
 
-// cordonSeen cordons the node and waits until the scheduler itself has seen it: a probe pod
-// with no slices, pinned to the node, is refused as unschedulable. A pod created after that
-// cannot be placed there by a scheduler that has not yet seen the cordon (on a loaded
-// machine its informer may lag the write). A probe placed before the cordon was seen holds
-// nothing (no slices) and is deleted; the next probe tries again.
-func (s *scenario) cordonSeen(node string) {
+// cordonSeen cordons the node (on) or uncordons it, and waits until the scheduler itself has
+// seen it. For a cordon, a probe pod with no slices, pinned to the node, must be refused as
+// unschedulable: a pod created after that cannot be placed there by a scheduler that has not
+// yet seen the cordon (on a loaded machine its informer may lag the write). A probe placed
+// before the cordon was seen holds nothing (no slices) and is deleted; the next probe tries
+// again. For an uncordon, a probe must be placed there: a plan made after that counts the node
+// as a destination (one made earlier, with the node still cordoned in the scheduler's view,
+// may find none and wait minutes for its retry).
+func (s *scenario) cordonSeen(node string, on bool) {
 	GinkgoHelper()
-	cordon(node, true)
+	cordon(node, on)
 	for i := 0; ; i++ {
-		Expect(i).To(BeNumerically("<", 20), "the scheduler never saw node %s cordoned", node)
-		probe := s.pod(fmt.Sprintf("cordon-probe-%d", i), nil)
+		Expect(i).To(BeNumerically("<", 20), "the scheduler never saw node %s with unschedulable=%v", node, on)
+		probe := s.pod(fmt.Sprintf("cordon-probe-%d-%d", time.Now().UnixNano(), i), nil)
 		probe.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}},
 		}}}
@@ -60,11 +63,16 @@ func (s *scenario) cordonSeen(node string) {
 		var got *corev1.Pod
 		Eventually(func() bool {
 			got = s.get(probe.Name)
+			if !on {
+				// Refused while the scheduler still sees the cordon, the probe is retried when
+				// it sees the node change.
+				return got.Spec.NodeName != ""
+			}
 			c := podCondition(got, corev1.PodScheduled)
 			return got.Spec.NodeName != "" || c != nil && c.Status == corev1.ConditionFalse
 		}, 30*time.Second).Should(BeTrue(), "probe %s neither placed nor refused", probe.Name)
 		Expect(k8s.Delete(ctx, got, client.GracePeriodSeconds(0))).To(Succeed())
-		if got.Spec.NodeName == "" {
+		if (got.Spec.NodeName == "") == on {
 			return
 		}
 	}
@@ -131,7 +139,7 @@ var _ = Describe("Defragmentation", func() {
 			Expect(framework.CreateNodeAccelerator(ctx, k8s, framework.MakeNodeAccelerator(name).GPUs("H100-80GB", 1).Obj())).To(Succeed())
 			s.nodes = append(s.nodes, name)
 			if i == 2 {
-				s.cordonSeen(s.nodes[0])
+				s.cordonSeen(s.nodes[0], true)
 			}
 			p := s.pod(fmt.Sprintf("web-%d", i), map[string]int64{"1g.10gb": 1})
 			if slices.Contains(pin, i) {
@@ -143,7 +151,7 @@ var _ = Describe("Defragmentation", func() {
 			s.create(p)
 			Eventually(func() string { return s.get(p.Name).Spec.NodeName }).Should(Equal(name))
 		}
-		cordon(s.nodes[0], false)
+		s.cordonSeen(s.nodes[0], false)
 	}
 	eventsOf := func(pod *corev1.Pod, reason string) []string {
 		var list corev1.EventList
@@ -351,10 +359,10 @@ var _ = Describe("Defragmentation", func() {
 		}
 		Eventually(s.bound).Should(Equal(2))
 		s.addNode(b, 1)
-		s.cordonSeen(a)
+		s.cordonSeen(a, true)
 		s.create(s.pod("four", map[string]int64{"4g.40gb": 1}))
 		Eventually(func() string { return s.get("four").Spec.NodeName }).Should(Equal(b))
-		cordon(a, false)
+		s.cordonSeen(a, false)
 		// The plan evicts in the order of the replicas' placements: the budget guards the later.
 		start := func(name string) int32 { return s.allocationsOf(s.get(name))[0].Spec.Placement.Start }
 		second := "web-2"
