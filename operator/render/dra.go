@@ -97,7 +97,8 @@ func AllDeviceClasses() []client.Object {
 }
 
 // DevicePluginFrontend lists the objects only the device-plugin frontend uses: the scheduler
-// and the webhook with their configuration, RBAC, certificate and admission registrations.
+// and the webhook with their configuration, RBAC, serving and metrics certificates and
+// admission registrations.
 // The DRA frontend deletes them (only names and kinds matter).
 func DevicePluginFrontend(o Options, adm AdmissionRenderer) []client.Object {
 	objs := schedulerObjects(o)
@@ -119,5 +120,10 @@ func DevicePluginFrontend(o Options, adm AdmissionRenderer) []client.Object {
 		&rbacv1.ClusterRoleBinding{TypeMeta: typeMeta(rbacv1.SchemeGroupVersion.WithKind("ClusterRoleBinding")), ObjectMeta: meta("", WebhookName)},
 		&rbacv1.ClusterRole{TypeMeta: typeMeta(rbacv1.SchemeGroupVersion.WithKind("ClusterRole")), ObjectMeta: meta("", WebhookName)},
 	)
+	for _, v := range devicePluginFrontendMetricsTLS(o) {
+		objs = append(objs,
+			&corev1.Secret{TypeMeta: typeMeta(corev1.SchemeGroupVersion.WithKind("Secret")), ObjectMeta: meta(v.SecretNamespace, v.Secret)},
+			&corev1.ConfigMap{TypeMeta: typeMeta(corev1.SchemeGroupVersion.WithKind("ConfigMap")), ObjectMeta: meta(v.Namespace, v.CAConfigMap)})
+	}
 	return objs
 }

@@ -49,15 +49,23 @@ func (v VerifiedMetrics) ServerName() string { return v.DNSNames()[0] }
 // and the webhook's, which run only with the device plugin frontend, and the agent's, in both
 // frontends.
 func MetricsTLS(o Options) []VerifiedMetrics {
-	verified := func(component, name, namespace string) VerifiedMetrics {
-		svc := name + "-metrics"
-		return VerifiedMetrics{Component: component, Namespace: namespace, Service: svc, Secret: svc + "-cert", SecretNamespace: o.Namespace, CAConfigMap: svc + "-ca"}
-	}
-	agent := verified(ComponentAgent, AgentName, o.AgentNamespace)
+	agent := verifiedMetrics(o, ComponentAgent, AgentName, o.AgentNamespace)
 	if UsesDRA(o) {
 		return []VerifiedMetrics{agent}
 	}
-	return []VerifiedMetrics{verified(ComponentScheduler, SchedulerName, o.Namespace), verified(ComponentWebhook, WebhookName, o.Namespace), agent}
+	return append(devicePluginFrontendMetricsTLS(o), agent)
+}
+
+// devicePluginFrontendMetricsTLS are the verified metrics of the scheduler and the webhook,
+// which only the device-plugin frontend runs.
+func devicePluginFrontendMetricsTLS(o Options) []VerifiedMetrics {
+	return []VerifiedMetrics{verifiedMetrics(o, ComponentScheduler, SchedulerName, o.Namespace), verifiedMetrics(o, ComponentWebhook, WebhookName, o.Namespace)}
+}
+
+// verifiedMetrics names the certificate objects of the metrics Service of component name.
+func verifiedMetrics(o Options, component, name, namespace string) VerifiedMetrics {
+	svc := name + "-metrics"
+	return VerifiedMetrics{Component: component, Namespace: namespace, Service: svc, Secret: svc + "-cert", SecretNamespace: o.Namespace, CAConfigMap: svc + "-ca"}
 }
 
 // metricsTLSOf is the verified metrics Service of component, if it has one.

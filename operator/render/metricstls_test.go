@@ -145,3 +145,20 @@ func TestServiceMonitorsVerifyTLS(t *testing.T) {
 		t.Errorf("DRA frontend: verified metrics %v, want the agent's only", got)
 	}
 }
+
+// Switching to the DRA frontend deletes the scheduler's and the webhook's metrics
+// certificates and CA bundles with them, and keeps the agent's, which it still uses.
+func TestDRARemovesTheDevicePluginFrontendsMetricsCertificates(t *testing.T) {
+	o := testOptions()
+	removed := map[string]bool{}
+	for _, obj := range DevicePluginFrontend(o, nil) {
+		removed[obj.GetObjectKind().GroupVersionKind().Kind+" "+obj.GetNamespace()+"/"+obj.GetName()] = true
+	}
+	for _, v := range MetricsTLS(o) {
+		for _, key := range []string{"Secret " + v.SecretNamespace + "/" + v.Secret, "ConfigMap " + v.Namespace + "/" + v.CAConfigMap} {
+			if want := v.Component != ComponentAgent; removed[key] != want {
+				t.Errorf("%s of %s: removed with the device-plugin frontend %v, want %v", key, v.Component, removed[key], want)
+			}
+		}
+	}
+}
