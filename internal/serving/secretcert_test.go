@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
 // oneSecret is a client.Reader that holds at most one Secret (nil: not found).
@@ -71,31 +70,9 @@ func TestMetricsServeSecretCertificate(t *testing.T) {
 	certs.Reader = reader
 	o := f.MetricsOptions()
 	o.TLSOpts = append(o.TLSOpts, certs.ServeWith)
-	o.FilterProvider = nil // authentication needs an apiserver; the TLS handshake does not
-	srv, err := metricsserver.NewServer(o, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = srv.Start(ctx) }()
-	dial := func(roots []byte) error {
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(roots)
-		var err error
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			var conn *tls.Conn
-			conn, err = tls.Dial("tcp", f.MetricsAddr, &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12})
-			if err == nil {
-				_ = conn.Close()
-				return nil
-			}
-			if !strings.Contains(err.Error(), "connection refused") {
-				return err // the server is up: the handshake's own answer
-			}
-		}
-		return err
-	}
+	serveMetrics(t, o)
+	dial := dialer(f.MetricsAddr, host)
+	ctx := t.Context()
 
 	first, firstCA := certSecret(t, "slicer-system", "slicer-agent-metrics-cert", host)
 	if err := certs.Load(ctx); !apierrors.IsNotFound(errors.Unwrap(err)) {

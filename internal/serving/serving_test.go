@@ -1,7 +1,6 @@
 package serving
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -10,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,34 +66,11 @@ func TestMetricsServeMountedCertificate(t *testing.T) {
 	if o.CertDir != dir || o.CertName != MetricsCertFile || o.KeyName != MetricsKeyFile {
 		t.Fatalf("options = %+v: want the certificate of %s", o, dir)
 	}
-	o.FilterProvider = nil // authentication needs an apiserver; the TLS handshake does not
-	srv, err := metricsserver.NewServer(o, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = srv.Start(ctx) }()
+	serveMetrics(t, o)
+	dial := dialer(addr, name)
 
-	dial := func(roots []byte) error {
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(roots)
-		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: name, MinVersion: tls.VersionTLS12})
-		if err == nil {
-			_ = conn.Close()
-		}
-		return err
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := dial(ca)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("TLS with the mounted certificate's CA: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := dial(ca); err != nil {
+		t.Fatalf("TLS with the mounted certificate's CA: %v", err)
 	}
 	var unknown x509.UnknownAuthorityError
 	if err := dial(other); !errors.As(err, &unknown) {
@@ -129,4 +106,41 @@ func freeAddr(t *testing.T) string {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().String()
+}
+
+// serveMetrics serves metrics with the options o until the test ends, without
+// the authentication filter: it needs an apiserver, the TLS handshake does not.
+func serveMetrics(t *testing.T, o metricsserver.Options) {
+	t.Helper()
+	o.FilterProvider = nil
+	srv, err := metricsserver.NewServer(o, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Start(t.Context()) }()
+	t.Cleanup(func() { <-done }) // t.Context() is cancelled before cleanups run
+}
+
+// dialer returns a TLS handshake with the server at addr by a client that
+// trusts only the CAs roots and checks the name host. It waits, up to 10 s,
+// while the server does not listen yet, then returns the handshake's answer.
+func dialer(addr, host string) func(roots []byte) error {
+	return func(roots []byte) error {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(roots)
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			var conn *tls.Conn
+			conn, err = tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12})
+			if err == nil {
+				_ = conn.Close()
+				return nil
+			}
+			if !strings.Contains(err.Error(), "connection refused") {
+				return err // the server is up: the handshake's own answer
+			}
+		}
+		return err
+	}
 }

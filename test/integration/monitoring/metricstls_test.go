@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -17,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/yaml"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/serving"
@@ -72,7 +70,8 @@ var _ = Describe("Verified metrics scrape", func() {
 		})
 
 		By("a scraper ServiceAccount bound to slicer-metrics-reader")
-		role := shippedClusterRole("slicer-metrics-reader")
+		role, err := framework.ShippedClusterRole("slicer-metrics-reader")
+		Expect(err).NotTo(HaveOccurred())
 		Expect(k8s.Create(ctx, role)).To(Succeed())
 		DeferCleanup(func() { Expect(k8s.Delete(ctx, role)).To(Succeed()) })
 		binding := &rbacv1.ClusterRoleBinding{
@@ -137,19 +136,3 @@ var _ = Describe("Verified metrics scrape", func() {
 		Expect(v0).To(Equal(0.0))
 	})
 })
-
-// shippedClusterRole is the ClusterRole name of config/rbac, as installed.
-func shippedClusterRole(name string) *rbacv1.ClusterRole {
-	GinkgoHelper()
-	data, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "config", "rbac", "service_account_binding.yaml"))
-	Expect(err).NotTo(HaveOccurred())
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var r rbacv1.ClusterRole
-		Expect(yaml.Unmarshal([]byte(doc), &r)).To(Succeed())
-		if r.Kind == "ClusterRole" && r.Name == name {
-			return &r
-		}
-	}
-	Fail("no ClusterRole " + name + " in config/rbac/service_account_binding.yaml")
-	return nil
-}

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -19,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/yaml"
 
 	"github.com/slicer-operator/slicer/internal/serving"
 	"github.com/slicer-operator/slicer/test/framework"
@@ -104,7 +101,8 @@ var _ = Describe("Metrics endpoint", Ordered, func() {
 	})
 
 	It("serves the metrics to a ServiceAccount bound to slicer-metrics-reader", func() {
-		role := shippedClusterRole("slicer-metrics-reader")
+		role, err := framework.ShippedClusterRole("slicer-metrics-reader")
+		Expect(err).NotTo(HaveOccurred())
 		Expect(k8s.Create(ctx, role)).To(Succeed())
 		Expect(k8s.Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "prometheus-metrics-reader"},
@@ -120,19 +118,3 @@ var _ = Describe("Metrics endpoint", Ordered, func() {
 		}).Should(Succeed())
 	})
 })
-
-// shippedClusterRole is the ClusterRole name of config/rbac, as installed.
-func shippedClusterRole(name string) *rbacv1.ClusterRole {
-	GinkgoHelper()
-	data, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "config", "rbac", "service_account_binding.yaml"))
-	Expect(err).NotTo(HaveOccurred())
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var r rbacv1.ClusterRole
-		Expect(yaml.Unmarshal([]byte(doc), &r)).To(Succeed())
-		if r.Kind == "ClusterRole" && r.Name == name {
-			return &r
-		}
-	}
-	Fail("no ClusterRole " + name + " in config/rbac/service_account_binding.yaml")
-	return nil
-}
