@@ -40,6 +40,12 @@ type DefragOptions struct {
 	// Destinations, when set, restricts where each moved slice may be re-created (nil: any
 	// usable GPU of its model).
 	Destinations DestinationFunc
+	// DestinationClass, with Destinations, names each moved slice's class: the slices of one
+	// non-empty class may go to the same nodes (their pods pass the same node filters), so
+	// Destinations is asked once per class and a class's allowed GPUs are counted once per
+	// profile, not once per slice (defrag_class.go). "": a class of its own. It changes no
+	// answer when the classes are true.
+	DestinationClass func(from SliceAt) string
 	// Chains also looks, when no plan of one or two moves exists and MaxMoves allows two, for a
 	// two-move chain (defrag_chain.go): an Ordered plan whose second move goes into the room the
 	// first one leaves. Ignored with Destinations.
@@ -48,7 +54,7 @@ type DefragOptions struct {
 
 // DestinationFunc says where the slice at from, once moved, may be re-created: a predicate over
 // node indexes of PlanDefrag's nodes, or nil when any node will do. It is asked once per slice
-// the planner considers moving; the predicate may be asked several times for one node (it
+// the planner considers moving (once per class with DefragOptions.DestinationClass); the predicate may be asked several times for one node (it
 // should remember its answers). Both must be deterministic for the duration of one PlanDefrag
 // call. (A moved slice's constraints are its
 // pod's, which are a node's: node selector and affinity, taints, schedulability.)
@@ -145,7 +151,7 @@ func planDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptio
 	if budget <= 0 {
 		budget = DefaultDefragRemovalSets
 	}
-	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, maxMoves: maxMoves, noPrune: noPrune}
+	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, class: opt.DestinationClass, maxMoves: maxMoves, noPrune: noPrune}
 	if out := r.survey(); out != "" {
 		return DefragResult{Outcome: out}
 	}
@@ -199,6 +205,11 @@ type defragRun struct {
 	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
 	// may go; only with dest set.
 	dests map[int]*destInfo
+	// class, classAllow and classFits: DefragOptions.DestinationClass, the predicate asked per
+	// class and the allowed GPUs per (class, model, profile), see defrag_class.go.
+	class      func(from SliceAt) string
+	classAllow map[string]func(node int) bool
+	classFits  map[classKey][]gpuRef
 	// hosts caches chainHosts per (model, profile).
 	hosts map[[2]int][]chainHost
 
@@ -216,6 +227,9 @@ type defragRun struct {
 	// nil with noPrune or DefragOptions.Destinations.
 	opens    [numModels + 1][]uint8
 	movCache []uint32 // per GPU in node then GPU order, see movableSlots
+	// destCache, per GPU in node then GPU order, the candidate slots that destStuck keeps;
+	// only with DefragOptions.DestinationClass and the pruning rules.
+	destCache []uint32
 
 	k        int
 	examined int
@@ -376,9 +390,15 @@ func (r *defragRun) scan(budget int) {
 		if mov&(movHopeless|movStuck) != 0 || bits.OnesCount32(mov&keep&movSlots) < r.k {
 			continue
 		}
+		use := mov & keep & movSlots
+		if r.class != nil && !r.noPrune {
+			if use = r.destStuck(gi, n, g, t, dts[m], st, p, use); bits.OnesCount32(use) < r.k {
+				continue
+			}
+		}
 		var pos [32]int
 		npos := 0
-		for mask := mov & keep & movSlots; mask != 0; mask &= mask - 1 {
+		for mask := use; mask != 0; mask &= mask - 1 {
 			pos[npos] = bits.TrailingZeros32(mask)
 			npos++
 		}

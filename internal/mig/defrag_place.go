@@ -153,19 +153,31 @@ func (r *defragRun) destOf(gi, n, g int, t *modelTable, s int) *destInfo {
 	}
 	sl := t.slots[s]
 	from := SliceAt{Node: n, GPU: g, Profile: t.profiles[sl.prof], Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
-	allow := r.dest(from)
+	cls := ""
+	if r.class != nil {
+		cls = r.class(from)
+	}
+	allow := r.allowOf(cls, from)
 	if allow == nil {
 		r.dests[key] = nil
 		return nil
 	}
 	in := &destInfo{allow: allow, target: allow(n)}
 	self := gpuRef{int32(n), int32(g)}
-	last, lastOK := int32(-1), false
-	for _, ref := range r.fits(r.nodes[n].GPUs[g].State.model, int(sl.prof)) {
+	m := r.nodes[n].GPUs[g].State.model
+	refs, lastOK := r.fits(m, int(sl.prof)), true
+	if cls != "" {
+		// The class's allowed GPUs, up to maxMoves+1 of them: at most one is self, so a
+		// slice has maxMoves others when the list is that long, and the list is complete
+		// when it is shorter.
+		refs = r.classFitsOf(cls, m, int(sl.prof), allow)
+	}
+	last := int32(-1)
+	for _, ref := range refs {
 		if ref == self {
 			continue
 		}
-		if ref.node != last {
+		if cls == "" && ref.node != last {
 			last, lastOK = ref.node, allow(int(ref.node))
 		}
 		if !lastOK {

@@ -3,9 +3,9 @@ package mig
 import "math/bits"
 
 // Pruning of PlanDefrag's search (defrag.go), exact: a slice with nowhere to go is in no
-// feasible removal set (stuck), and GPUs in one state are alike to the search when no
+// feasible removal set (stuck; destStuck with destination classes), and GPUs in one state are alike to the search when no
 // destination is restricted, so a level's removal sets are tried once per state before its
-// GPUs are (stateOpens). planDefrag's noPrune turns both off, for the tests that compare.
+// GPUs are (stateOpens). planDefrag's noPrune turns them off, for the tests that compare.
 
 // stuck computes keep for model m and the request's profile p. A slice is stuck on its GPU X
 // when its profile fits now on no usable GPU but X, and no placement of it on X is clear of
@@ -29,14 +29,7 @@ func (r *defragRun) stuck(m Model, t *modelTable, p int) []uint32 {
 			if r.fitCount[m][q]-b2i(t.nvmlSlot[st*np+q] != noSlot) > 0 {
 				continue
 			}
-			room := false
-			for _, start := range t.profiles[q].Starts {
-				if t.slots[t.slotOf[q][start]].mem&used == 0 {
-					room = true
-					break
-				}
-			}
-			if !room {
+			if !roomFor(t, used, q) {
 				keep &^= 1 << s
 			}
 		}
@@ -45,6 +38,50 @@ func (r *defragRun) stuck(m Model, t *modelTable, p int) []uint32 {
 		}
 		out[st] = keep
 	}
+	return out
+}
+
+// roomFor reports whether some placement of profile q is clear of the memory slices used.
+func roomFor(t *modelTable, used uint16, q int) bool {
+	for _, start := range t.profiles[q].Starts {
+		if t.slots[t.slotOf[q][start]].mem&used == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// destStuck is stuck for one GPU under DefragOptions.Destinations: of the candidate slots use
+// of GPU (n, g) (gi in node then GPU order, state st), those whose slice may be re-created on
+// no allowed GPU but its own where its profile fits now (destOf: others 0) and not on its own
+// GPU either (its node not allowed, or no placement there clear of the GPU's instances now)
+// are in no feasible removal set and are dropped; none are kept when the removal of the rest
+// cannot open the request (profile p). Exact for the same reason as stuck: every destination
+// is free now, on the target GPU or on another allowed one where the profile fits now
+// (feasible, place). Computed once per GPU and call, only with DefragOptions.DestinationClass:
+// it asks destOf about every candidate slot, which is cheap with classes (defrag_class.go) but
+// costs a pass over the GPUs where the slice's profile fits per slice without them, for slots
+// the search might never have asked about.
+func (r *defragRun) destStuck(gi, n, g int, t *modelTable, dt *defragTable, st, p int, use uint32) uint32 {
+	if r.destCache == nil {
+		r.destCache = make([]uint32, len(r.movCache))
+	}
+	if e := r.destCache[gi]; e&movKnown != 0 {
+		return e & movSlots
+	}
+	out := use
+	for rest := use; rest != 0; rest &= rest - 1 {
+		s := bits.TrailingZeros32(rest)
+		in := r.destOf(gi, n, g, t, s)
+		if in == nil || in.others > 0 || (in.target && roomFor(t, t.used[st], int(t.slots[s].prof))) {
+			continue
+		}
+		out &^= 1 << s
+	}
+	if out != use && t.nvmlSlot[int(dt.index[t.states[st]&^out])*t.nprof()+p] == noSlot {
+		out = 0
+	}
+	r.destCache[gi] = out | movKnown
 	return out
 }
 

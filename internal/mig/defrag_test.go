@@ -434,8 +434,10 @@ func TestPlanDefragExamples(t *testing.T) {
 // benchCluster is nodes × 8 H100 GPUs filled at random with the mixed trace's profiles, then
 // with 1g slices until the pending profile fits on no GPU. Each slice is movable with
 // probability pMove; movability is a bit per (GPU, start), as a scheduler snapshot would keep
-// it, so the callback costs what a real one would.
-func benchCluster(rng *rand.Rand, nodes int, pending Profile, pMove float64) ([]Node, MovableFunc) {
+// it, so the callback costs what a real one would. With crowd > 0 each GPU is then, with that
+// probability, filled up with 1g slices until not even a 1g.10gb fits (a crowded cluster, whose
+// free room is on the other GPUs only); crowd 0 draws nothing more from rng.
+func benchCluster(rng *rand.Rand, nodes int, pending Profile, pMove, crowd float64) ([]Node, MovableFunc) {
 	weights := []struct {
 		name string
 		w    float64
@@ -476,6 +478,11 @@ func benchCluster(rng *rand.Rand, nodes int, pending Profile, pMove float64) ([]
 			for st.Fits(pending) {
 				take(one)
 			}
+			if crowd > 0 && rng.Float64() < crowd {
+				for st.Fits(one) {
+					take(one)
+				}
+			}
 			out[n].GPUs[g] = GPU{State: st, Usable: true}
 		}
 	}
@@ -514,7 +521,7 @@ func BenchmarkPlanDefrag(b *testing.B) {
 			}
 			var sc []scenario
 			for i := 0; i < 4; i++ {
-				nodes, mov := benchCluster(rng, 5000, pending, bc.pMove)
+				nodes, mov := benchCluster(rng, 5000, pending, bc.pMove, 0)
 				sc = append(sc, scenario{nodes, mov})
 			}
 			results := benchPlans(b, func(i int, noPrune bool) DefragResult {

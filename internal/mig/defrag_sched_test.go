@@ -1,0 +1,238 @@
+package mig
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+// The planner called as the scheduler plugin calls it (scheduler/plugin/defrag.go,
+// defrag_dest.go): default bounds (DefaultDefragMoves, the default work bound, no chains), a
+// movability callback that reads a node's claims once, when first asked about it, and
+// remembers the pod it found at each slice, and Destinations that give each moved slice its
+// pod's node filters (spec.unschedulable, nodeSelector, NoSchedule taints) behind a per-slice
+// memo, a fresh one per call.
+
+// schedNode is what the node filters read of a node.
+type schedNode struct {
+	labels        map[string]string
+	unschedulable bool
+	tainted       bool // a NoSchedule taint
+}
+
+// schedPod is a moved slice's pod as the node filters read it.
+type schedPod struct {
+	selector  map[string]string
+	tolerates bool // the tainted nodes' taint
+	// class names what the node filters read of the pod (DefragOptions.DestinationClass).
+	class string
+}
+
+// schedCluster is a cluster with the scheduler's view of its nodes and of the pods at its
+// slices (pods[gpu in node then GPU order][start], nil where no movable pod is).
+type schedCluster struct {
+	nodes []Node
+	attrs []schedNode
+	pods  [][8]*schedPod
+}
+
+const zoneLabel = "topology.kubernetes.io/zone"
+
+// schedIndex is one call's movability index (the plugin's movableIndex): the nodes whose claims
+// were read and the pods found.
+type schedIndex struct {
+	c     *schedCluster
+	read  map[int]bool
+	found map[sliceKey]*schedPod
+}
+
+func (c *schedCluster) index() *schedIndex {
+	return &schedIndex{c: c, read: map[int]bool{}, found: map[sliceKey]*schedPod{}}
+}
+
+func (x *schedIndex) at(n, g int, _ Profile, pl Placement) bool {
+	x.read[n] = true
+	pod := x.c.pods[n*8+g][pl.Start]
+	if pod == nil {
+		return false
+	}
+	x.found[sliceKey{n, g, pl.Start}] = pod
+	return true
+}
+
+func (x *schedIndex) destinations(from SliceAt) func(int) bool {
+	pod := x.found[sliceKey{from.Node, from.GPU, from.Placement.Start}]
+	if pod == nil {
+		return func(int) bool { return false }
+	}
+	memo := map[int]bool{}
+	return func(n int) bool {
+		ok, seen := memo[n]
+		if !seen {
+			ok = x.c.admits(pod, n)
+			memo[n] = ok
+		}
+		return ok
+	}
+}
+
+func (c *schedCluster) admits(pod *schedPod, n int) bool {
+	a := &c.attrs[n]
+	if a.unschedulable || (a.tainted && !pod.tolerates) {
+		return false
+	}
+	for k, v := range pod.selector {
+		if a.labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (x *schedIndex) class(from SliceAt) string {
+	if pod := x.found[sliceKey{from.Node, from.GPU, from.Placement.Start}]; pod != nil {
+		return pod.class
+	}
+	return ""
+}
+
+// plan is PlanDefrag as the plugin calls it (noPrune: the search without the pruning rules),
+// with classes also naming each moved slice's destination class.
+func (c *schedCluster) plan(req *Request, noPrune, classes bool) DefragResult {
+	x := c.index()
+	opt := DefragOptions{MaxMoves: DefaultDefragMoves, Destinations: x.destinations}
+	if classes {
+		opt.DestinationClass = x.class
+	}
+	return planDefrag(c.nodes, req, x.at, opt, noPrune)
+}
+
+// crowdedCluster is benchCluster's 5,000 × 8 H100 with crowd 0.98 (about 800 GPUs with room for
+// a 1g.10gb, the others full), 90 % of the slices movable, in four zones of consecutive nodes,
+// 1 % of the nodes cordoned and 2 % tainted NoSchedule. A movable slice's pod selects its node's
+// zone with probability pZone and tolerates the taint with probability 0.1. Then shape edits
+// the nodes' attributes (the adversarial cases).
+func crowdedCluster(seed uint64, pending Profile, pZone float64, shape func(c *schedCluster)) *schedCluster {
+	const nodes = 5000
+	rng := rand.New(rand.NewPCG(seed, 27))
+	ns, movable := benchCluster(rng, nodes, pending, 0.9, 0.98)
+	c := &schedCluster{nodes: ns, attrs: make([]schedNode, nodes), pods: make([][8]*schedPod, nodes*8)}
+	for n := range c.attrs {
+		c.attrs[n] = schedNode{
+			labels:        map[string]string{zoneLabel: "zone-" + strconv.Itoa(n*4/nodes), "kubernetes.io/hostname": "node-" + strconv.Itoa(n)},
+			unschedulable: rng.Float64() < 0.01,
+			tainted:       rng.Float64() < 0.02,
+		}
+	}
+	for n := range ns {
+		for g, gpu := range ns[n].GPUs {
+			for _, in := range gpu.State.Instances() {
+				if !movable(n, g, Profile{}, in.Placement) {
+					continue
+				}
+				pod := &schedPod{tolerates: rng.Float64() < 0.1}
+				if rng.Float64() < pZone {
+					pod.selector = map[string]string{zoneLabel: c.attrs[n].labels[zoneLabel]}
+				}
+				pod.class = fmt.Sprintf("%v/%t", pod.selector, pod.tolerates)
+				c.pods[n*8+g][in.Placement.Start] = pod
+			}
+		}
+	}
+	if shape != nil {
+		shape(c)
+	}
+	return c
+}
+
+// roomNodes are the nodes with a GPU where a 1g.10gb fits now.
+func (c *schedCluster) roomNodes() []int {
+	one, _ := H100_80GB.Profile("1g.10gb")
+	var out []int
+	for n := range c.nodes {
+		for _, g := range c.nodes[n].GPUs {
+			if g.State.Fits(one) {
+				out = append(out, n)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// BenchmarkPlanDefragScheduler plans on crowded 5,000 × 8 H100 clusters (crowdedCluster) as the
+// scheduler plugin does, for a pending 7g.80gb, 4g.40gb or 3g.40gb; each case has four clusters
+// (fixed seeds) and reports benchPlans' percentiles, the share of calls that found a plan, that
+// the work bound stopped, and the removal sets examined per call.
+//
+//   - "crowded": half the pods select their zone.
+//   - "no-plan": every node that has room for a slice is cordoned (the room is on nodes being
+//     drained): no moved slice may go anywhere, so no plan exists, and every GPU that k
+//     removals could open is examined at each level.
+//   - "late": as "no-plan", but the room on the last 20 nodes is schedulable and every pod
+//     selects its zone: only slices in the last zone (node 3,750 on, three quarters of the way
+//     through the search) can move, to those nodes.
+//
+// Each case runs as the plugin calls the planner today and, "+classes", with
+// DefragOptions.DestinationClass naming each pod's node selector and toleration.
+func BenchmarkPlanDefragScheduler(b *testing.B) {
+	cordonRoom := func(keep int) func(c *schedCluster) {
+		return func(c *schedCluster) {
+			for _, n := range c.roomNodes() {
+				c.attrs[n].unschedulable = n < len(c.nodes)-keep
+			}
+		}
+	}
+	cases := []struct {
+		name    string
+		profile string
+		pZone   float64
+		shape   func(c *schedCluster)
+	}{
+		{"crowded/7g.80gb", "7g.80gb", 0.5, nil},
+		{"crowded/4g.40gb", "4g.40gb", 0.5, nil},
+		{"crowded/3g.40gb", "3g.40gb", 0.5, nil},
+		{"no-plan/7g.80gb", "7g.80gb", 0.5, cordonRoom(0)},
+		{"no-plan/4g.40gb", "4g.40gb", 0.5, cordonRoom(0)},
+		{"late/4g.40gb", "4g.40gb", 1, cordonRoom(20)},
+	}
+	for _, bc := range cases {
+		for _, classes := range []bool{false, true} {
+			name := bc.name
+			if classes {
+				name += "+classes"
+			}
+			b.Run(name, func(b *testing.B) {
+				pending, _ := H100_80GB.Profile(bc.profile)
+				req := MustRequest(RequestItem{Profile: bc.profile, Count: 1})
+				var sc []*schedCluster
+				for i := uint64(0); i < 4; i++ {
+					sc = append(sc, crowdedCluster(5000+i, pending, bc.pZone, bc.shape))
+				}
+				results := benchPlans(b, func(i int, noPrune bool) DefragResult {
+					return sc[i%len(sc)].plan(req, noPrune, classes)
+				})
+				planned, bounded, sets, late := 0, 0, 0, 0
+				for _, res := range results {
+					sets += res.RemovalSets
+					if res.Bounded {
+						bounded++
+					}
+					if res.Outcome == DefragPlanned {
+						planned++
+						if res.Plan.Target.Node >= 3750 {
+							late++
+						}
+					}
+				}
+				b.ReportMetric(float64(planned)/float64(b.N), "planned")
+				b.ReportMetric(float64(bounded)/float64(b.N), "bounded")
+				b.ReportMetric(float64(sets)/float64(b.N), "sets/call")
+				if planned > 0 {
+					b.ReportMetric(float64(late)/float64(planned), "late-target")
+				}
+			})
+		}
+	}
+}
