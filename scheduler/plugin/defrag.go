@@ -128,7 +128,8 @@ func (p *Plugin) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (
 		p.log.Error(err, "defragmentation skipped", "pod", klog.KObj(pod))
 		return nil, "defragmentation skipped: " + err.Error()
 	}
-	res := mig.PlanDefrag(in, s.req, movable.at, mig.DefragOptions{MaxMoves: p.defrag.maxMoves, Destinations: movable.destinations})
+	res := mig.PlanDefrag(in, s.req, movable.at, mig.DefragOptions{MaxMoves: p.defrag.maxMoves,
+		Destinations: movable.destinations, DestinationClass: movable.destinationClass})
 	p.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
 	p.metrics.DefragPlanDuration.Observe(time.Since(start).Seconds())
 	switch res.Outcome {
@@ -162,6 +163,8 @@ type movableIndex struct {
 	claims map[int]map[string][]snapshot.Claim
 	// pods remembers the pod found at each slice asked about (for the plan's words).
 	pods map[mig.Slot]*corev1.Pod
+	// classes memoizes destinationClass per pod.
+	classes map[*corev1.Pod]string
 }
 
 func (p *Plugin) movableSlices(nodes []*snapshot.Node) (*movableIndex, error) {
@@ -169,7 +172,8 @@ func (p *Plugin) movableSlices(nodes []*snapshot.Node) (*movableIndex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list PodDisruptionBudgets: %w", err)
 	}
-	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, claims: map[int]map[string][]snapshot.Claim{}, pods: map[mig.Slot]*corev1.Pod{}}, nil
+	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, claims: map[int]map[string][]snapshot.Claim{}, pods: map[mig.Slot]*corev1.Pod{},
+		classes: map[*corev1.Pod]string{}}, nil
 }
 
 // at implements mig.MovableFunc: the slice is held by an allocation (not a reservation being

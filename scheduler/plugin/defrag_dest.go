@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"encoding/json"
+
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -36,6 +38,47 @@ func (m *movableIndex) destinations(from mig.SliceAt) func(int) bool {
 		}
 		return ok
 	}
+}
+
+// destinationClass implements mig.DefragOptions.DestinationClass: moved pods whose specs agree
+// on every field nodeAdmits reads (spec.nodeSelector, the required node affinity and the
+// tolerations) are admitted by the same nodes, so they share one class and the planner asks
+// about each node once per class instead of once per slice. "" (a class of its own) for a
+// slice whose pod is not known.
+func (m *movableIndex) destinationClass(from mig.SliceAt) string {
+	pod := m.pods[sliceOf(m.nodes, from)]
+	if pod == nil {
+		return ""
+	}
+	return m.destinationClassOfPod(pod)
+}
+
+// destinationClassOfPod is pod's class, computed once per plan.
+func (m *movableIndex) destinationClassOfPod(pod *corev1.Pod) string {
+	c, ok := m.classes[pod]
+	if !ok {
+		c = destinationClassOf(pod)
+		m.classes[pod] = c
+	}
+	return c
+}
+
+// destinationClassOf encodes the fields of pod's spec that nodeAdmits reads; encoding/json
+// writes map keys sorted, so equal specs encode equally.
+func destinationClassOf(pod *corev1.Pod) string {
+	var required *corev1.NodeSelector
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	b, err := json.Marshal(struct {
+		NodeSelector map[string]string    `json:"s"`
+		Required     *corev1.NodeSelector `json:"a"`
+		Tolerations  []corev1.Toleration  `json:"t"`
+	}{pod.Spec.NodeSelector, required, pod.Spec.Tolerations})
+	if err != nil {
+		return "" // a class of its own
+	}
+	return string(b)
 }
 
 // nodeAdmits reports whether pod passes the node filters on node n of the plan's nodes, as the

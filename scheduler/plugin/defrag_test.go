@@ -14,6 +14,7 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
 	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -244,4 +245,86 @@ func withDefrag(t *testing.T, p *Plugin, spec *slicerv1alpha1.DefragmentationSpe
 	p.defrag, p.recorder = pol, rec
 	p.handle = snapshotHandle{snap: backendcache.NewSnapshot(nil, []*corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}})}
 	p.pods, p.pdbs, p.namespaces = corelisters.NewPodLister(podIdx), policylisters.NewPodDisruptionBudgetLister(pdbIdx), corelisters.NewNamespaceLister(nsIdx)
+}
+
+// TestDestinationClassIsWhatNodeAdmitsReads: pods of one destination class are admitted by the
+// same nodes (the planner asks about one pod of a class for all of them), and pods that differ
+// only in what nodeAdmits does not read share a class.
+func TestDestinationClassIsWhatNodeAdmitsReads(t *testing.T) {
+	nodes := []*corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "plain"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "zone-a", Labels: map[string]string{"zone": "a", "rack": "1"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "zone-b", Labels: map[string]string{"zone": "b", "rack": "1"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "cordoned"}, Spec: corev1.NodeSpec{Unschedulable: true}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "maintenance"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "maintenance", Effect: corev1.TaintEffectNoSchedule}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "draining", Labels: map[string]string{"zone": "a"}}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "drain", Value: "yes", Effect: corev1.TaintEffectNoExecute}}}},
+	}
+	p := testPlugin(t)
+	p.handle = snapshotHandle{snap: backendcache.NewSnapshot(nil, nodes)}
+	m := &movableIndex{p: p, classes: map[*corev1.Pod]string{}}
+	for _, n := range nodes {
+		m.nodes = append(m.nodes, &snapshot.Node{Name: n.Name})
+	}
+	affinity := func(key string, values ...string) *corev1.Affinity {
+		return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}}}}}}}
+	}
+	var pods []*corev1.Pod
+	add := func(name string, edit func(*corev1.Pod)) {
+		pod := ownedBy("ReplicaSet", replica(name).Obj())
+		if edit != nil {
+			edit(pod)
+		}
+		pods = append(pods, pod)
+	}
+	for _, prefix := range []string{"x", "y"} { // each spec twice, under other names and labels
+		add(prefix+"-free", func(p *corev1.Pod) { p.Labels = map[string]string{"copy": prefix} })
+		add(prefix+"-zone-a", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": "a"} })
+		add(prefix+"-zone-a-rack", func(p *corev1.Pod) {
+			// map order varies between runs; the class must not
+			p.Spec.NodeSelector = map[string]string{"rack": "1", "zone": "a"}
+		})
+		add(prefix+"-affinity-b", func(p *corev1.Pod) { p.Spec.Affinity = affinity("zone", "b") })
+		add(prefix+"-affinity-ab", func(p *corev1.Pod) { p.Spec.Affinity = affinity("zone", "a", "b") })
+		add(prefix+"-pod-affinity-only", func(p *corev1.Pod) {
+			p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{}} // not read by nodeAdmits
+		})
+		add(prefix+"-tolerates-cordon", func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists}}
+		})
+		add(prefix+"-tolerates-maintenance", func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "maintenance", Operator: corev1.TolerationOpExists}}
+		})
+		add(prefix+"-tolerates-drain", func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "drain", Operator: corev1.TolerationOpEqual, Value: "yes", Effect: corev1.TaintEffectNoExecute}}
+			p.Spec.NodeSelector = map[string]string{"zone": "a"}
+		})
+	}
+	admits := func(pod *corev1.Pod) string {
+		aff := nodeaffinity.GetRequiredNodeAffinity(pod)
+		out := ""
+		for n := range nodes {
+			out += map[bool]string{true: "1", false: "0"}[m.nodeAdmits(pod, aff, n)]
+		}
+		return out
+	}
+	classes := map[string]string{} // class -> admitted nodes
+	distinct := map[string]bool{}
+	for _, pod := range pods {
+		c := m.destinationClassOfPod(pod)
+		if c == "" {
+			t.Fatalf("pod %s: no class", pod.Name)
+		}
+		got := admits(pod)
+		if want, ok := classes[c]; ok && want != got {
+			t.Errorf("pod %s: class %s admitted by %s, another pod of the class by %s", pod.Name, c, got, want)
+		}
+		classes[c] = got
+		distinct[got] = true
+	}
+	// Pods x-free and x-pod-affinity-only share a class, and each spec's two copies do: 8
+	// classes for 18 pods, one per distinct set of admitting nodes but the two zone-a specs.
+	if len(classes) != 8 || len(distinct) != 7 {
+		t.Errorf("%d classes over %d distinct admissions, want 8 over 7: %v", len(classes), len(distinct), classes)
+	}
 }
