@@ -1,10 +1,8 @@
 package mig
 
 import (
-	"cmp"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
 )
 
@@ -85,14 +83,7 @@ func TestPlanDefragDestinationClassesChangeNothing(t *testing.T) {
 			}
 			d.nodes[cl] = set
 		}
-		keys := make([]sliceKey, 0, len(movable))
-		for k := range movable {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, func(a, b sliceKey) int {
-			return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.gpu, b.gpu), cmp.Compare(a.start, b.start))
-		})
-		for _, k := range keys { // in order: the same cases each run
+		for _, k := range sortedSliceKeys(movable) { // in order: the same cases each run
 			switch rng.IntN(5) {
 			case 0: // unrestricted
 			case 1:

@@ -1,14 +1,29 @@
 package mig
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 )
 
 type sliceKey struct {
 	node, gpu, start int
+}
+
+// sortedSliceKeys lists the set's keys by node, GPU and start: a test that draws random
+// numbers per key draws the same cases each run (a map's order changes between runs).
+func sortedSliceKeys(set map[sliceKey]bool) []sliceKey {
+	keys := make([]sliceKey, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b sliceKey) int {
+		return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.gpu, b.gpu), cmp.Compare(a.start, b.start))
+	})
+	return keys
 }
 
 // movableSet is a MovableFunc over an explicit set of slices.
