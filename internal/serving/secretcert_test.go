@@ -68,7 +68,7 @@ func TestMetricsServeSecretCertificate(t *testing.T) {
 	}
 	reader := &oneSecret{}
 	certs.Reader = reader
-	o := f.MetricsOptions()
+	o := metricsOptions(t, f)
 	o.TLSOpts = append(o.TLSOpts, certs.ServeWith)
 	serveMetrics(t, o)
 	dial := dialer(f.MetricsAddr, host)

@@ -8,6 +8,9 @@ package serving
 import (
 	"crypto/tls"
 	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
 
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -54,7 +57,7 @@ type Flags struct {
 func (f *Flags) Bind(fs *flag.FlagSet, metricsDefault, probeDefault string) {
 	fs.StringVar(&f.MetricsAddr, FlagMetricsBindAddress, metricsDefault, `host:port of the metrics endpoint ("0" disables it; ":port" listens on every interface).`)
 	fs.BoolVar(&f.SecureMetrics, FlagMetricsSecure, true, "Serve metrics over HTTPS, only to callers the apiserver authenticates and authorizes for GET /metrics.")
-	fs.StringVar(&f.MetricsCertDir, FlagMetricsCertDir, "", "Directory with the metrics serving certificate ("+MetricsCertFile+", "+MetricsKeyFile+"), reloaded on change; empty: a self-signed one made in memory.")
+	fs.StringVar(&f.MetricsCertDir, FlagMetricsCertDir, "", "Directory with the metrics serving certificate ("+MetricsCertFile+", "+MetricsKeyFile+"), reloaded on change (both must exist at start); empty: a self-signed one made in memory.")
 	fs.StringVar(&f.MetricsCertSecret, FlagMetricsCertSecret, "", "namespace/name of a kubernetes.io/tls Secret with the metrics serving certificate, read through the API and re-read every minute; takes the place of --"+FlagMetricsCertDir+".")
 	fs.StringVar(&f.ProbeAddr, FlagHealthBindAddress, probeDefault, `host:port of the /healthz and /readyz endpoints (plain HTTP; "0" disables them).`)
 }
@@ -63,12 +66,19 @@ func (f *Flags) Bind(fs *flag.FlagSet, metricsDefault, probeDefault string) {
 // Secure metrics use the certificate of MetricsCertDir (controller-runtime
 // watches the files with its certwatcher) or, without one, a self-signed
 // certificate made in memory; they refuse HTTP/2 (CVE-2023-44487,
-// CVE-2023-39325).
-func (f Flags) MetricsOptions() metricsserver.Options {
+// CVE-2023-39325). A MetricsCertDir that lacks either file is an error:
+// controller-runtime would fall back to the self-signed certificate without a
+// word, and no scraper could verify it.
+func (f Flags) MetricsOptions() (metricsserver.Options, error) {
 	o := metricsserver.Options{BindAddress: f.MetricsAddr, SecureServing: f.SecureMetrics}
 	if f.SecureMetrics {
 		o.FilterProvider = filters.WithAuthenticationAndAuthorization
 		if f.MetricsCertDir != "" {
+			for _, name := range []string{MetricsCertFile, MetricsKeyFile} {
+				if _, err := os.Stat(filepath.Join(f.MetricsCertDir, name)); err != nil {
+					return o, fmt.Errorf("--%s=%s: the metrics serving certificate: %w", FlagMetricsCertDir, f.MetricsCertDir, err)
+				}
+			}
 			o.CertDir, o.CertName, o.KeyName = f.MetricsCertDir, MetricsCertFile, MetricsKeyFile
 		}
 		o.TLSOpts = []func(*tls.Config){func(c *tls.Config) {
@@ -76,5 +86,5 @@ func (f Flags) MetricsOptions() metricsserver.Options {
 			c.MinVersion = tls.VersionTLS12
 		}}
 	}
-	return o
+	return o, nil
 }

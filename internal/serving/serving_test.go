@@ -36,7 +36,7 @@ func TestBindDefaultsAndOverrides(t *testing.T) {
 }
 
 func TestMetricsOptions(t *testing.T) {
-	secure := Flags{MetricsAddr: "127.0.0.1:9444", SecureMetrics: true}.MetricsOptions()
+	secure := metricsOptions(t, Flags{MetricsAddr: "127.0.0.1:9444", SecureMetrics: true})
 	if !secure.SecureServing || secure.FilterProvider == nil || secure.BindAddress != "127.0.0.1:9444" {
 		t.Fatalf("secure options = %+v: want HTTPS with the authn/authz filter on 127.0.0.1:9444", secure)
 	}
@@ -47,10 +47,41 @@ func TestMetricsOptions(t *testing.T) {
 	if len(c.NextProtos) != 1 || c.NextProtos[0] != "http/1.1" || c.MinVersion != tls.VersionTLS12 {
 		t.Errorf("TLS config: NextProtos %v MinVersion %x, want only http/1.1 and TLS 1.2+", c.NextProtos, c.MinVersion)
 	}
-	plain := Flags{MetricsAddr: ":8080"}.MetricsOptions()
+	plain := metricsOptions(t, Flags{MetricsAddr: ":8080"})
 	if plain.SecureServing || plain.FilterProvider != nil || len(plain.TLSOpts) != 0 {
 		t.Errorf("plain options = %+v: want HTTP without filter", plain)
 	}
+}
+
+// A certificate directory that lacks its certificate or key is refused, naming the flag and the
+// file: controller-runtime would serve a self-signed certificate instead, without a word.
+func TestMetricsCertDirMustHoldTheCertificate(t *testing.T) {
+	dir := t.TempDir()
+	f := Flags{MetricsAddr: "127.0.0.1:9444", SecureMetrics: true, MetricsCertDir: dir}
+	if _, err := f.MetricsOptions(); err == nil || !strings.Contains(err.Error(), "--"+FlagMetricsCertDir+"="+dir) || !strings.Contains(err.Error(), MetricsCertFile) {
+		t.Errorf("empty directory: %v, want an error naming the flag and %s", err, MetricsCertFile)
+	}
+	writeCert(t, dir, "x")
+	if err := os.Remove(filepath.Join(dir, MetricsKeyFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.MetricsOptions(); err == nil || !strings.Contains(err.Error(), MetricsKeyFile) {
+		t.Errorf("no key: %v, want an error naming %s", err, MetricsKeyFile)
+	}
+	f.SecureMetrics = false
+	if _, err := f.MetricsOptions(); err != nil {
+		t.Errorf("plain HTTP reads no certificate: %v", err)
+	}
+}
+
+// metricsOptions is f.MetricsOptions(), failing the test on an error.
+func metricsOptions(t *testing.T, f Flags) metricsserver.Options {
+	t.Helper()
+	o, err := f.MetricsOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
 
 // A metrics server given a certificate directory serves that certificate: a client that
@@ -62,7 +93,7 @@ func TestMetricsServeMountedCertificate(t *testing.T) {
 	other := writeCert(t, t.TempDir(), name)
 
 	addr := freeAddr(t)
-	o := Flags{MetricsAddr: addr, SecureMetrics: true, MetricsCertDir: dir}.MetricsOptions()
+	o := metricsOptions(t, Flags{MetricsAddr: addr, SecureMetrics: true, MetricsCertDir: dir})
 	if o.CertDir != dir || o.CertName != MetricsCertFile || o.KeyName != MetricsKeyFile {
 		t.Fatalf("options = %+v: want the certificate of %s", o, dir)
 	}

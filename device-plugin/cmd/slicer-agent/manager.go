@@ -16,7 +16,9 @@ func newManager(cfg *rest.Config, f flags, opts ctrl.Options, log logr.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	opts.Metrics = f.listen.MetricsOptions()
+	if opts.Metrics, err = f.listen.MetricsOptions(); err != nil {
+		return nil, err
+	}
 	opts.HealthProbeBindAddress = f.listen.ProbeAddr
 	if certs != nil {
 		opts.Metrics.TLSOpts = append(opts.Metrics.TLSOpts, certs.ServeWith)

@@ -98,6 +98,10 @@ func run(namespace, agentNamespace, hostAddr string, lease manager.Config, liste
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	metricsOpts, err := listen.MetricsOptions()
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options(manager.Config{
 		Namespace:        namespace,
 		AgentNamespace:   agentNamespace,
@@ -105,7 +109,7 @@ func run(namespace, agentNamespace, hostAddr string, lease manager.Config, liste
 		LeaseDuration:    lease.LeaseDuration,
 		RenewDeadline:    lease.RenewDeadline,
 		RetryPeriod:      lease.RetryPeriod,
-		Metrics:          listen.MetricsOptions(),
+		Metrics:          metricsOpts,
 		HealthProbeAddr:  listen.ProbeAddr,
 		LeaderElectionID: manager.LeaderElectionID,
 	}))

@@ -57,7 +57,9 @@ var _ = Describe("Verified metrics scrape", func() {
 		addr := l.Addr().String()
 		Expect(l.Close()).To(Succeed())
 		f := serving.Flags{MetricsAddr: addr, SecureMetrics: true, MetricsCertDir: certDir, ProbeAddr: "0"}
-		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: f.MetricsOptions(), HealthProbeBindAddress: f.ProbeAddr})
+		metrics, err := f.MetricsOptions()
+		Expect(err).NotTo(HaveOccurred())
+		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metrics, HealthProbeBindAddress: f.ProbeAddr})
 		Expect(err).NotTo(HaveOccurred())
 		mctx, stop := context.WithCancel(context.Background())
 		done := make(chan error, 1)

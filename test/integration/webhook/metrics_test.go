@@ -39,7 +39,9 @@ var _ = Describe("Metrics endpoint", Ordered, func() {
 		addr := l.Addr().String()
 		Expect(l.Close()).To(Succeed())
 		f := serving.Flags{MetricsAddr: addr, SecureMetrics: true, ProbeAddr: "0"}
-		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: f.MetricsOptions(), HealthProbeBindAddress: f.ProbeAddr})
+		metrics, err := f.MetricsOptions()
+		Expect(err).NotTo(HaveOccurred())
+		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metrics, HealthProbeBindAddress: f.ProbeAddr})
 		Expect(err).NotTo(HaveOccurred())
 		var mctx context.Context
 		mctx, stop = context.WithCancel(context.Background())

@@ -71,8 +71,12 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	metrics, err := listen.MetricsOptions()
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Metrics:                listen.MetricsOptions(),
+		Metrics:                metrics,
 		HealthProbeBindAddress: listen.ProbeAddr,
 		WebhookServer:          srv,
 	})
