@@ -113,10 +113,7 @@ func TestPlanDefragChainsAgainstBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(27, 4))
 	count := map[string]int{}
 	for c := 0; c < 5000; c++ {
-		models := []Model{H100_80GB}
-		if c%4 == 3 {
-			models = []Model{A30_24GB}
-		}
+		models := caseModels(c)
 		nodes, movable := randomCluster(rng, models, 2+rng.IntN(2), 1+rng.IntN(2), 0.8)
 		profs := models[0].Profiles()
 		pi := len(profs)/2 + rng.IntN(len(profs)-len(profs)/2)

@@ -64,10 +64,7 @@ func TestPlanDefragDestinationClassesChangeNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(27, 11))
 	pruned, planned, noPlan := 0, 0, 0
 	for c := 0; c < 3000; c++ {
-		models := []Model{H100_80GB}
-		if c%4 == 3 {
-			models = []Model{A30_24GB}
-		}
+		models := caseModels(c)
 		nn := 2 + rng.IntN(3)
 		nodes, movable := randomCluster(rng, models, nn, 1+rng.IntN(3), 0.8)
 		if c%2 == 0 {

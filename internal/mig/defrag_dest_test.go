@@ -133,10 +133,7 @@ func TestPlanDefragDestinationsAgainstBruteForce(t *testing.T) {
 	byMoves := map[int]int{}
 	changed := 0 // cases where the restriction changed the answer
 	for c := 0; c < 3000; c++ {
-		models := []Model{H100_80GB}
-		if c%4 == 3 {
-			models = []Model{A30_24GB}
-		}
+		models := caseModels(c)
 		nn := 2 + rng.IntN(2)
 		nodes, movable := randomCluster(rng, models, nn, 1+rng.IntN(2), 0.8)
 		allowed := map[sliceKey][]int{}

@@ -17,10 +17,7 @@ func TestPlanDefragPruneChangesNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(27, 6))
 	pruned, bounded := 0, 0
 	for c := 0; c < 3000; c++ {
-		models := []Model{H100_80GB}
-		if c%4 == 3 {
-			models = []Model{A30_24GB}
-		}
+		models := caseModels(c)
 		nodes, movable := randomCluster(rng, models, 1+rng.IntN(4), 1+rng.IntN(4), 0.8)
 		if c%2 == 0 {
 			alike(rng, nodes, movable)

@@ -13,6 +13,14 @@ type sliceKey struct {
 	node, gpu, start int
 }
 
+// caseModels is the GPU model of a random test's case c: every fourth an A30, else an H100.
+func caseModels(c int) []Model {
+	if c%4 == 3 {
+		return []Model{A30_24GB}
+	}
+	return []Model{H100_80GB}
+}
+
 // sortedSliceKeys lists the set's keys by node, GPU and start: a test that draws random
 // numbers per key draws the same cases each run (a map's order changes between runs).
 func sortedSliceKeys(set map[sliceKey]bool) []sliceKey {
