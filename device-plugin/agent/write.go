@@ -158,7 +158,10 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.Slic
 
 // collect deletes allocations whose pod is gone or finished (decision.Collect); the agent's finalizer
 // keeps each until its slice is destroyed. The delete is conditional on the allocation's
-// UID, so an allocation recreated under the same name is not touched.
+// UID, so an allocation recreated under the same name is not touched, and on the version the
+// decision read: a reconcile on a cache that has not yet seen the deletion it made before
+// gets a conflict and neither counts nor logs the release again (the change it missed brings
+// another reconcile).
 func (r *Reconciler) collect(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, keys []types.NamespacedName, ends map[types.NamespacedName]podEnd) error {
 	var doomed []*slicerv1alpha1.SliceAllocation
 	for _, k := range keys {
@@ -166,7 +169,7 @@ func (r *Reconciler) collect(ctx context.Context, allocs map[types.NamespacedNam
 	}
 	return parallel(doomed, func(a *slicerv1alpha1.SliceAllocation) error {
 		end := ends[client.ObjectKeyFromObject(a)]
-		err := r.client.Delete(ctx, a, client.Preconditions{UID: &a.UID})
+		err := r.client.Delete(ctx, a, client.Preconditions{UID: &a.UID, ResourceVersion: &a.ResourceVersion})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("delete %s/%s (%s): %w", a.Namespace, a.Name, end.Why, err)
 		}
