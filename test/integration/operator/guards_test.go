@@ -64,6 +64,23 @@ func refusedBy(err error, want string) {
 	Expect(err.Error()).To(ContainSubstring(want))
 }
 
+// eventuallyRefused creates obj until an admission policy refuses it with want: the apiserver
+// enforces a policy the operator has just written a moment later, and each policy on its own
+// (waitAvailable does not wait for that). A copy admitted meanwhile is deleted at once.
+func eventuallyRefused(obj client.Object, want string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		o := obj.DeepCopyObject().(client.Object)
+		err := admin.Create(ctx, o)
+		if err == nil {
+			g.Expect(admin.Delete(ctx, o, client.GracePeriodSeconds(0))).To(Succeed())
+		}
+		g.Expect(err).To(HaveOccurred(), "admitted; want refused with %q", want)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want Forbidden: %v", err)
+		g.Expect(err.Error()).To(ContainSubstring(want))
+	}).Should(Succeed())
+}
+
 // patch applies change to a fresh copy of obj with a merge patch, as the agent writes.
 func patch[T client.Object](c client.Client, obj T, status bool, change func(T)) error {
 	GinkgoHelper()
@@ -337,15 +354,7 @@ var _ = Describe("Device access guard", Ordered, func() {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
 		}
 		cdi := func(p *corev1.Pod) { p.Annotations = map[string]string{"cdi.k8s.io/gpu": "nvidia.com/gpu=all"} }
-		Eventually(func(g Gomega) {
-			p := pod(apps, "visible", visible)
-			err := admin.Create(ctx, p)
-			if err == nil {
-				g.Expect(admin.Delete(ctx, p)).To(Succeed())
-			}
-			g.Expect(err).To(HaveOccurred())
-			g.Expect(err.Error()).To(ContainSubstring(render.DeviceEnvMessage + ": container app sets NVIDIA_VISIBLE_DEVICES"))
-		}).Should(Succeed())
+		eventuallyRefused(pod(apps, "visible", visible), render.DeviceEnvMessage+": container app sets NVIDIA_VISIBLE_DEVICES")
 		refusedBy(admin.Create(ctx, pod("kube-system", "visible", visible)), render.DeviceEnvMessage)
 		refusedBy(admin.Create(ctx, pod(operatorNamespace, "visible", visible)), render.DeviceEnvMessage)
 		refusedBy(admin.Create(ctx, pod(apps, "cdi", cdi)), render.DeviceAnnotationMessage+": annotation cdi.k8s.io/gpu")
@@ -360,6 +369,6 @@ var _ = Describe("Device access guard", Ordered, func() {
 			p.Spec.NodeName = "node-a"
 			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"slicer.dev/mig-1g.10gb": resource.MustParse("1")}
 		})
-		refusedBy(admin.Create(ctx, pinned), "pins spec.nodeName")
+		eventuallyRefused(pinned, "pins spec.nodeName")
 	})
 })
