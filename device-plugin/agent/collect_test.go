@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -17,8 +18,8 @@ import (
 )
 
 // A reconcile on a cache that has not yet seen the deletion an earlier one made decides to
-// collect the allocation again: the second delete must neither count nor log the release
-// again (the agent's integration suite once counted 4 releases for 3 allocations so). The
+// collect the allocation again: the second delete must neither count, log nor record an Event
+// for the release again (the agent's integration suite once counted 4 releases for 3 allocations so). The
 // fake client stands for the lagging cache: the test hands collect the stale copy.
 func TestCollectCountsOneReleaseFromAStaleCache(t *testing.T) {
 	scheme := runtime.NewScheme()
@@ -29,7 +30,8 @@ func TestCollectCountsOneReleaseFromAStaleCache(t *testing.T) {
 		Finalizers: []string{slicerv1alpha1.AllocationFinalizer}}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(a).Build()
 	m := engine.NewMetrics(prometheus.NewRegistry())
-	r := New(c, nil, Options{NodeName: "n1", Metrics: m})
+	rec := events.NewFakeRecorder(10)
+	r := New(c, rec, Options{NodeName: "n1", Metrics: m})
 	ctx := context.Background()
 	k := types.NamespacedName{Namespace: "ns", Name: "a"}
 	var stale slicerv1alpha1.SliceAllocation
@@ -49,5 +51,12 @@ func TestCollectCountsOneReleaseFromAStaleCache(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.PodGone); got != 1 {
 		t.Errorf("PodGone = %v after collecting one allocation twice from a stale cache, want 1", got)
+	}
+	var recorded []string
+	for len(rec.Events) > 0 {
+		recorded = append(recorded, <-rec.Events)
+	}
+	if want := "Normal PodGone releasing the allocation: no pod ns/p"; len(recorded) != 1 || recorded[0] != want {
+		t.Errorf("Events = %q, want exactly [%q]", recorded, want)
 	}
 }

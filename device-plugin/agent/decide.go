@@ -83,9 +83,9 @@ func decide(w world) decision {
 	for _, k := range sortedKeys(w.Allocs) {
 		a := w.Allocs[k]
 		wt := wantFromAllocation(a)
-		if end, gone := w.PodGone[k]; gone && !wt.Deleting {
+		if _, gone := w.PodGone[k]; gone && !wt.Deleting {
+			// Its PodGone or PodFinished Event comes from collect, once the delete succeeds.
 			d.Collect = append(d.Collect, k)
-			d.Notes = append(d.Notes, notef(k, corev1.EventTypeNormal, end.Reason(), "releasing the allocation: %s", end.Why))
 			continue
 		}
 		if !wt.Deleting {

@@ -161,14 +161,14 @@ func TestDecide(t *testing.T) {
 			w: world{Obs: h100(s0), Allocs: allocMap(allocation("a", "1g.10gb", 2, 1), allocation("b", "1g.10gb", 0, 1, holding("MIG-0")),
 				allocation("c", "1g.10gb", 3, 1, deleting)),
 				PodGone: map[types.NamespacedName]podEnd{key("a"): {Why: "pod ns/p-a does not exist"}, key("b"): {Why: "pod ns/p-b is another pod"}, key("c"): {Why: "gone too"}}},
-			want: decided{Collect: []string{"a", "b"}, Notes: []string{"a PodGone", "b PodGone"}, Released: []string{"c"}},
+			want: decided{Collect: []string{"a", "b"}, Released: []string{"c"}},
 		},
 		{
 			// Issue 26: a Succeeded or Failed pod uses no device; its slice goes to the next pod.
-			name: "an allocation whose pod finished is collected with a PodFinished note; its neighbour's slice is kept",
+			name: "an allocation whose pod finished is collected (its Event comes from collect); its neighbour's slice is kept",
 			w: world{Obs: h100(s0, s4), Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, holding("MIG-0")), allocation("b", "1g.10gb", 4, 1, holding("MIG-4"))),
 				PodGone: map[types.NamespacedName]podEnd{key("a"): {Finished: true, Why: "pod ns/p-a (UID uid-a) finished (phase Succeeded)"}}},
-			want: decided{Bound: []string{"b=MIG-4"}, Collect: []string{"a"}, Notes: []string{"a PodFinished"}},
+			want: decided{Bound: []string{"b=MIG-4"}, Collect: []string{"a"}},
 		},
 	}
 	for _, tc := range tests {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -160,8 +161,8 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, a *slicerv1alpha1.Slic
 // keeps each until its slice is destroyed. The delete is conditional on the allocation's
 // UID, so an allocation recreated under the same name is not touched, and on the version the
 // decision read: a reconcile on a cache that has not yet seen the deletion it made before
-// gets a conflict and neither counts nor logs the release again (the change it missed brings
-// another reconcile).
+// gets a conflict and neither counts, logs nor records an Event for the release again (the
+// change it missed brings another reconcile).
 func (r *Reconciler) collect(ctx context.Context, allocs map[types.NamespacedName]*slicerv1alpha1.SliceAllocation, keys []types.NamespacedName, ends map[types.NamespacedName]podEnd) error {
 	var doomed []*slicerv1alpha1.SliceAllocation
 	for _, k := range keys {
@@ -176,6 +177,7 @@ func (r *Reconciler) collect(ctx context.Context, allocs map[types.NamespacedNam
 		if err != nil {
 			return nil
 		}
+		r.event(a, corev1.EventTypeNormal, end.Reason(), "releasing the allocation: %s", end.Why)
 		if end.Finished {
 			r.opts.Metrics.PodFinished.Inc()
 			r.log(ctx).Info("allocation released: its pod finished", "allocation", client.ObjectKeyFromObject(a), "pod", a.Spec.PodName, "podUID", a.Spec.PodUID)
