@@ -50,6 +50,13 @@ type DefragOptions struct {
 	// two-move chain (defrag_chain.go): an Ordered plan whose second move goes into the room the
 	// first one leaves. Ignored with Destinations.
 	Chains bool
+	// MaxSliceQuestions, when positive, also bounds the work by the slices the movability
+	// callback is asked about: once that many were asked, the search stops before the next GPU
+	// it has not looked at in full, and the result is Bounded. 0: no such bound. On a crowded cluster where
+	// moved slices may go almost nowhere the questions, one or two per GPU that k removals
+	// could open, are most of the cost (docs/design/defragmentation.md); a plan on a GPU the
+	// search does not reach is then missed.
+	MaxSliceQuestions int
 }
 
 // DestinationFunc says where the slice at from, once moved, may be re-created: a predicate over
@@ -159,7 +166,8 @@ func planDefragRules(nodes []Node, req *Request, movable MovableFunc, opt Defrag
 	if budget <= 0 {
 		budget = DefaultDefragRemovalSets
 	}
-	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, class: opt.DestinationClass, maxMoves: maxMoves, noPrune: noPrune, noOpen: noOpen}
+	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, class: opt.DestinationClass, maxMoves: maxMoves, noPrune: noPrune, noOpen: noOpen,
+		maxAsks: opt.MaxSliceQuestions}
 	if out := r.survey(); out != "" {
 		return DefragResult{Outcome: out}
 	}
@@ -211,6 +219,9 @@ type defragRun struct {
 	maxMoves int
 	noPrune  bool
 	noOpen   bool // the opening-set rule off (on only with the others)
+	// maxAsks is DefragOptions.MaxSliceQuestions (0: none); asks counts the movability
+	// callback's calls.
+	maxAsks, asks int
 	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
 	// may go; only with dest set.
 	dests map[int]*destInfo
@@ -398,6 +409,10 @@ func (r *defragRun) scan(budget int) {
 		}
 		if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
 			continue
+		}
+		if r.maxAsks > 0 && r.asks >= r.maxAsks && r.movCache[gi]&movKnown == 0 {
+			r.stopped = true
+			return
 		}
 		if !r.noPrune && !r.noOpen && r.movCache[gi]&movKnown == 0 && !r.mayOpen(gi, n, g, m, t, st, p, keep&movSlots) {
 			continue

@@ -141,6 +141,7 @@ func (r *defragRun) slotMovable(gi, n, g int, t *modelTable, s int) bool {
 	e := r.slotMemo[gi] >> sh
 	if e&memoMovAsked == 0 {
 		e = memoMovAsked
+		r.asks++
 		if r.movable != nil && r.movable(n, g, t.profiles[sl.prof], Placement{Start: int(sl.start), Size: int(sl.size)}) {
 			e |= memoMovable
 		}

@@ -3,6 +3,7 @@ package mig
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"testing"
 )
@@ -99,9 +100,9 @@ func (x *schedIndex) class(from SliceAt) string {
 
 // plan is PlanDefrag as the plugin calls it (noOpen: the search without the opening-set rule,
 // as it was before it), with classes also naming each moved slice's destination class.
-func (c *schedCluster) plan(req *Request, noOpen, classes bool) DefragResult {
+func (c *schedCluster) plan(req *Request, noOpen, classes bool, maxQuestions int) DefragResult {
 	x := c.index()
-	opt := DefragOptions{MaxMoves: DefaultDefragMoves, Destinations: x.destinations}
+	opt := DefragOptions{MaxMoves: DefaultDefragMoves, Destinations: x.destinations, MaxSliceQuestions: maxQuestions}
 	if classes {
 		opt.DestinationClass = x.class
 	}
@@ -177,8 +178,10 @@ func (c *schedCluster) roomNodes() []int {
 // Each case runs as the plugin calls the planner today and, "+classes", with
 // DefragOptions.DestinationClass naming each pod's node selector and toleration. benchPlans'
 // old-cpu-* here is the planner without the opening-set rule (defrag_open.go), run alternately
-// on the same thread: the planner before the rule.
+// on the same thread: the planner before the rule. DEFRAG_BENCH_MAX_QUESTIONS=N runs the planner
+// (not the one without the rule) with DefragOptions.MaxSliceQuestions N.
 func BenchmarkPlanDefragScheduler(b *testing.B) {
+	maxQuestions, _ := strconv.Atoi(os.Getenv("DEFRAG_BENCH_MAX_QUESTIONS"))
 	cordonRoom := func(keep int) func(c *schedCluster) {
 		return func(c *schedCluster) {
 			for _, n := range c.roomNodes() {
@@ -213,7 +216,10 @@ func BenchmarkPlanDefragScheduler(b *testing.B) {
 					sc = append(sc, crowdedCluster(5000+i, pending, bc.pZone, bc.shape))
 				}
 				results := benchPlans(b, func(i int, old bool) DefragResult {
-					return sc[i%len(sc)].plan(req, old, classes)
+					if old {
+						return sc[i%len(sc)].plan(req, true, classes, 0)
+					}
+					return sc[i%len(sc)].plan(req, false, classes, maxQuestions)
 				})
 				planned, bounded, sets, late := 0, 0, 0, 0
 				for _, res := range results {
