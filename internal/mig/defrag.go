@@ -50,13 +50,20 @@ type DefragOptions struct {
 	// two-move chain (defrag_chain.go): an Ordered plan whose second move goes into the room the
 	// first one leaves. Ignored with Destinations.
 	Chains bool
+	// MaxSliceQuestions, when positive, also bounds the work by the slices the movability
+	// callback is asked about: once that many were asked, the search stops before the next GPU
+	// it has not looked at in full, and the result is Bounded. 0: no such bound. On a crowded cluster where
+	// moved slices may go almost nowhere the questions, one or two per GPU that k removals
+	// could open, are most of the cost (docs/design/defragmentation.md); a plan on a GPU the
+	// search does not reach is then missed.
+	MaxSliceQuestions int
 }
 
 // DestinationFunc says where the slice at from, once moved, may be re-created: a predicate over
 // node indexes of PlanDefrag's nodes, or nil when any node will do. It is asked once per slice
-// the planner considers moving (once per class with DefragOptions.DestinationClass); the predicate may be asked several times for one node (it
-// should remember its answers). Both must be deterministic for the duration of one PlanDefrag
-// call. (A moved slice's constraints are its
+// the planner considers moving (once per class with DefragOptions.DestinationClass); the
+// predicate may be asked several times for one node (it should remember its answers). Both must
+// be deterministic for the duration of one PlanDefrag call. (A moved slice's constraints are its
 // pod's, which are a node's: node selector and affinity, taints, schedulability.)
 type DestinationFunc func(from SliceAt) func(node int) bool
 
@@ -130,8 +137,10 @@ type DefragResult struct {
 // 16 feasible candidates with k moves it takes the one moving the fewest compute slices, then
 // the one whose request placement loses the least future placeability on the target GPU, then
 // the first found; slices moved to untouched GPUs go to the one of best fit (Slicer policy).
-// Removal sets that hold a slice with nowhere to go, and without destinations the GPUs whose
-// state no removal set opens, are passed over unexamined (defrag_prune.go).
+// Removal sets that hold a slice with nowhere to go, without destinations the GPUs whose state
+// no removal set opens (defrag_prune.go), and the GPUs where every set whose removal opens the
+// profile holds a slice that may not move or has nowhere to go (defrag_open.go) are passed over
+// unexamined.
 func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions) DefragResult {
 	return planDefrag(nodes, req, movable, opt, false)
 }
@@ -139,6 +148,12 @@ func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptio
 // planDefrag is PlanDefrag; noPrune turns off the stuck-slice rule (keep), which must not
 // change any answer, for the tests and benchmarks that compare the two.
 func planDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune bool) DefragResult {
+	return planDefragRules(nodes, req, movable, opt, noPrune, noPrune)
+}
+
+// planDefragRules is planDefrag with the opening-set rule (defrag_open.go) turned off on its
+// own by noOpen, for the tests and benchmarks that compare it with the search without it.
+func planDefragRules(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune, noOpen bool) DefragResult {
 	if req == nil || req.n != 1 {
 		return DefragResult{Outcome: DefragUnsupported}
 	}
@@ -151,7 +166,8 @@ func planDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptio
 	if budget <= 0 {
 		budget = DefaultDefragRemovalSets
 	}
-	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, class: opt.DestinationClass, maxMoves: maxMoves, noPrune: noPrune}
+	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, class: opt.DestinationClass, maxMoves: maxMoves, noPrune: noPrune, noOpen: noOpen,
+		maxAsks: opt.MaxSliceQuestions}
 	if out := r.survey(); out != "" {
 		return DefragResult{Outcome: out}
 	}
@@ -202,14 +218,17 @@ type defragRun struct {
 
 	maxMoves int
 	noPrune  bool
+	noOpen   bool // the opening-set rule off (on only with the others)
+	// maxAsks is DefragOptions.MaxSliceQuestions (0: none); asks counts the movability
+	// callback's calls.
+	maxAsks, asks int
 	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
 	// may go; only with dest set.
 	dests map[int]*destInfo
-	// class, classAllow and classFits: DefragOptions.DestinationClass, the predicate asked per
-	// class and the allowed GPUs per (class, model, profile), see defrag_class.go.
-	class      func(from SliceAt) string
-	classAllow map[string]func(node int) bool
-	classFits  map[classKey][]gpuRef
+	// class and classes: DefragOptions.DestinationClass and, per non-empty class, its predicate
+	// and allowed GPUs per (model, profile), see defrag_class.go.
+	class   func(from SliceAt) string
+	classes map[string]*classInfo
 	// hosts caches chainHosts per (model, profile).
 	hosts map[[2]int][]chainHost
 
@@ -227,6 +246,10 @@ type defragRun struct {
 	// nil with noPrune or DefragOptions.Destinations.
 	opens    [numModels + 1][]uint8
 	movCache []uint32 // per GPU in node then GPU order, see movableSlots
+	// slotMemo, per GPU in node then GPU order, what was asked about its slots (slotMovable,
+	// slotGone); osets, per model and state, the opening sets (defrag_open.go).
+	slotMemo []uint32
+	osets    [numModels + 1][]openSets
 	// destCache, per GPU in node then GPU order, the candidate slots that destStuck keeps;
 	// only with DefragOptions.DestinationClass and the pruning rules.
 	destCache []uint32
@@ -317,6 +340,7 @@ func (r *defragRun) survey() DefragOutcome {
 		return DefragNoCapacity
 	}
 	r.movCache = make([]uint32, ngpus)
+	r.slotMemo = make([]uint32, ngpus)
 	if !r.noPrune {
 		for m := Model(1); m <= numModels; m++ {
 			if tabs[m] != nil && want[m] >= 0 {
@@ -386,6 +410,13 @@ func (r *defragRun) scan(budget int) {
 		if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
 			continue
 		}
+		if r.maxAsks > 0 && r.asks >= r.maxAsks && r.movCache[gi]&movKnown == 0 {
+			r.stopped = true
+			return
+		}
+		if !r.noPrune && !r.noOpen && r.movCache[gi]&movKnown == 0 && !r.mayOpen(gi, n, g, m, t, st, p, keep&movSlots) {
+			continue
+		}
 		mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
 		if mov&(movHopeless|movStuck) != 0 || bits.OnesCount32(mov&keep&movSlots) < r.k {
 			continue
@@ -435,13 +466,9 @@ func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, s
 	}
 	mask := t.states[st]
 	var mov uint32
-	if r.movable != nil {
-		for rest := mask; rest != 0; rest &= rest - 1 {
-			s := bits.TrailingZeros32(rest)
-			sl := t.slots[s]
-			if r.movable(n, g, t.profiles[sl.prof], Placement{Start: int(sl.start), Size: int(sl.size)}) {
-				mov |= 1 << s
-			}
+	for rest := mask; rest != 0; rest &= rest - 1 {
+		if s := bits.TrailingZeros32(rest); r.slotMovable(gi, n, g, t, s) {
+			mov |= 1 << s
 		}
 	}
 	e := mov | movKnown

@@ -7,46 +7,59 @@ package mig
 // and counting them means asking the predicate about every node with room for the slice's
 // profile; per slice that is the planner's main cost (docs/design/defragmentation.md). A
 // slice's own destInfo (destOf) is then read off its class's list, which gives it the same
-// others, list and order as its own count would, so no answer changes.
+// others, list and order as its own count would, so no answer changes. A class's predicate is
+// asked once per node (classInfo.allowed), whatever the profile.
 
-type classKey struct {
-	class string
-	model Model
-	prof  int
+// classInfo is one non-empty class: its predicate, asked of DefragOptions.Destinations for the
+// first slice of the class, and its allowed GPUs per (model, profile), see classFitsOf.
+type classInfo struct {
+	allow func(node int) bool
+	// verdict, per node, what allow said (0: not asked, 1: no, 2: yes), so that it is asked
+	// once per node and class, not once per profile.
+	verdict []uint8
+	fits    [numModels + 1][maxProfiles][]gpuRef
+	built   [numModels + 1][maxProfiles]bool
 }
 
-// allowOf is the predicate of from's class ("": from's own, asked of r.dest each time).
-func (r *defragRun) allowOf(class string, from SliceAt) func(int) bool {
+// allowed is ci.allow(n), asked once.
+func (ci *classInfo) allowed(n int) bool {
+	if v := ci.verdict[n]; v != 0 {
+		return v == 2
+	}
+	ok := ci.allow(n)
+	ci.verdict[n] = 1 + uint8(b2i(ok))
+	return ok
+}
+
+// classOf is class's info ("" has none: nil), from one of its slices.
+func (r *defragRun) classOf(class string, from SliceAt) *classInfo {
 	if class == "" {
-		return r.dest(from)
+		return nil
 	}
-	if allow, ok := r.classAllow[class]; ok {
-		return allow
+	if ci, ok := r.classes[class]; ok {
+		return ci
 	}
-	if r.classAllow == nil {
-		r.classAllow = map[string]func(int) bool{}
+	if r.classes == nil {
+		r.classes = map[string]*classInfo{}
 	}
-	allow := r.dest(from)
-	r.classAllow[class] = allow
-	return allow
+	ci := &classInfo{allow: r.dest(from), verdict: make([]uint8, len(r.nodes))}
+	r.classes[class] = ci
+	return ci
 }
 
-// classFitsOf lists the usable GPUs of model m where profile q fits now on nodes allow accepts,
-// in node then GPU order, up to r.maxMoves+1 of them (the most destOf needs: one may be the
-// slice's own GPU).
-func (r *defragRun) classFitsOf(class string, m Model, q int, allow func(int) bool) []gpuRef {
-	key := classKey{class, m, q}
-	if refs, ok := r.classFits[key]; ok {
-		return refs
+// classFitsOf lists the usable GPUs of model m where profile q fits now on nodes the class's
+// predicate accepts, in node then GPU order, up to r.maxMoves+1 of them (the most destOf needs:
+// one may be the slice's own GPU).
+func (r *defragRun) classFitsOf(ci *classInfo, m Model, q int) []gpuRef {
+	if ci.built[m][q] {
+		return ci.fits[m][q]
 	}
-	if r.classFits == nil {
-		r.classFits = map[classKey][]gpuRef{}
-	}
+	ci.built[m][q] = true
 	var out []gpuRef
 	last, lastOK := int32(-1), false
 	for _, ref := range r.fits(m, q) {
 		if ref.node != last {
-			last, lastOK = ref.node, allow(int(ref.node))
+			last, lastOK = ref.node, ci.allowed(int(ref.node))
 		}
 		if !lastOK {
 			continue
@@ -56,6 +69,6 @@ func (r *defragRun) classFitsOf(class string, m Model, q int, allow func(int) bo
 			break
 		}
 	}
-	r.classFits[key] = out
+	ci.fits[m][q] = out
 	return out
 }

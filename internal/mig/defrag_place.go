@@ -153,11 +153,16 @@ func (r *defragRun) destOf(gi, n, g int, t *modelTable, s int) *destInfo {
 	}
 	sl := t.slots[s]
 	from := SliceAt{Node: n, GPU: g, Profile: t.profiles[sl.prof], Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
-	cls := ""
+	var ci *classInfo
 	if r.class != nil {
-		cls = r.class(from)
+		ci = r.classOf(r.class(from), from)
 	}
-	allow := r.allowOf(cls, from)
+	var allow func(int) bool
+	if ci != nil && ci.allow != nil {
+		allow = ci.allowed
+	} else if ci == nil {
+		allow = r.dest(from)
+	}
 	if allow == nil {
 		r.dests[key] = nil
 		return nil
@@ -166,18 +171,18 @@ func (r *defragRun) destOf(gi, n, g int, t *modelTable, s int) *destInfo {
 	self := gpuRef{int32(n), int32(g)}
 	m := r.nodes[n].GPUs[g].State.model
 	refs, lastOK := r.fits(m, int(sl.prof)), true
-	if cls != "" {
+	if ci != nil {
 		// The class's allowed GPUs, up to maxMoves+1 of them: at most one is self, so a
 		// slice has maxMoves others when the list is that long, and the list is complete
 		// when it is shorter.
-		refs = r.classFitsOf(cls, m, int(sl.prof), allow)
+		refs = r.classFitsOf(ci, m, int(sl.prof))
 	}
 	last := int32(-1)
 	for _, ref := range refs {
 		if ref == self {
 			continue
 		}
-		if cls == "" && ref.node != last {
+		if ci == nil && ref.node != last {
 			last, lastOK = ref.node, allow(int(ref.node))
 		}
 		if !lastOK {

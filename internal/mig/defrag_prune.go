@@ -3,9 +3,11 @@ package mig
 import "math/bits"
 
 // Pruning of PlanDefrag's search (defrag.go), exact: a slice with nowhere to go is in no
-// feasible removal set (stuck; destStuck with destination classes), and GPUs in one state are alike to the search when no
-// destination is restricted, so a level's removal sets are tried once per state before its
-// GPUs are (stateOpens). planDefrag's noPrune turns them off, for the tests that compare.
+// feasible removal set (stuck; destStuck with destination classes), and GPUs in one state are
+// alike to the search when no destination is restricted, so a level's removal sets are tried
+// once per state before its GPUs are (stateOpens); the opening-set rule (defrag_open.go) asks
+// about a GPU's slots one at a time. planDefrag's noPrune turns them off, for the tests that
+// compare.
 
 // stuck computes keep for model m and the request's profile p. A slice is stuck on its GPU X
 // when its profile fits now on no usable GPU but X, and no placement of it on X is clear of
@@ -71,18 +73,41 @@ func (r *defragRun) destStuck(gi, n, g int, t *modelTable, dt *defragTable, st, 
 	}
 	out := use
 	for rest := use; rest != 0; rest &= rest - 1 {
-		s := bits.TrailingZeros32(rest)
-		in := r.destOf(gi, n, g, t, s)
-		if in == nil || in.others > 0 || (in.target && roomFor(t, t.used[st], int(t.slots[s].prof))) {
-			continue
+		if s := bits.TrailingZeros32(rest); r.nowhere(gi, n, g, t, st, s) {
+			out &^= 1 << s
 		}
-		out &^= 1 << s
 	}
 	if out != use && t.nvmlSlot[int(dt.index[t.states[st]&^out])*t.nprof()+p] == noSlot {
 		out = 0
 	}
 	r.destCache[gi] = out | movKnown
 	return out
+}
+
+// nowhere is destStuck's test for one slot s of GPU (n, g) in state st: its slice may go to no
+// allowed GPU but its own where its profile fits now, and not to its own GPU either.
+func (r *defragRun) nowhere(gi, n, g int, t *modelTable, st, s int) bool {
+	sl := t.slots[s]
+	q := int(sl.prof)
+	if r.class != nil {
+		// Read off the slice's class without its destInfo (destOf): others is the class's
+		// list without its own GPU, target the class's predicate on its own node.
+		from := SliceAt{Node: n, GPU: g, Profile: t.profiles[q], Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
+		if ci := r.classOf(r.class(from), from); ci != nil {
+			if ci.allow == nil {
+				return false
+			}
+			self := gpuRef{int32(n), int32(g)}
+			for _, ref := range r.classFitsOf(ci, r.nodes[n].GPUs[g].State.model, q) {
+				if ref != self {
+					return false
+				}
+			}
+			return !roomFor(t, t.used[st], q) || !ci.allowed(n)
+		}
+	}
+	in := r.destOf(gi, n, g, t, s)
+	return in != nil && in.others == 0 && (!in.target || !roomFor(t, t.used[st], q))
 }
 
 const (

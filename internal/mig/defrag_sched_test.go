@@ -3,6 +3,7 @@ package mig
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"testing"
 )
@@ -97,15 +98,15 @@ func (x *schedIndex) class(from SliceAt) string {
 	return ""
 }
 
-// plan is PlanDefrag as the plugin calls it (noPrune: the search without the pruning rules),
-// with classes also naming each moved slice's destination class.
-func (c *schedCluster) plan(req *Request, noPrune, classes bool) DefragResult {
+// plan is PlanDefrag as the plugin calls it (noOpen: the search without the opening-set rule,
+// as it was before it), with classes also naming each moved slice's destination class.
+func (c *schedCluster) plan(req *Request, noOpen, classes bool, maxQuestions int) DefragResult {
 	x := c.index()
-	opt := DefragOptions{MaxMoves: DefaultDefragMoves, Destinations: x.destinations}
+	opt := DefragOptions{MaxMoves: DefaultDefragMoves, Destinations: x.destinations, MaxSliceQuestions: maxQuestions}
 	if classes {
 		opt.DestinationClass = x.class
 	}
-	return planDefrag(c.nodes, req, x.at, opt, noPrune)
+	return planDefragRules(c.nodes, req, x.at, opt, false, noOpen)
 }
 
 // crowdedCluster is benchCluster's 5,000 × 8 H100 with crowd 0.98 (about 800 GPUs with room for
@@ -175,8 +176,12 @@ func (c *schedCluster) roomNodes() []int {
 //     through the search) can move, to those nodes.
 //
 // Each case runs as the plugin calls the planner today and, "+classes", with
-// DefragOptions.DestinationClass naming each pod's node selector and toleration.
+// DefragOptions.DestinationClass naming each pod's node selector and toleration. benchPlans'
+// old-cpu-* here is the planner without the opening-set rule (defrag_open.go), run alternately
+// on the same thread: the planner before the rule. DEFRAG_BENCH_MAX_QUESTIONS=N runs the planner
+// (not the one without the rule) with DefragOptions.MaxSliceQuestions N.
 func BenchmarkPlanDefragScheduler(b *testing.B) {
+	maxQuestions, _ := strconv.Atoi(os.Getenv("DEFRAG_BENCH_MAX_QUESTIONS"))
 	cordonRoom := func(keep int) func(c *schedCluster) {
 		return func(c *schedCluster) {
 			for _, n := range c.roomNodes() {
@@ -210,8 +215,11 @@ func BenchmarkPlanDefragScheduler(b *testing.B) {
 				for i := uint64(0); i < 4; i++ {
 					sc = append(sc, crowdedCluster(5000+i, pending, bc.pZone, bc.shape))
 				}
-				results := benchPlans(b, func(i int, noPrune bool) DefragResult {
-					return sc[i%len(sc)].plan(req, noPrune, classes)
+				results := benchPlans(b, func(i int, old bool) DefragResult {
+					if old {
+						return sc[i%len(sc)].plan(req, true, classes, 0)
+					}
+					return sc[i%len(sc)].plan(req, false, classes, maxQuestions)
 				})
 				planned, bounded, sets, late := 0, 0, 0, 0
 				for _, res := range results {

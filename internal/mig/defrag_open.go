@@ -1,0 +1,151 @@
+package mig
+
+import "math/bits"
+
+// The opening-set rule of PlanDefrag's search (defrag.go; the other pruning rules are in
+// defrag_prune.go), exact: before a GPU's movability is asked slice by slice, the search looks
+// at the sets it could examine there that matter. At level k a GPU yields a candidate only
+// through a set of k of its candidate slots (keep) whose removal opens the request, each of
+// whose slots is movable and, with destination classes, not stuck (destStuck's test, slotGone):
+// every other set fails tryRemoval's fit test. Those opening sets depend on the GPU's state
+// only (openingSets, once per state and level), and are few: on a full H100 one or two pairs
+// of slots open a 4g.40gb. The rule asks about one slot at a time, the one in the most sets
+// still open, and passes the GPU over as soon as every set holds a slot that is not movable or
+// has nowhere to go; a GPU where some set survives goes on to the full search, unchanged. On a
+// crowded cluster where moved slices may go almost nowhere, most GPUs are passed over after one
+// or two slots, where the search asked about every slice of the GPU (movableSlots) and every
+// movable one's destinations (destStuck).
+
+// maxOpeningSets bounds the k-subsets of one GPU's slots: at most 8 instances, k <= 4.
+const maxOpeningSets = 70
+
+// openSets are a state's opening sets for one level: the level (0: not computed) and the sets,
+// as slot masks.
+type openSets struct {
+	k    int
+	sets []uint32
+}
+
+// openingSets lists the sets of r.k of the slots keep keeps of state st (model m) whose removal
+// makes profile p fit, computed once per state and level.
+func (r *defragRun) openingSets(m Model, t *modelTable, st, p int, keep uint32) []uint32 {
+	if r.osets[m] == nil {
+		r.osets[m] = make([]openSets, len(t.states))
+	}
+	e := &r.osets[m][st]
+	if e.k == r.k {
+		return e.sets
+	}
+	ns, np := t.nslots(), t.nprof()
+	var pos [32]int
+	npos := 0
+	for mask := keep; mask != 0; mask &= mask - 1 {
+		pos[npos] = bits.TrailingZeros32(mask)
+		npos++
+	}
+	e.k, e.sets = r.k, e.sets[:0]
+	for c := uint32(1)<<r.k - 1; c < 1<<npos; {
+		cur := st
+		var sub uint32
+		for rest := c; rest != 0; rest &= rest - 1 {
+			s := pos[bits.TrailingZeros32(rest)]
+			sub |= 1 << s
+			cur = int(t.release[cur*ns+s])
+		}
+		if t.nvmlSlot[cur*np+p] != noSlot {
+			e.sets = append(e.sets, sub)
+		}
+		low := c & -c
+		ripple := c + low
+		c = (((ripple ^ c) >> 2) / low) | ripple
+	}
+	return e.sets
+}
+
+// mayOpen is the opening-set rule for GPU (n, g) (gi in node then GPU order, state st, model
+// m) at level r.k: false when every opening set of the slots keep keeps holds a slot that
+// slotGone rules out, so the full search would examine no set that opens the request there.
+// It asks slotGone about as few slots as it can.
+func (r *defragRun) mayOpen(gi, n, g int, m Model, t *modelTable, st, p int, keep uint32) bool {
+	sets := r.openingSets(m, t, st, p, keep)
+	var alive [maxOpeningSets]uint32
+	na := copy(alive[:], sets)
+	var in uint32 // slots found movable and not stuck
+	for na > 0 {
+		var count [32]uint8
+		best, bestCount := -1, uint8(0)
+		for _, c := range alive[:na] {
+			rest := c &^ in
+			if rest == 0 {
+				return true // a set whose slots all may go
+			}
+			for ; rest != 0; rest &= rest - 1 {
+				s := bits.TrailingZeros32(rest)
+				if count[s]++; count[s] > bestCount || (count[s] == bestCount && s < best) {
+					best, bestCount = s, count[s]
+				}
+			}
+		}
+		if !r.slotGone(gi, n, g, t, st, best) {
+			in |= 1 << best
+			continue
+		}
+		j := 0
+		for _, c := range alive[:na] {
+			if c&(1<<best) == 0 {
+				alive[j] = c
+				j++
+			}
+		}
+		na = j
+	}
+	return false
+}
+
+// The bits of a slot memo entry (r.slotMemo, 4 bits per instance start: a GPU's instances
+// have distinct starts).
+const (
+	memoMovAsked  = 1 << iota // the movability callback was asked
+	memoMovable               // and said yes
+	memoGoneAsked             // slotGone's destination test was made
+	memoGone                  // and found the slice may go nowhere
+)
+
+// slotGone reports whether slot s of GPU (n, g) is in no feasible removal set for a reason of
+// its own: its slice is not movable, or, with destination classes, it may go nowhere (the test
+// destStuck applies to each slot, nowhere). Asked once per slot and call.
+func (r *defragRun) slotGone(gi, n, g int, t *modelTable, st, s int) bool {
+	if !r.slotMovable(gi, n, g, t, s) {
+		return true
+	}
+	if r.class == nil {
+		return false
+	}
+	sh := 4 * uint(t.slots[s].start)
+	e := r.slotMemo[gi] >> sh
+	if e&memoGoneAsked == 0 {
+		e = memoGoneAsked
+		if r.nowhere(gi, n, g, t, st, s) {
+			e |= memoGone
+		}
+		r.slotMemo[gi] |= e << sh
+	}
+	return e&memoGone != 0
+}
+
+// slotMovable asks the movability callback about slot s of GPU (n, g) once per call, and
+// remembers the answer in r.slotMemo, which movableSlots reads too.
+func (r *defragRun) slotMovable(gi, n, g int, t *modelTable, s int) bool {
+	sl := t.slots[s]
+	sh := 4 * uint(sl.start)
+	e := r.slotMemo[gi] >> sh
+	if e&memoMovAsked == 0 {
+		e = memoMovAsked
+		r.asks++
+		if r.movable != nil && r.movable(n, g, t.profiles[sl.prof], Placement{Start: int(sl.start), Size: int(sl.size)}) {
+			e |= memoMovable
+		}
+		r.slotMemo[gi] |= e << sh
+	}
+	return e&memoMovable != 0
+}
