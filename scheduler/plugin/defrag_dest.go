@@ -44,17 +44,12 @@ func (m *movableIndex) destinations(from mig.SliceAt) func(int) bool {
 // on every field nodeAdmits reads (spec.nodeSelector, the required node affinity and the
 // tolerations) are admitted by the same nodes, so they share one class and the planner asks
 // about each node once per class instead of once per slice. "" (a class of its own) for a
-// slice whose pod is not known.
+// slice whose pod is not known. Each pod's class is computed once per plan.
 func (m *movableIndex) destinationClass(from mig.SliceAt) string {
 	pod := m.pods[sliceOf(m.nodes, from)]
 	if pod == nil {
 		return ""
 	}
-	return m.destinationClassOfPod(pod)
-}
-
-// destinationClassOfPod is pod's class, computed once per plan.
-func (m *movableIndex) destinationClassOfPod(pod *corev1.Pod) string {
 	c, ok := m.classes[pod]
 	if !ok {
 		c = destinationClassOf(pod)

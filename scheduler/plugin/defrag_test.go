@@ -261,7 +261,7 @@ func TestDestinationClassIsWhatNodeAdmitsReads(t *testing.T) {
 	}
 	p := testPlugin(t)
 	p.handle = snapshotHandle{snap: backendcache.NewSnapshot(nil, nodes)}
-	m := &movableIndex{p: p, classes: map[*corev1.Pod]string{}}
+	m := &movableIndex{p: p}
 	for _, n := range nodes {
 		m.nodes = append(m.nodes, &snapshot.Node{Name: n.Name})
 	}
@@ -311,7 +311,7 @@ func TestDestinationClassIsWhatNodeAdmitsReads(t *testing.T) {
 	classes := map[string]string{} // class -> admitted nodes
 	distinct := map[string]bool{}
 	for _, pod := range pods {
-		c := m.destinationClassOfPod(pod)
+		c := destinationClassOf(pod)
 		if c == "" {
 			t.Fatalf("pod %s: no class", pod.Name)
 		}
