@@ -95,9 +95,9 @@ type Cache struct {
 	// freedGen counts the changes that may have freed room (see
 	// FreedGeneration); onFreed is called after each, without the lock.
 	freedGen atomic.Uint64
-	// gen counts every change of what the snapshot shows (see Generation).
-	gen atomic.Uint64
 	onFreed  atomic.Pointer[func()]
+	// gen counts every change of what the cache shows (see Generation).
+	gen atomic.Uint64
 
 	mu           sync.RWMutex
 	nodes        map[string]*Node                           // published snapshots
