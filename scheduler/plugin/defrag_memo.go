@@ -49,8 +49,11 @@ type defragMemo struct {
 
 // defragGen is the generation of the planner's inputs now. It must be read before any input:
 // every counter is bumped once its change is visible to the readers (the snapshot cache under
-// its write lock; an informer's handlers run after its store shows the change), so a
-// generation read before and found unchanged after the reads names the state they read.
+// its write lock; an informer's handlers run after its store shows the change), so an answer
+// is kept under a generation older than any change it did not see, and no kept answer outlives
+// the count of a change. An informer's change can be read in its store a moment before its
+// handler counts it: an attempt in that moment may get the answer of the state before, as an
+// attempt made a moment earlier would.
 func (p *Plugin) defragGen() memoGen {
 	return memoGen{snapshot: p.cache.Generation(), informers: p.defragInputs.Load()}
 }
