@@ -117,6 +117,12 @@ func (p *Plugin) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (
 	if words := p.waitingPlan(pod); words != "" {
 		return nil, words
 	}
+	// Read before any input of the planner (defrag_memo.go).
+	key, gen := defragKey(s.req), p.defragGen()
+	if res, ok := p.defragMemo.get(key, gen); ok {
+		p.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
+		return nil, p.noPlanWords(res, s)
+	}
 	start := time.Now()
 	nodes := p.cache.Nodes()
 	in := make([]mig.Node, len(nodes))
@@ -132,26 +138,33 @@ func (p *Plugin) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (
 		Destinations: movable.destinations, DestinationClass: movable.destinationClass})
 	p.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
 	p.metrics.DefragPlanDuration.Observe(time.Since(start).Seconds())
+	if res.Outcome != mig.DefragPlanned {
+		p.defragMemo.put(key, gen, p.defragGen(), res)
+		return nil, p.noPlanWords(res, s)
+	}
+	plan := describePlan(nodes, res.Plan, movable)
+	p.recorder.Eventf(pod, nil, corev1.EventTypeNormal, slicerv1alpha1.EventDefragmentationPlanned, string(p.defrag.mode), "%s", plan)
+	p.log.V(2).Info("defragmentation plan", "pod", klog.KObj(pod), "moves", len(res.Plan.Moves), "plan", plan)
+	if p.defrag.evictMode() {
+		return p.execute(ctx, pod, nodes, res.Plan, movable, plan)
+	}
+	return nil, "defragmentation (Recommend, nothing evicted): " + plan
+}
+
+// noPlanWords is the Pending reason's tail for an answer without a plan ("" for FitsNow).
+func (p *Plugin) noPlanWords(res mig.DefragResult, s *podState) string {
 	switch res.Outcome {
-	case mig.DefragPlanned:
-		plan := describePlan(nodes, res.Plan, movable)
-		p.recorder.Eventf(pod, nil, corev1.EventTypeNormal, slicerv1alpha1.EventDefragmentationPlanned, string(p.defrag.mode), "%s", plan)
-		p.log.V(2).Info("defragmentation plan", "pod", klog.KObj(pod), "moves", len(res.Plan.Moves), "plan", plan)
-		if p.defrag.evictMode() {
-			return p.execute(ctx, pod, nodes, res.Plan, movable, plan)
-		}
-		return nil, "defragmentation (Recommend, nothing evicted): " + plan
 	case mig.DefragNoCapacity:
-		return nil, "defragmentation cannot help: the free compute and memory of the GPUs that offer " + describe(s.slices) + " are not enough"
+		return "defragmentation cannot help: the free compute and memory of the GPUs that offer " + describe(s.slices) + " are not enough"
 	case mig.DefragNoPlan:
 		if res.Bounded {
-			return nil, fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods before its work bound", p.defrag.maxMoves)
+			return fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods before its work bound", p.defrag.maxMoves)
 		}
-		return nil, fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", p.defrag.maxMoves)
+		return fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", p.defrag.maxMoves)
 	case mig.DefragUnsupported:
-		return nil, "defragmentation plans for pods of one slice only"
+		return "defragmentation plans for pods of one slice only"
 	}
-	return nil, ""
+	return ""
 }
 
 // movableIndex answers mig.MovableFunc from the snapshot's claims and the scheduler's listers,

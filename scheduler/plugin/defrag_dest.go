@@ -13,13 +13,16 @@ import (
 
 // Where a moved pod's replacement may go (docs/design/defragmentation.md): the planner re-creates
 // a moved slice only on a node that the moved pod passes kube-scheduler's node filters for, read
-// from the scheduler's own snapshot of the cycle (fwk.NodeInfo) with the helpers those filters
-// use: NodeUnschedulable (spec.unschedulable unless the pod tolerates the unschedulable taint),
+// from the scheduler's node informer (the lister it feeds its cache from) with the helpers those
+// filters use: NodeUnschedulable (spec.unschedulable unless the pod tolerates the unschedulable taint),
 // NodeAffinity (spec.nodeSelector and required node affinity) and TaintToleration (NoSchedule
 // and NoExecute taints the pod does not tolerate). The replacement is a new pod of the same
 // controller, so the moved pod's spec stands for its template. Not checked: the other filters
 // (resources other than the slice, ports, volumes, inter-pod affinity and topology spread),
-// which depend on what else runs on the node when the replacement comes.
+// which depend on what else runs on the node when the replacement comes. The Node objects come
+// from the informer rather than the cycle's snapshot (fwk.NodeInfo): the snapshot is taken when
+// the cycle starts and can lag a change the plugin has already counted, and an answer computed
+// on it would then be kept under a generation that claims the change (defrag_memo.go).
 
 // destinations implements mig.DestinationFunc for the plan being made: a moved slice's pod (the
 // one the movability callback found there) may go to the nodes it passes the node filters for.
@@ -44,17 +47,12 @@ func (m *movableIndex) destinations(from mig.SliceAt) func(int) bool {
 // on every field nodeAdmits reads (spec.nodeSelector, the required node affinity and the
 // tolerations) are admitted by the same nodes, so they share one class and the planner asks
 // about each node once per class instead of once per slice. "" (a class of its own) for a
-// slice whose pod is not known.
+// slice whose pod is not known. Each pod's class is computed once per plan.
 func (m *movableIndex) destinationClass(from mig.SliceAt) string {
 	pod := m.pods[sliceOf(m.nodes, from)]
 	if pod == nil {
 		return ""
 	}
-	return m.destinationClassOfPod(pod)
-}
-
-// destinationClassOfPod is pod's class, computed once per plan.
-func (m *movableIndex) destinationClassOfPod(pod *corev1.Pod) string {
 	c, ok := m.classes[pod]
 	if !ok {
 		c = destinationClassOf(pod)
@@ -82,13 +80,12 @@ func destinationClassOf(pod *corev1.Pod) string {
 }
 
 // nodeAdmits reports whether pod passes the node filters on node n of the plan's nodes, as the
-// scheduler's snapshot of this cycle has it (a node it does not know admits nothing).
+// scheduler's node informer has it (a node it does not know admits nothing).
 func (m *movableIndex) nodeAdmits(pod *corev1.Pod, aff nodeaffinity.RequiredNodeAffinity, n int) bool {
-	ni, err := m.p.handle.SnapshotSharedLister().NodeInfos().Get(m.nodes[n].Name)
-	if err != nil || ni == nil || ni.Node() == nil {
+	node, err := m.p.nodes.Get(m.nodes[n].Name)
+	if err != nil {
 		return false
 	}
-	node := ni.Node()
 	log := klog.Background()
 	if node.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(log, pod.Spec.Tolerations,
 		&corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, m.p.tolerationOps) {

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
-	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
@@ -47,7 +46,7 @@ func TestDefragmentRecommends(t *testing.T) {
 		pods   func() (a, b *corev1.Pod)
 		pdbs   []*policyv1.PodDisruptionBudget
 		nsLbls map[string]string
-		node   func(*corev1.Node) // changes node n1 as the scheduler's snapshot sees it
+		node   func(*corev1.Node) // changes node n1 as the scheduler's node informer has it
 		want   string             // substring of the words; "" for none
 		event  bool
 	}{
@@ -130,7 +129,7 @@ func TestDefragmentRecommends(t *testing.T) {
 			if tc.node != nil {
 				tc.node(n1)
 			}
-			p.handle = snapshotHandle{snap: backendcache.NewSnapshot(nil, []*corev1.Node{n1})}
+			p.nodes = nodeLister(t, n1)
 
 			pending := migPod("big", "slicer.dev/mig-7g.80gb", "1")
 			cs := framework.NewCycleState()
@@ -217,8 +216,20 @@ type snapshotHandle struct {
 
 func (h snapshotHandle) SnapshotSharedLister() fwk.SharedLister { return h.snap }
 
+// nodeLister is the scheduler's node informer holding nodes.
+func nodeLister(t *testing.T, nodes ...*corev1.Node) corelisters.NodeLister {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, n := range nodes {
+		if err := idx.Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return corelisters.NewNodeLister(idx)
+}
+
 // withDefrag gives the test plugin a policy, a recorder, listers holding pods, PDBs and the
-// namespace "ns" with nsLabels, and a scheduler snapshot holding node n1.
+// namespace "ns" with nsLabels, and a node informer holding node n1.
 func withDefrag(t *testing.T, p *Plugin, spec *slicerv1alpha1.DefragmentationSpec, rec events.EventRecorder,
 	pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string) {
 	t.Helper()
@@ -243,7 +254,7 @@ func withDefrag(t *testing.T, p *Plugin, spec *slicerv1alpha1.DefragmentationSpe
 		t.Fatal(err)
 	}
 	p.defrag, p.recorder = pol, rec
-	p.handle = snapshotHandle{snap: backendcache.NewSnapshot(nil, []*corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}})}
+	p.nodes = nodeLister(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	p.pods, p.pdbs, p.namespaces = corelisters.NewPodLister(podIdx), policylisters.NewPodDisruptionBudgetLister(pdbIdx), corelisters.NewNamespaceLister(nsIdx)
 }
 
@@ -260,8 +271,8 @@ func TestDestinationClassIsWhatNodeAdmitsReads(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "draining", Labels: map[string]string{"zone": "a"}}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "drain", Value: "yes", Effect: corev1.TaintEffectNoExecute}}}},
 	}
 	p := testPlugin(t)
-	p.handle = snapshotHandle{snap: backendcache.NewSnapshot(nil, nodes)}
-	m := &movableIndex{p: p, classes: map[*corev1.Pod]string{}}
+	p.nodes = nodeLister(t, nodes...)
+	m := &movableIndex{p: p}
 	for _, n := range nodes {
 		m.nodes = append(m.nodes, &snapshot.Node{Name: n.Name})
 	}
@@ -311,7 +322,7 @@ func TestDestinationClassIsWhatNodeAdmitsReads(t *testing.T) {
 	classes := map[string]string{} // class -> admitted nodes
 	distinct := map[string]bool{}
 	for _, pod := range pods {
-		c := m.destinationClassOfPod(pod)
+		c := destinationClassOf(pod)
 		if c == "" {
 			t.Fatalf("pod %s: no class", pod.Name)
 		}

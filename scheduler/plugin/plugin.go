@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -101,6 +102,11 @@ type Plugin struct {
 	now                func() time.Time
 	pdbs               policylisters.PodDisruptionBudgetLister
 	namespaces         corelisters.NamespaceLister
+	nodes              corelisters.NodeLister
+	// defragMemo keeps the planner's answers without a plan; defragInputs counts the changes
+	// of its informer-fed inputs (defrag_memo.go).
+	defragMemo   defragMemo
+	defragInputs atomic.Uint64
 	// tolerationOps: tolerations may use the Gt and Lt operators (the feature gate
 	// TaintTolerationComparisonOperators), for the node filters of defrag_dest.go.
 	tolerationOps bool
@@ -186,12 +192,18 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 			replacementTimeout: opts.DefragReplacementTimeout,
 			pdbs:               h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
 			namespaces:         h.SharedInformerFactory().Core().V1().Namespaces().Lister(),
+			nodes:              h.SharedInformerFactory().Core().V1().Nodes().Lister(),
 			tolerationOps:      feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate).EnableTaintTolerationComparisonOperators,
 		}
 		if p.replacementTimeout <= 0 {
 			p.replacementTimeout = DefaultDefragReplacementTimeout
 		}
 		p.evaluator = newEvaluator(h, &preemptor{p: p})
+		if p.defrag.mode != slicerv1alpha1.DefragmentationDisabled {
+			if err := p.watchDefragInputs(h); err != nil {
+				return nil, fmt.Errorf("%s: watch the defragmentation planner's inputs: %w", Name, err)
+			}
+		}
 		// Room freed in the snapshot (an allocation or reservation gone, a
 		// NodeAccelerator changed) retries the pods it turned away.
 		p.cache.OnFreed(func() { p.activateRejected(log) })

@@ -132,6 +132,16 @@ func (p *Plugin) awaited(pod *corev1.Pod, node string) []string {
 			case c.Allocated && c.PodUID != pod.UID && !present[c.PodUID] && concerns:
 				waits = append(waits, fmt.Sprintf("the slice %s of %s (pod deleted) to be released", c.Slot, c.Pod))
 			case c.PodUID == "" && mine != nil && overlapsAny(c.Slot, mine):
+				// Unlike the two cases above, no "any such slice on the node" when no cleared
+				// placement is recorded (mine == nil, after a scheduler restart): a slice being
+				// released, or whose pod is gone, is certain to free (the agent is releasing it;
+				// the garbage collector deletes the allocation of a deleted pod), so waiting for
+				// it ends. A slice the agent reports with no allocation is not: it may be an
+				// instance no allocation ever held, which the agent keeps out of the way and
+				// nobody destroys (docs/design/invariants.md, N10), and waiting for every such
+				// slice of the node would hold the pod there for good. It is awaited only where
+				// it overlaps the placement preemption cleared: there it was a victim's slice
+				// whose allocation is already gone, and it is about to be destroyed.
 				waits = append(waits, fmt.Sprintf("the slice %s the node's agent still reports to be destroyed", c.Slot))
 			}
 		}

@@ -96,6 +96,8 @@ type Cache struct {
 	// FreedGeneration); onFreed is called after each, without the lock.
 	freedGen atomic.Uint64
 	onFreed  atomic.Pointer[func()]
+	// gen counts every change of what the cache shows (see Generation).
+	gen atomic.Uint64
 
 	mu           sync.RWMutex
 	nodes        map[string]*Node                           // published snapshots
@@ -171,6 +173,15 @@ func (c *Cache) OnFreed(f func()) {
 // unchanged afterwards knows no room appeared in between.
 func (c *Cache) FreedGeneration() uint64 {
 	return c.freedGen.Load()
+}
+
+// Generation counts every change of what the cache shows: a node's snapshot (its GPUs, their
+// usability, every taken placement), and with it Claims, Holders and the allocations, created
+// or changed, of any pod (each such change rebuilds a node). It is bumped with the write lock
+// held, as the change becomes visible: a reader that took the generation before reading the
+// cache and finds it unchanged afterwards read one state, the one that generation names.
+func (c *Cache) Generation() uint64 {
+	return c.gen.Load()
 }
 
 // freed is called after a change that may have freed room, without the lock.
@@ -470,6 +481,7 @@ type holder struct {
 // rebuild recomputes and publishes the snapshot of one node. Called with the
 // write lock held.
 func (c *Cache) rebuild(name string) {
+	c.gen.Add(1)
 	na := c.accels[name]
 	if na == nil {
 		delete(c.nodes, name)

@@ -361,3 +361,46 @@ func TestUnreserveKeepsSlotsOfUnseenAllocations(t *testing.T) {
 		}
 	})
 }
+
+// TestGenerationCountsEveryVisibleChange: each change of what the cache shows moves
+// Generation, whether or not it frees room (a new allocation, a reservation taken, a
+// NodeAccelerator removed); reads and a change that shows nothing new (Commit, a delete of an
+// allocation the cache does not know, a reservation refused) leave it.
+func TestGenerationCountsEveryVisibleChange(t *testing.T) {
+	c := New(logr.Discard(), nil)
+	gpu := "GPU-n1-a"
+	last := c.Generation()
+	step := func(what string, moves bool, f func()) {
+		t.Helper()
+		f()
+		if got := c.Generation(); (got != last) != moves {
+			t.Errorf("%s: generation %d -> %d, want moved=%v", what, last, got, moves)
+		}
+		last = c.Generation()
+	}
+	step("a NodeAccelerator added", true, func() { c.SetNodeAccelerator(accel("n1", 1)) })
+	step("an allocation added", true, func() { c.SetAllocation(alloc("a", "p", "n1", gpu, "1g.10gb", 0, 1)) })
+	step("an allocation being deleted", true, func() {
+		a := alloc("a", "p", "n1", gpu, "1g.10gb", 0, 1)
+		a.Deleting = true
+		c.SetAllocation(a)
+	})
+	step("reads", false, func() { c.Nodes(); c.Claims("n1"); c.Holders("n1"); c.PodAllocations("p-uid") })
+	r := &Reservation{PodUID: "q", Namespace: "ns", PodName: "q", NodeName: "n1",
+		Slots: []Slot{{Slot: mig.Slot{GPU: gpu, Profile: "1g.10gb", Placement: mig.Placement{Start: 1, Size: 1}}}}}
+	step("a reservation taken", true, func() {
+		if err := c.Reserve(r); err != nil {
+			t.Fatal(err)
+		}
+	})
+	step("a reservation refused", false, func() {
+		if err := c.Reserve(&Reservation{PodUID: "x", NodeName: "n1", Slots: r.Slots}); err == nil {
+			t.Fatal("a taken slot reserved twice")
+		}
+	})
+	step("a reservation committed", false, func() { c.Commit("q") })
+	step("a reservation dropped", true, func() { c.Unreserve("q") })
+	step("an unknown allocation deleted", false, func() { c.DeleteAllocation("ns", "nope") })
+	step("an allocation deleted", true, func() { c.DeleteAllocation("ns", "a") })
+	step("a NodeAccelerator removed", true, func() { c.DeleteNodeAccelerator("n1") })
+}

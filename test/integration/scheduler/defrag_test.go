@@ -233,6 +233,29 @@ var _ = Describe("Defragmentation", func() {
 		Expect(plans(big)).To(BeEmpty())
 	})
 
+	It("plans again once a node is uncordoned, though an answer without a plan is kept for the same request", func() {
+		r = startScheduler(ctx, plugin.Options{}, timeout)
+		twoBlockedGPUs(nil)
+		// Both nodes cordoned: neither replica has anywhere to go.
+		s.cordonSeen(s.nodes[0], true)
+		s.cordonSeen(s.nodes[1], true)
+		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
+			ContainSubstring("defragmentation found no plan of at most 2 moves of movable pods"))
+		By("uncordoning the second node, which the scheduler's node informer counts as a change of the planner's inputs")
+		s.cordonSeen(s.nodes[1], false)
+		// A pod created now is planned for afresh: the kept NoPlan is of an older generation.
+		// (An attempt in the moment between the informer storing the uncordon and its handler
+		// counting it gets the answer of the state before, as an attempt a moment earlier
+		// would: the next pod tries again.)
+		want := fmt.Sprintf("defragmentation (Recommend, nothing evicted): 1 move(s): move pod %s/web-1 (1g.10gb) from node %s-n1 GPU 0", s.ns, s.ns)
+		Eventually(func(g Gomega) {
+			p := s.create(s.pod(fmt.Sprintf("big-%d", time.Now().UnixNano()), map[string]int64{"7g.80gb": 1}))
+			g.Eventually(func() string { return unschedulable(s.get(p.Name)) }, 10*time.Second).Should(ContainSubstring("defragmentation"))
+			g.Expect(unschedulable(s.get(p.Name))).To(ContainSubstring(want))
+		}, 45*time.Second, time.Second).Should(Succeed())
+	})
+
 	It("looks for no plan when disabled", func() {
 		r = startSchedulerWith(ctx, plugin.Options{}, timeout, func(o *config.Options) {
 			o.Defragmentation = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationDisabled}
