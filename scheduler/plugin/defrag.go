@@ -167,13 +167,12 @@ func (p *Plugin) noPlanWords(res mig.DefragResult, s *podState) string {
 	return ""
 }
 
-// movableIndex answers mig.MovableFunc from the snapshot's claims and the scheduler's listers,
-// reading each node's claims once, when the planner first asks about it.
+// movableIndex answers mig.MovableFunc from the snapshot's claim at each slice asked about
+// (snapshot.Cache.ClaimAt) and the scheduler's listers.
 type movableIndex struct {
-	p      *Plugin
-	nodes  []*snapshot.Node
-	pdbs   []*policyv1.PodDisruptionBudget
-	claims map[int]map[string][]snapshot.Claim
+	p     *Plugin
+	nodes []*snapshot.Node
+	pdbs  []*policyv1.PodDisruptionBudget
 	// pods remembers the pod found at each slice asked about (for the plan's words).
 	pods map[mig.Slot]*corev1.Pod
 	// classes memoizes destinationClass per pod.
@@ -185,7 +184,7 @@ func (p *Plugin) movableSlices(nodes []*snapshot.Node) (*movableIndex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list PodDisruptionBudgets: %w", err)
 	}
-	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, claims: map[int]map[string][]snapshot.Claim{}, pods: map[mig.Slot]*corev1.Pod{},
+	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, pods: map[mig.Slot]*corev1.Pod{},
 		classes: map[*corev1.Pod]string{}}, nil
 }
 
@@ -193,35 +192,28 @@ func (p *Plugin) movableSlices(nodes []*snapshot.Node) (*movableIndex, error) {
 // bound, nor a slice being released) of a pod that movablePod allows.
 func (m *movableIndex) at(node, gpu int, prof mig.Profile, pl mig.Placement) bool {
 	n := m.nodes[node]
-	cs, ok := m.claims[node]
-	if !ok {
-		cs = m.p.cache.Claims(n.Name)
-		m.claims[node] = cs
+	c, ok := m.p.cache.ClaimAt(n.Name, mig.Slot{GPU: n.GPUs[gpu].UUID, Profile: prof.Name, Placement: pl})
+	if !ok || c.Leaving || c.PodUID == "" {
+		return false
 	}
-	for _, c := range cs[n.GPUs[gpu].UUID] {
-		if c.Slot.Placement != pl || c.Slot.Profile != prof.Name || c.Leaving || c.PodUID == "" {
-			continue
-		}
-		ns, name, _ := strings.Cut(c.Pod, "/")
-		pod, err := m.p.pods.Pods(ns).Get(name)
-		if err != nil || pod.UID != c.PodUID || pod.Spec.NodeName == "" {
+	ns, name, _ := strings.Cut(c.Pod, "/")
+	pod, err := m.p.pods.Pods(ns).Get(name)
+	if err != nil || pod.UID != c.PodUID || pod.Spec.NodeName == "" {
+		return false
+	}
+	var nsLabels map[string]string
+	if m.p.defrag.namespaces != nil {
+		o, err := m.p.namespaces.Get(ns)
+		if err != nil {
 			return false
 		}
-		var nsLabels map[string]string
-		if m.p.defrag.namespaces != nil {
-			o, err := m.p.namespaces.Get(ns)
-			if err != nil {
-				return false
-			}
-			nsLabels = o.Labels
-		}
-		ok, _ := movablePod(pod, m.pdbs, nsLabels, m.p.defrag.namespaces)
-		if ok {
-			m.pods[c.Slot.Slot] = pod
-		}
-		return ok
+		nsLabels = o.Labels
 	}
-	return false
+	ok, _ = movablePod(pod, m.pdbs, nsLabels, m.p.defrag.namespaces)
+	if ok {
+		m.pods[c.Slot.Slot] = pod
+	}
+	return ok
 }
 
 // describePlan words a plan: each move (pod, profile, from, to), then where the pod fits.

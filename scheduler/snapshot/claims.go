@@ -77,6 +77,53 @@ func (c *Cache) Claims(node string) map[string][]Claim {
 	return out
 }
 
+// ClaimAt returns the claim Claims(node) holds at slot, without building the node's claims:
+// the same order decides (allocations by name, then reservations, then created allocations
+// not shown yet, then slices only the agent reports). The defragmentation planner asks it
+// about one slice at a time on every node (scheduler/plugin/defrag.go).
+func (c *Cache) ClaimAt(node string, slot mig.Slot) (Claim, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var first *Allocation
+	for _, a := range c.nodeAllocs[node] {
+		if a.Slot.Slot == slot && (first == nil || a.Name < first.Name) {
+			first = a
+		}
+	}
+	if first != nil {
+		return Claim{Slot: first.Slot, PodUID: first.PodUID, Pod: first.Namespace + "/" + first.PodName, Leaving: first.Deleting, Allocated: true}, true
+	}
+	for _, r := range c.reservations {
+		if r.NodeName != node {
+			continue
+		}
+		for _, s := range r.Slots {
+			if s.Slot == slot {
+				return Claim{Slot: s, PodUID: r.PodUID, Pod: r.Namespace + "/" + r.PodName}, true
+			}
+		}
+	}
+	for _, u := range c.unseenOn(node) {
+		if u.slot.Slot == slot {
+			return Claim{Slot: u.slot, PodUID: u.pod, Pod: u.podName}, true
+		}
+	}
+	if na := c.accels[node]; na != nil {
+		for _, g := range na.Status.GPUs {
+			if g.UUID != slot.GPU {
+				continue
+			}
+			for _, s := range g.Slices {
+				prof, err := migapi.Profile(s.Profile)
+				if err == nil && prof == slot.Profile && migapi.Placement(s.Placement) == slot.Placement {
+					return Claim{Slot: Slot{Slot: slot}}, true
+				}
+			}
+		}
+	}
+	return Claim{}, false
+}
+
 // PodClaimsOn reports whether the pod holds any slot of the node (an allocation, a
 // reservation or a created allocation not shown yet).
 func (c *Cache) PodClaimsOn(uid types.UID, node string) bool {
