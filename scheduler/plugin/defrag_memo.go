@@ -28,63 +28,92 @@ import (
 //     (counted by defragInputs, below);
 //   - the policy (fixed for the plugin's life).
 //
-// So an answer is reused for a request equal to the one it was computed for while neither
-// counter has moved. Only answers without a plan are kept (NoPlan, Bounded or not, NoCapacity,
-// FitsNow, Unsupported): a plan is reported as an Event on each pod and, in Evict mode,
-// carried out, so it is looked for per pod as before.
+// So an answer is reused for a request equal to the one it was computed for while the
+// informers' counter has not moved and the snapshot has not changed in a way that may free
+// room (snapshot.Cache.FreedGeneration: an allocation deleted or moved, a reservation dropped,
+// a NodeAccelerator added or changed so). A change of the snapshot that only takes room (an
+// allocation or reservation added, a created allocation shown, a GPU lost) cannot make a plan
+// appear: every plan on the fuller state, less its moves of the slices added, is a plan of no
+// more moves on the emptier one, whose free places are a superset and whose movable slices are
+// the same (movability is read through the informers, whose changes are counted). So NoPlan,
+// Bounded or not, NoCapacity and Unsupported are reused across such changes, and FitsNow,
+// which room taken can make false, only while the snapshot is unchanged. A reused NoPlan may
+// by then be a NoCapacity, and a reused Bounded answer is not searched again until room frees
+// or an input changes. Only answers without a plan are kept: a plan is reported as an Event
+// on each pod and, in Evict mode, carried out, so it is looked for per pod as before.
 
-// maxDefragMemo bounds the answers kept for one generation (one per distinct request; the model
-// tables have fewer single-slice profiles).
+// maxDefragMemo bounds the answers kept (one per distinct request; the model tables have fewer
+// single-slice profiles).
 const maxDefragMemo = 64
 
-// memoGen names the state of every planner input that is not the pending pod's.
-type memoGen struct{ snapshot, informers uint64 }
+// memoGen names the state of every planner input that is not the pending pod's: the snapshot's
+// Generation and FreedGeneration, and the informers' counter.
+type memoGen struct{ snapshot, freed, informers uint64 }
 
-// defragMemo holds the answers computed at generation gen, by request.
+// memoBase is what every kept answer shares: no room freed and no informer input changed since.
+type memoBase struct{ freed, informers uint64 }
+
+func (g memoGen) base() memoBase { return memoBase{freed: g.freed, informers: g.informers} }
+
+// memoAnswer is a kept answer and the snapshot generation it was computed at.
+type memoAnswer struct {
+	res      mig.DefragResult
+	snapshot uint64
+}
+
+// defragMemo holds the answers computed since base, by request.
 type defragMemo struct {
 	mu      sync.Mutex
-	gen     memoGen
-	answers map[string]mig.DefragResult
+	base    memoBase
+	answers map[string]memoAnswer
 }
 
 // defragGen is the generation of the planner's inputs now. It must be read before any input:
-// every counter is bumped once its change is visible to the readers (the snapshot cache under
-// its write lock; an informer's handlers run after its store shows the change), so an answer
-// is kept under a generation older than any change it did not see, and no kept answer outlives
-// the count of a change. An informer's change can be read in its store a moment before its
-// handler counts it: an attempt in that moment may get the answer of the state before, as an
-// attempt made a moment earlier would.
+// every counter is bumped once its change is visible to the readers (the snapshot cache's
+// Generation under its write lock, FreedGeneration just after; an informer's handlers run
+// after its store shows the change), so an answer is kept under a generation older than any
+// change it did not see, and no kept answer outlives the count of a change. A change can be
+// read a moment before it is counted (an informer's store before its handler; room freed in the
+// snapshot before FreedGeneration): an attempt in that moment may get the answer of the state
+// before, as an attempt made a moment earlier would, and the count that follows wakes the
+// pending pods again (the snapshot's OnFreed; the informers' events).
 func (p *Plugin) defragGen() memoGen {
-	return memoGen{snapshot: p.cache.Generation(), informers: p.defragInputs.Load()}
+	return memoGen{snapshot: p.cache.Generation(), freed: p.cache.FreedGeneration(), informers: p.defragInputs.Load()}
 }
 
 // defragKey is all the planner reads of the pending pod: its request's slices.
 func defragKey(req *mig.Request) string { return strings.Join(req.Slices(), ",") }
 
-// get returns the answer kept for key at generation gen.
-func (m *defragMemo) get(key string, gen memoGen) (mig.DefragResult, bool) {
+// holdsWhileRoomIsTaken reports whether an answer stays true when the snapshot only takes room.
+func holdsWhileRoomIsTaken(o mig.DefragOutcome) bool { return o != mig.DefragFitsNow }
+
+// get returns the answer kept for key that holds at generation now.
+func (m *defragMemo) get(key string, now memoGen) (mig.DefragResult, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.gen != gen {
+	if m.base != now.base() {
 		return mig.DefragResult{}, false
 	}
-	res, ok := m.answers[key]
-	return res, ok
+	a, ok := m.answers[key]
+	if !ok || (a.snapshot != now.snapshot && !holdsWhileRoomIsTaken(a.res.Outcome)) {
+		return mig.DefragResult{}, false
+	}
+	return a.res, true
 }
 
 // put keeps an answer computed from inputs read at generation gen, unless it holds a plan or
-// an input changed while it was computed (now, the generation read after, differs). Answers
-// of an older generation are dropped.
+// an input changed while it was computed (now, the generation read after, differs in any
+// counter). Answers kept since another base are dropped.
 func (m *defragMemo) put(key string, gen, now memoGen, res mig.DefragResult) {
 	if res.Outcome == mig.DefragPlanned || gen != now {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.answers == nil || m.gen != gen || len(m.answers) >= maxDefragMemo {
-		m.gen, m.answers = gen, map[string]mig.DefragResult{}
+	if m.answers == nil || m.base != gen.base() || len(m.answers) >= maxDefragMemo {
+		m.base, m.answers = gen.base(), map[string]memoAnswer{}
 	}
-	m.answers[key] = mig.DefragResult{Outcome: res.Outcome, Bounded: res.Bounded}
+	m.answers[key] = memoAnswer{res: mig.DefragResult{Outcome: res.Outcome, Bounded: res.Bounded}, snapshot: gen.snapshot}
 }
 
 // watchDefragInputs counts the changes of the planner's informer-fed inputs (defragInputs):

@@ -267,9 +267,46 @@ func TestDefragMemoForgetsOnAnyInputChange(t *testing.T) {
 	}
 }
 
+// TestDefragMemoOutlivesRoomTaken: the snapshot changes without freeing room (a slice taken on
+// another GPU, with no pod event: the agents' and PreBind's writes that only take room), and
+// the pending pod's NoPlan is reused; a 1g.10gb that fit before is searched again (FitsNow is
+// not kept across it); then the slice is deleted, which may free room, and the 7g.80gb is
+// searched again.
+func TestDefragMemoOutlivesRoomTaken(t *testing.T) {
+	f := newMemoFixture(t, 3, nil)
+	f.blocker("a", 0, 3, true, nil)
+	f.blocker("b", 1, 0, true, nil)
+	f.blocker("c", 2, 0, true, nil)
+	big, small := pendingPod("ns", "big", "7g.80gb"), pendingPod("ns", "small", "1g.10gb")
+	if got := f.attempt(big); !strings.Contains(got, "found no plan") || f.searches() != 1 {
+		t.Fatalf("first attempt: %q after %d searches, want no plan after 1", got, f.searches())
+	}
+	f.attempt(small)
+	if n := f.searches(); n != 2 {
+		t.Fatalf("%d searches after the 1g.10gb's first attempt, want 2", n)
+	}
+	gen := f.p.cache.Generation()
+	overlayPod{name: "taken", slots: []overlaySlot{{2, "1g.10gb", 4}}}.allocateAs(t, f.p, "uid-taken")
+	if f.p.cache.Generation() == gen {
+		t.Fatal("taking a slice did not change the snapshot's generation")
+	}
+	if got := f.attempt(big); !strings.Contains(got, "found no plan") || f.searches() != 2 {
+		t.Fatalf("after room was taken: %q after %d searches, want the answer reused (2)", got, f.searches())
+	}
+	f.attempt(small)
+	if n := f.searches(); n != 3 {
+		t.Fatalf("%d searches after the 1g.10gb's attempt on the fuller snapshot, want 3 (FitsNow not reused)", n)
+	}
+	f.p.cache.DeleteAllocation("ns", "taken-0")
+	if got := f.attempt(big); !strings.Contains(got, "found no plan") || f.searches() != 4 {
+		t.Fatalf("after a slice was deleted: %q after %d searches, want a new search (4)", got, f.searches())
+	}
+}
+
 // TestDefragMemoKeepsOnlyWhatItMayReuse: a plan is never kept; an answer computed while an
-// input changed is not kept; an answer of an older generation is dropped; the memo stays
-// bounded; and readers and writers racing never get an answer of another generation.
+// input changed is not kept; an answer without a plan outlives changes that only take room,
+// FitsNow does not; room freed or an informer change drops every answer; the memo stays
+// bounded; and readers and writers racing never get an answer across room freed.
 func TestDefragMemoKeepsOnlyWhatItMayReuse(t *testing.T) {
 	g1, g2 := memoGen{snapshot: 1}, memoGen{snapshot: 1, informers: 1}
 	noPlan := mig.DefragResult{Outcome: mig.DefragNoPlan, Bounded: true, RemovalSets: 9}
@@ -289,6 +326,22 @@ func TestDefragMemoKeepsOnlyWhatItMayReuse(t *testing.T) {
 	if _, ok := m.get("7g.80gb", g2); ok {
 		t.Fatal("an answer reused at another generation")
 	}
+	// The snapshot took room only (its Generation moved, FreedGeneration did not): an answer
+	// without a plan still holds, FitsNow does not; room freed drops them all.
+	taken, freed := memoGen{snapshot: 5}, memoGen{snapshot: 5, freed: 1}
+	m.put("1g.10gb", g1, g1, mig.DefragResult{Outcome: mig.DefragFitsNow})
+	for _, o := range []mig.DefragOutcome{mig.DefragNoPlan, mig.DefragFitsNow} {
+		key := map[mig.DefragOutcome]string{mig.DefragNoPlan: "7g.80gb", mig.DefragFitsNow: "1g.10gb"}[o]
+		if got, ok := m.get(key, g1); !ok || got.Outcome != o {
+			t.Fatalf("%s at its own generation: %+v, %v", o, got, ok)
+		}
+		if _, ok := m.get(key, taken); ok != (o != mig.DefragFitsNow) {
+			t.Errorf("%s after room was only taken: reused %v, want %v", o, ok, o != mig.DefragFitsNow)
+		}
+		if _, ok := m.get(key, freed); ok {
+			t.Errorf("%s reused after room may have been freed", o)
+		}
+	}
 	m.put("4g.40gb", g2, g2, noPlan)
 	if _, ok := m.get("7g.80gb", g1); ok {
 		t.Fatal("an older generation's answer kept beside a newer one")
@@ -301,18 +354,18 @@ func TestDefragMemoKeepsOnlyWhatItMayReuse(t *testing.T) {
 	}
 
 	// Writers of several generations race; each answer's key names the generation it was
-	// computed at, and no reader finds it at another.
+	// computed at, and no reader finds it where room was freed since or an informer counted.
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var wrong []string
-	key := func(g memoGen) string { return fmt.Sprintf("%d/%d", g.snapshot, g.informers) }
+	key := func(g memoGen) string { return fmt.Sprintf("%d/%d", g.freed, g.informers) }
 	for w := 0; w < 4; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 2000; i++ {
-				g := memoGen{snapshot: uint64(i % 7), informers: uint64(w)}
-				other := memoGen{snapshot: uint64((i + 1) % 7), informers: uint64(w)}
+				g := memoGen{freed: uint64(i % 7), informers: uint64(w)}
+				other := memoGen{freed: uint64((i + 1) % 7), informers: uint64(w)}
 				m.put(key(g), g, g, noPlan)
 				if _, ok := m.get(key(g), other); ok {
 					mu.Lock()
