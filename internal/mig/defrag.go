@@ -244,7 +244,9 @@ type defragRun struct {
 	// opens, per state index, whether some removal set of r.k of its slots opens the request
 	// on a GPU in that state (stateOpens: stateUnknown, stateOpen or stateShut, plus r.k<<2);
 	// nil with noPrune or DefragOptions.Destinations.
-	opens    [numModels + 1][]uint8
+	opens [numModels + 1][]uint8
+	// visit, per state index, what scan does with a GPU in that state at level k (visitStates).
+	visit    [numModels + 1][]uint32
 	movCache []uint32 // per GPU in node then GPU order, see movableSlots
 	// slotMemo, per GPU in node then GPU order, what was asked about its slots (slotMovable,
 	// slotGone); osets, per model and state, the opening sets (defrag_open.go).
@@ -392,21 +394,17 @@ func (r *defragRun) scan(budget int) {
 	for m := Model(1); m <= numModels; m++ {
 		if r.present[m] && r.req.prof[m][0] >= 0 {
 			tabs[m], dts[m] = tableFor(m), defragTableFor(m)
+			r.visitStates(m, tabs[m], dts[m])
 		}
 	}
 	for u := range r.requestGPUs() {
 		gi, n, g, m, st := u.gi, u.n, u.g, u.m, u.st
-		p := int(r.req.prof[m][0])
-		t := tabs[m]
-		if int(dts[m].minRemovals[st*t.nprof()+p]) > r.k {
+		keep := r.visit[m][st]
+		if keep&movHopeless != 0 {
 			continue
 		}
-		keep := uint32(movSlots)
-		if ks := r.keep[m]; ks != nil {
-			if keep = ks[st]; keep&movHopeless != 0 {
-				continue
-			}
-		}
+		p := int(r.req.prof[m][0])
+		t := tabs[m]
 		if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
 			continue
 		}
@@ -447,6 +445,31 @@ func (r *defragRun) scan(budget int) {
 			ripple := c + low
 			c = (((ripple ^ c) >> 2) / low) | ripple
 		}
+	}
+}
+
+// visitStates fills r.visit[m] for level r.k: per state index that usable GPUs of model m are
+// in, the slots keep keeps (every slot with the pruning rules off), or movHopeless when the
+// search passes over every GPU in that state at this level: the fewest removals for the
+// request's profile (a table lookup that ignores movability) exceed r.k, or keep is hopeless.
+// It is the per-GPU test of scan, made once per state and level.
+func (r *defragRun) visitStates(m Model, t *modelTable, dt *defragTable) {
+	if r.visit[m] == nil {
+		r.visit[m] = make([]uint32, len(t.states))
+	}
+	p, np := int(r.req.prof[m][0]), t.nprof()
+	for st, c := range r.hist[m] {
+		if c == 0 {
+			continue
+		}
+		keep := uint32(movSlots)
+		if ks := r.keep[m]; ks != nil {
+			keep = ks[st]
+		}
+		if int(dt.minRemovals[st*np+p]) > r.k {
+			keep = movHopeless
+		}
+		r.visit[m][st] = keep
 	}
 }
 

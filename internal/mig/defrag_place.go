@@ -118,26 +118,59 @@ func (r *defragRun) stateOf(ref gpuRef) (int, int) {
 
 // fits lists the usable GPUs of model m where profile q fits now. It is built on first use:
 // for scarce profiles (fewer than MaxDefragMoves such GPUs) and for restricted slices (destOf).
+// One walk over the GPUs builds the lists of every profile of m not built yet: the search asks
+// about several profiles (one per moved slice's), each of whose lists would take a walk of its
+// own over a crowded cluster's GPUs.
 func (r *defragRun) fits(m Model, q int) []gpuRef {
 	if r.fitBuilt[m][q] {
 		return r.fitList[m][q]
 	}
-	r.fitBuilt[m][q] = true
 	t := tableFor(m)
-	var out []gpuRef
+	np := t.nprof()
+	// need: the profiles still to list; left: the GPUs their lists still lack.
+	var need uint32
+	left := 0
+	for p := 0; p < np; p++ {
+		if !r.fitBuilt[m][p] {
+			r.fitBuilt[m][p] = true
+			r.fitList[m][p] = nil
+			if r.fitCount[m][p] > 0 {
+				need |= 1 << p
+				left += r.fitCount[m][p]
+			}
+		}
+	}
+	if left == 0 {
+		return r.fitList[m][q]
+	}
+	// want, per state present, the profiles of need that fit on it.
+	want := make([]uint32, len(t.states))
+	for st, c := range r.hist[m] {
+		if c == 0 {
+			continue
+		}
+		for rest := need; rest != 0; rest &= rest - 1 {
+			if p := bits.TrailingZeros32(rest); t.nvmlSlot[st*np+p] != noSlot {
+				want[st] |= 1 << p
+			}
+		}
+	}
 scan:
 	for n := range r.nodes {
 		for g, gpu := range r.nodes[n].GPUs {
-			if gpu.Usable && gpu.State.model == m && t.nvmlSlot[int(gpu.State.idx)*t.nprof()+q] != noSlot {
-				out = append(out, gpuRef{int32(n), int32(g)})
-				if len(out) == r.fitCount[m][q] {
+			if !gpu.Usable || gpu.State.model != m {
+				continue
+			}
+			for rest := want[gpu.State.idx]; rest != 0; rest &= rest - 1 {
+				p := bits.TrailingZeros32(rest)
+				r.fitList[m][p] = append(r.fitList[m][p], gpuRef{int32(n), int32(g)})
+				if left--; left == 0 {
 					break scan
 				}
 			}
 		}
 	}
-	r.fitList[m][q] = out
-	return out
+	return r.fitList[m][q]
 }
 
 // destOf is where the slot s of GPU (n, g) (gi in node then GPU order) may go under r.dest,
