@@ -72,6 +72,8 @@ func (p *Plugin) explain(s *podState) string {
 	var best *snapshot.Node
 	bestGPU, bestFree := -1, -1
 	usable := 0
+	slices := s.req.Slices()
+	offers := map[mig.Model]bool{} // offersAll per model: asked once per model, not per GPU
 	for _, n := range p.cache.Nodes() {
 		if s.adoptedNode != "" && n.Name != s.adoptedNode {
 			continue
@@ -82,7 +84,13 @@ func (p *Plugin) explain(s *podState) string {
 			}
 			usable++
 			// a GPU whose model has no such profile is never "closest"
-			if !offersAll(n.MIG.GPUs[i].State.Model(), s.req.Slices()) {
+			m := n.MIG.GPUs[i].State.Model()
+			ok, known := offers[m]
+			if !known {
+				ok = offersAll(m, slices)
+				offers[m] = ok
+			}
+			if !ok {
 				continue
 			}
 			if f := n.MIG.GPUs[i].State.FreeComputeSlices(); f > bestFree {
