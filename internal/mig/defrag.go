@@ -425,12 +425,7 @@ func (r *defragRun) scan(budget int) {
 				continue
 			}
 		}
-		var pos [32]int
-		npos := 0
-		for mask := use; mask != 0; mask &= mask - 1 {
-			pos[npos] = bits.TrailingZeros32(mask)
-			npos++
-		}
+		pos, npos := setBits(use)
 		// Every k-subset of the npos movable slots, as a bitmask over pos (Gosper's hack).
 		for c := uint32(1)<<r.k - 1; c < 1<<npos; {
 			if r.examined >= budget {
@@ -441,9 +436,7 @@ func (r *defragRun) scan(budget int) {
 			if r.tryRemoval(gi, n, g, t, st, p, c, pos[:npos]) {
 				return
 			}
-			low := c & -c
-			ripple := c + low
-			c = (((ripple ^ c) >> 2) / low) | ripple
+			c = nextSubset(c)
 		}
 	}
 }

@@ -37,12 +37,7 @@ func (r *defragRun) openingSets(m Model, t *modelTable, st, p int, keep uint32) 
 		return e.sets
 	}
 	ns, np := t.nslots(), t.nprof()
-	var pos [32]int
-	npos := 0
-	for mask := keep; mask != 0; mask &= mask - 1 {
-		pos[npos] = bits.TrailingZeros32(mask)
-		npos++
-	}
+	pos, npos := setBits(keep)
 	e.k, e.sets = r.k, e.sets[:0]
 	for c := uint32(1)<<r.k - 1; c < 1<<npos; {
 		cur := st
@@ -55,9 +50,7 @@ func (r *defragRun) openingSets(m Model, t *modelTable, st, p int, keep uint32) 
 		if t.nvmlSlot[cur*np+p] != noSlot {
 			e.sets = append(e.sets, sub)
 		}
-		low := c & -c
-		ripple := c + low
-		c = (((ripple ^ c) >> 2) / low) | ripple
+		c = nextSubset(c)
 	}
 	return e.sets
 }
@@ -148,4 +141,21 @@ func (r *defragRun) slotMovable(gi, n, g int, t *modelTable, s int) bool {
 		r.slotMemo[gi] |= e << sh
 	}
 	return e&memoMovable != 0
+}
+
+// setBits lists the positions of mask's set bits, lowest first, and how many there are.
+func setBits(mask uint32) (pos [32]int, n int) {
+	for ; mask != 0; mask &= mask - 1 {
+		pos[n] = bits.TrailingZeros32(mask)
+		n++
+	}
+	return pos, n
+}
+
+// nextSubset is the next larger mask with as many set bits as c (Gosper's hack): starting at
+// 1<<k - 1 and stopping at 1<<n, it walks every k-subset of n positions.
+func nextSubset(c uint32) uint32 {
+	low := c & -c
+	ripple := c + low
+	return (((ripple ^ c) >> 2) / low) | ripple
 }

@@ -127,12 +127,7 @@ func (r *defragRun) stateOpens(gi, n, g int, t *modelTable, st, p int, keep uint
 		return v&stateOpen != 0
 	}
 	ns, np := t.nslots(), t.nprof()
-	var pos [32]int
-	npos := 0
-	for mask := keep; mask != 0; mask &= mask - 1 {
-		pos[npos] = bits.TrailingZeros32(mask)
-		npos++
-	}
+	pos, npos := setBits(keep)
 	open := false
 	for c := uint32(1)<<r.k - 1; c < 1<<npos && !open; {
 		cur := st
@@ -154,9 +149,7 @@ func (r *defragRun) stateOpens(gi, n, g int, t *modelTable, st, p int, keep uint
 				}
 			}
 		}
-		low := c & -c
-		ripple := c + low
-		c = (((ripple ^ c) >> 2) / low) | ripple
+		c = nextSubset(c)
 	}
 	v := uint8(r.k<<2) | stateShut
 	if open {
