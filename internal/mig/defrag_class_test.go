@@ -20,6 +20,22 @@ type classDest struct {
 	checks  int
 }
 
+// randomClassDest has classes a, b and c, each admitted by a random third of nn nodes, and
+// no slice in a class yet.
+func randomClassDest(rng *rand.Rand, nn int) *classDest {
+	d := &classDest{classOf: map[sliceKey]string{}, nodes: map[string][]int{}, allowed: map[sliceKey][]int{}}
+	for _, cl := range []string{"a", "b", "c"} {
+		var set []int
+		for n := 0; n < nn; n++ {
+			if rng.IntN(3) == 0 {
+				set = append(set, n)
+			}
+		}
+		d.nodes[cl] = set
+	}
+	return d
+}
+
 func (d *classDest) in(set []int, n int) bool {
 	d.checks++
 	for _, a := range set {
@@ -70,16 +86,7 @@ func TestPlanDefragDestinationClassesChangeNothing(t *testing.T) {
 		if c%2 == 0 {
 			alike(rng, nodes, movable)
 		}
-		d := &classDest{classOf: map[sliceKey]string{}, nodes: map[string][]int{}, allowed: map[sliceKey][]int{}}
-		for _, cl := range []string{"a", "b", "c"} {
-			var set []int
-			for n := 0; n < nn; n++ {
-				if rng.IntN(3) == 0 {
-					set = append(set, n)
-				}
-			}
-			d.nodes[cl] = set
-		}
+		d := randomClassDest(rng, nn)
 		for _, k := range sortedSliceKeys(movable) { // in order: the same cases each run
 			switch rng.IntN(5) {
 			case 0: // unrestricted
@@ -89,12 +96,7 @@ func TestPlanDefragDestinationClassesChangeNothing(t *testing.T) {
 				d.classOf[k] = string(rune('a' + rng.IntN(3)))
 			}
 		}
-		profs := models[0].Profiles()
-		pi := rng.IntN(len(profs))
-		if rng.IntN(2) == 0 {
-			pi = len(profs)/2 + rng.IntN(len(profs)-len(profs)/2)
-		}
-		req := MustRequest(RequestItem{Profile: profs[pi].Name, Count: 1})
+		req := randomRequest(rng, models[0])
 		maxMoves := 1 + rng.IntN(3)
 		with := DefragOptions{MaxMoves: maxMoves, Destinations: d.dest, DestinationClass: d.class}
 		without := DefragOptions{MaxMoves: maxMoves, Destinations: d.dest}

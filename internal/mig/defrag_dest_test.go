@@ -46,6 +46,17 @@ func allowedFunc(allowed map[sliceKey][]int) func(sliceKey, int) bool {
 	}
 }
 
+// randomRequest is one slice of a random profile of m; half the requests are of the larger half
+// of the profiles, which fragmentation blocks.
+func randomRequest(rng *rand.Rand, m Model) *Request {
+	profs := m.Profiles()
+	pi := rng.IntN(len(profs))
+	if rng.IntN(2) == 0 {
+		pi = len(profs)/2 + rng.IntN(len(profs)-len(profs)/2)
+	}
+	return MustRequest(RequestItem{Profile: profs[pi].Name, Count: 1})
+}
+
 // checkDestinations fails the test unless every move lands on a node its slice may go to.
 func checkDestinations(t *testing.T, allowed map[sliceKey][]int, plan DefragPlan) {
 	t.Helper()
@@ -149,14 +160,7 @@ func TestPlanDefragDestinationsAgainstBruteForce(t *testing.T) {
 			}
 			allowed[k] = set
 		}
-		m := models[0]
-		profs := m.Profiles()
-		// Half the requests are of the larger half of the profiles, which fragmentation blocks.
-		pi := rng.IntN(len(profs))
-		if rng.IntN(2) == 0 {
-			pi = len(profs)/2 + rng.IntN(len(profs)-len(profs)/2)
-		}
-		req := MustRequest(RequestItem{Profile: profs[pi].Name, Count: 1})
+		req := randomRequest(rng, models[0])
 		res := PlanDefrag(nodes, req, movableSet(movable), DefragOptions{MaxMoves: maxMoves, Destinations: destMap(allowed, nil)})
 		count[res.Outcome]++
 		if res.Bounded {

@@ -23,16 +23,7 @@ func TestPlanDefragOpeningSetsChangeNothing(t *testing.T) {
 		if c%4 != 3 {
 			alike(rng, nodes, movable)
 		}
-		d := &classDest{classOf: map[sliceKey]string{}, nodes: map[string][]int{}, allowed: map[sliceKey][]int{}}
-		for _, cl := range []string{"a", "b", "c"} {
-			var set []int
-			for n := 0; n < nn; n++ {
-				if rng.IntN(3) == 0 {
-					set = append(set, n)
-				}
-			}
-			d.nodes[cl] = set
-		}
+		d := randomClassDest(rng, nn)
 		mode := c % 4 // 0: anywhere; 1: per-slice destinations; 2, 3: classes and per-slice
 		for _, k := range sortedSliceKeys(movable) {
 			switch r := rng.IntN(5); {
@@ -49,12 +40,7 @@ func TestPlanDefragOpeningSetsChangeNothing(t *testing.T) {
 				d.classOf[k] = string(rune('a' + rng.IntN(3)))
 			}
 		}
-		profs := models[0].Profiles()
-		pi := rng.IntN(len(profs))
-		if rng.IntN(2) == 0 {
-			pi = len(profs)/2 + rng.IntN(len(profs)-len(profs)/2)
-		}
-		req := MustRequest(RequestItem{Profile: profs[pi].Name, Count: 1})
+		req := randomRequest(rng, models[0])
 		opt := DefragOptions{MaxMoves: 1 + rng.IntN(3)}
 		switch mode {
 		case 0:
