@@ -41,11 +41,13 @@ type DefragOptions struct {
 	// usable GPU of its model).
 	Destinations DestinationFunc
 	// DestinationClass, with Destinations, names each moved slice's class: the slices of one
-	// non-empty class may go to the same nodes (their pods pass the same node filters), so
+	// positive class may go to the same nodes (their pods pass the same node filters), so
 	// Destinations is asked once per class and a class's allowed GPUs are counted once per
-	// profile, not once per slice (defrag_class.go). "": a class of its own. It changes no
-	// answer when the classes are true.
-	DestinationClass func(from SliceAt) string
+	// profile, not once per slice (defrag_class.go). 0 (or less): a class of its own. The
+	// caller numbers its classes, best from 1 up: the planner keeps small numbers in a slice
+	// (a number is found without hashing), large ones in a map. It changes no answer when the
+	// classes are true.
+	DestinationClass func(from SliceAt) int
 	// Chains also looks, when no plan of one or two moves exists and MaxMoves allows two, for a
 	// two-move chain (defrag_chain.go): an Ordered plan whose second move goes into the room the
 	// first one leaves. Ignored with Destinations.
@@ -225,10 +227,11 @@ type defragRun struct {
 	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
 	// may go; only with dest set.
 	dests map[int]*destInfo
-	// class and classes: DefragOptions.DestinationClass and, per non-empty class, its predicate
+	// class and classes: DefragOptions.DestinationClass and, per positive class, its predicate
 	// and allowed GPUs per (model, profile), see defrag_class.go.
-	class   func(from SliceAt) string
-	classes map[string]*classInfo
+	class    func(from SliceAt) int
+	classes  []*classInfo       // per class number below maxDenseClass
+	classMap map[int]*classInfo // the larger ones
 	// hosts caches chainHosts per (model, profile).
 	hosts map[[2]int][]chainHost
 
@@ -391,11 +394,15 @@ func (r *defragRun) scan(budget int) {
 	r.examined, r.stopped = 0, false
 	var tabs [numModels + 1]*modelTable
 	var dts [numModels + 1]*defragTable
+	visit := false // some GPU is not passed over by its state alone
 	for m := Model(1); m <= numModels; m++ {
 		if r.present[m] && r.req.prof[m][0] >= 0 {
 			tabs[m], dts[m] = tableFor(m), defragTableFor(m)
-			r.visitStates(m, tabs[m], dts[m])
+			visit = r.visitStates(m, tabs[m], dts[m]) || visit
 		}
+	}
+	if !visit {
+		return // the walk below would pass over every GPU
 	}
 	for u := range r.requestGPUs() {
 		gi, n, g, m, st := u.gi, u.n, u.g, u.m, u.st
@@ -445,12 +452,14 @@ func (r *defragRun) scan(budget int) {
 // in, the slots keep keeps (every slot with the pruning rules off), or movHopeless when the
 // search passes over every GPU in that state at this level: the fewest removals for the
 // request's profile (a table lookup that ignores movability) exceed r.k, or keep is hopeless.
-// It is the per-GPU test of scan, made once per state and level.
-func (r *defragRun) visitStates(m Model, t *modelTable, dt *defragTable) {
+// It is the per-GPU test of scan, made once per state and level. It reports whether some state
+// is not passed over.
+func (r *defragRun) visitStates(m Model, t *modelTable, dt *defragTable) bool {
 	if r.visit[m] == nil {
 		r.visit[m] = make([]uint32, len(t.states))
 	}
 	p, np := int(r.req.prof[m][0]), t.nprof()
+	some := false
 	for st, c := range r.hist[m] {
 		if c == 0 {
 			continue
@@ -463,7 +472,9 @@ func (r *defragRun) visitStates(m Model, t *modelTable, dt *defragTable) {
 			keep = movHopeless
 		}
 		r.visit[m][st] = keep
+		some = some || keep&movHopeless == 0
 	}
+	return some
 }
 
 const (

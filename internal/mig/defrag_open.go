@@ -100,7 +100,7 @@ func (r *defragRun) mayOpen(gi, n, g int, m Model, t *modelTable, st, p int, kee
 const (
 	memoMovAsked  = 1 << iota // the movability callback was asked
 	memoMovable               // and said yes
-	memoGoneAsked             // slotGone's destination test was made
+	memoGoneAsked             // nowhere's destination test was made (slotNowhere)
 	memoGone                  // and found the slice may go nowhere
 )
 
@@ -111,9 +111,12 @@ func (r *defragRun) slotGone(gi, n, g int, t *modelTable, st, s int) bool {
 	if !r.slotMovable(gi, n, g, t, s) {
 		return true
 	}
-	if r.class == nil {
-		return false
-	}
+	return r.class != nil && r.slotNowhere(gi, n, g, t, st, s)
+}
+
+// slotNowhere is nowhere for slot s of GPU (n, g), asked once per slot and call (slotGone and
+// destStuck share the answer), remembered in r.slotMemo.
+func (r *defragRun) slotNowhere(gi, n, g int, t *modelTable, st, s int) bool {
 	sh := 4 * uint(t.slots[s].start)
 	e := r.slotMemo[gi] >> sh
 	if e&memoGoneAsked == 0 {

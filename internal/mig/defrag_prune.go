@@ -73,7 +73,7 @@ func (r *defragRun) destStuck(gi, n, g int, t *modelTable, dt *defragTable, st, 
 	}
 	out := use
 	for rest := use; rest != 0; rest &= rest - 1 {
-		if s := bits.TrailingZeros32(rest); r.nowhere(gi, n, g, t, st, s) {
+		if s := bits.TrailingZeros32(rest); r.slotNowhere(gi, n, g, t, st, s) {
 			out &^= 1 << s
 		}
 	}

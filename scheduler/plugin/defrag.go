@@ -173,10 +173,33 @@ type movableIndex struct {
 	p     *Plugin
 	nodes []*snapshot.Node
 	pdbs  []*policyv1.PodDisruptionBudget
-	// pods remembers the pod found at each slice asked about (for the plan's words).
-	pods map[mig.Slot]*corev1.Pod
-	// classes memoizes destinationClass per pod.
-	classes map[*corev1.Pod]string
+	// pods remembers, per node index, the movable pods found at the slices asked about (for
+	// destinations, destinationClass and the plan's words): a short list per node, read back
+	// without hashing a slot (the planner asks about thousands of slices per plan on a large
+	// crowded cluster).
+	pods [][]podAt
+	// classes memoizes destinationClass per pod, classIDs numbers its classes.
+	classes  map[*corev1.Pod]int
+	classIDs map[string]int
+}
+
+// podAt is a movable pod found at a slice: its GPU index on the node and its placement's start.
+type podAt struct {
+	gpu, start int
+	pod        *corev1.Pod
+}
+
+// podAt is the movable pod found at the slice s, nil when none was.
+func (m *movableIndex) podAt(s mig.SliceAt) *corev1.Pod {
+	if s.Node < 0 || s.Node >= len(m.pods) {
+		return nil
+	}
+	for _, e := range m.pods[s.Node] {
+		if e.gpu == s.GPU && e.start == s.Placement.Start {
+			return e.pod
+		}
+	}
+	return nil
 }
 
 func (p *Plugin) movableSlices(nodes []*snapshot.Node) (*movableIndex, error) {
@@ -184,8 +207,8 @@ func (p *Plugin) movableSlices(nodes []*snapshot.Node) (*movableIndex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list PodDisruptionBudgets: %w", err)
 	}
-	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, pods: map[mig.Slot]*corev1.Pod{},
-		classes: map[*corev1.Pod]string{}}, nil
+	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, pods: make([][]podAt, len(nodes)),
+		classes: map[*corev1.Pod]int{}, classIDs: map[string]int{}}, nil
 }
 
 // at implements mig.MovableFunc: the slice is held by an allocation (not a reservation being
@@ -211,7 +234,7 @@ func (m *movableIndex) at(node, gpu int, prof mig.Profile, pl mig.Placement) boo
 	}
 	ok, _ = movablePod(pod, m.pdbs, nsLabels, m.p.defrag.namespaces)
 	if ok {
-		m.pods[c.Slot.Slot] = pod
+		m.pods[node] = append(m.pods[node], podAt{gpu: gpu, start: pl.Start, pod: pod})
 	}
 	return ok
 }
@@ -226,7 +249,7 @@ func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex) 
 	for _, mv := range plan.Moves {
 		f := mv.From
 		who := "a slice"
-		if pod := m.pods[mig.Slot{GPU: nodes[f.Node].GPUs[f.GPU].UUID, Profile: f.Profile.Name, Placement: f.Placement}]; pod != nil {
+		if pod := m.podAt(f); pod != nil {
 			who = "pod " + pod.Namespace + "/" + pod.Name
 		}
 		parts = append(parts, fmt.Sprintf("move %s (%s) from %s to %s", who, mig.LegalProfileName(f.Profile.Name), where(f), where(mv.To)))
