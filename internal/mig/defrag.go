@@ -249,15 +249,11 @@ type defragRun struct {
 	// nil with noPrune or DefragOptions.Destinations.
 	opens [numModels + 1][]uint8
 	// visit, per state index, what scan does with a GPU in that state at level k (visitStates).
-	visit    [numModels + 1][]uint32
-	movCache []uint32 // per GPU in node then GPU order, see movableSlots
-	// slotMemo, per GPU in node then GPU order, what was asked about its slots (slotMovable,
-	// slotGone); osets, per model and state, the opening sets (defrag_open.go).
-	slotMemo []uint32
-	osets    [numModels + 1][]openSets
-	// destCache, per GPU in node then GPU order, the candidate slots that destStuck keeps;
-	// only with DefragOptions.DestinationClass and the pruning rules.
-	destCache []uint32
+	visit [numModels + 1][]uint32
+	// memo, per GPU in node then GPU order, what the search learnt about it (gpuMemo); osets,
+	// per model and state, the opening sets (defrag_open.go).
+	memo  []gpuMemo
+	osets [numModels + 1][]openSets
 
 	k        int
 	examined int
@@ -275,6 +271,18 @@ type defragRun struct {
 	nover  int
 	choice [MaxDefragMoves]SliceAt
 	info   [MaxDefragMoves]*destInfo // per moved slot: its restriction, nil when none
+}
+
+// gpuMemo is what one call's search learnt about one GPU, together so that a GPU's entries
+// share a cache line.
+type gpuMemo struct {
+	// mov: the movable slots (movableSlots).
+	mov uint32
+	// slots: what was asked about its slots (slotMovable, slotNowhere).
+	slots uint32
+	// dest: the candidate slots that destStuck keeps; only with DefragOptions.DestinationClass
+	// and the pruning rules.
+	dest uint32
 }
 
 // destInfo is where one moved slice may go under DefragOptions.Destinations.
@@ -344,8 +352,7 @@ func (r *defragRun) survey() DefragOutcome {
 	if !room {
 		return DefragNoCapacity
 	}
-	r.movCache = make([]uint32, ngpus)
-	r.slotMemo = make([]uint32, ngpus)
+	r.memo = make([]gpuMemo, ngpus)
 	if !r.noPrune {
 		for m := Model(1); m <= numModels; m++ {
 			if tabs[m] != nil && want[m] >= 0 {
@@ -415,11 +422,11 @@ func (r *defragRun) scan(budget int) {
 		if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
 			continue
 		}
-		if r.maxAsks > 0 && r.asks >= r.maxAsks && r.movCache[gi]&movKnown == 0 {
+		if r.maxAsks > 0 && r.asks >= r.maxAsks && r.memo[gi].mov&movKnown == 0 {
 			r.stopped = true
 			return
 		}
-		if !r.noPrune && !r.noOpen && r.movCache[gi]&movKnown == 0 && !r.mayOpen(gi, n, g, m, t, st, p, keep&movSlots) {
+		if !r.noPrune && !r.noOpen && r.memo[gi].mov&movKnown == 0 && !r.mayOpen(gi, n, g, m, t, st, p, keep&movSlots) {
 			continue
 		}
 		mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
@@ -478,17 +485,17 @@ func (r *defragRun) visitStates(m Model, t *modelTable, dt *defragTable) bool {
 }
 
 const (
-	movSlots    = 1<<29 - 1 // the slot bits of a movCache or keep entry
+	movSlots    = 1<<29 - 1 // the slot bits of a gpuMemo.mov or keep entry
 	movStuck    = 1 << 29   // movHopeless, counting only the movable slots keep keeps
-	movKnown    = 1 << 30   // movCache entry computed
+	movKnown    = 1 << 30   // gpuMemo.mov (or .dest) entry computed
 	movHopeless = 1 << 31   // the profile does not fit even with every movable slice gone
 )
 
 // movableSlots is the slot mask of GPU gi's movable instances, asked of the callback once per
-// call and kept in r.movCache, with movHopeless set when removing all of them would not open
+// call and kept in r.memo[gi].mov, with movHopeless set when removing all of them would not open
 // the profile, movStuck when removing those of them that are not stuck would not.
 func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, st, p int) uint32 {
-	if e := r.movCache[gi]; e&movKnown != 0 {
+	if e := r.memo[gi].mov; e&movKnown != 0 {
 		return e
 	}
 	mask := t.states[st]
@@ -512,7 +519,7 @@ func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, s
 			e |= movStuck
 		}
 	}
-	r.movCache[gi] = e
+	r.memo[gi].mov = e
 	return e
 }
 

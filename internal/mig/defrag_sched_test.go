@@ -11,7 +11,7 @@ import (
 // The planner called as the scheduler plugin calls it (scheduler/plugin/defrag.go,
 // defrag_dest.go): default bounds (DefaultDefragMoves, the default work bound, no chains), a
 // movability callback that reads a node's claims once, when first asked about it, and
-// remembers the pod it found at each slice in a short list per node (the plugin's
+// remembers the pod it found at each slice in a list per node (the plugin's
 // movableIndex.pods), and Destinations that give each moved slice its pod's node filters
 // (spec.unschedulable, nodeSelector, NoSchedule taints) behind a per-slice memo, a fresh one
 // per call.
@@ -43,21 +43,25 @@ type schedCluster struct {
 const zoneLabel = "topology.kubernetes.io/zone"
 
 // schedIndex is one call's movability index (the plugin's movableIndex): the nodes whose claims
-// were read and, per node, the pods found.
+// were read and the pods found, a list per node threaded through one slice (head: per node,
+// 1 + the index of its last pod found, 0 when none).
 type schedIndex struct {
 	c     *schedCluster
 	read  []bool
-	found [][]schedFound
+	head  []int32
+	found []schedFound
 }
 
-// schedFound is a pod found at a slice of a node: GPU index and start.
+// schedFound is a pod found at a slice of a node: GPU index and start, and 1 + the index of the
+// node's pod found before it (0: none).
 type schedFound struct {
-	gpu, start int
+	gpu, start int32
+	prev       int32
 	pod        *schedPod
 }
 
 func (c *schedCluster) index() *schedIndex {
-	return &schedIndex{c: c, read: make([]bool, len(c.nodes)), found: make([][]schedFound, len(c.nodes))}
+	return &schedIndex{c: c, read: make([]bool, len(c.nodes)), head: make([]int32, len(c.nodes))}
 }
 
 func (x *schedIndex) at(n, g int, _ Profile, pl Placement) bool {
@@ -66,16 +70,19 @@ func (x *schedIndex) at(n, g int, _ Profile, pl Placement) bool {
 	if pod == nil {
 		return false
 	}
-	x.found[n] = append(x.found[n], schedFound{g, pl.Start, pod})
+	x.found = append(x.found, schedFound{gpu: int32(g), start: int32(pl.Start), prev: x.head[n], pod: pod})
+	x.head[n] = int32(len(x.found))
 	return true
 }
 
 // podAt is the pod found at the slice from, nil when none was.
 func (x *schedIndex) podAt(from SliceAt) *schedPod {
-	for _, f := range x.found[from.Node] {
-		if f.gpu == from.GPU && f.start == from.Placement.Start {
+	for i := x.head[from.Node]; i != 0; {
+		f := &x.found[i-1]
+		if int(f.gpu) == from.GPU && int(f.start) == from.Placement.Start {
 			return f.pod
 		}
+		i = f.prev
 	}
 	return nil
 }
