@@ -64,8 +64,8 @@ type DefragOptions struct {
 // DestinationFunc says where the slice at from, once moved, may be re-created: a predicate over
 // node indexes of PlanDefrag's nodes, or nil when any node will do. It is asked once per slice
 // the planner considers moving (once per class with DefragOptions.DestinationClass); the
-// predicate may be asked several times for one node (it should remember its answers). Both must
-// be deterministic for the duration of one PlanDefrag call. (A moved slice's constraints are its
+// predicate is asked at most once per node (the planner remembers its answers, so the caller
+// need not). Both must be deterministic for the duration of one PlanDefrag call. (A moved slice's constraints are its
 // pod's, which are a node's: node selector and affinity, taints, schedulability.)
 type DestinationFunc func(from SliceAt) func(node int) bool
 

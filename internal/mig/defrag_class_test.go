@@ -218,3 +218,60 @@ func TestPlanDefragDestinationClassCountsOnce(t *testing.T) {
 	}
 	t.Logf("%d slices looked at; predicate asked %d times with classes, %d without", d.asked, withChecks, d.checks)
 }
+
+// DestinationFunc promises each predicate's caller one question per node: on random small
+// clusters with per-slice destinations, classes, or both, no predicate the planner got is asked
+// twice about one node (plan made included).
+func TestPlanDefragAsksEachNodeOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 11))
+	asked := 0
+	for c := 0; c < 1000; c++ {
+		models := caseModels(c)
+		nn := 2 + rng.IntN(4)
+		nodes, movable := randomCluster(rng, models, nn, 1+rng.IntN(4), 0.8)
+		d := randomClassDest(rng, nn)
+		for _, k := range sortedSliceKeys(movable) {
+			if rng.IntN(2) == 0 {
+				d.classOf[k] = 1 + rng.IntN(3)
+			} else {
+				var set []int
+				for n := 0; n < nn; n++ {
+					if rng.IntN(2) == 0 {
+						set = append(set, n)
+					}
+				}
+				d.allowed[k] = set
+			}
+		}
+		var preds []map[int]int
+		dest := func(from SliceAt) func(int) bool {
+			f := d.dest(from)
+			if f == nil {
+				return nil
+			}
+			seen := map[int]int{}
+			preds = append(preds, seen)
+			return func(n int) bool {
+				seen[n]++
+				return f(n)
+			}
+		}
+		opt := DefragOptions{MaxMoves: 1 + rng.IntN(3), Destinations: dest}
+		if c%2 == 0 {
+			opt.DestinationClass = d.class
+		}
+		PlanDefrag(nodes, randomRequest(rng, models[0]), movableSet(movable), opt)
+		for i, seen := range preds {
+			for n, times := range seen {
+				asked += times
+				if times > 1 {
+					t.Fatalf("case %d: predicate %d asked %d times about node %d", c, i, times, n)
+				}
+			}
+		}
+	}
+	if asked == 0 {
+		t.Fatal("no predicate was asked")
+	}
+	t.Logf("%d questions to predicates", asked)
+}

@@ -13,8 +13,7 @@ import (
 // movability callback that reads a node's claims once, when first asked about it, and
 // remembers the pod it found at each slice in a list per node (the plugin's
 // movableIndex.pods), and Destinations that give each moved slice its pod's node filters
-// (spec.unschedulable, nodeSelector, NoSchedule taints) behind a per-slice memo, a fresh one
-// per call.
+// (spec.unschedulable, nodeSelector, NoSchedule taints), asked once per node by the planner.
 
 // schedNode is what the node filters read of a node.
 type schedNode struct {
@@ -92,15 +91,7 @@ func (x *schedIndex) destinations(from SliceAt) func(int) bool {
 	if pod == nil {
 		return func(int) bool { return false }
 	}
-	memo := map[int]bool{}
-	return func(n int) bool {
-		ok, seen := memo[n]
-		if !seen {
-			ok = x.c.admits(pod, n)
-			memo[n] = ok
-		}
-		return ok
-	}
+	return func(n int) bool { return x.c.admits(pod, n) } // asked once per node (DestinationFunc)
 }
 
 func (c *schedCluster) admits(pod *schedPod, n int) bool {

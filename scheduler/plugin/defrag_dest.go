@@ -32,15 +32,8 @@ func (m *movableIndex) destinations(from mig.SliceAt) func(int) bool {
 		return func(int) bool { return false } // not asked: the planner moves only movable slices
 	}
 	aff := nodeaffinity.GetRequiredNodeAffinity(pod)
-	memo := map[int]bool{}
-	return func(n int) bool {
-		ok, seen := memo[n]
-		if !seen {
-			ok = m.nodeAdmits(pod, aff, n)
-			memo[n] = ok
-		}
-		return ok
-	}
+	// The planner asks about each node once (mig.DestinationFunc): no memo here.
+	return func(n int) bool { return m.nodeAdmits(pod, aff, n) }
 }
 
 // destinationClass implements mig.DefragOptions.DestinationClass: moved pods whose specs agree
