@@ -65,8 +65,9 @@ type DefragOptions struct {
 // node indexes of PlanDefrag's nodes, or nil when any node will do. It is asked once per slice
 // the planner considers moving (once per class with DefragOptions.DestinationClass); the
 // predicate is asked at most once per node (the planner remembers its answers, so the caller
-// need not). Both must be deterministic for the duration of one PlanDefrag call. (A moved slice's constraints are its
-// pod's, which are a node's: node selector and affinity, taints, schedulability.)
+// need not). Both must be deterministic for the duration of one PlanDefrag call. (A moved
+// slice's constraints are its pod's, which are a node's: node selector and affinity, taints,
+// schedulability.)
 type DestinationFunc func(from SliceAt) func(node int) bool
 
 // MovableFunc reports whether the slice of profile p at placement pl on GPU gpu of node node may
@@ -492,8 +493,8 @@ const (
 )
 
 // movableSlots is the slot mask of GPU gi's movable instances, asked of the callback once per
-// call and kept in r.memo[gi].mov, with movHopeless set when removing all of them would not open
-// the profile, movStuck when removing those of them that are not stuck would not.
+// call and kept in r.memo[gi].mov, with movHopeless set when removing all of them would not
+// open the profile, movStuck when removing those of them that are not stuck would not.
 func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, st, p int) uint32 {
 	if e := r.memo[gi].mov; e&movKnown != 0 {
 		return e
