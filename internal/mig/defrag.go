@@ -41,11 +41,13 @@ type DefragOptions struct {
 	// usable GPU of its model).
 	Destinations DestinationFunc
 	// DestinationClass, with Destinations, names each moved slice's class: the slices of one
-	// non-empty class may go to the same nodes (their pods pass the same node filters), so
+	// positive class may go to the same nodes (their pods pass the same node filters), so
 	// Destinations is asked once per class and a class's allowed GPUs are counted once per
-	// profile, not once per slice (defrag_class.go). "": a class of its own. It changes no
-	// answer when the classes are true.
-	DestinationClass func(from SliceAt) string
+	// profile, not once per slice (defrag_class.go). 0 (or less): a class of its own. The
+	// caller numbers its classes, best from 1 up: the planner keeps small numbers in a slice
+	// (a number is found without hashing), large ones in a map. It changes no answer when the
+	// classes are true.
+	DestinationClass func(from SliceAt) int
 	// Chains also looks, when no plan of one or two moves exists and MaxMoves allows two, for a
 	// two-move chain (defrag_chain.go): an Ordered plan whose second move goes into the room the
 	// first one leaves. Ignored with Destinations.
@@ -62,9 +64,10 @@ type DefragOptions struct {
 // DestinationFunc says where the slice at from, once moved, may be re-created: a predicate over
 // node indexes of PlanDefrag's nodes, or nil when any node will do. It is asked once per slice
 // the planner considers moving (once per class with DefragOptions.DestinationClass); the
-// predicate may be asked several times for one node (it should remember its answers). Both must
-// be deterministic for the duration of one PlanDefrag call. (A moved slice's constraints are its
-// pod's, which are a node's: node selector and affinity, taints, schedulability.)
+// predicate is asked at most once per node (the planner remembers its answers, so the caller
+// need not). Both must be deterministic for the duration of one PlanDefrag call. (A moved
+// slice's constraints are its pod's, which are a node's: node selector and affinity, taints,
+// schedulability.)
 type DestinationFunc func(from SliceAt) func(node int) bool
 
 // MovableFunc reports whether the slice of profile p at placement pl on GPU gpu of node node may
@@ -225,10 +228,11 @@ type defragRun struct {
 	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
 	// may go; only with dest set.
 	dests map[int]*destInfo
-	// class and classes: DefragOptions.DestinationClass and, per non-empty class, its predicate
+	// class and classes: DefragOptions.DestinationClass and, per positive class, its predicate
 	// and allowed GPUs per (model, profile), see defrag_class.go.
-	class   func(from SliceAt) string
-	classes map[string]*classInfo
+	class    func(from SliceAt) int
+	classes  []*classInfo       // per class number below maxDenseClass
+	classMap map[int]*classInfo // the larger ones
 	// hosts caches chainHosts per (model, profile).
 	hosts map[[2]int][]chainHost
 
@@ -246,15 +250,11 @@ type defragRun struct {
 	// nil with noPrune or DefragOptions.Destinations.
 	opens [numModels + 1][]uint8
 	// visit, per state index, what scan does with a GPU in that state at level k (visitStates).
-	visit    [numModels + 1][]uint32
-	movCache []uint32 // per GPU in node then GPU order, see movableSlots
-	// slotMemo, per GPU in node then GPU order, what was asked about its slots (slotMovable,
-	// slotGone); osets, per model and state, the opening sets (defrag_open.go).
-	slotMemo []uint32
-	osets    [numModels + 1][]openSets
-	// destCache, per GPU in node then GPU order, the candidate slots that destStuck keeps;
-	// only with DefragOptions.DestinationClass and the pruning rules.
-	destCache []uint32
+	visit [numModels + 1][]uint32
+	// memo, per GPU in node then GPU order, what the search learnt about it (gpuMemo); osets,
+	// per model and state, the opening sets (defrag_open.go).
+	memo  []gpuMemo
+	osets [numModels + 1][]openSets
 
 	k        int
 	examined int
@@ -272,6 +272,18 @@ type defragRun struct {
 	nover  int
 	choice [MaxDefragMoves]SliceAt
 	info   [MaxDefragMoves]*destInfo // per moved slot: its restriction, nil when none
+}
+
+// gpuMemo is what one call's search learnt about one GPU, together so that a GPU's entries
+// share a cache line.
+type gpuMemo struct {
+	// mov: the movable slots (movableSlots).
+	mov uint32
+	// slots: what was asked about its slots (slotMovable, slotNowhere).
+	slots uint32
+	// dest: the candidate slots that destStuck keeps; only with DefragOptions.DestinationClass
+	// and the pruning rules.
+	dest uint32
 }
 
 // destInfo is where one moved slice may go under DefragOptions.Destinations.
@@ -341,8 +353,7 @@ func (r *defragRun) survey() DefragOutcome {
 	if !room {
 		return DefragNoCapacity
 	}
-	r.movCache = make([]uint32, ngpus)
-	r.slotMemo = make([]uint32, ngpus)
+	r.memo = make([]gpuMemo, ngpus)
 	if !r.noPrune {
 		for m := Model(1); m <= numModels; m++ {
 			if tabs[m] != nil && want[m] >= 0 {
@@ -391,11 +402,15 @@ func (r *defragRun) scan(budget int) {
 	r.examined, r.stopped = 0, false
 	var tabs [numModels + 1]*modelTable
 	var dts [numModels + 1]*defragTable
+	visit := false // some GPU is not passed over by its state alone
 	for m := Model(1); m <= numModels; m++ {
 		if r.present[m] && r.req.prof[m][0] >= 0 {
 			tabs[m], dts[m] = tableFor(m), defragTableFor(m)
-			r.visitStates(m, tabs[m], dts[m])
+			visit = r.visitStates(m, tabs[m], dts[m]) || visit
 		}
+	}
+	if !visit {
+		return // the walk below would pass over every GPU
 	}
 	for u := range r.requestGPUs() {
 		gi, n, g, m, st := u.gi, u.n, u.g, u.m, u.st
@@ -408,11 +423,11 @@ func (r *defragRun) scan(budget int) {
 		if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
 			continue
 		}
-		if r.maxAsks > 0 && r.asks >= r.maxAsks && r.movCache[gi]&movKnown == 0 {
+		if r.maxAsks > 0 && r.asks >= r.maxAsks && r.memo[gi].mov&movKnown == 0 {
 			r.stopped = true
 			return
 		}
-		if !r.noPrune && !r.noOpen && r.movCache[gi]&movKnown == 0 && !r.mayOpen(gi, n, g, m, t, st, p, keep&movSlots) {
+		if !r.noPrune && !r.noOpen && r.memo[gi].mov&movKnown == 0 && !r.mayOpen(gi, n, g, m, t, st, p, keep&movSlots) {
 			continue
 		}
 		mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
@@ -445,12 +460,14 @@ func (r *defragRun) scan(budget int) {
 // in, the slots keep keeps (every slot with the pruning rules off), or movHopeless when the
 // search passes over every GPU in that state at this level: the fewest removals for the
 // request's profile (a table lookup that ignores movability) exceed r.k, or keep is hopeless.
-// It is the per-GPU test of scan, made once per state and level.
-func (r *defragRun) visitStates(m Model, t *modelTable, dt *defragTable) {
+// It is the per-GPU test of scan, made once per state and level. It reports whether some state
+// is not passed over.
+func (r *defragRun) visitStates(m Model, t *modelTable, dt *defragTable) bool {
 	if r.visit[m] == nil {
 		r.visit[m] = make([]uint32, len(t.states))
 	}
 	p, np := int(r.req.prof[m][0]), t.nprof()
+	some := false
 	for st, c := range r.hist[m] {
 		if c == 0 {
 			continue
@@ -463,21 +480,23 @@ func (r *defragRun) visitStates(m Model, t *modelTable, dt *defragTable) {
 			keep = movHopeless
 		}
 		r.visit[m][st] = keep
+		some = some || keep&movHopeless == 0
 	}
+	return some
 }
 
 const (
-	movSlots    = 1<<29 - 1 // the slot bits of a movCache or keep entry
+	movSlots    = 1<<29 - 1 // the slot bits of a gpuMemo.mov or keep entry
 	movStuck    = 1 << 29   // movHopeless, counting only the movable slots keep keeps
-	movKnown    = 1 << 30   // movCache entry computed
+	movKnown    = 1 << 30   // gpuMemo.mov (or .dest) entry computed
 	movHopeless = 1 << 31   // the profile does not fit even with every movable slice gone
 )
 
 // movableSlots is the slot mask of GPU gi's movable instances, asked of the callback once per
-// call and kept in r.movCache, with movHopeless set when removing all of them would not open
-// the profile, movStuck when removing those of them that are not stuck would not.
+// call and kept in r.memo[gi].mov, with movHopeless set when removing all of them would not
+// open the profile, movStuck when removing those of them that are not stuck would not.
 func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, st, p int) uint32 {
-	if e := r.movCache[gi]; e&movKnown != 0 {
+	if e := r.memo[gi].mov; e&movKnown != 0 {
 		return e
 	}
 	mask := t.states[st]
@@ -501,7 +520,7 @@ func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, s
 			e |= movStuck
 		}
 	}
-	r.movCache[gi] = e
+	r.memo[gi].mov = e
 	return e
 }
 

@@ -31,19 +31,35 @@ func (ci *classInfo) allowed(n int) bool {
 	return ok
 }
 
-// classOf is class's info ("" has none: nil), from one of its slices.
-func (r *defragRun) classOf(class string, from SliceAt) *classInfo {
-	if class == "" {
+// maxDenseClass: class numbers below it are found in a slice, the others in a map.
+const maxDenseClass = 1 << 12
+
+// classOf is class's info (a class of its own, 0 or less, has none: nil), from one of its
+// slices.
+func (r *defragRun) classOf(class int, from SliceAt) *classInfo {
+	if class <= 0 {
 		return nil
 	}
-	if ci, ok := r.classes[class]; ok {
+	if class < len(r.classes) {
+		if ci := r.classes[class]; ci != nil {
+			return ci
+		}
+	} else if ci, ok := r.classMap[class]; ok {
 		return ci
 	}
-	if r.classes == nil {
-		r.classes = map[string]*classInfo{}
-	}
 	ci := &classInfo{allow: r.dest(from), verdict: make([]uint8, len(r.nodes))}
-	r.classes[class] = ci
+	switch {
+	case class < len(r.classes):
+		r.classes[class] = ci
+	case class < maxDenseClass:
+		r.classes = append(r.classes, make([]*classInfo, class+1-len(r.classes))...)
+		r.classes[class] = ci
+	default:
+		if r.classMap == nil {
+			r.classMap = map[int]*classInfo{}
+		}
+		r.classMap[class] = ci
+	}
 	return ci
 }
 

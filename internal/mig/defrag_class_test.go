@@ -13,18 +13,18 @@ import (
 // classOf goes to its class's nodes, any other slice to its own entry of allowed (anywhere when
 // absent). asked counts the DestinationFunc's calls, checks the predicates' calls.
 type classDest struct {
-	classOf map[sliceKey]string
-	nodes   map[string][]int
+	classOf map[sliceKey]int
+	nodes   map[int][]int
 	allowed map[sliceKey][]int
 	asked   int
 	checks  int
 }
 
-// randomClassDest has classes a, b and c, each admitted by a random third of nn nodes, and
+// randomClassDest has classes 1, 2 and 3, each admitted by a random third of nn nodes, and
 // no slice in a class yet.
 func randomClassDest(rng *rand.Rand, nn int) *classDest {
-	d := &classDest{classOf: map[sliceKey]string{}, nodes: map[string][]int{}, allowed: map[sliceKey][]int{}}
-	for _, cl := range []string{"a", "b", "c"} {
+	d := &classDest{classOf: map[sliceKey]int{}, nodes: map[int][]int{}, allowed: map[sliceKey][]int{}}
+	for _, cl := range []int{1, 2, 3} {
 		var set []int
 		for n := 0; n < nn; n++ {
 			if rng.IntN(3) == 0 {
@@ -60,7 +60,7 @@ func (d *classDest) dest(from SliceAt) func(int) bool {
 	return func(n int) bool { return d.in(set, n) }
 }
 
-func (d *classDest) class(from SliceAt) string {
+func (d *classDest) class(from SliceAt) int {
 	return d.classOf[sliceKey{from.Node, from.GPU, from.Placement.Start}]
 }
 
@@ -93,7 +93,7 @@ func TestPlanDefragDestinationClassesChangeNothing(t *testing.T) {
 			case 1:
 				d.allowed[k] = []int{k.node}
 			default:
-				d.classOf[k] = string(rune('a' + rng.IntN(3)))
+				d.classOf[k] = 1 + rng.IntN(3)
 			}
 		}
 		req := randomRequest(rng, models[0])
@@ -151,12 +151,12 @@ func TestPlanDefragDestinationClassesChangeNothing(t *testing.T) {
 func TestPlanDefragDestinationClassNowhere(t *testing.T) {
 	one := Instance{"1g.10gb", Placement{0, 1}}
 	var nodes []Node
-	d := &classDest{classOf: map[sliceKey]string{}, nodes: map[string][]int{"zone-b": {6}}}
+	d := &classDest{classOf: map[sliceKey]int{}, nodes: map[int][]int{2: {6}}}
 	movable := map[sliceKey]bool{}
 	for n := 0; n < 6; n++ {
 		nodes = append(nodes, Node{GPUs: []GPU{h100(t, one)}})
 		movable[sliceKey{n, 0, 0}] = true
-		d.classOf[sliceKey{n, 0, 0}] = "zone-b"
+		d.classOf[sliceKey{n, 0, 0}] = 2
 	}
 	nodes = append(nodes, Node{GPUs: []GPU{h100(t, Instance{"7g.80gb", Placement{0, 8}})}})
 	req := MustRequest(RequestItem{Profile: "7g.80gb", Count: 1})
@@ -182,17 +182,17 @@ func TestPlanDefragDestinationClassNowhere(t *testing.T) {
 
 // A class's allowed GPUs are counted once per profile. Nodes 0..19: a movable 1g.10gb@0 (class
 // x) blocks the 4g.40gb, a fixed 1g.10gb@4 is beside it; nodes 20..59: a 3g.40gb@0, room for
-// the 1g.10gb; class x may go to nodes 58 and 59 only. Each slice the search looks at is counted
+// the 1g.10gb; class 1 may go to nodes 58 and 59 only. Each slice the search looks at is counted
 // over the 60 GPUs where a 1g.10gb fits: without classes the predicate is asked about each of
 // them per slice, with classes once for the class (plus each slice's own node).
 func TestPlanDefragDestinationClassCountsOnce(t *testing.T) {
 	var nodes []Node
-	d := &classDest{classOf: map[sliceKey]string{}, nodes: map[string][]int{"x": {58, 59}}}
+	d := &classDest{classOf: map[sliceKey]int{}, nodes: map[int][]int{1: {58, 59}}}
 	movable := map[sliceKey]bool{}
 	for n := 0; n < 20; n++ {
 		nodes = append(nodes, Node{GPUs: []GPU{h100(t, Instance{"1g.10gb", Placement{0, 1}}, Instance{"1g.10gb", Placement{4, 1}})}})
 		movable[sliceKey{n, 0, 0}] = true
-		d.classOf[sliceKey{n, 0, 0}] = "x"
+		d.classOf[sliceKey{n, 0, 0}] = 1
 	}
 	for n := 20; n < 60; n++ {
 		nodes = append(nodes, Node{GPUs: []GPU{h100(t, Instance{"3g.40gb", Placement{0, 4}})}})
@@ -217,4 +217,61 @@ func TestPlanDefragDestinationClassCountsOnce(t *testing.T) {
 		t.Errorf("the predicate was asked %d times with classes, %d without, for %d slices; want at most 120 + one per slice with, about 60 per slice without", withChecks, d.checks, d.asked)
 	}
 	t.Logf("%d slices looked at; predicate asked %d times with classes, %d without", d.asked, withChecks, d.checks)
+}
+
+// DestinationFunc promises each predicate's caller one question per node: on random small
+// clusters with per-slice destinations, classes, or both, no predicate the planner got is asked
+// twice about one node (plan made included).
+func TestPlanDefragAsksEachNodeOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 11))
+	asked := 0
+	for c := 0; c < 1000; c++ {
+		models := caseModels(c)
+		nn := 2 + rng.IntN(4)
+		nodes, movable := randomCluster(rng, models, nn, 1+rng.IntN(4), 0.8)
+		d := randomClassDest(rng, nn)
+		for _, k := range sortedSliceKeys(movable) {
+			if rng.IntN(2) == 0 {
+				d.classOf[k] = 1 + rng.IntN(3)
+			} else {
+				var set []int
+				for n := 0; n < nn; n++ {
+					if rng.IntN(2) == 0 {
+						set = append(set, n)
+					}
+				}
+				d.allowed[k] = set
+			}
+		}
+		var preds []map[int]int
+		dest := func(from SliceAt) func(int) bool {
+			f := d.dest(from)
+			if f == nil {
+				return nil
+			}
+			seen := map[int]int{}
+			preds = append(preds, seen)
+			return func(n int) bool {
+				seen[n]++
+				return f(n)
+			}
+		}
+		opt := DefragOptions{MaxMoves: 1 + rng.IntN(3), Destinations: dest}
+		if c%2 == 0 {
+			opt.DestinationClass = d.class
+		}
+		PlanDefrag(nodes, randomRequest(rng, models[0]), movableSet(movable), opt)
+		for i, seen := range preds {
+			for n, times := range seen {
+				asked += times
+				if times > 1 {
+					t.Fatalf("case %d: predicate %d asked %d times about node %d", c, i, times, n)
+				}
+			}
+		}
+	}
+	if asked == 0 {
+		t.Fatal("no predicate was asked")
+	}
+	t.Logf("%d questions to predicates", asked)
 }

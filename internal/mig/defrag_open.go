@@ -95,12 +95,12 @@ func (r *defragRun) mayOpen(gi, n, g int, m Model, t *modelTable, st, p int, kee
 	return false
 }
 
-// The bits of a slot memo entry (r.slotMemo, 4 bits per instance start: a GPU's instances
+// The bits of a slot memo entry (gpuMemo.slots, 4 bits per instance start: a GPU's instances
 // have distinct starts).
 const (
 	memoMovAsked  = 1 << iota // the movability callback was asked
 	memoMovable               // and said yes
-	memoGoneAsked             // slotGone's destination test was made
+	memoGoneAsked             // nowhere's destination test was made (slotNowhere)
 	memoGone                  // and found the slice may go nowhere
 )
 
@@ -111,34 +111,37 @@ func (r *defragRun) slotGone(gi, n, g int, t *modelTable, st, s int) bool {
 	if !r.slotMovable(gi, n, g, t, s) {
 		return true
 	}
-	if r.class == nil {
-		return false
-	}
+	return r.class != nil && r.slotNowhere(gi, n, g, t, st, s)
+}
+
+// slotNowhere is nowhere for slot s of GPU (n, g), asked once per slot and call (slotGone and
+// destStuck share the answer), remembered in r.memo[gi].slots.
+func (r *defragRun) slotNowhere(gi, n, g int, t *modelTable, st, s int) bool {
 	sh := 4 * uint(t.slots[s].start)
-	e := r.slotMemo[gi] >> sh
+	e := r.memo[gi].slots >> sh
 	if e&memoGoneAsked == 0 {
 		e = memoGoneAsked
 		if r.nowhere(gi, n, g, t, st, s) {
 			e |= memoGone
 		}
-		r.slotMemo[gi] |= e << sh
+		r.memo[gi].slots |= e << sh
 	}
 	return e&memoGone != 0
 }
 
 // slotMovable asks the movability callback about slot s of GPU (n, g) once per call, and
-// remembers the answer in r.slotMemo, which movableSlots reads too.
+// remembers the answer in r.memo[gi].slots, which movableSlots reads too.
 func (r *defragRun) slotMovable(gi, n, g int, t *modelTable, s int) bool {
 	sl := t.slots[s]
 	sh := 4 * uint(sl.start)
-	e := r.slotMemo[gi] >> sh
+	e := r.memo[gi].slots >> sh
 	if e&memoMovAsked == 0 {
 		e = memoMovAsked
 		r.asks++
 		if r.movable != nil && r.movable(n, g, t.profiles[sl.prof], Placement{Start: int(sl.start), Size: int(sl.size)}) {
 			e |= memoMovable
 		}
-		r.slotMemo[gi] |= e << sh
+		r.memo[gi].slots |= e << sh
 	}
 	return e&memoMovable != 0
 }

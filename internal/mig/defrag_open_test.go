@@ -37,7 +37,7 @@ func TestPlanDefragOpeningSetsChangeNothing(t *testing.T) {
 				}
 				d.allowed[k] = set
 			default:
-				d.classOf[k] = string(rune('a' + rng.IntN(3)))
+				d.classOf[k] = 1 + rng.IntN(3)
 			}
 		}
 		req := randomRequest(rng, models[0])
@@ -103,23 +103,23 @@ func countAsks(set map[sliceKey]bool, asks *int) MovableFunc {
 }
 
 // BenchmarkPlanDefragScheduler's "no-plan" shape, small, counted. Nodes 0..5: one H100 with a
-// movable 2g.20gb@0 and 2g.20gb@2 of class b and a fixed 3g.40gb@4; the two 2g.20gb are the one
-// set of two whose removal opens the 4g.40gb. Node 6: a full H100, class b's only node. Node 7:
+// movable 2g.20gb@0 and 2g.20gb@2 of class 2 and a fixed 3g.40gb@4; the two 2g.20gb are the one
+// set of two whose removal opens the 4g.40gb. Node 6: a full H100, class 2's only node. Node 7:
 // a fixed 3g.40gb@0, room for a 2g.20gb at 4 (so no slice is stuck for the stuck-slice rule),
-// on a node class b may not use. No plan exists. With the rule each GPU of nodes 0..5 is
+// on a node class 2 may not use. No plan exists. With the rule each GPU of nodes 0..5 is
 // passed over after one slot (its 2g.20gb@0 is movable and may go nowhere); without it every
 // slice of each is asked about and each movable one's class.
 func TestPlanDefragOpeningSetsAskLess(t *testing.T) {
 	two0, two2 := Instance{"2g.20gb", Placement{0, 2}}, Instance{"2g.20gb", Placement{2, 2}}
 	three := Instance{"3g.40gb", Placement{4, 4}}
 	var nodes []Node
-	d := &classDest{classOf: map[sliceKey]string{}, nodes: map[string][]int{"b": {6}}}
+	d := &classDest{classOf: map[sliceKey]int{}, nodes: map[int][]int{2: {6}}}
 	movable := map[sliceKey]bool{}
 	for n := 0; n < 6; n++ {
 		nodes = append(nodes, Node{GPUs: []GPU{h100(t, two0, two2, three)}})
 		for _, start := range []int{0, 2} {
 			movable[sliceKey{n, 0, start}] = true
-			d.classOf[sliceKey{n, 0, start}] = "b"
+			d.classOf[sliceKey{n, 0, start}] = 2
 		}
 	}
 	nodes = append(nodes,
@@ -127,7 +127,7 @@ func TestPlanDefragOpeningSetsAskLess(t *testing.T) {
 		Node{GPUs: []GPU{h100(t, Instance{"3g.40gb", Placement{0, 4}})}})
 	req := MustRequest(RequestItem{Profile: "4g.40gb", Count: 1})
 	classes := 0
-	class := func(from SliceAt) string {
+	class := func(from SliceAt) int {
 		classes++
 		return d.class(from)
 	}
@@ -170,8 +170,8 @@ func TestPlanDefragSliceQuestionBound(t *testing.T) {
 		if c%2 == 0 {
 			alike(rng, nodes, movable)
 		}
-		d := &classDest{classOf: map[sliceKey]string{}, nodes: map[string][]int{}}
-		for _, cl := range []string{"a", "b"} {
+		d := &classDest{classOf: map[sliceKey]int{}, nodes: map[int][]int{}}
+		for _, cl := range []int{1, 2} {
 			var set []int
 			for n := 0; n < nn; n++ {
 				if rng.IntN(2) == 0 {
@@ -181,7 +181,7 @@ func TestPlanDefragSliceQuestionBound(t *testing.T) {
 			d.nodes[cl] = set
 		}
 		for _, k := range sortedSliceKeys(movable) {
-			d.classOf[k] = string(rune('a' + rng.IntN(2)))
+			d.classOf[k] = 1 + rng.IntN(2)
 		}
 		profs := models[0].Profiles()
 		req := MustRequest(RequestItem{Profile: profs[len(profs)/2+rng.IntN(len(profs)-len(profs)/2)].Name, Count: 1})

@@ -194,7 +194,9 @@ func (r *defragRun) destOf(gi, n, g int, t *modelTable, s int) *destInfo {
 	if ci != nil && ci.allow != nil {
 		allow = ci.allowed
 	} else if ci == nil {
-		allow = r.dest(from)
+		if f := r.dest(from); f != nil {
+			allow = onceEach(f)
+		}
 	}
 	if allow == nil {
 		r.dests[key] = nil
@@ -312,4 +314,19 @@ func (r *defragRun) bestUntouched(m Model, q int, allow func(int) bool) SliceAt 
 	sl := t.slots[slot]
 	return SliceAt{Node: int(best.node), GPU: int(best.gpu), Profile: t.profiles[q],
 		Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
+}
+
+// onceEach is allow asked at most once per node: the planner may ask a slice's predicate about
+// one node several times (its own node, the GPUs of one node), and DestinationFunc promises the
+// caller each node once.
+func onceEach(allow func(int) bool) func(int) bool {
+	seen := map[int]bool{}
+	return func(n int) bool {
+		ok, asked := seen[n]
+		if !asked {
+			ok = allow(n)
+			seen[n] = ok
+		}
+		return ok
+	}
 }

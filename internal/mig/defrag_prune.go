@@ -65,22 +65,19 @@ func roomFor(t *modelTable, used uint16, q int) bool {
 // costs a pass over the GPUs where the slice's profile fits per slice without them, for slots
 // the search might never have asked about.
 func (r *defragRun) destStuck(gi, n, g int, t *modelTable, dt *defragTable, st, p int, use uint32) uint32 {
-	if r.destCache == nil {
-		r.destCache = make([]uint32, len(r.movCache))
-	}
-	if e := r.destCache[gi]; e&movKnown != 0 {
+	if e := r.memo[gi].dest; e&movKnown != 0 {
 		return e & movSlots
 	}
 	out := use
 	for rest := use; rest != 0; rest &= rest - 1 {
-		if s := bits.TrailingZeros32(rest); r.nowhere(gi, n, g, t, st, s) {
+		if s := bits.TrailingZeros32(rest); r.slotNowhere(gi, n, g, t, st, s) {
 			out &^= 1 << s
 		}
 	}
 	if out != use && t.nvmlSlot[int(dt.index[t.states[st]&^out])*t.nprof()+p] == noSlot {
 		out = 0
 	}
-	r.destCache[gi] = out | movKnown
+	r.memo[gi].dest = out | movKnown
 	return out
 }
 

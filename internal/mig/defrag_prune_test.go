@@ -3,6 +3,7 @@ package mig
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"sort"
 	"testing"
@@ -129,8 +130,10 @@ func TestPlanDefragPruneAlikeGPUs(t *testing.T) {
 // the stuck-slice rule, alternately on the benchmark's locked thread, so both see the same
 // machine, and reports the first's wall and thread-CPU percentiles, the second's CPU
 // percentiles (old-cpu-*) and the ratio of their CPU p99s. Where neither was stopped by the
-// work bound, the two must agree. It returns the first's results.
+// work bound, the two must agree. It returns the first's results. DEFRAG_BENCH_NO_OLD=1 leaves
+// the second out (for a CPU profile of the first alone).
 func benchPlans(b *testing.B, plan func(i int, noPrune bool) DefragResult) []DefragResult {
+	noOld := os.Getenv("DEFRAG_BENCH_NO_OLD") == "1"
 	lat := make([]time.Duration, 0, b.N)
 	cpu := make([]time.Duration, 0, b.N)
 	oldCPU := make([]time.Duration, 0, b.N)
@@ -143,6 +146,10 @@ func benchPlans(b *testing.B, plan func(i int, noPrune bool) DefragResult) []Def
 		res := plan(i, false)
 		lat = append(lat, time.Since(t0))
 		cpu = append(cpu, threadCPU()-c0)
+		if noOld {
+			out = append(out, res)
+			continue
+		}
 		c0 = threadCPU()
 		old := plan(i, true)
 		oldCPU = append(oldCPU, threadCPU()-c0)
@@ -160,6 +167,9 @@ func benchPlans(b *testing.B, plan func(i int, noPrune bool) DefragResult) []Def
 	b.ReportMetric(pct(lat, 0.99), "p99-µs")
 	b.ReportMetric(pct(cpu, 0.5), "cpu-p50-µs")
 	b.ReportMetric(pct(cpu, 0.99), "cpu-p99-µs")
+	if noOld {
+		return out
+	}
 	b.ReportMetric(pct(oldCPU, 0.5), "old-cpu-p50-µs")
 	b.ReportMetric(pct(oldCPU, 0.99), "old-cpu-p99-µs")
 	if p := pct(cpu, 0.99); p > 0 {

@@ -11,9 +11,9 @@ import (
 // The planner called as the scheduler plugin calls it (scheduler/plugin/defrag.go,
 // defrag_dest.go): default bounds (DefaultDefragMoves, the default work bound, no chains), a
 // movability callback that reads a node's claims once, when first asked about it, and
-// remembers the pod it found at each slice, and Destinations that give each moved slice its
-// pod's node filters (spec.unschedulable, nodeSelector, NoSchedule taints) behind a per-slice
-// memo, a fresh one per call.
+// remembers the pod it found at each slice in a list per node (the plugin's
+// movableIndex.pods), and Destinations that give each moved slice its pod's node filters
+// (spec.unschedulable, nodeSelector, NoSchedule taints), asked once per node by the planner.
 
 // schedNode is what the node filters read of a node.
 type schedNode struct {
@@ -26,8 +26,9 @@ type schedNode struct {
 type schedPod struct {
 	selector  map[string]string
 	tolerates bool // the tainted nodes' taint
-	// class names what the node filters read of the pod (DefragOptions.DestinationClass).
-	class string
+	// class numbers what the node filters read of the pod (DefragOptions.DestinationClass):
+	// pods whose selector and toleration print alike share a number, from 1 up.
+	class int
 }
 
 // schedCluster is a cluster with the scheduler's view of its nodes and of the pods at its
@@ -41,15 +42,25 @@ type schedCluster struct {
 const zoneLabel = "topology.kubernetes.io/zone"
 
 // schedIndex is one call's movability index (the plugin's movableIndex): the nodes whose claims
-// were read and the pods found.
+// were read and the pods found, a list per node threaded through one slice (head: per node,
+// 1 + the index of its last pod found, 0 when none).
 type schedIndex struct {
 	c     *schedCluster
-	read  map[int]bool
-	found map[sliceKey]*schedPod
+	read  []bool
+	head  []int32
+	found []schedFound
+}
+
+// schedFound is a pod found at a slice of a node: GPU index and start, and 1 + the index of the
+// node's pod found before it (0: none).
+type schedFound struct {
+	gpu, start int32
+	prev       int32
+	pod        *schedPod
 }
 
 func (c *schedCluster) index() *schedIndex {
-	return &schedIndex{c: c, read: map[int]bool{}, found: map[sliceKey]*schedPod{}}
+	return &schedIndex{c: c, read: make([]bool, len(c.nodes)), head: make([]int32, len(c.nodes))}
 }
 
 func (x *schedIndex) at(n, g int, _ Profile, pl Placement) bool {
@@ -58,24 +69,29 @@ func (x *schedIndex) at(n, g int, _ Profile, pl Placement) bool {
 	if pod == nil {
 		return false
 	}
-	x.found[sliceKey{n, g, pl.Start}] = pod
+	x.found = append(x.found, schedFound{gpu: int32(g), start: int32(pl.Start), prev: x.head[n], pod: pod})
+	x.head[n] = int32(len(x.found))
 	return true
 }
 
+// podAt is the pod found at the slice from, nil when none was.
+func (x *schedIndex) podAt(from SliceAt) *schedPod {
+	for i := x.head[from.Node]; i != 0; {
+		f := &x.found[i-1]
+		if int(f.gpu) == from.GPU && int(f.start) == from.Placement.Start {
+			return f.pod
+		}
+		i = f.prev
+	}
+	return nil
+}
+
 func (x *schedIndex) destinations(from SliceAt) func(int) bool {
-	pod := x.found[sliceKey{from.Node, from.GPU, from.Placement.Start}]
+	pod := x.podAt(from)
 	if pod == nil {
 		return func(int) bool { return false }
 	}
-	memo := map[int]bool{}
-	return func(n int) bool {
-		ok, seen := memo[n]
-		if !seen {
-			ok = x.c.admits(pod, n)
-			memo[n] = ok
-		}
-		return ok
-	}
+	return func(n int) bool { return x.c.admits(pod, n) } // asked once per node (DestinationFunc)
 }
 
 func (c *schedCluster) admits(pod *schedPod, n int) bool {
@@ -91,11 +107,11 @@ func (c *schedCluster) admits(pod *schedPod, n int) bool {
 	return true
 }
 
-func (x *schedIndex) class(from SliceAt) string {
-	if pod := x.found[sliceKey{from.Node, from.GPU, from.Placement.Start}]; pod != nil {
+func (x *schedIndex) class(from SliceAt) int {
+	if pod := x.podAt(from); pod != nil {
 		return pod.class
 	}
-	return ""
+	return 0
 }
 
 // plan is PlanDefrag as the plugin calls it (noOpen: the search without the opening-set rule,
@@ -119,6 +135,7 @@ func crowdedCluster(seed uint64, pending Profile, pZone float64, shape func(c *s
 	rng := rand.New(rand.NewPCG(seed, 27))
 	ns, movable := benchCluster(rng, nodes, pending, 0.9, 0.98)
 	c := &schedCluster{nodes: ns, attrs: make([]schedNode, nodes), pods: make([][8]*schedPod, nodes*8)}
+	classes := map[string]int{}
 	for n := range c.attrs {
 		c.attrs[n] = schedNode{
 			labels:        map[string]string{zoneLabel: "zone-" + strconv.Itoa(n*4/nodes), "kubernetes.io/hostname": "node-" + strconv.Itoa(n)},
@@ -136,7 +153,11 @@ func crowdedCluster(seed uint64, pending Profile, pZone float64, shape func(c *s
 				if rng.Float64() < pZone {
 					pod.selector = map[string]string{zoneLabel: c.attrs[n].labels[zoneLabel]}
 				}
-				pod.class = fmt.Sprintf("%v/%t", pod.selector, pod.tolerates)
+				name := fmt.Sprintf("%v/%t", pod.selector, pod.tolerates)
+				if pod.class = classes[name]; pod.class == 0 {
+					pod.class = len(classes) + 1
+					classes[name] = pod.class
+				}
 				c.pods[n*8+g][in.Placement.Start] = pod
 			}
 		}

@@ -173,10 +173,39 @@ type movableIndex struct {
 	p     *Plugin
 	nodes []*snapshot.Node
 	pdbs  []*policyv1.PodDisruptionBudget
-	// pods remembers the pod found at each slice asked about (for the plan's words).
-	pods map[mig.Slot]*corev1.Pod
-	// classes memoizes destinationClass per pod.
-	classes map[*corev1.Pod]string
+	// pods remembers the movable pods found at the slices asked about (for destinations,
+	// destinationClass and the plan's words): a list per node threaded through one slice
+	// (head: per node index, 1 + the index of its last pod found, 0 when none), read back
+	// without hashing a slot and filled without an allocation per node (the planner asks about
+	// thousands of slices per plan on a large crowded cluster).
+	pods []podAt
+	head []int32
+	// classes memoizes destinationClass per pod, classIDs numbers its classes.
+	classes  map[*corev1.Pod]int
+	classIDs map[string]int
+}
+
+// podAt is a movable pod found at a slice: its GPU index on the node, its placement's start,
+// and 1 + the index of the node's pod found before it (0: none).
+type podAt struct {
+	gpu, start int32
+	prev       int32
+	pod        *corev1.Pod
+}
+
+// podAt is the movable pod found at the slice s, nil when none was.
+func (m *movableIndex) podAt(s mig.SliceAt) *corev1.Pod {
+	if s.Node < 0 || s.Node >= len(m.head) {
+		return nil
+	}
+	for i := m.head[s.Node]; i != 0; {
+		e := &m.pods[i-1]
+		if int(e.gpu) == s.GPU && int(e.start) == s.Placement.Start {
+			return e.pod
+		}
+		i = e.prev
+	}
+	return nil
 }
 
 func (p *Plugin) movableSlices(nodes []*snapshot.Node) (*movableIndex, error) {
@@ -184,8 +213,8 @@ func (p *Plugin) movableSlices(nodes []*snapshot.Node) (*movableIndex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list PodDisruptionBudgets: %w", err)
 	}
-	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, pods: map[mig.Slot]*corev1.Pod{},
-		classes: map[*corev1.Pod]string{}}, nil
+	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, head: make([]int32, len(nodes)),
+		classes: map[*corev1.Pod]int{}, classIDs: map[string]int{}}, nil
 }
 
 // at implements mig.MovableFunc: the slice is held by an allocation (not a reservation being
@@ -211,7 +240,8 @@ func (m *movableIndex) at(node, gpu int, prof mig.Profile, pl mig.Placement) boo
 	}
 	ok, _ = movablePod(pod, m.pdbs, nsLabels, m.p.defrag.namespaces)
 	if ok {
-		m.pods[c.Slot.Slot] = pod
+		m.pods = append(m.pods, podAt{gpu: int32(gpu), start: int32(pl.Start), prev: m.head[node], pod: pod})
+		m.head[node] = int32(len(m.pods))
 	}
 	return ok
 }
@@ -226,7 +256,7 @@ func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex) 
 	for _, mv := range plan.Moves {
 		f := mv.From
 		who := "a slice"
-		if pod := m.pods[mig.Slot{GPU: nodes[f.Node].GPUs[f.GPU].UUID, Profile: f.Profile.Name, Placement: f.Placement}]; pod != nil {
+		if pod := m.podAt(f); pod != nil {
 			who = "pod " + pod.Namespace + "/" + pod.Name
 		}
 		parts = append(parts, fmt.Sprintf("move %s (%s) from %s to %s", who, mig.LegalProfileName(f.Profile.Name), where(f), where(mv.To)))

@@ -27,35 +27,35 @@ import (
 // destinations implements mig.DestinationFunc for the plan being made: a moved slice's pod (the
 // one the movability callback found there) may go to the nodes it passes the node filters for.
 func (m *movableIndex) destinations(from mig.SliceAt) func(int) bool {
-	pod := m.pods[sliceOf(m.nodes, from)]
+	pod := m.podAt(from)
 	if pod == nil {
 		return func(int) bool { return false } // not asked: the planner moves only movable slices
 	}
 	aff := nodeaffinity.GetRequiredNodeAffinity(pod)
-	memo := map[int]bool{}
-	return func(n int) bool {
-		ok, seen := memo[n]
-		if !seen {
-			ok = m.nodeAdmits(pod, aff, n)
-			memo[n] = ok
-		}
-		return ok
-	}
+	// The planner asks about each node once (mig.DestinationFunc): no memo here.
+	return func(n int) bool { return m.nodeAdmits(pod, aff, n) }
 }
 
 // destinationClass implements mig.DefragOptions.DestinationClass: moved pods whose specs agree
 // on every field nodeAdmits reads (spec.nodeSelector, the required node affinity and the
 // tolerations) are admitted by the same nodes, so they share one class and the planner asks
-// about each node once per class instead of once per slice. "" (a class of its own) for a
-// slice whose pod is not known. Each pod's class is computed once per plan.
-func (m *movableIndex) destinationClass(from mig.SliceAt) string {
-	pod := m.pods[sliceOf(m.nodes, from)]
+// about each node once per class instead of once per slice. Classes are numbered from 1 in the
+// order the plan meets them (destinationClassOf's encoding, interned once per plan), so the
+// planner finds a class without hashing its encoding; 0 (a class of its own) for a slice whose
+// pod is not known. Each pod's class is computed once per plan.
+func (m *movableIndex) destinationClass(from mig.SliceAt) int {
+	pod := m.podAt(from)
 	if pod == nil {
-		return ""
+		return 0
 	}
 	c, ok := m.classes[pod]
 	if !ok {
-		c = destinationClassOf(pod)
+		if key := destinationClassOf(pod); key != "" {
+			if c, ok = m.classIDs[key]; !ok {
+				c = len(m.classIDs) + 1
+				m.classIDs[key] = c
+			}
+		}
 		m.classes[pod] = c
 	}
 	return c
@@ -74,7 +74,7 @@ func destinationClassOf(pod *corev1.Pod) string {
 		Tolerations  []corev1.Toleration  `json:"t"`
 	}{pod.Spec.NodeSelector, required, pod.Spec.Tolerations})
 	if err != nil {
-		return "" // a class of its own
+		return "" // no encoding: a class of its own (0)
 	}
 	return string(b)
 }

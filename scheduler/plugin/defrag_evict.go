@@ -86,7 +86,7 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 	log := klog.FromContext(ctx)
 	moved := make([]*corev1.Pod, len(plan.Moves))
 	for i, mv := range plan.Moves {
-		moved[i] = m.pods[sliceOf(nodes, mv.From)]
+		moved[i] = m.podAt(mv.From)
 		if moved[i] == nil {
 			return nil, "defragmentation (Evict): a moved pod is no longer known; planning again"
 		}
