@@ -1,6 +1,10 @@
 package certs
 
 import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/tls"
 	"crypto/x509"
 	"net"
 	"testing"
@@ -58,5 +62,47 @@ func TestEnsure(t *testing.T) {
 	}
 	if _, err := Ensure(nil, Request{}, now); err == nil {
 		t.Error("empty request accepted")
+	}
+}
+
+// The certificates are dated from the caller's clock (an hour early, for skew), signed by the
+// CA in the bundle, serve TLS only, and carry an ECDSA P-256 key.
+func TestIssueShape(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	req := Request{DNSNames: []string{"a.ns.svc", "a.ns.svc.cluster.local"}, IPs: []net.IP{net.ParseIP("10.0.0.7")}, Validity: 48 * time.Hour}
+	got, err := Ensure(nil, req, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(got.Data[CertKey], got.Data[KeyKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok || key.Curve != elliptic.P256() {
+		t.Fatalf("serving key is %T, want an ECDSA P-256 key", pair.PrivateKey)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !leaf.NotBefore.Equal(now.Add(-clockSkew)) || !leaf.NotAfter.Equal(now.Add(-clockSkew).Add(req.Validity)) || !got.NotAfter.Equal(leaf.NotAfter) {
+		t.Errorf("valid %v to %v (result says %v), want from an hour before %v for %v", leaf.NotBefore, leaf.NotAfter, got.NotAfter, now, req.Validity)
+	}
+	if leaf.IsCA || len(leaf.ExtKeyUsage) != 1 || leaf.ExtKeyUsage[0] != x509.ExtKeyUsageServerAuth {
+		t.Errorf("serving certificate: CA %v, extended key usage %v", leaf.IsCA, leaf.ExtKeyUsage)
+	}
+	if len(leaf.DNSNames) != 2 || len(leaf.IPAddresses) != 1 || leaf.Subject.CommonName == "" {
+		t.Errorf("names %v %v, subject %q", leaf.DNSNames, leaf.IPAddresses, leaf.Subject.CommonName)
+	}
+	if len(pair.Certificate) != 2 || !bytes.Equal(pemBlocks(got.Data[CAKey])[0].Bytes, pair.Certificate[1]) {
+		t.Error("tls.crt does not carry the CA of ca.crt after the serving certificate")
+	}
+	ca, err := x509.ParseCertificate(pair.Certificate[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ca.IsCA || leaf.CheckSignatureFrom(ca) != nil || leaf.SerialNumber.Sign() <= 0 || leaf.SerialNumber.Cmp(ca.SerialNumber) == 0 {
+		t.Errorf("CA %v, signature %v, serials %v and %v", ca.IsCA, leaf.CheckSignatureFrom(ca), leaf.SerialNumber, ca.SerialNumber)
 	}
 }
