@@ -13,7 +13,8 @@
 # label, from $VERSION, default the Makefile's), so both ways of building give
 # the same image: /usr/local/bin/slicer-<component>, /licenses, the same
 # config; mkimage refuses an image that fails the certification checks
-# (hack/tools/mkimage/check.go). Prints "ARCHIVE NAME DIGEST" per image.
+# (hack/tools/mkimage/check.go). Prints "ARCHIVE NAME DIGEST" per image. An archive whose
+# inputs did not change since it was assembled is reused (see assemble).
 # Uses bin/tools/mkimage (hack/tools/mkimage, go-containerregistry).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,10 +33,30 @@ assemble() {
   [ -x "$bin" ] || { echo "images/local.sh: $bin missing (make build)" >&2; exit 1; }
   entry=/usr/local/bin/slicer-$c
   grep -qx "ENTRYPOINT \[\"$entry\"\]" "$cf" || { echo "images/local.sh: $cf's ENTRYPOINT is not [\"$entry\"]" >&2; exit 1; }
+  # An archive is assembled again only when what it is made from changed (each end-to-end
+  # suite brings its node up with these images; assembling all six takes about 18 s): the key
+  # covers the name, VERSION, the binary, the shared libraries -libs copies (what ldd resolves,
+  # as hack/tools/mkimage/libs_test.go checks), the Containerfile, the licence and mkimage
+  # itself. The stamp keeps mkimage's line for the archive, printed again when it is reused.
+  local out=$OUT/slicer-$c$suffix.tar stamp key
+  stamp=$OUT/.slicer-$c$suffix.key
+  key=$({
+    echo "$IMAGE_REPO/slicer-$c:$IMAGE_TAG$suffix VERSION=$VERSION"
+    sha256sum "$bin" "$cf" "$ROOT/images/licenses/LICENSE" "$MKIMAGE"
+    ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | xargs -r sha256sum
+  } | sha256sum | cut -d' ' -f1)
+  if [ -s "$out" ] && [ -s "$stamp" ] && [ "$(head -n 1 "$stamp")" = "$key" ]; then
+    tail -n +2 "$stamp"
+    return
+  fi
+  rm -f "$stamp"
   # The binaries are cgo builds: -libs adds the loader and shared libraries.
-  "$MKIMAGE" -o "$OUT/slicer-$c$suffix.tar" -name "$IMAGE_REPO/slicer-$c:$IMAGE_TAG$suffix" \
+  local line
+  line=$("$MKIMAGE" -o "$out" -name "$IMAGE_REPO/slicer-$c:$IMAGE_TAG$suffix" \
     -containerfile "$cf" -build-arg "VERSION=$VERSION" -libs \
-    -file "$entry=$bin" -file "/licenses/LICENSE=$ROOT/images/licenses/LICENSE" -dir /tmp
+    -file "$entry=$bin" -file "/licenses/LICENSE=$ROOT/images/licenses/LICENSE" -dir /tmp)
+  printf '%s\n%s\n' "$key" "$line" >"$stamp"
+  printf '%s\n' "$line"
 }
 
 for c in operator webhook agent; do
