@@ -217,9 +217,10 @@ func localNodeValues(dir string) string {
 	var s map[string]any
 	readYAML(filepath.Join(overlay, "slicer.yaml"), &s)
 	values := map[string]any{
-		// the pre-delete hook's wait: long enough for the Force teardown of the demo's pods,
-		// short enough that the spec sees it fail under Wait
-		"uninstall": map[string]any{"timeoutSeconds": 90},
+		// the pre-delete hook's wait: long enough for the Force teardown of the demo's pods
+		// (under 25 s with Helm's own deletions in CI's runs), short enough that the spec sees it
+		// fail under Wait without waiting out the chart's default
+		"uninstall": map[string]any{"timeoutSeconds": 45},
 		"images":    images,
 		"operator":  map[string]any{"imagePullPolicy": string(corev1.PullNever)},
 		"slicer":    map[string]any{"spec": s["spec"]},
