@@ -27,37 +27,73 @@ type Claim struct {
 }
 
 // Claims returns the claims of a node's GPUs by GPU UUID, each sorted by start (one claim per
-// slot: an allocation before the reservation and the created-allocation record of the same
-// slot). Off the hot path: preemption and nominated pods only.
+// slot: the first of walkClaims' order). Off the hot path: preemption and nominated pods only.
 func (c *Cache) Claims(node string) map[string][]Claim {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := map[string][]Claim{}
 	seen := map[mig.Slot]bool{}
-	add := func(cl Claim) {
-		if seen[cl.Slot.Slot] {
-			return
+	c.walkClaims(node, nil, func(cl Claim) bool {
+		if !seen[cl.Slot.Slot] {
+			seen[cl.Slot.Slot] = true
+			out[cl.Slot.GPU] = append(out[cl.Slot.GPU], cl)
 		}
-		seen[cl.Slot.Slot] = true
-		out[cl.Slot.GPU] = append(out[cl.Slot.GPU], cl)
+		return true
+	})
+	for gpu := range out {
+		cl := out[gpu]
+		sort.SliceStable(cl, func(i, j int) bool { return cl[i].Slot.Placement.Start < cl[j].Slot.Placement.Start })
 	}
-	allocs := make([]*Allocation, 0, len(c.nodeAllocs[node]))
+	return out
+}
+
+// ClaimAt returns the claim Claims(node) holds at slot, without building the node's claims: the
+// first claim of that slot in walkClaims' order. The defragmentation planner asks it about one
+// slice at a time on every node (scheduler/plugin/defrag.go).
+func (c *Cache) ClaimAt(node string, slot mig.Slot) (Claim, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var found Claim
+	ok := false
+	c.walkClaims(node, func(s mig.Slot) bool { return s == slot }, func(cl Claim) bool {
+		found, ok = cl, true
+		return false
+	})
+	return found, ok
+}
+
+// walkClaims calls visit with the node's claims whose slot passes keep (every claim when keep is
+// nil), in the order that decides between two claims of one slot: allocations by name, then
+// reservations, then created allocations not shown yet, then slices only the agent reports.
+// visit returns false to stop. The caller holds c.mu.
+func (c *Cache) walkClaims(node string, keep func(mig.Slot) bool, visit func(Claim) bool) {
+	kept := func(s mig.Slot) bool { return keep == nil || keep(s) }
+	var allocs []*Allocation
 	for _, a := range c.nodeAllocs[node] {
-		allocs = append(allocs, a)
+		if kept(a.Slot.Slot) {
+			allocs = append(allocs, a)
+		}
 	}
 	sort.Slice(allocs, func(i, j int) bool { return allocs[i].Name < allocs[j].Name })
 	for _, a := range allocs {
-		add(Claim{Slot: a.Slot, PodUID: a.PodUID, Pod: a.Namespace + "/" + a.PodName, Leaving: a.Deleting, Allocated: true})
+		if !visit(Claim{Slot: a.Slot, PodUID: a.PodUID, Pod: a.Namespace + "/" + a.PodName, Leaving: a.Deleting, Allocated: true}) {
+			return
+		}
 	}
 	for _, r := range c.reservations {
-		if r.NodeName == node {
-			for _, s := range r.Slots {
-				add(Claim{Slot: s, PodUID: r.PodUID, Pod: r.Namespace + "/" + r.PodName})
+		if r.NodeName != node {
+			continue
+		}
+		for _, s := range r.Slots {
+			if kept(s.Slot) && !visit(Claim{Slot: s, PodUID: r.PodUID, Pod: r.Namespace + "/" + r.PodName}) {
+				return
 			}
 		}
 	}
 	for _, u := range c.unseenOn(node) {
-		add(Claim{Slot: u.slot, PodUID: u.pod, Pod: u.podName})
+		if kept(u.slot.Slot) && !visit(Claim{Slot: u.slot, PodUID: u.pod, Pod: u.podName}) {
+			return
+		}
 	}
 	if na := c.accels[node]; na != nil {
 		for _, g := range na.Status.GPUs {
@@ -66,62 +102,13 @@ func (c *Cache) Claims(node string) map[string][]Claim {
 				if err != nil {
 					continue // the snapshot makes such a GPU unusable (gpuState)
 				}
-				add(Claim{Slot: Slot{Slot: mig.Slot{GPU: g.UUID, Profile: prof, Placement: migapi.Placement(s.Placement)}}})
-			}
-		}
-	}
-	for gpu := range out {
-		cl := out[gpu]
-		sort.SliceStable(cl, func(i, j int) bool { return cl[i].Slot.Placement.Start < cl[j].Slot.Placement.Start })
-	}
-	return out
-}
-
-// ClaimAt returns the claim Claims(node) holds at slot, without building the node's claims:
-// the same order decides (allocations by name, then reservations, then created allocations
-// not shown yet, then slices only the agent reports). The defragmentation planner asks it
-// about one slice at a time on every node (scheduler/plugin/defrag.go).
-func (c *Cache) ClaimAt(node string, slot mig.Slot) (Claim, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	var first *Allocation
-	for _, a := range c.nodeAllocs[node] {
-		if a.Slot.Slot == slot && (first == nil || a.Name < first.Name) {
-			first = a
-		}
-	}
-	if first != nil {
-		return Claim{Slot: first.Slot, PodUID: first.PodUID, Pod: first.Namespace + "/" + first.PodName, Leaving: first.Deleting, Allocated: true}, true
-	}
-	for _, r := range c.reservations {
-		if r.NodeName != node {
-			continue
-		}
-		for _, s := range r.Slots {
-			if s.Slot == slot {
-				return Claim{Slot: s, PodUID: r.PodUID, Pod: r.Namespace + "/" + r.PodName}, true
-			}
-		}
-	}
-	for _, u := range c.unseenOn(node) {
-		if u.slot.Slot == slot {
-			return Claim{Slot: u.slot, PodUID: u.pod, Pod: u.podName}, true
-		}
-	}
-	if na := c.accels[node]; na != nil {
-		for _, g := range na.Status.GPUs {
-			if g.UUID != slot.GPU {
-				continue
-			}
-			for _, s := range g.Slices {
-				prof, err := migapi.Profile(s.Profile)
-				if err == nil && prof == slot.Profile && migapi.Placement(s.Placement) == slot.Placement {
-					return Claim{Slot: Slot{Slot: slot}}, true
+				sl := mig.Slot{GPU: g.UUID, Profile: prof, Placement: migapi.Placement(s.Placement)}
+				if kept(sl) && !visit(Claim{Slot: Slot{Slot: sl}}) {
+					return
 				}
 			}
 		}
 	}
-	return Claim{}, false
 }
 
 // PodClaimsOn reports whether the pod holds any slot of the node (an allocation, a

@@ -72,7 +72,27 @@ func TestClaimAtAgreesWithClaims(t *testing.T) {
 	if want := len(claims["GPU-n1-a"]) + len(claims["GPU-n1-b"]) + len(claims["GPU-n1-c"]); seen != want || seen < 8 {
 		t.Errorf("ClaimAt found %d claims, Claims has %d (want at least 8: every kind)", seen, want)
 	}
-	if got, ok := c.ClaimAt("n1", mig.Slot{GPU: "GPU-n1-b", Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}); !ok || got.Pod != "ns/p4" {
-		t.Errorf("two allocations of one slot: ClaimAt = %+v, want the first by name (y, pod ns/p4)", got)
+	// Who wins a slot, by kind (both functions read one walk, so agreeing is not enough).
+	for _, tc := range []struct {
+		what string
+		slot Slot
+		want Claim
+	}{
+		{"two allocations of one slot: the first by name (y)", at("GPU-n1-b", "1g.10gb", 0, 1),
+			Claim{Slot: at("GPU-n1-b", "1g.10gb", 0, 1), PodUID: "p4-uid", Pod: "ns/p4", Allocated: true}},
+		{"an allocation before the agent's report of its slice", at("GPU-n1-b", "1g.10gb", 6, 1),
+			Claim{Slot: at("GPU-n1-b", "1g.10gb", 6, 1), PodUID: "p2-uid", Pod: "ns/p2", Allocated: true}},
+		{"a deleting allocation", at("GPU-n1-a", "1g.10gb", 5, 1),
+			Claim{Slot: at("GPU-n1-a", "1g.10gb", 5, 1), PodUID: "p5-uid", Pod: "ns/p5", Allocated: true, Leaving: true}},
+		{"a reservation", at("GPU-n1-a", "1g.10gb", 4, 1),
+			Claim{Slot: at("GPU-n1-a", "1g.10gb", 4, 1), PodUID: "r1", Pod: "ns/r1"}},
+		{"a created allocation not shown yet", at("GPU-n1-c", "1g.10gb", 1, 1),
+			Claim{Slot: at("GPU-n1-c", "1g.10gb", 1, 1), PodUID: "r2", Pod: "ns/r2"}},
+		{"a slice only the agent reports", at("GPU-n1-a", "1g.10gb", 6, 1),
+			Claim{Slot: at("GPU-n1-a", "1g.10gb", 6, 1)}},
+	} {
+		if got, ok := c.ClaimAt("n1", tc.slot.Slot); !ok || got != tc.want {
+			t.Errorf("%s: ClaimAt = %+v, %t; want %+v", tc.what, got, ok, tc.want)
+		}
 	}
 }
