@@ -118,9 +118,9 @@ func (r *defragRun) stateOf(ref gpuRef) (int, int) {
 
 // fits lists the usable GPUs of model m where profile q fits now. It is built on first use:
 // for scarce profiles (fewer than MaxDefragMoves such GPUs) and for restricted slices (destOf).
-// One walk over the GPUs with room (survey's list) builds the lists of every profile of m not built yet: the search asks
-// about several profiles (one per moved slice's), each of whose lists would take a walk of its
-// own over a crowded cluster's GPUs.
+// One walk over the GPUs with room (defragRun.room) builds the lists of every profile of m not
+// built yet: the search asks about several profiles (one per moved slice's), each of whose
+// lists would take a walk of its own.
 func (r *defragRun) fits(m Model, q int) []gpuRef {
 	if r.fitBuilt[m][q] {
 		return r.fitList[m][q]
