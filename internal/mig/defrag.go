@@ -236,16 +236,6 @@ type defragRun struct {
 	// hosts caches chainHosts per (model, profile).
 	hosts map[[2]int][]chainHost
 
-	// targets: the usable GPUs, in node then GPU order, of the models present that have the
-	// request's profile, whose fewest removals for it are at most maxMoves: the GPUs a plan
-	// may target. scan drops those it finds will be passed over at every level to come.
-	// room: the usable GPUs where some profile fits now, in the same order (fits).
-	targets []defragGPU
-	room    []roomGPU
-	// first, per node, the index in node then GPU order of its first GPU (and the number of
-	// GPUs at the end).
-	first []int32
-
 	present  [numModels + 1]bool
 	hist     [numModels + 1][]int32               // usable GPUs per state index
 	fitCount [numModels + 1][maxProfiles]int      // usable GPUs where the profile fits now
@@ -310,19 +300,11 @@ type destInfo struct {
 // survey counts the usable GPUs per state and answers the cheap outcomes.
 func (r *defragRun) survey() DefragOutcome {
 	var tabs [numModels + 1]*modelTable
-	var dts [numModels + 1]*defragTable
 	var want [numModels + 1]int
-	r.first = make([]int32, len(r.nodes)+1)
 	ngpus := 0
 	for n := range r.nodes {
-		r.first[n] = int32(ngpus)
-		ngpus += len(r.nodes[n].GPUs)
-	}
-	r.first[len(r.nodes)] = int32(ngpus)
-	r.targets = make([]defragGPU, 0, ngpus)
-	for n := range r.nodes {
 		gpus := r.nodes[n].GPUs
-		base := int(r.first[n])
+		ngpus += len(gpus)
 		for i := range gpus {
 			g := &gpus[i]
 			m := g.State.model
@@ -332,23 +314,15 @@ func (r *defragRun) survey() DefragOutcome {
 			t := tabs[m]
 			if t == nil {
 				t = tableFor(m)
-				tabs[m], dts[m] = t, defragTableFor(m)
+				tabs[m] = t
 				r.present[m] = true
 				r.hist[m] = make([]int32, len(t.states))
 				want[m] = int(r.req.prof[m][0])
 			}
 			idx := int(g.State.idx)
 			r.hist[m][idx]++
-			if dts[m].room[idx] {
-				r.room = append(r.room, roomGPU{ref: gpuRef{int32(n), int32(i)}, m: m, st: g.State.idx})
-			}
-			if p := want[m]; p >= 0 {
-				if t.nvmlSlot[idx*t.nprof()+p] != noSlot {
-					return DefragFitsNow
-				}
-				if int(dts[m].minRemovals[idx*t.nprof()+p]) <= r.maxMoves {
-					r.targets = append(r.targets, defragGPU{gi: int32(base + i), m: m, st: g.State.idx})
-				}
+			if p := want[m]; p >= 0 && t.nvmlSlot[idx*t.nprof()+p] != noSlot {
+				return DefragFitsNow
 			}
 		}
 	}
@@ -391,22 +365,6 @@ func (r *defragRun) survey() DefragOutcome {
 		}
 	}
 	return ""
-}
-
-// defragGPU is one GPU of defragRun.targets: its index in node then GPU order (over all GPUs),
-// model and state index. The search's walks over the GPUs read this list, 8 bytes per GPU, not
-// the nodes' GPUs.
-type defragGPU struct {
-	gi int32
-	st uint16
-	m  Model
-}
-
-// roomGPU is one GPU of defragRun.room.
-type roomGPU struct {
-	ref gpuRef
-	st  uint16
-	m   Model
 }
 
 // reqGPU is one GPU of requestGPUs: its index in node then GPU order (over all GPUs), node
@@ -454,34 +412,15 @@ func (r *defragRun) scan(budget int) {
 	if !visit {
 		return // the walk below would pass over every GPU
 	}
-	// The walk keeps in r.targets, in order, the GPUs not passed over for good: j of them so
-	// far, i the GPU being looked at; a return keeps the rest.
-	i, j := 0, 0
-	defer func() { r.targets = append(r.targets[:j], r.targets[i:]...) }()
-	n := 0 // the node of GPU gi: r.first[n] <= gi < r.first[n+1]
-	for ; i < len(r.targets); i++ {
-		u := r.targets[i]
-		gi, m, st := int(u.gi), u.m, int(u.st)
+	for u := range r.requestGPUs() {
+		gi, n, g, m, st := u.gi, u.n, u.g, u.m, u.st
 		keep := r.visit[m][st]
 		if keep&movHopeless != 0 {
-			if keep&visitNever == 0 {
-				r.targets[j] = u
-				j++
-			}
 			continue
 		}
-		for int(r.first[n+1]) <= gi {
-			n++
-		}
-		g := gi - int(r.first[n])
 		p := int(r.req.prof[m][0])
 		t := tabs[m]
-		// A GPU passed over below at this level is passed over at the next ones too when what
-		// decided it is remembered for the call (movableSlots, destStuck) and says fewer than
-		// k slots may go; the others stay on the list.
 		if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
-			r.targets[j] = u
-			j++
 			continue
 		}
 		if r.maxAsks > 0 && r.asks >= r.maxAsks && r.memo[gi].mov&movKnown == 0 {
@@ -489,8 +428,6 @@ func (r *defragRun) scan(budget int) {
 			return
 		}
 		if !r.noPrune && !r.noOpen && r.memo[gi].mov&movKnown == 0 && !r.mayOpen(gi, n, g, m, t, st, p, keep&movSlots) {
-			r.targets[j] = u
-			j++
 			continue
 		}
 		mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
@@ -516,8 +453,6 @@ func (r *defragRun) scan(budget int) {
 			}
 			c = nextSubset(c)
 		}
-		r.targets[j] = u
-		j++
 	}
 }
 
@@ -541,10 +476,7 @@ func (r *defragRun) visitStates(m Model, t *modelTable, dt *defragTable) bool {
 		if ks := r.keep[m]; ks != nil {
 			keep = ks[st]
 		}
-		switch {
-		case keep&movHopeless != 0:
-			keep = movHopeless | visitNever
-		case int(dt.minRemovals[st*np+p]) > r.k:
+		if int(dt.minRemovals[st*np+p]) > r.k {
 			keep = movHopeless
 		}
 		r.visit[m][st] = keep
@@ -558,9 +490,6 @@ const (
 	movStuck    = 1 << 29   // movHopeless, counting only the movable slots keep keeps
 	movKnown    = 1 << 30   // gpuMemo.mov (or .dest) entry computed
 	movHopeless = 1 << 31   // the profile does not fit even with every movable slice gone
-	// visitNever, with movHopeless in a visit entry: its GPUs are passed over at every level
-	// (keep is hopeless), not only at this one.
-	visitNever = movKnown
 )
 
 // movableSlots is the slot mask of GPU gi's movable instances, asked of the callback once per

@@ -118,9 +118,9 @@ func (r *defragRun) stateOf(ref gpuRef) (int, int) {
 
 // fits lists the usable GPUs of model m where profile q fits now. It is built on first use:
 // for scarce profiles (fewer than MaxDefragMoves such GPUs) and for restricted slices (destOf).
-// One walk over the GPUs with room (defragRun.room) builds the lists of every profile of m not
-// built yet: the search asks about several profiles (one per moved slice's), each of whose
-// lists would take a walk of its own.
+// One walk over the GPUs builds the lists of every profile of m not built yet: the search asks
+// about several profiles (one per moved slice's), each of whose lists would take a walk of its
+// own over a crowded cluster's GPUs.
 func (r *defragRun) fits(m Model, q int) []gpuRef {
 	if r.fitBuilt[m][q] {
 		return r.fitList[m][q]
@@ -156,15 +156,17 @@ func (r *defragRun) fits(m Model, q int) []gpuRef {
 		}
 	}
 scan:
-	for _, u := range r.room { // every GPU where some profile fits now, in order
-		if u.m != m {
-			continue
-		}
-		for rest := want[u.st]; rest != 0; rest &= rest - 1 {
-			p := bits.TrailingZeros32(rest)
-			r.fitList[m][p] = append(r.fitList[m][p], u.ref)
-			if left--; left == 0 {
-				break scan
+	for n := range r.nodes {
+		for g, gpu := range r.nodes[n].GPUs {
+			if !gpu.Usable || gpu.State.model != m {
+				continue
+			}
+			for rest := want[gpu.State.idx]; rest != 0; rest &= rest - 1 {
+				p := bits.TrailingZeros32(rest)
+				r.fitList[m][p] = append(r.fitList[m][p], gpuRef{int32(n), int32(g)})
+				if left--; left == 0 {
+					break scan
+				}
 			}
 		}
 	}

@@ -12,9 +12,6 @@ type defragTable struct {
 	minRemovals []int8
 	// index finds a state by its slot bitmask.
 	index map[uint32]uint16
-	// room[state]: some profile fits now on a GPU in that state (survey lists those GPUs, the
-	// only ones fits walks).
-	room []bool
 }
 
 func defragTableFor(m Model) *defragTable {
@@ -24,14 +21,12 @@ func defragTableFor(m Model) *defragTable {
 		ns, np := t.nslots(), t.nprof()
 		out := make([]int8, len(t.states)*np)
 		index := make(map[uint32]uint16, len(t.states))
-		room := make([]bool, len(t.states))
 		// enumerate() lists the states breadth first from the empty GPU, so every state with
 		// one instance fewer comes before.
 		for st, mask := range t.states {
 			index[mask] = uint16(st)
 			for p := 0; p < np; p++ {
 				if t.nvmlSlot[st*np+p] != noSlot {
-					room[st] = true
 					continue
 				}
 				best := int8(127)
@@ -42,7 +37,7 @@ func defragTableFor(m Model) *defragTable {
 				out[st*np+p] = best
 			}
 		}
-		d.table = &defragTable{minRemovals: out, index: index, room: room}
+		d.table = &defragTable{minRemovals: out, index: index}
 	})
 	return d.table
 }
