@@ -61,6 +61,15 @@ func (r *defragRun) openingSets(m Model, t *modelTable, st, p int, keep uint32) 
 // It asks slotGone about as few slots as it can.
 func (r *defragRun) mayOpen(gi, n, g int, m Model, t *modelTable, st, p int, keep uint32) bool {
 	sets := r.openingSets(m, t, st, p, keep)
+	if len(sets) == 1 {
+		// One set: its slots lowest first, the order the loop below asks them in.
+		for rest := sets[0]; rest != 0; rest &= rest - 1 {
+			if r.slotGone(gi, n, g, t, st, bits.TrailingZeros32(rest)) {
+				return false
+			}
+		}
+		return true
+	}
 	var alive [maxOpeningSets]uint32
 	na := copy(alive[:], sets)
 	var in uint32 // slots found movable and not stuck
