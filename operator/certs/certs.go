@@ -151,23 +151,12 @@ func pemBlocks(data []byte) []*pem.Block {
 // certPEM holds the serving certificate, then the CA's; keyPEM the serving key.
 func issue(req Request, now time.Time) (certPEM, keyPEM []byte, err error) {
 	from := now.Add(-clockSkew)
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caKey, ca, err := keyAndTemplate(fmt.Sprintf("%s-ca@%d", req.DNSNames[0], now.Unix()), from, req.Validity)
 	if err != nil {
-		return nil, nil, fmt.Errorf("CA key: %w", err)
+		return nil, nil, fmt.Errorf("CA: %w", err)
 	}
-	caSerial, err := serialNumber()
-	if err != nil {
-		return nil, nil, err
-	}
-	ca := &x509.Certificate{
-		SerialNumber:          caSerial,
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("%s-ca@%d", req.DNSNames[0], now.Unix())},
-		NotBefore:             from,
-		NotAfter:              from.Add(req.Validity),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
+	ca.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign
+	ca.IsCA = true
 	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("CA certificate: %w", err)
@@ -175,25 +164,14 @@ func issue(req Request, now time.Time) (certPEM, keyPEM []byte, err error) {
 	if ca, err = x509.ParseCertificate(caDER); err != nil {
 		return nil, nil, fmt.Errorf("parse CA certificate: %w", err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, leaf, err := keyAndTemplate(fmt.Sprintf("%s@%d", req.DNSNames[0], now.Unix()), from, req.Validity)
 	if err != nil {
-		return nil, nil, fmt.Errorf("serving key: %w", err)
+		return nil, nil, fmt.Errorf("serving certificate: %w", err)
 	}
-	serial, err := serialNumber()
-	if err != nil {
-		return nil, nil, err
-	}
-	leaf := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("%s@%d", req.DNSNames[0], now.Unix())},
-		NotBefore:             from,
-		NotAfter:              from.Add(req.Validity),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		DNSNames:              req.DNSNames,
-		IPAddresses:           req.IPs,
-	}
+	leaf.KeyUsage = x509.KeyUsageDigitalSignature
+	leaf.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	leaf.DNSNames = req.DNSNames
+	leaf.IPAddresses = req.IPs
 	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("serving certificate: %w", err)
@@ -205,6 +183,26 @@ func issue(req Request, now time.Time) (certPEM, keyPEM []byte, err error) {
 	certPEM = append(pem.EncodeToMemory(&pem.Block{Type: certificateBlock, Bytes: leafDER}),
 		pem.EncodeToMemory(&pem.Block{Type: certificateBlock, Bytes: caDER})...)
 	return certPEM, pem.EncodeToMemory(&pem.Block{Type: privateKeyBlock, Bytes: keyDER}), nil
+}
+
+// keyAndTemplate returns a new P-256 key and a certificate template named cn, with a random
+// serial, valid from `from` for validity; the caller adds its usages.
+func keyAndTemplate(cn string, from time.Time, validity time.Duration) (*ecdsa.PrivateKey, *x509.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("key: %w", err)
+	}
+	serial, err := serialNumber()
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             from,
+		NotAfter:              from.Add(validity),
+		BasicConstraintsValid: true,
+	}, nil
 }
 
 // serialNumber is a random serial in [1, 2^63-1), as RFC 5280 asks (positive, unique per CA).
