@@ -84,12 +84,23 @@ func eventuallyRefused(obj client.Object, want string) {
 // patch applies change to a fresh copy of obj with a merge patch, as the agent writes.
 func patch[T client.Object](c client.Client, obj T, status bool, change func(T)) error {
 	GinkgoHelper()
+	return patchAs(c, obj, status, false, change)
+}
+
+// patchAs is patch, as a dry run when dryRun is set: admission runs, nothing is stored.
+func patchAs[T client.Object](c client.Client, obj T, status, dryRun bool, change func(T)) error {
+	GinkgoHelper()
 	cur := obj.DeepCopyObject().(T)
 	Expect(admin.Get(ctx, client.ObjectKeyFromObject(obj), cur)).To(Succeed())
 	p := client.MergeFrom(cur.DeepCopyObject().(T))
 	change(cur)
-	if status {
+	switch {
+	case status && dryRun:
+		return c.Status().Patch(ctx, cur, p, client.DryRunAll)
+	case status:
 		return c.Status().Patch(ctx, cur, p)
+	case dryRun:
+		return c.Patch(ctx, cur, p, client.DryRunAll)
 	}
 	return c.Patch(ctx, cur, p)
 }
@@ -129,8 +140,9 @@ var _ = Describe("Guards of a shared cluster", Ordered, func() {
 
 		By("node B's objects: every write refused with the policy's message")
 		// The apiserver compiles a new policy a moment after it is created.
+		// The probe is a dry run: a write admitted before the policy is enforced changes nothing.
 		Eventually(func(g Gomega) {
-			err := patch(agentA, onB, true, readyStatus)
+			err := patchAs(agentA, onB, true, true, readyStatus)
 			g.Expect(err).To(HaveOccurred())
 			g.Expect(err.Error()).To(ContainSubstring(foreign + "sliceallocations of node 'node-b'"))
 		}).Should(Succeed())
@@ -179,8 +191,9 @@ var _ = Describe("Guards of a shared cluster", Ordered, func() {
 			}
 		})
 
+		// The probe is a dry run: a deletion admitted before the policy is enforced deletes nothing.
 		Eventually(func(g Gomega) {
-			err := agentA.Delete(ctx, theirs.DeepCopy())
+			err := agentA.Delete(ctx, theirs.DeepCopy(), client.DryRunAll)
 			g.Expect(err).To(HaveOccurred())
 			g.Expect(err.Error()).To(ContainSubstring(foreign))
 		}).Should(Succeed())
