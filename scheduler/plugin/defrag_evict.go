@@ -144,7 +144,7 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 		held = append(held, pl)
 	}
 	target := nodes[plan.Target.Node].Name
-	p.setNomination(pod.UID, target, []snapshot.Slot{{Slot: sliceOf(nodes, plan.Target)}})
+	p.setNomination(pod, target, []snapshot.Slot{{Slot: sliceOf(nodes, plan.Target)}}, false)
 
 	evicted := 0
 	for i, v := range moved {
@@ -156,7 +156,7 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 			// stay held for their replacements. The target will not open: the pending pod's
 			// nomination goes, and it may be planned for again.
 			release(held[i:])
-			p.setNomination(pod.UID, "", nil)
+			p.setNomination(pod, "", nil, false)
 			p.metrics.DefragRefused.WithLabelValues(DefragRefusedEviction).Inc()
 			why := fmt.Sprintf("the eviction of pod %s/%s was refused: %v", v.Namespace, v.Name, err)
 			p.mu.Lock()
@@ -254,7 +254,7 @@ func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) {
 		return
 	}
 	p.cache.Unreserve(found.key)
-	p.setNomination(pod.UID, found.node, []snapshot.Slot{found.slot})
+	p.setNomination(pod, found.node, []snapshot.Slot{found.slot}, false)
 	log.V(2).Info("defragmentation: replacement takes its held room", "pod", klog.KObj(pod), "replaces", found.moved, "node", found.node, "slot", found.slot.Slot)
 }
 

@@ -19,7 +19,7 @@ const (
 
 // Filter answers from the snapshot, as the cycle state's overlay changes it (overlay.go): no
 // API call, and no allocation unless the framework simulates pods on the node.
-func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, err := readState(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -44,7 +44,7 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, nod
 	if n.Reason != "" {
 		return fwk.NewStatus(fwk.Unschedulable, n.Reason)
 	}
-	if _, ok := mig.Score(p.nodeView(cs, n), s.req); !ok {
+	if _, ok := mig.Score(p.nodeView(cs, n, pod), s.req); !ok {
 		return fwk.NewStatus(fwk.Unschedulable, s.noRoom)
 	}
 	return nil

@@ -158,14 +158,18 @@ func (p *Plugin) removePod(ov *nodeOverlay, node string, uid types.UID) {
 	}
 }
 
-// nodeView is the node's occupancy as the cycle state's overlay has it: the snapshot itself
-// when nothing is simulated there.
-func (p *Plugin) nodeView(cs fwk.CycleState, n *snapshot.Node) mig.Node {
-	o := readOverlay(cs)
-	if o == nil {
-		return n.MIG
+// nodeView is the node's occupancy for pod as the cycle state's overlay has it, with the rooms
+// held for other nominated pods the framework did not add (heldOverlay): the snapshot itself
+// when nothing is simulated or held there.
+func (p *Plugin) nodeView(cs fwk.CycleState, n *snapshot.Node, pod *corev1.Pod) mig.Node {
+	var ov *nodeOverlay
+	if o := readOverlay(cs); o != nil {
+		ov = o.nodes[n.Name]
 	}
-	return p.applyOverlay(n, o.nodes[n.Name])
+	if held := p.heldOverlay(ov, n.Name, pod); held != nil {
+		ov = held
+	}
+	return p.applyOverlay(n, ov)
 }
 
 // applyOverlay computes the node's GPUs with the overlay's removed pods' slots released, then

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
 
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
@@ -94,13 +95,16 @@ func TestOverlayMatchesFilter(t *testing.T) {
 		present := map[string]bool{}
 		for _, o := range overlayPods {
 			if o.nominated {
-				p.setNomination(o.pod().UID, "n1", o.snapshotSlots(t))
+				p.setNomination(o.pod(), "n1", o.snapshotSlots(t), true)
 				continue
 			}
 			o.allocate(t, p)
 			present[o.name] = true
 		}
+		// The probes rank above the nominated pods, so only the framework's AddPod adds those
+		// (heldOverlay holds rooms for pods of equal or higher priority only).
 		probe := migPod("probe", "slicer.dev/mig-1g.10gb", "1")
+		probe.Spec.Priority = ptr.To[int32](1)
 		var cs fwk.CycleState = framework.NewCycleState()
 		if _, st := p.PreFilter(ctx, cs, probe, nil); !st.IsSuccess() {
 			t.Fatal(st)
@@ -132,7 +136,7 @@ func TestOverlayMatchesFilter(t *testing.T) {
 					o.allocate(t, want)
 				}
 			}
-			got, exp := p.nodeView(cs, p.cache.Node("n1")), want.cache.Node("n1").MIG
+			got, exp := p.nodeView(cs, p.cache.Node("n1"), probe), want.cache.Node("n1").MIG
 			for i := range exp.GPUs {
 				if got.GPUs[i] != exp.GPUs[i] {
 					t.Fatalf("run %d ops %v: GPU %d is %v usable %v, want %v usable %v", run, ops, i,
@@ -141,6 +145,7 @@ func TestOverlayMatchesFilter(t *testing.T) {
 			}
 			for _, prof := range mig.H100_80GB.Profiles() {
 				pod := migPod("probe", prof.ResourceName(), "1")
+				pod.Spec.Priority = ptr.To[int32](1)
 				var pcs, wcs fwk.CycleState = cs.Clone(), framework.NewCycleState()
 				if _, st := p.PreFilter(ctx, pcs, pod, nil); !st.IsSuccess() {
 					t.Fatal(st)
@@ -168,7 +173,7 @@ func TestOverlayNominatedOverVictims(t *testing.T) {
 	}
 	// Cleared for "x": 3g.40gb at 4 on GPU 0, where b and c still are.
 	x := overlayPod{name: "x", slots: []overlaySlot{{0, "3g.40gb", 4}}}
-	p.setNomination(x.pod().UID, "n1", x.snapshotSlots(t))
+	p.setNomination(x.pod(), "n1", x.snapshotSlots(t), true)
 	low := migPod("low", "slicer.dev/mig-1g.10gb", "1")
 	cs := framework.NewCycleState()
 	if _, st := p.PreFilter(ctx, cs, low, nil); !st.IsSuccess() {
@@ -178,7 +183,7 @@ func TestOverlayNominatedOverVictims(t *testing.T) {
 	if st := p.AddPod(ctx, cs, low, mustPodInfo(t, x.pod()), ni); !st.IsSuccess() {
 		t.Fatal(st)
 	}
-	view := p.nodeView(cs, p.cache.Node("n1"))
+	view := p.nodeView(cs, p.cache.Node("n1"), low)
 	if view.GPUs[0].Usable || !view.GPUs[1].Usable {
 		t.Fatalf("usable = %v, %v; want GPU 0 held for the nominated pod, GPU 1 free to use", view.GPUs[0].Usable, view.GPUs[1].Usable)
 	}

@@ -89,6 +89,8 @@ type Plugin struct {
 	// placements planned per node during a preemption dry run (preempt.go).
 	nominations map[types.UID]nomination
 	dryRun      map[types.UID]map[string]dryPlan
+	// nominatedNodes is the set of nodes in nominations, for Filter without p.mu.
+	nominatedNodes atomic.Pointer[map[string]bool]
 	// evaluator is kube-scheduler's preemption with Slicer's victims (preempt.go).
 	evaluator *preemption.Evaluator
 	// defrag is the defragmentation policy; pdbs and namespaces what it reads, recorder where

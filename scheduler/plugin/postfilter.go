@@ -45,7 +45,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 	if st.IsSuccess() && res != nil && res.NominatingInfo != nil {
 		node = res.NominatedNodeName
 	}
-	plan := p.keepDryRun(pod.UID, node)
+	plan := p.keepDryRun(pod, node)
 	switch {
 	case st.IsSuccess():
 		log.V(2).Info("preempting for MIG slices", "pod", klog.KObj(pod), "node", node, "slots", plan.slots, "victims", plan.victims)
@@ -54,6 +54,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 		return nil, st
 	}
 	why += "; preemption: " + st.Message()
+	p.forgetIdleNomination(pod)
 	moved, more := p.defragment(ctx, pod, s)
 	if more != "" {
 		why += "; " + more

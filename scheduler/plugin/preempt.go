@@ -397,13 +397,13 @@ func (p *Plugin) putDryRun(uid types.UID, node string, plan dryPlan) {
 	p.dryRun[uid][node] = plan
 }
 
-func (p *Plugin) keepDryRun(uid types.UID, node string) dryPlan {
+func (p *Plugin) keepDryRun(pod *corev1.Pod, node string) dryPlan {
 	p.mu.Lock()
-	plan := p.dryRun[uid][node]
-	delete(p.dryRun, uid)
+	plan := p.dryRun[pod.UID][node]
+	delete(p.dryRun, pod.UID)
 	p.mu.Unlock()
 	if node != "" && plan.slots != nil {
-		p.setNomination(uid, node, plan.slots)
+		p.setNomination(pod, node, plan.slots, true)
 	}
 	return plan
 }

@@ -32,7 +32,7 @@ func TestReserveTakesTheClearedPlacement(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlugin(t, accel("n1", 1))
 			pod := migPod("high", "slicer.dev/mig-1g.10gb", "1")
-			p.setNomination(pod.UID, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "1g.10gb", 0}}}.snapshotSlots(t))
+			p.setNomination(pod, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "1g.10gb", 0}}}.snapshotSlots(t), true)
 			if tc.taken {
 				overlayPod{name: "other", slots: []overlaySlot{{0, "1g.10gb", 0}}}.allocate(t, p)
 			}
@@ -144,7 +144,7 @@ func TestPreemptingMessage(t *testing.T) {
 func TestNominatedPodWaitsForTheSliceOfADeletedVictim(t *testing.T) {
 	p := testPlugin(t, accel("n1", 1))
 	high := migPod("high", "slicer.dev/mig-3g.40gb", "1")
-	p.setNomination(high.UID, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "3g.40gb", 4}}}.snapshotSlots(t))
+	p.setNomination(high, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "3g.40gb", 4}}}.snapshotSlots(t), true)
 	victim := overlayPod{name: "victim", slots: []overlaySlot{{0, "1g.10gb", 4}}}
 	victim.allocate(t, p)
 	kept := overlayPod{name: "kept", slots: []overlaySlot{{0, "1g.10gb", 0}}}

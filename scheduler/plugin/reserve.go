@@ -60,7 +60,8 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 
 // place chooses the pod's slots on the node: the placement preemption cleared for it when it
 // is still free, else the policy's; either way off the placements cleared for other nominated
-// pods of equal or higher priority (the framework filtered the node with them added).
+// pods of equal or higher priority (the framework filtered the node with them added, and
+// Filter with the ones it held itself: heldOverlay).
 func (p *Plugin) place(pod *corev1.Pod, n *snapshot.Node, s *podState) ([]mig.Assignment, error) {
 	ov := &nodeOverlay{removed: map[types.UID]bool{}, added: map[types.UID]addedPod{}}
 	if p.handle != nil {
@@ -71,6 +72,9 @@ func (p *Plugin) place(pod *corev1.Pod, n *snapshot.Node, s *podState) ([]mig.As
 				p.addPod(ov, n.Name, q)
 			}
 		}
+	}
+	if held := p.heldOverlay(ov, n.Name, pod); held != nil {
+		ov = held
 	}
 	view := p.applyOverlay(n, ov)
 	if as := nominatedAssignments(n, view, s, p.nominatedSlots(pod.UID, n.Name)); as != nil {
