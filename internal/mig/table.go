@@ -49,6 +49,9 @@ type modelTable struct {
 	// capacity[w] for the lower bound weight families, see bound.go.
 	boundOnce sync.Once
 	bound     *boundTable
+	// byCounts maps a count vector to the legal states holding it (repack.go).
+	countsOnce sync.Once
+	byCounts   map[[maxProfiles]uint8][]int
 }
 
 var tableOnce [numModels + 1]sync.Once
