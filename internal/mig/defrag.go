@@ -59,13 +59,18 @@ type DefragOptions struct {
 	// could open, are most of the cost (docs/design/defragmentation.md); a plan on a GPU the
 	// search does not reach is then missed.
 	MaxSliceQuestions int
+	// RepackGPUs, when positive, also looks for a repack plan over at most that many GPUs
+	// (PlanRepack, within MaxMoves and Destinations) once no plan of at most two independent
+	// moves exists, before plans of three or more (defrag_repack.go). 0: no repack plans.
+	RepackGPUs int
 }
 
 // DestinationFunc says where the slice at from, once moved, may be re-created: a predicate over
 // node indexes of PlanDefrag's nodes, or nil when any node will do. It is asked once per slice
-// the planner considers moving (once per class with DefragOptions.DestinationClass); the
-// predicate is asked at most once per node (the planner remembers its answers, so the caller
-// need not). Both must be deterministic for the duration of one PlanDefrag call. (A moved
+// the planner considers moving (once per class with DefragOptions.DestinationClass), and once
+// more per slice a repack search (DefragOptions.RepackGPUs) considers; each predicate is asked
+// at most once per node (the planner remembers its answers, so the caller need not). Both must
+// be deterministic for the duration of one PlanDefrag call. (A moved
 // slice's constraints are its pod's, which are a node's: node selector and affinity, taints,
 // schedulability.)
 type DestinationFunc func(from SliceAt) func(node int) bool
@@ -94,8 +99,11 @@ type DefragPlan struct {
 	Moves  []Move
 	Target SliceAt
 	// Ordered: each move's destination is free only once the slices of the moves before it are
-	// gone (a chain, DefragOptions.Chains); otherwise every destination is free now.
+	// gone (a chain, DefragOptions.Chains, or a repack plan); otherwise every destination is
+	// free now.
 	Ordered bool
+	// Repack: a repack plan (PlanRepack), which may move slices within their GPU.
+	Repack bool
 }
 
 // DefragOutcome says what the planner found.
@@ -194,6 +202,14 @@ func planDefragRules(nodes []Node, req *Request, movable MovableFunc, opt Defrag
 		if k == 2 && opt.Chains && r.dest == nil {
 			if plan, ok := r.chain(); ok {
 				res.Outcome, res.Plan = DefragPlanned, plan
+				return res
+			}
+		}
+		if k == min(2, maxMoves) && opt.RepackGPUs > 0 {
+			rp := PlanRepack(nodes, req, movable, RepackOptions{MaxGPUs: opt.RepackGPUs, MaxMoves: maxMoves, Destinations: opt.Destinations})
+			res.Bounded = res.Bounded || rp.Bounded
+			if rp.Outcome == DefragPlanned {
+				res.Outcome, res.Plan = DefragPlanned, rp.Plan
 				return res
 			}
 		}

@@ -118,7 +118,8 @@ func (x *schedIndex) class(from SliceAt) int {
 // as it was before it), with classes also naming each moved slice's destination class.
 func (c *schedCluster) plan(req *Request, noOpen, classes bool, maxQuestions int) DefragResult {
 	x := c.index()
-	opt := DefragOptions{MaxMoves: DefaultDefragMoves, Destinations: x.destinations, MaxSliceQuestions: maxQuestions}
+	opt := DefragOptions{MaxMoves: DefaultDefragMoves, Destinations: x.destinations, MaxSliceQuestions: maxQuestions,
+		RepackGPUs: DefaultRepackGPUs}
 	if classes {
 		opt.DestinationClass = x.class
 	}
