@@ -5,7 +5,7 @@
 // prints Markdown tables.
 //
 //	go run ./bench/packing [-seed 1] [-events 4000] [-batches 1000] [-loads 0.7,0.9,1.1,1.2]
-//	    [-sections online,elastic,static,dra] [-moves 2] [-out DIR]
+//	    [-sections online,elastic,static,dra] [-moves 2] [-repack-gpus 4 -repack-moves 4] [-out DIR]
 package main
 
 import (
@@ -48,6 +48,8 @@ func main() {
 	sections := flag.String("sections", "online,elastic,static,dra", "which tables to print")
 	moves := flag.Int("moves", 2, "also replay the online traces with the Slicer policy and up to this many moves per placement (defragmentation; 0: not)")
 	chains := flag.Bool("chains", false, "with -moves 2 or more, also replay them allowing two-move chains (mig.DefragOptions.Chains)")
+	repackGPUs := flag.Int("repack-gpus", mig.DefaultRepackGPUs, "also replay the online traces allowing repack plans over up to this many GPUs (mig.DefragOptions.RepackGPUs; 0: not)")
+	repackMoves := flag.Int("repack-moves", mig.MaxDefragMoves, "the move bound of the replay with repack plans (spec.defragmentation.maxMovesPerPlan)")
 	flag.Parse()
 	m, err := mig.ParseModel(model)
 	if err != nil {
@@ -67,7 +69,7 @@ func main() {
 	}
 	pols := []mig.PolicyKind{mig.Slicer, mig.FirstFit, mig.DASLike}
 	if want["online"] {
-		online(m, pols, loads, *seed, *events, *moves, *chains, *out)
+		online(m, pols, loads, *seed, *events, onlineMoves{*moves, *chains, *repackGPUs, *repackMoves}, *out)
 	}
 	if want["elastic"] {
 		elastic(m, pols, *seed, *events)
@@ -125,9 +127,17 @@ func loadIndex(load float64) int {
 
 var defaultLoads = []float64{0.7, 0.9, 1.1, 1.2}
 
-func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, events, moves int, chains bool, out string) {
+// onlineMoves are the replays with moves: -moves, -chains, -repack-gpus, -repack-moves.
+type onlineMoves struct {
+	moves       int
+	chains      bool
+	repackGPUs  int
+	repackMoves int
+}
+
+func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, events int, mv onlineMoves, out string) {
 	fmt.Printf("Online, loss mode: %s, %d nodes × %d GPUs, %d arrivals per trace, seed %d.\n", model, nodes, gpusPerNode, events, seed)
-	fmt.Println("acceptance = accepted slice-time ÷ offered; pool = the same trace on one pool of the cluster's compute and memory slices with no MIG geometry (a reference for the headroom, not a strict bound); GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use; + moves = a request that fits nowhere may move running slices (mig.PlanDefrag, every pod movable); moves/acc = moves per accepted request.")
+	fmt.Println("acceptance = accepted slice-time ÷ offered; pool = the same trace on one pool of the cluster's compute and memory slices with no MIG geometry (a reference for the headroom, not a strict bound); GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use; + moves = a request that fits nowhere may move running slices (mig.PlanDefrag, every pod movable); + repack = also by re-placing the slices of a few GPUs (mig.PlanRepack); moves/acc = moves per accepted request.")
 	fmt.Println()
 	fmt.Println("| trace | load | policy | acceptance | accepted (count) | GPUs/LB | frag | decision p50/p99 µs | moves/acc |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
@@ -141,11 +151,14 @@ func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, ev
 			for _, p := range pols {
 				opts = append(opts, sim.Options{Policy: p})
 			}
-			if moves > 0 {
-				opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: moves})
-				if chains && moves >= 2 {
-					opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: moves, DefragChains: true})
+			if mv.moves > 0 {
+				opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: mv.moves})
+				if mv.chains && mv.moves >= 2 {
+					opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: mv.moves, DefragChains: true})
 				}
+			}
+			if mv.repackGPUs > 0 {
+				opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: mv.repackMoves, RepackGPUs: mv.repackGPUs})
 			}
 			for _, o := range opts {
 				res, err := sim.Run(tr, o)

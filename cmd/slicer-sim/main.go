@@ -3,7 +3,8 @@
 // last line of stdout.
 //
 //	slicer-sim [--policy slicer|first-fit|das-like] [--decisions FILE] [--elastic] TRACE.jsonl
-//	slicer-sim --moves N ... TRACE.jsonl   (a request that fits nowhere may move up to N running slices)
+//	slicer-sim --moves N [--repack-gpus K] ... TRACE.jsonl   (a request that fits nowhere may move up to N running slices,
+//	    also by re-placing the slices of up to K GPUs)
 //	slicer-sim --dra-order name-order|slicer-order [--seed N] ... TRACE.jsonl   (stock DRA allocator)
 //	slicer-sim pack --model H100-80GB --requests 1g.10gb:3,3g.40gb:2 [--policy P]
 package main
@@ -40,6 +41,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	draOrder := fs.String("dra-order", "", "replay through the stock scheduler's DRA allocator with devices published in this order ("+mig.NameOrder.Name()+"|"+mig.PreferredOrder.Name()+") instead of --policy")
 	seed := fs.Uint64("seed", 1, "the stock scheduler's tie-break seed (--dra-order)")
 	moves := fs.Int("moves", 0, "let a request that fits nowhere move up to this many running slices (defragmentation; 0: none)")
+	repackGPUs := fs.Int("repack-gpus", 0, "with --moves, also allow repack plans that re-place the slices of up to this many GPUs (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,7 +64,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *moves < 0 || *moves > mig.MaxDefragMoves {
 		return fmt.Errorf("--moves %d: want 0..%d", *moves, mig.MaxDefragMoves)
 	}
-	opt := sim.Options{Policy: pol, Elastic: *elastic, Seed: *seed, DefragMoves: *moves}
+	if *repackGPUs < 0 || (*repackGPUs > 0 && *moves == 0) {
+		return fmt.Errorf("--repack-gpus %d: want 0, or a positive number with --moves", *repackGPUs)
+	}
+	opt := sim.Options{Policy: pol, Elastic: *elastic, Seed: *seed, DefragMoves: *moves, RepackGPUs: *repackGPUs}
 	switch *draOrder {
 	case "":
 	case mig.NameOrder.Name():

@@ -60,3 +60,28 @@ func TestRunWithMoves(t *testing.T) {
 		t.Error("moves with the stock DRA frontend accepted")
 	}
 }
+
+// Replays with repack plans keep the bookkeeping right through Ordered plans (a moved slice
+// re-created where another moved slice was), count them among the plans, and name them.
+func TestRunWithRepack(t *testing.T) {
+	tr := busyTrace(2)
+	moved, err := Run(tr, Options{DefragMoves: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repacked, err := Run(tr, Options{DefragMoves: 4, RepackGPUs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if repacked.Policy != "slicer + moves ≤4 + repack ≤4 GPUs" {
+		t.Errorf("policy %q", repacked.Policy)
+	}
+	if repacked.Repacks == 0 || repacked.Repacks > repacked.DefragPlans || repacked.Moves > 4*repacked.DefragPlans {
+		t.Fatalf("%d repack plans among %d plans of %d moves", repacked.Repacks, repacked.DefragPlans, repacked.Moves)
+	}
+	t.Logf("acceptance %v with %d repack plans (%d plans, %d moves), %v with moves alone (%d plans, %d moves)", repacked.Acceptance,
+		repacked.Repacks, repacked.DefragPlans, repacked.Moves, moved.Acceptance, moved.DefragPlans, moved.Moves)
+	if moved.Repacks != 0 {
+		t.Errorf("%d repack plans without RepackGPUs", moved.Repacks)
+	}
+}

@@ -31,6 +31,9 @@ type Options struct {
 	// DefragChains also allows two-move chains (mig.DefragOptions.Chains) when no plan of
 	// independent moves exists; with DefragMoves of 2 or more.
 	DefragChains bool
+	// RepackGPUs, when positive (with DefragMoves), also allows repack plans over up to that
+	// many GPUs (mig.DefragOptions.RepackGPUs).
+	RepackGPUs int
 }
 
 // Decision is one arrival's outcome.
@@ -74,6 +77,9 @@ type Result struct {
 	// none within the move bound, or too little free compute or memory for any.
 	DefragNoPlan     int `json:"defragNoPlan,omitempty"`
 	DefragNoCapacity int `json:"defragNoCapacity,omitempty"`
+	// Repacks counts the arrivals placed by a repack plan (RepackGPUs only; among DefragPlans,
+	// their moves among Moves).
+	Repacks int `json:"repacks,omitempty"`
 }
 
 type live struct {
@@ -164,6 +170,9 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 		if opt.DefragChains {
 			res.Policy += " + chains"
 		}
+		if opt.RepackGPUs > 0 {
+			res.Policy += fmt.Sprintf(" + repack ≤%d GPUs", opt.RepackGPUs)
+		}
 	}
 	// where holds the running request of every slice, for moves.
 	where := map[sliceKey]string{}
@@ -213,7 +222,7 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 						return nil, fmt.Errorf("request %q: Score said node %d fits but Place failed: %w", ev.Arrive, idx, err)
 					}
 				} else if opt.DefragMoves > 0 {
-					if idx, as, moves, err = defrag(nodes, req, where, active, opt.DefragMoves, opt.DefragChains, res); err != nil {
+					if idx, as, moves, err = defrag(nodes, req, where, active, opt, res); err != nil {
 						return nil, fmt.Errorf("request %q: %w", ev.Arrive, err)
 					}
 				}
@@ -355,16 +364,20 @@ func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
 
 type sliceKey struct{ node, gpu, start int }
 
-// defrag plans moves for a request that fits nowhere and, when there is a plan, carries it out
-// on the nodes: each moved slice is released and re-created at its destination (its running
-// request follows it), and the request is placed at the plan's target. It returns the node and
-// assignments of the request (-1 when no plan), and the number of moves.
-func defrag(nodes []mig.Node, req *mig.Request, where map[sliceKey]string, active map[string]*live, maxMoves int, chains bool, res *Result) (int, []mig.Assignment, int, error) {
+// defrag plans moves for a request that fits nowhere (mig.PlanDefrag, then mig.PlanRepack
+// when asked) and, when there is a plan, carries it out on the nodes: every moved slice is
+// released, then the request is placed at the plan's target and each moved slice re-created at
+// its destination (its running request follows it), so an ordered plan needs nothing more. It
+// returns the node and assignments of the request (-1 when no plan), and the number of moves.
+func defrag(nodes []mig.Node, req *mig.Request, where map[sliceKey]string, active map[string]*live, opt Options, res *Result) (int, []mig.Assignment, int, error) {
 	movable := func(n, g int, _ mig.Profile, pl mig.Placement) bool {
 		_, ok := where[sliceKey{n, g, pl.Start}]
 		return ok
 	}
-	out := mig.PlanDefrag(nodes, req, movable, mig.DefragOptions{MaxMoves: maxMoves, Chains: chains})
+	out := mig.PlanDefrag(nodes, req, movable, mig.DefragOptions{MaxMoves: opt.DefragMoves, Chains: opt.DefragChains, RepackGPUs: opt.RepackGPUs})
+	if out.Outcome == mig.DefragPlanned && out.Plan.Repack {
+		res.Repacks++
+	}
 	switch out.Outcome {
 	case mig.DefragPlanned:
 	case mig.DefragNoCapacity:
