@@ -43,7 +43,10 @@ type DefragmentationSpec struct {
 	Mode DefragmentationMode `json:"mode,omitempty"`
 
 	// maxMovesPerPlan is the most pods one plan may move to open a placement
-	// for one pending pod. The planner finds the fewest moves up to this bound.
+	// for one pending pod. Within it the planner looks for the fewest moves of
+	// one or two pods to free places, then for a re-placing of the slices of a
+	// few GPUs (some moved pods taking room others leave), then for three or
+	// four moves to free places.
 	// +optional
 	// +kubebuilder:default=2
 	// +kubebuilder:validation:Minimum=1

@@ -135,7 +135,7 @@ func (p *Plugin) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (
 		return nil, "defragmentation skipped: " + err.Error()
 	}
 	res := mig.PlanDefrag(in, s.req, movable.at, mig.DefragOptions{MaxMoves: p.defrag.maxMoves,
-		Destinations: movable.destinations, DestinationClass: movable.destinationClass})
+		Destinations: movable.destinations, DestinationClass: movable.destinationClass, RepackGPUs: mig.DefaultRepackGPUs})
 	p.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
 	p.metrics.DefragPlanDuration.Observe(time.Since(start).Seconds())
 	if res.Outcome != mig.DefragPlanned {
@@ -262,7 +262,11 @@ func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex) 
 		parts = append(parts, fmt.Sprintf("move %s (%s) from %s to %s", who, mig.LegalProfileName(f.Profile.Name), where(f), where(mv.To)))
 	}
 	t := plan.Target
-	return fmt.Sprintf("%d move(s): %s; then %s fits on %s", len(plan.Moves), strings.Join(parts, ", "),
+	kind := ""
+	if plan.Ordered {
+		kind = ", some into room the others leave"
+	}
+	return fmt.Sprintf("%d move(s)%s: %s; then %s fits on %s", len(plan.Moves), kind, strings.Join(parts, ", "),
 		mig.LegalProfileName(t.Profile.Name), where(t))
 }
 

@@ -23,10 +23,14 @@ import (
 // opened placement, as a preemptor is (nominations.go); each moved pod's destination is held in
 // the snapshot by a pledge, a reservation under a key of its own that no pod has, until a pod of
 // the same controller asking for the same profile arrives (it then gets the destination as its
-// nomination) or the replacement timeout passes. Then the moved pods are evicted through the
-// Eviction API, which enforces PodDisruptionBudgets. Memory only: after a scheduler restart the
-// pledges are gone and the replacements are placed by the policy (they still fit: the
-// destinations were free and nothing else was placed on them while they were held).
+// nomination) or the replacement timeout passes. In an Ordered plan (a repack plan) a
+// destination may be where another moved pod's slice still is: its pledge is deferred, held in
+// memory only, and becomes a reservation as soon as those slices are gone (holdDeferred, at
+// every PreFilter and Reserve); a replacement whose pledge is still deferred waits for it. Then
+// the moved pods are evicted through the Eviction API, which enforces PodDisruptionBudgets.
+// Memory only: after a scheduler restart the pledges are gone and the replacements are placed
+// by the policy (they still fit: the destinations were free, or freed by the moves, and nothing
+// else was placed on them while they were held).
 
 // DefaultDefragReplacementTimeout is how long a moved pod's destination is held for its
 // replacement, and how long a pending pod waits for the moves made for it before it may be
@@ -64,6 +68,9 @@ type pledge struct {
 	moved    string      // namespace/name of the moved pod
 	pending  *corev1.Pod // the pod the plan was made for
 	deadline time.Time
+	// deferred: not yet a reservation, because moved slices of the plan still hold the room
+	// (an Ordered plan); holdDeferred makes it one.
+	deferred bool
 }
 
 // defragRun is the state of Evict mode, guarded by Plugin.mu.
@@ -76,6 +83,78 @@ type defragRun struct {
 	refused   map[types.UID]refusal
 	evictions []time.Time
 	seq       int
+	// deferred counts the deferred pledges (holdDeferred's fast path).
+	deferred int
+}
+
+// dropPledgeLocked forgets a pledge; p.mu held.
+func (p *Plugin) dropPledgeLocked(pl *pledge) {
+	if _, ok := p.defragRun.pledges[pl.key]; !ok {
+		return
+	}
+	delete(p.defragRun.pledges, pl.key)
+	if pl.deferred {
+		p.defragRun.deferred--
+	}
+}
+
+// freedByMoves reports whether move i's destination can be taken on its GPU once every slice
+// the plan moves from that GPU is gone and the destinations of the moves before it there are
+// taken: the room is held by the plan's own moved slices, not by anything else (as of the
+// snapshot the plan was made on).
+func freedByMoves(nodes []*snapshot.Node, plan mig.DefragPlan, i int) bool {
+	to := plan.Moves[i].To
+	st := nodes[to.Node].MIG.GPUs[to.GPU].State
+	var err error
+	for _, mv := range plan.Moves {
+		if f := mv.From; f.Node == to.Node && f.GPU == to.GPU {
+			if st, err = st.Release(f.Profile, f.Placement); err != nil {
+				return false
+			}
+		}
+	}
+	for _, mv := range plan.Moves[:i] {
+		if t := mv.To; t.Node == to.Node && t.GPU == to.GPU {
+			if st, err = st.Take(t.Profile, t.Placement); err != nil {
+				return false
+			}
+		}
+	}
+	return st.CanTake(to.Profile, to.Placement)
+}
+
+// holdDeferred turns the deferred pledges whose room is free into reservations. It runs at
+// every PreFilter (sweepDefrag) and at the start of every Reserve, so no pod placed after the
+// moved slices are gone takes a room a plan holds: the pod being reserved then finds it taken.
+func (p *Plugin) holdDeferred() {
+	p.mu.Lock()
+	if p.defragRun.deferred == 0 {
+		p.mu.Unlock()
+		return
+	}
+	var waiting []*pledge
+	for _, pl := range p.defragRun.pledges {
+		if pl.deferred {
+			waiting = append(waiting, pl)
+		}
+	}
+	p.mu.Unlock()
+	for _, pl := range waiting {
+		r := &snapshot.Reservation{PodUID: pl.key, Namespace: pl.pending.Namespace, PodName: "replacement of " + pl.moved,
+			NodeName: pl.node, Slots: []snapshot.Slot{pl.slot}}
+		if p.cache.Reserve(r) != nil {
+			continue // still held by a moved slice being released
+		}
+		p.mu.Lock()
+		if cur, ok := p.defragRun.pledges[pl.key]; ok && cur.deferred {
+			cur.deferred = false
+			p.defragRun.deferred--
+			p.mu.Unlock()
+			continue
+		}
+		p.mu.Unlock()
+		p.cache.Unreserve(pl.key) // dropped meanwhile (claimed cannot be: it was deferred)
+	}
 }
 
 // execute carries out a plan for pod: hold every room, then evict. It returns the result that
@@ -114,7 +193,7 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 		for _, pl := range ps {
 			p.cache.Unreserve(pl.key)
 			p.mu.Lock()
-			delete(p.defragRun.pledges, pl.key)
+			p.dropPledgeLocked(pl)
 			p.mu.Unlock()
 		}
 	}
@@ -131,15 +210,21 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 		r := &snapshot.Reservation{PodUID: key, Namespace: moved[i].Namespace, PodName: "replacement of " + moved[i].Name,
 			NodeName: pl.node, Slots: []snapshot.Slot{pl.slot}}
 		if err := p.cache.Reserve(r); err != nil {
-			release(held)
-			p.metrics.DefragRefused.WithLabelValues(DefragRefusedRoomTaken).Inc()
-			return nil, "defragmentation (Evict): a destination was taken before it could be held (" + err.Error() + "); planning again"
+			if !plan.Ordered || !freedByMoves(nodes, plan, i) {
+				release(held)
+				p.metrics.DefragRefused.WithLabelValues(DefragRefusedRoomTaken).Inc()
+				return nil, "defragmentation (Evict): a destination was taken before it could be held (" + err.Error() + "); planning again"
+			}
+			pl.deferred = true // the plan's own moved slices hold it: held once they are gone
 		}
 		p.mu.Lock()
 		if p.defragRun.pledges == nil {
 			p.defragRun.pledges = map[types.UID]*pledge{}
 		}
 		p.defragRun.pledges[key] = pl
+		if pl.deferred {
+			p.defragRun.deferred++
+		}
 		p.mu.Unlock()
 		held = append(held, pl)
 	}
@@ -230,32 +315,47 @@ func (p *Plugin) waitingPlan(pod *corev1.Pod) string {
 }
 
 // claimPledge gives a pod the destination held for it: a pod of the controller of a moved pod,
-// asking for one slice of the moved profile, takes the pledge as its nomination.
-func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) {
+// asking for one slice of the moved profile, takes the pledge as its nomination. When the only
+// such pledges are deferred (their room is still held by moved slices being released), the pod
+// waits for them: it returns the status PreFilter answers, UnschedulableAndUnresolvable so that
+// nothing is preempted for it.
+func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk.Status {
 	if len(s.slices) != 1 || len(s.adopted) > 0 {
-		return
+		return nil
 	}
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil {
-		return
+		return nil
 	}
 	p.mu.Lock()
-	var found *pledge
+	var found, waiting *pledge
 	for _, pl := range p.defragRun.pledges {
-		if pl.owner == owner.UID && pl.profile == s.slices[0] && (found == nil || pl.key < found.key) {
+		if pl.owner != owner.UID || pl.profile != s.slices[0] {
+			continue
+		}
+		if pl.deferred {
+			if waiting == nil || pl.key < waiting.key {
+				waiting = pl
+			}
+		} else if found == nil || pl.key < found.key {
 			found = pl
 		}
 	}
 	if found != nil {
-		delete(p.defragRun.pledges, found.key)
+		p.dropPledgeLocked(found)
 	}
 	p.mu.Unlock()
 	if found == nil {
-		return
+		if waiting != nil {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("defragmentation holds room for this pod on node %s at %s, where the slices of the moved pods are being released",
+				waiting.node, waiting.slot.Slot))
+		}
+		return nil
 	}
 	p.cache.Unreserve(found.key)
 	p.setNomination(pod, found.node, []snapshot.Slot{found.slot}, false)
 	log.V(2).Info("defragmentation: replacement takes its held room", "pod", klog.KObj(pod), "replaces", found.moved, "node", found.node, "slot", found.slot.Slot)
+	return nil
 }
 
 // sweepDefrag drops the pledges whose replacement did not come in time (the room is released,
@@ -264,10 +364,10 @@ func (p *Plugin) sweepDefrag() {
 	now := p.clock()
 	p.mu.Lock()
 	var late []*pledge
-	for k, pl := range p.defragRun.pledges {
+	for _, pl := range p.defragRun.pledges {
 		if !now.Before(pl.deadline) {
 			late = append(late, pl)
-			delete(p.defragRun.pledges, k)
+			p.dropPledgeLocked(pl)
 		}
 	}
 	for uid, deadline := range p.defragRun.plans {
@@ -281,6 +381,7 @@ func (p *Plugin) sweepDefrag() {
 		}
 	}
 	p.mu.Unlock()
+	p.holdDeferred()
 	for _, pl := range late {
 		p.cache.Unreserve(pl.key)
 		p.metrics.DefragRefused.WithLabelValues(DefragRefusedReplacementLate).Inc()

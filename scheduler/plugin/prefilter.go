@@ -40,8 +40,13 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 			s.missing = append(s.missing, int32(i))
 		}
 		s.noRoom = "no GPU has free room for " + describe(s.slices)
+		if st := p.claimPledge(klog.FromContext(ctx), pod, s); st != nil {
+			// Retried when room is freed. No state is written, so PostFilter neither
+			// preempts nor plans for it, and nothing preempts for a room being freed.
+			p.reject(klog.FromContext(ctx), pod, gen)
+			return nil, st
+		}
 		cs.Write(stateKey, s)
-		p.claimPledge(klog.FromContext(ctx), pod, s)
 		return nil, nil
 	}
 	if st := adopt(s, existing); st != nil {

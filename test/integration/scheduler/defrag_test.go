@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
 	"github.com/slicer-operator/slicer/test/builder"
@@ -184,9 +185,10 @@ var _ = Describe("Defragmentation", func() {
 		c, stop = context.WithCancel(ctx)
 		fakeKubelet(c, s.ns, 0, 0)
 	}
-	// replacement plays the ReplicaSet: a new pod of the same owner, placed by the scheduler.
-	replacement := func(name string) *corev1.Pod {
-		p := s.pod(name, map[string]int64{"1g.10gb": 1})
+	// replacement plays the ReplicaSet for a moved pod of profile: a new pod of the same owner,
+	// placed by the scheduler.
+	replacement := func(name, profile string) *corev1.Pod {
+		p := s.pod(name, map[string]int64{profile: 1})
 		p.Labels = map[string]string{"app": "web"}
 		p.OwnerReferences = []metav1.OwnerReference{rsRef}
 		return s.create(p)
@@ -280,7 +282,7 @@ var _ = Describe("Defragmentation", func() {
 		left := webLeft()[0]
 		Expect(eventsOf(big, plugin.EventDefragmentationEvicting)).To(ContainElement(ContainSubstring("evicted 1 pod(s): 1 move(s)")))
 		By("the replacement goes to the room held for it, on the other replica's node")
-		repl := replacement("web-3")
+		repl := replacement("web-3", "1g.10gb")
 		Eventually(func() string { return s.get(repl.Name).Spec.NodeName }, 30*time.Second).Should(Equal(before[left]))
 		By("the pending pod lands on the node the evicted replica left")
 		Eventually(func() string { return s.get(big.Name).Spec.NodeName }, 30*time.Second).ShouldNot(BeEmpty())
@@ -405,7 +407,7 @@ var _ = Describe("Defragmentation", func() {
 		Expect(refused()).To(BeNumerically(">=", 1))
 		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
 		By("the room held for the evicted replica's replacement stays, and takes it")
-		repl := replacement("web-3")
+		repl := replacement("web-3", "1g.10gb")
 		Eventually(func() string { return s.get(repl.Name).Spec.NodeName }, 30*time.Second).Should(Equal(b))
 		noRoomHeld()
 		By("nothing else is evicted, and the pending pod is not placed")
@@ -447,5 +449,76 @@ var _ = Describe("Defragmentation", func() {
 		}
 		Expect(webLeft()).To(HaveLen(1), "nothing else was evicted")
 		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
+	})
+
+	// placedAt binds a 1-slice pod to node with its allocation at GPU gpu, start (as the
+	// scheduler's PreBind would have left it), owned by the ReplicaSet "web" when owned.
+	placedAt := func(node, name, profile string, gpu, start int, owned bool) *corev1.Pod {
+		GinkgoHelper()
+		p := s.pod(name, map[string]int64{profile: 1})
+		p.Spec.NodeName = node
+		if owned {
+			p.Labels = map[string]string{"app": "web"}
+			p.OwnerReferences = []metav1.OwnerReference{rsRef}
+		}
+		s.create(p)
+		prof, err := mig.H100_80GB.Profile(profile)
+		Expect(err).NotTo(HaveOccurred())
+		a := framework.MakeSliceAllocation(s.ns, slicerv1alpha1.AllocationName(p.Name, string(p.UID), 0)).Node(node).
+			GPU(framework.GPUUUID(node, gpu)).Profile(profile, int32(start), int32(prof.MemorySlices)).Pod(p.Name, string(p.UID)).Obj()
+		a.Labels = map[string]string{slicerv1alpha1.LabelNode: node, slicerv1alpha1.LabelPodUID: string(p.UID)}
+		Expect(k8s.Create(ctx, a)).To(Succeed())
+		return p
+	}
+	// placementOf is "GPU index@start" of the pod's one allocation, "" while it has none.
+	placementOf := func(name string) string {
+		as := s.allocationsOf(s.get(name))
+		if len(as) != 1 {
+			return ""
+		}
+		for i := 0; i < 2; i++ {
+			if as[0].Spec.GPUUUID == framework.GPUUUID(as[0].Spec.NodeName, i) {
+				return fmt.Sprintf("%d@%d", i, as[0].Spec.Placement.Start)
+			}
+		}
+		return "?"
+	}
+
+	It("carries a repack plan out in Evict mode: a replica moves into the room another one leaves, the pod lands where planned", func() {
+		startEvict(plugin.Options{})
+		createWeb()
+		node := s.ns + "-n1"
+		s.addNode(node, 2)
+		// GPU 0 is full of pods that may not move; on GPU 1 the 4g.40gb's memory at 0-3 is held
+		// by web-1's 1g.20gb at 2, which has no room free now to go to: 4-5 and 6-7 hold the
+		// bare "keep" at 4 and web-2 at 6. No plan of independent moves exists; re-placing GPU 1
+		// moves web-2 to 5 and web-1 into the room web-2 leaves at 6.
+		placedAt(node, "full-a", "4g.40gb", 0, 0, false)
+		placedAt(node, "full-b", "3g.40gb", 0, 4, false)
+		placedAt(node, "web-1", "1g.20gb", 1, 2, true)
+		placedAt(node, "keep", "1g.10gb", 1, 4, false)
+		placedAt(node, "web-2", "1g.10gb", 1, 6, true)
+		Eventually(func() int {
+			n := 0
+			for _, h := range r.plugin.Cache().Holders(node) {
+				n += len(h)
+			}
+			return n
+		}).Should(Equal(5))
+		big := s.create(s.pod("big", map[string]int64{"4g.40gb": 1}))
+		Eventually(webLeft, 30*time.Second).Should(BeEmpty(), "both replicas are evicted")
+		Expect(eventsOf(big, plugin.EventDefragmentationEvicting)).To(ContainElement(ContainSubstring("evicted 2 pod(s): 2 move(s), some into room the others leave")))
+		By("the replacements go to the rooms held for them, the one into the room the other's predecessor left")
+		repl20 := replacement("web-3", "1g.20gb")
+		repl10 := replacement("web-4", "1g.10gb")
+		Eventually(func() string { return placementOf(repl20.Name) }, 30*time.Second).Should(Equal("1@6"))
+		Eventually(func() string { return placementOf(repl10.Name) }, 30*time.Second).Should(Equal("1@5"))
+		By("the pending pod lands on the placement opened for it")
+		Eventually(func() string { return placementOf(big.Name) }, 30*time.Second).Should(Equal("1@0"))
+		for name, at := range map[string]string{"full-a": "0@0", "full-b": "0@4", "keep": "1@4"} {
+			Expect(placementOf(name)).To(Equal(at), "%s did not move", name)
+		}
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(2.0))
+		noRoomHeld()
 	})
 })
