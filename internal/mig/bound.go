@@ -216,12 +216,7 @@ func (s *optSearch) solve(v [maxProfiles]uint8) int {
 		return r
 	}
 	np := s.t.nprof()
-	first := -1
-	for p := 0; p < np; p++ {
-		if v[p] > 0 && (first < 0 || s.bigger(p, first)) {
-			first = p
-		}
-	}
+	first := s.largestWanted(v)
 	if first < 0 {
 		return 0
 	}
@@ -253,6 +248,18 @@ func (s *optSearch) solve(v [maxProfiles]uint8) int {
 	}
 	s.memo[v] = best
 	return best
+}
+
+// largestWanted is the largest profile v still wants (compute, then memory slices), -1 when
+// none.
+func (s *optSearch) largestWanted(v [maxProfiles]uint8) int {
+	first := -1
+	for p := 0; p < s.t.nprof(); p++ {
+		if v[p] > 0 && (first < 0 || s.bigger(p, first)) {
+			first = p
+		}
+	}
+	return first
 }
 
 func (s *optSearch) bigger(p, q int) bool {

@@ -19,41 +19,12 @@ func checkRepackPlan(t *testing.T, nodes []Node, req *Request, movable map[slice
 	if maxMoves > 0 && len(plan.Moves) > maxMoves {
 		t.Fatalf("%d moves, bound %d", len(plan.Moves), maxMoves)
 	}
-	states := stateCopy(nodes)
 	for _, mv := range plan.Moves {
-		f := mv.From
-		if !movable[sliceKey{f.Node, f.GPU, f.Placement.Start}] {
-			t.Fatalf("moves %v, which is not movable", f)
+		if allow != nil && !allow(mv.From, mv.To.Node) {
+			t.Fatalf("moves %v to node %d, which its destinations refuse", mv.From, mv.To.Node)
 		}
-		if allow != nil && !allow(f, mv.To.Node) {
-			t.Fatalf("moves %v to node %d, which its destinations refuse", f, mv.To.Node)
-		}
-		next, err := states[f.Node][f.GPU].Release(f.Profile, f.Placement)
-		if err != nil {
-			t.Fatalf("move from %v: %v", f, err)
-		}
-		states[f.Node][f.GPU] = next
 	}
-	tg := plan.Target
-	if p, ok := req.Profile(0, nodes[tg.Node].GPUs[tg.GPU].State.Model()); !ok || p.Name != tg.Profile.Name || !nodes[tg.Node].GPUs[tg.GPU].Usable {
-		t.Fatalf("target %v is not the request's profile on a usable GPU", tg)
-	}
-	next, err := states[tg.Node][tg.GPU].Take(tg.Profile, tg.Placement)
-	if err != nil {
-		t.Fatalf("target %v: %v", tg, err)
-	}
-	states[tg.Node][tg.GPU] = next
-	for _, mv := range plan.Moves {
-		to := mv.To
-		if to.Profile.Name != mv.From.Profile.Name || !nodes[to.Node].GPUs[to.GPU].Usable {
-			t.Fatalf("move %v -> %v changes the profile or lands on an unusable GPU", mv.From, to)
-		}
-		next, err := states[to.Node][to.GPU].Take(to.Profile, to.Placement)
-		if err != nil {
-			t.Fatalf("move %v -> %v: %v", mv.From, to, err)
-		}
-		states[to.Node][to.GPU] = next
-	}
+	carryOut(t, nodes, req, movable, plan, false)
 	if plan.Ordered {
 		return
 	}

@@ -61,12 +61,7 @@ type packSearch struct {
 
 func (s *packSearch) fit(v [maxProfiles]uint8, k int) packAnswer {
 	np := s.t.nprof()
-	first := -1
-	for p := 0; p < np; p++ {
-		if v[p] > 0 && (first < 0 || s.bigger(p, first)) {
-			first = p
-		}
-	}
+	first := s.largestWanted(v)
 	if first < 0 {
 		return packYes
 	}
