@@ -238,9 +238,21 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}}
 		if err := p.evict(ctx, ev); err != nil {
 			// The rooms of the moves not made are released; those of the pods already evicted
-			// stay held for their replacements. The target will not open: the pending pod's
-			// nomination goes, and it may be planned for again.
+			// stay held for their replacements, but for deferred ones (an Ordered plan): the
+			// slices a deferred room waited for may be those of the moves not made, so their
+			// replacements are placed by the policy instead of waiting for a room that may never
+			// free. The target will not open: the pending pod's nomination goes, and it may be
+			// planned for again.
 			release(held[i:])
+			var waiting []*pledge
+			p.mu.Lock()
+			for _, pl := range held[:i] {
+				if pl.deferred {
+					waiting = append(waiting, pl)
+				}
+			}
+			p.mu.Unlock()
+			release(waiting)
 			p.setNomination(pod, "", nil, false)
 			p.metrics.DefragRefused.WithLabelValues(DefragRefusedEviction).Inc()
 			why := fmt.Sprintf("the eviction of pod %s/%s was refused: %v", v.Namespace, v.Name, err)

@@ -484,15 +484,16 @@ var _ = Describe("Defragmentation", func() {
 		return "?"
 	}
 
-	It("carries a repack plan out in Evict mode: a replica moves into the room another one leaves, the pod lands where planned", func() {
-		startEvict(plugin.Options{})
+	// repackExample places TestPlanRepackOrderedExample's GPUs on one node: GPU 0 is full of pods
+	// that may not move; on GPU 1 the 4g.40gb's memory at 0-3 is held by web-1's 1g.20gb at 2,
+	// which has no room free now to go to: 4-5 and 6-7 hold the bare "keep" at 4 and web-2 at
+	// 6. No plan of independent moves exists; re-placing GPU 1 moves web-1 into the room web-2
+	// leaves at 6 and web-2 to 5 (evicted in that order).
+	repackExample := func() {
+		GinkgoHelper()
 		createWeb()
 		node := s.ns + "-n1"
 		s.addNode(node, 2)
-		// GPU 0 is full of pods that may not move; on GPU 1 the 4g.40gb's memory at 0-3 is held
-		// by web-1's 1g.20gb at 2, which has no room free now to go to: 4-5 and 6-7 hold the
-		// bare "keep" at 4 and web-2 at 6. No plan of independent moves exists; re-placing GPU 1
-		// moves web-2 to 5 and web-1 into the room web-2 leaves at 6.
 		placedAt(node, "full-a", "4g.40gb", 0, 0, false)
 		placedAt(node, "full-b", "3g.40gb", 0, 4, false)
 		placedAt(node, "web-1", "1g.20gb", 1, 2, true)
@@ -505,6 +506,11 @@ var _ = Describe("Defragmentation", func() {
 			}
 			return n
 		}).Should(Equal(5))
+	}
+
+	It("carries a repack plan out in Evict mode: a replica moves into the room another one leaves, the pod lands where planned", func() {
+		startEvict(plugin.Options{})
+		repackExample()
 		big := s.create(s.pod("big", map[string]int64{"4g.40gb": 1}))
 		Eventually(webLeft, 30*time.Second).Should(BeEmpty(), "both replicas are evicted")
 		Expect(eventsOf(big, plugin.EventDefragmentationEvicting)).To(ContainElement(ContainSubstring("evicted 2 pod(s): 2 move(s), some into room the others leave")))
@@ -520,5 +526,29 @@ var _ = Describe("Defragmentation", func() {
 		}
 		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(2.0))
 		noRoomHeld()
+	})
+
+	It("abandons a repack plan whose second eviction a budget refuses: the room deferred for the first replacement is dropped, not waited for", func() {
+		startEvict(plugin.Options{})
+		repackExample()
+		staleBudget("guard", map[string]string{"guard": "yes"})
+		g := s.get("web-2")
+		g.Labels["guard"] = "yes"
+		Expect(k8s.Update(ctx, g)).To(Succeed())
+		markRunning("web-2")
+		big := s.create(s.pod("big", map[string]int64{"4g.40gb": 1}))
+		Eventually(func() []string { return eventsOf(big, plugin.EventDefragmentationAbandoned) }, 30*time.Second).Should(ContainElement(
+			ContainSubstring("plan abandoned after 1 eviction(s): the eviction of pod "+s.ns+"/web-2 was refused")), story(big))
+		Eventually(webLeft).Should(ConsistOf("web-2"), "web-1 is evicted")
+		By("web-1's move alone opened the 4g.40gb's placement: the pod lands there")
+		Eventually(func() string { return placementOf(big.Name) }, 30*time.Second).Should(Equal("1@0"))
+		By("web-1's replacement is not held waiting for the room at 6 that web-2 keeps")
+		repl := replacement("web-3", "1g.20gb")
+		Eventually(func() string { return unschedulable(s.get(repl.Name)) }, 30*time.Second).ShouldNot(BeEmpty())
+		Consistently(func() string { return unschedulable(s.get(repl.Name)) }, 3*time.Second).ShouldNot(ContainSubstring("defragmentation holds room"))
+		Expect(placementOf(repl.Name)).To(BeEmpty(), "no room is left for a 1g.20gb")
+		noRoomHeld()
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
+		Expect(webLeft()).To(ConsistOf("web-2"))
 	})
 })
