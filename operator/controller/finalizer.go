@@ -105,7 +105,7 @@ func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slice
 				return ctrl.Result{}, stepErr
 			}
 			log.Info("waiting for cleanup", "step", step, "pending", pending)
-			return ctrl.Result{RequeueAfter: timeout / 20}, nil
+			return ctrl.Result{RequeueAfter: pollAfter(r.now().Sub(timedSince(s)), timeout)}, nil
 		}
 		msg := fmt.Sprintf("cleanup did not finish within %s at step %q; left: %v; errors: %v; steps not run: %v (docs/uninstall.md)", timeout, step, pending, stepErr, notRun)
 		meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{
@@ -125,6 +125,15 @@ func (r *SlicerReconciler) finalize(ctx context.Context, s *slicerv1alpha1.Slice
 		return ctrl.Result{}, fmt.Errorf("remove finalizer: %w", err)
 	}
 	return ctrl.Result{}, nil
+}
+
+// pollAfter is how long a teardown step that waits is left before it is looked at again: a
+// quarter of the time since the cleanup (or its timed part) began, at least a second and at most
+// a twentieth of the timeout. Some steps wait on objects the controller does not watch (agent
+// pods, ResourceSlices), so only the poll sees them go: a step that ends in seconds is seen in
+// seconds, one that takes minutes costs few polls (6 s apart with the default two minutes).
+func pollAfter(elapsed, timeout time.Duration) time.Duration {
+	return min(max(elapsed/4, time.Second), timeout/20)
 }
 
 // timedSince is when the cleanup timeout starts: the deletion, or the release of the

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	kmmv1beta1 "github.com/rh-ecosystem-edge/kernel-module-management/api/v1beta1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -45,6 +46,23 @@ func TestTeardownStepOrder(t *testing.T) {
 	for i := range want {
 		if names[i] != want[i] {
 			t.Fatalf("steps = %v, want %v", names, want)
+		}
+	}
+}
+
+// A waiting teardown step is looked at again a quarter of the elapsed time later, between a
+// second and a twentieth of the timeout (which wins when it is below a second).
+func TestPollAfter(t *testing.T) {
+	for _, tc := range []struct{ elapsed, timeout, want time.Duration }{
+		{0, DefaultDeletionTimeout, time.Second},
+		{3 * time.Second, DefaultDeletionTimeout, time.Second},
+		{20 * time.Second, DefaultDeletionTimeout, 5 * time.Second},
+		{time.Minute, DefaultDeletionTimeout, DefaultDeletionTimeout / 20},
+		{time.Hour, DefaultDeletionTimeout, DefaultDeletionTimeout / 20},
+		{0, 5 * time.Second, 250 * time.Millisecond},
+	} {
+		if got := pollAfter(tc.elapsed, tc.timeout); got != tc.want {
+			t.Errorf("pollAfter(%s, %s) = %s, want %s", tc.elapsed, tc.timeout, got, tc.want)
 		}
 	}
 }
