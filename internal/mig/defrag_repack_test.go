@@ -214,15 +214,7 @@ func BenchmarkPlanRepack(b *testing.B) {
 				pending, _ := H100_80GB.Profile(bc.profile)
 				req := MustRequest(RequestItem{Profile: bc.profile, Count: 1})
 				rng := rand.New(rand.NewPCG(5000, 9))
-				type scenario struct {
-					nodes   []Node
-					movable MovableFunc
-				}
-				var sc []scenario
-				for i := 0; i < 4; i++ {
-					nodes, mov := bc.build(rng, pending)
-					sc = append(sc, scenario{nodes, mov})
-				}
+				sc := benchScenarios(func() ([]Node, MovableFunc) { return bc.build(rng, pending) })
 				results := benchPlans(b, func(i int, noPrune bool) DefragResult {
 					s := sc[i%len(sc)]
 					return planDefrag(s.nodes, req, s.movable, DefragOptions{MaxMoves: MaxDefragMoves, RepackGPUs: repack}, noPrune)

@@ -519,6 +519,22 @@ func benchCluster(rng *rand.Rand, nodes int, pending Profile, pMove, crowd float
 	return out, func(n, g int, _ Profile, pl Placement) bool { return bitsOf[n*8+g]&(1<<pl.Start) != 0 }
 }
 
+// benchScenario is one cluster a planner benchmark plans on, and its movability.
+type benchScenario struct {
+	nodes   []Node
+	movable MovableFunc
+}
+
+// benchScenarios builds the four clusters a planner benchmark cycles through.
+func benchScenarios(build func() ([]Node, MovableFunc)) []benchScenario {
+	var sc []benchScenario
+	for i := 0; i < 4; i++ {
+		nodes, mov := build()
+		sc = append(sc, benchScenario{nodes, mov})
+	}
+	return sc
+}
+
 // BenchmarkPlanDefrag plans for a pending 7g, 4g or 3g on fragmented clusters of 5,000 nodes ×
 // 8 H100 (40,000 GPUs, none of which fits the pending profile) and reports the latency
 // percentiles of one PlanDefrag call (default bounds: 2 moves, 32,768 removal sets), the mean
@@ -545,15 +561,7 @@ func BenchmarkPlanDefrag(b *testing.B) {
 			pending, _ := H100_80GB.Profile(bc.profile)
 			req := MustRequest(RequestItem{Profile: bc.profile, Count: 1})
 			rng := rand.New(rand.NewPCG(5000, 8))
-			type scenario struct {
-				nodes   []Node
-				movable MovableFunc
-			}
-			var sc []scenario
-			for i := 0; i < 4; i++ {
-				nodes, mov := benchCluster(rng, 5000, pending, bc.pMove, 0)
-				sc = append(sc, scenario{nodes, mov})
-			}
+			sc := benchScenarios(func() ([]Node, MovableFunc) { return benchCluster(rng, 5000, pending, bc.pMove, 0) })
 			results := benchPlans(b, func(i int, noPrune bool) DefragResult {
 				s := sc[i%len(sc)]
 				return planDefrag(s.nodes, req, s.movable, DefragOptions{Destinations: bc.dest}, noPrune)

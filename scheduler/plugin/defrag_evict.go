@@ -87,6 +87,14 @@ type defragRun struct {
 	deferred int
 }
 
+// reservation is the snapshot reservation that holds the pledge's room, named after the moved
+// pod (its namespace, "replacement of <name>").
+func (pl *pledge) reservation() *snapshot.Reservation {
+	ns, name, _ := strings.Cut(pl.moved, "/")
+	return &snapshot.Reservation{PodUID: pl.key, Namespace: ns, PodName: "replacement of " + name,
+		NodeName: pl.node, Slots: []snapshot.Slot{pl.slot}}
+}
+
 // dropPledgeLocked forgets a pledge; p.mu held.
 func (p *Plugin) dropPledgeLocked(pl *pledge) {
 	if _, ok := p.defragRun.pledges[pl.key]; !ok {
@@ -140,9 +148,7 @@ func (p *Plugin) holdDeferred() {
 	}
 	p.mu.Unlock()
 	for _, pl := range waiting {
-		r := &snapshot.Reservation{PodUID: pl.key, Namespace: pl.pending.Namespace, PodName: "replacement of " + pl.moved,
-			NodeName: pl.node, Slots: []snapshot.Slot{pl.slot}}
-		if p.cache.Reserve(r) != nil {
+		if p.cache.Reserve(pl.reservation()) != nil {
 			continue // still held by a moved slice being released
 		}
 		p.mu.Lock()
@@ -207,9 +213,7 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 		pl := &pledge{key: key, owner: owner.UID, profile: mv.From.Profile.Name, node: nodes[mv.To.Node].Name,
 			slot: snapshot.Slot{Slot: to}, moved: moved[i].Namespace + "/" + moved[i].Name, pending: pod,
 			deadline: now.Add(p.replacementTimeout)}
-		r := &snapshot.Reservation{PodUID: key, Namespace: moved[i].Namespace, PodName: "replacement of " + moved[i].Name,
-			NodeName: pl.node, Slots: []snapshot.Slot{pl.slot}}
-		if err := p.cache.Reserve(r); err != nil {
+		if err := p.cache.Reserve(pl.reservation()); err != nil {
 			if !plan.Ordered || !freedByMoves(nodes, plan, i) {
 				release(held)
 				p.metrics.DefragRefused.WithLabelValues(DefragRefusedRoomTaken).Inc()
