@@ -299,10 +299,17 @@ func scale(ctx SpecContext, ns, name string, replicas int32) {
 	d.Spec.Replicas = ptr.To(replicas)
 	Expect(k8s.Patch(ctx, &d, patch)).To(Succeed())
 	if replicas == 0 {
+		// Until its pods are gone, not only counted out: status.replicas leaves out a terminating
+		// pod, and a terminating operator still finishing a reconcile puts the webhook's replicas
+		// back (seen in CI: a webhook pod created a second after the scale to 0 stayed for the spec's
+		// minute).
+		selector, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		Expect(err).NotTo(HaveOccurred())
 		Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &d)).To(Succeed())
-			g.Expect(d.Status.Replicas).To(BeZero())
-		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+			var pods corev1.PodList
+			g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: selector})).To(Succeed())
+			g.Expect(pods.Items).To(BeEmpty(), "pods of Deployment %s/%s", ns, name)
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
 	}
 }
 
