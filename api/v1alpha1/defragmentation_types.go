@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -8,6 +9,12 @@ import (
 // ever moving it. Any other value, or none, leaves the decision to the other
 // rules (a controller owns the pod, no PodDisruptionBudget forbids its eviction).
 const AnnotationMovable = "slicer.dev/movable"
+
+// PodConditionDefragmentationPlan is the condition Slicer's scheduler sets on a pending pod
+// before it evicts pods for it in Evict mode; its message is the plan's record (the moves, the
+// rooms held for their replacements, the placement opened), from which a restarted scheduler
+// rebuilds what it held. It stays afterwards as the account of what was moved for the pod.
+const PodConditionDefragmentationPlan corev1.PodConditionType = "slicer.dev/DefragmentationPlan"
 
 // EventDefragmentationPlanned is the reason of the Event Slicer's scheduler puts on a pending
 // pod with the plan of moves that would make room for it; `slicer slice-map` shows the latest

@@ -28,9 +28,9 @@ import (
 // memory only, and becomes a reservation as soon as those slices are gone (holdDeferred, at
 // every PreFilter and Reserve); a replacement whose pledge is still deferred waits for it. Then
 // the moved pods are evicted through the Eviction API, which enforces PodDisruptionBudgets.
-// Memory only: after a scheduler restart the pledges are gone and the replacements are placed
-// by the policy (they still fit: the destinations were free, or freed by the moves, and nothing
-// else was placed on them while they were held).
+// The plan is written on the pending pod before the first eviction, and a restarted scheduler
+// rebuilds the pledges, the pending pod's placement and the cap's window from it
+// (defrag_record.go).
 
 // DefaultDefragReplacementTimeout is how long a moved pod's destination is held for its
 // replacement, and how long a pending pod waits for the moves made for it before it may be
@@ -48,6 +48,7 @@ const (
 	DefragRefusedRoomTaken        = "roomTaken"
 	DefragRefusedEviction         = "evictionRefused"
 	DefragRefusedReplacementLate  = "replacementTimeout"
+	DefragRefusedNotRecorded      = "notRecorded"
 	EventDefragmentationEvicting  = "DefragmentationEvicting"
 	EventDefragmentationAbandoned = "DefragmentationAbandoned"
 )
@@ -233,7 +234,16 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 		held = append(held, pl)
 	}
 	target := nodes[plan.Target.Node].Name
-	p.setNomination(pod, target, []snapshot.Slot{{Slot: sliceOf(nodes, plan.Target)}}, false)
+	opened := sliceOf(nodes, plan.Target)
+	p.setNomination(pod, target, []snapshot.Slot{{Slot: opened}}, false)
+	// Written before the first eviction, so that a restart after it rebuilds the held rooms
+	// (defrag_record.go); a plan that cannot be recorded is not carried out.
+	if err := p.writePlanRecord(ctx, pod, newPlanRecord(now, now.Add(p.replacementTimeout), target, opened, held, moved)); err != nil {
+		release(held)
+		p.setNomination(pod, "", nil, false)
+		p.metrics.DefragRefused.WithLabelValues(DefragRefusedNotRecorded).Inc()
+		return nil, "defragmentation (Evict): " + err.Error() + "; planning again"
+	}
 
 	evicted := 0
 	for i, v := range moved {
@@ -377,6 +387,7 @@ func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk
 // sweepDefrag drops the pledges whose replacement did not come in time (the room is released,
 // the pending pod told) and the plans whose moves are over.
 func (p *Plugin) sweepDefrag() {
+	p.restored.Do(func() { p.restorePlans(p.log) })
 	now := p.clock()
 	p.mu.Lock()
 	var late []*pledge

@@ -74,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	})
 	m.DefragRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "slicer_scheduler_defrag_refused_total",
-		Help: "Defragmentation plans not carried out or abandoned, by reason (evictionCap, roomTaken, evictionRefused, replacementTimeout).",
+		Help: "Defragmentation plans not carried out or abandoned, by reason (evictionCap, roomTaken, notRecorded, evictionRefused, replacementTimeout).",
 	}, []string{"reason"})
 	for _, r := range []string{DefragRefusedEvictionCap, DefragRefusedRoomTaken, DefragRefusedEviction, DefragRefusedReplacementLate} {
 		m.DefragRefused.WithLabelValues(r)

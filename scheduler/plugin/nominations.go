@@ -15,7 +15,8 @@ import (
 // node: AddPod gives it to the nominated pod while its victims terminate, Reserve prefers it
 // for the pod itself, and Filter and Reserve keep pods of lower priority off preemption's
 // (heldOverlay).
-// Memory only: after a restart a nominated pod is placed where the policy would place it
+// Memory only, but for a defragmentation plan's pod, whose nomination its plan's record restores
+// (defrag_record.go): after a restart a nominated pod is placed where the policy would place it
 // (placeAdded).
 type nomination struct {
 	node      string
@@ -79,11 +80,13 @@ func (p *Plugin) hasNominations(node string) bool {
 	return nodes != nil && (*nodes)[node]
 }
 
-// heldOverlay returns ov with the placements preemption cleared for other pods nominated to the
-// node added, for the pods of equal or higher priority than pod that the framework did not add
-// itself; nil when it adds none (ov itself is never changed: the framework filters nodes in
-// parallel on one cycle state). A defragmentation plan holds its rooms otherwise (pledges,
-// defrag_evict.go).
+// heldOverlay returns ov with the placements preemption cleared, or a defragmentation plan's
+// moves are opening, for other pods nominated to the node added, for the pods of equal or higher
+// priority than pod that the framework did not add itself; nil when it adds none (ov itself is
+// never changed: the framework filters nodes in parallel on one cycle state). A plan holds its
+// moved pods' destinations otherwise (pledges, defrag_evict.go). The framework's own nomination
+// of a plan's pod may also be missing after a scheduler restart (the plan's record restores the
+// plugin's, defrag_record.go) or before its nominatedNodeName update is written.
 //
 // The framework adds the nominated pods its queue lists (AddPod), and the queue can lose one
 // for a while as kube-scheduler 1.37 works (k8s.io/kubernetes/pkg/scheduler/schedule_one.go,
@@ -93,7 +96,8 @@ func (p *Plugin) hasNominations(node string) bool {
 // pod being scheduled, in no queue, is listed without its spec, so hasMIGRequest is false for
 // it. Pods of lower priority would take the room being cleared in that window and be preempted
 // again. The plugin's own record holds the room until the pod is bound (PostBind), is deleted,
-// is nominated elsewhere, or, for preemption's rooms, waits for nothing any more (PostFilter).
+// is nominated elsewhere, or, for preemption's rooms, waits for nothing any more (PostFilter);
+// for a plan's, until the plan's moves time out (sweepDefrag).
 func (p *Plugin) heldOverlay(ov *nodeOverlay, node string, pod *corev1.Pod) *nodeOverlay {
 	if !p.hasNominations(node) {
 		return nil
@@ -106,8 +110,11 @@ func (p *Plugin) heldOverlay(ov *nodeOverlay, node string, pod *corev1.Pod) *nod
 	var found []held
 	p.mu.Lock()
 	for uid, n := range p.nominations {
-		if n.node != node || uid == pod.UID || n.priority < prio || !n.byPreemption {
+		if n.node != node || uid == pod.UID || n.priority < prio {
 			continue
+		}
+		if _, waits := p.defragRun.plans[uid]; !n.byPreemption && !waits {
+			continue // neither preemption's room nor one a plan's moves are opening (defrag_evict.go)
 		}
 		if ov != nil {
 			if _, ok := ov.added[uid]; ok {

@@ -3,9 +3,11 @@ package plugin
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -161,5 +163,35 @@ func TestForgetIdleNomination(t *testing.T) {
 				t.Fatalf("node index says %v, want %v", p.hasNominations("n1"), tc.kept)
 			}
 		})
+	}
+}
+
+// TestFilterHoldsAPlansRoom: a defragmentation plan's pod's nomination (not preemption's) is
+// held against pods of equal priority the framework does not know to keep off (after a restart,
+// or before its nominatedNodeName is written) while the plan's moves are under way, and no
+// longer once its moves' time is over.
+func TestFilterHoldsAPlansRoom(t *testing.T) {
+	ctx := context.Background()
+	big := overlayPod{name: "big", slots: []overlaySlot{{0, "7g.80gb", 0}}}
+	for _, waiting := range []bool{true, false} {
+		p := testPlugin(t, accel("n1", 2))
+		overlayPod{name: "moved", slots: []overlaySlot{{0, "1g.10gb", 4}}}.allocate(t, p)
+		overlayPod{name: "other", slots: []overlaySlot{{1, "7g.80gb", 0}}}.allocate(t, p)
+		p.setNomination(big.pod(), "n1", big.snapshotSlots(t), false)
+		if waiting {
+			p.defragRun.plans = map[types.UID]time.Time{big.pod().UID: time.Now().Add(time.Minute)}
+		}
+		pod := migPod("rival", "slicer.dev/mig-1g.10gb", "1")
+		cs := framework.NewCycleState()
+		if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		st := p.Filter(ctx, cs, pod, nodeInfo("n1", nil))
+		if waiting && st.Code() != fwk.Unschedulable {
+			t.Fatalf("plan waiting: Filter = %v; want Unschedulable, the GPU is being cleared for big", st)
+		}
+		if !waiting && !st.IsSuccess() {
+			t.Fatalf("no plan waiting: Filter = %v; want success", st)
+		}
 	}
 }

@@ -100,6 +100,7 @@ type Plugin struct {
 	// defragRun is Evict mode's held rooms and evictions (defrag_evict.go), under mu;
 	// replacementTimeout bounds how long a room is held; now is the clock (nil: time.Now).
 	defragRun          defragRun
+	restored           sync.Once // the plan records restored (defrag_record.go)
 	replacementTimeout time.Duration
 	now                func() time.Time
 	pdbs               policylisters.PodDisruptionBudgetLister

@@ -1,0 +1,154 @@
+package plugin
+
+import (
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
+)
+
+// TestRestorePlans: a restarted scheduler rebuilds Evict mode's state from the record on the
+// pending pod. One move: pod "web" (1g.10gb) went from GPU 1 to GPU 0 @6, opening GPU 1 @0 for
+// a 7g.80gb pod "big" on node n1.
+func TestRestorePlans(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	dest := mig.Slot{GPU: "GPU-n10", Profile: "1g.10gb", Placement: mig.Placement{Start: 6, Size: 1}}
+	target := mig.Slot{GPU: "GPU-n11", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}
+	const webUID, owner = types.UID("uid-web"), types.UID("uid-rs")
+	record := func(deadline time.Time) planRecord {
+		return newPlanRecord(now.Add(-time.Minute), deadline, "n1", target,
+			[]*pledge{{owner: owner, profile: "1g.10gb", node: "n1", slot: snapshot.Slot{Slot: dest}, moved: "ns/web"}},
+			[]*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: webUID}}})
+	}
+	web := func(terminating bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: webUID}, Spec: corev1.PodSpec{NodeName: "n1"}}
+		if terminating {
+			p.DeletionTimestamp = &metav1.Time{Time: now}
+		}
+		return p
+	}
+	type want struct {
+		pledges, deferred int  // rooms held for the replacement, and of those deferred
+		reserved          int  // reservations in the snapshot
+		nominated         bool // big's nomination to GPU 1 @0, and its plan waiting
+		evictions         int  // counted against the cap
+	}
+	for _, tc := range []struct {
+		name    string
+		rec     planRecord
+		garbage bool        // the condition's message is not a record
+		bound   bool        // big is bound
+		web     *corev1.Pod // the moved pod as the informer has it (nil: gone)
+		holder  types.UID   // a pod holding the destination ("": free)
+		want    want
+	}{
+		{name: "evicted and gone, room free", rec: record(now.Add(4 * time.Minute)),
+			want: want{pledges: 1, reserved: 1, nominated: true, evictions: 1}},
+		{name: "still terminating, room free", rec: record(now.Add(4 * time.Minute)), web: web(true),
+			want: want{pledges: 1, reserved: 1, nominated: true, evictions: 1}},
+		{name: "its slice still holds the room (an Ordered plan)", rec: record(now.Add(4 * time.Minute)), web: web(true), holder: webUID,
+			want: want{pledges: 1, deferred: 1, nominated: true, evictions: 1}},
+		{name: "the replacement took the room before the restart", rec: record(now.Add(4 * time.Minute)), holder: "uid-web-2",
+			want: want{nominated: true, evictions: 1}},
+		{name: "cut short: the moved pod was never evicted", rec: record(now.Add(4 * time.Minute)), web: web(false)},
+		{name: "its time is over", rec: record(now)},
+		{name: "the pod is bound", rec: record(now.Add(4 * time.Minute)), bound: true},
+		{name: "an unreadable record", rec: record(now.Add(4 * time.Minute)), garbage: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPlugin(t, accel("n1", 2))
+			p.defrag = defragPolicy{mode: slicerv1alpha1.DefragmentationEvict}
+			p.now = func() time.Time { return now }
+			p.replacementTimeout = DefaultDefragReplacementTimeout
+			if tc.holder != "" {
+				p.cache.SetAllocation(&snapshot.Allocation{Namespace: "ns", Name: "holder-0", PodName: "holder", PodUID: tc.holder,
+					NodeName: "n1", Slot: snapshot.Slot{Slot: dest}})
+			}
+			big := migPod("big", "slicer.dev/mig-7g.80gb", "1")
+			cond, err := planCondition(tc.rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.garbage {
+				cond.Message = "{not json"
+			}
+			big.Status.Conditions = []corev1.PodCondition{cond}
+			if tc.bound {
+				big.Spec.NodeName = "n1"
+			}
+			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			for _, pod := range []*corev1.Pod{big, tc.web} {
+				if pod != nil {
+					if err := idx.Add(pod); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			p.pods = corelisters.NewPodLister(idx)
+
+			p.restorePlans(logr.Discard())
+
+			got := want{pledges: len(p.defragRun.pledges), deferred: p.defragRun.deferred, reserved: p.cache.ReservationCount(),
+				nominated: p.nominatedSlots(big.UID, "n1") != nil, evictions: len(p.defragRun.evictions)}
+			if _, waits := p.defragRun.plans[big.UID]; waits != got.nominated {
+				t.Fatalf("plan waiting %v, nominated %v: want both or neither", waits, got.nominated)
+			}
+			if got != tc.want {
+				t.Fatalf("restored %+v; want %+v", got, tc.want)
+			}
+			if got.nominated {
+				if s := p.nominatedSlots(big.UID, "n1"); len(s) != 1 || s[0].Slot != target {
+					t.Fatalf("nominated to %v; want %v", s, target)
+				}
+			}
+			for _, pl := range p.defragRun.pledges {
+				if pl.owner != owner || pl.profile != "1g.10gb" || pl.slot.Slot != dest || pl.moved != "ns/web" || !pl.deadline.Equal(tc.rec.Deadline) {
+					t.Fatalf("pledge %+v; want web's room at %v for its owner until %v", pl, dest, tc.rec.Deadline)
+				}
+			}
+		})
+	}
+}
+
+// TestRestorePlansBoundsTheDeadline: a record is held for no longer than a replacement timeout
+// from the restart, whatever deadline it names.
+func TestRestorePlansBoundsTheDeadline(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	p := testPlugin(t, accel("n1", 1))
+	p.defrag = defragPolicy{mode: slicerv1alpha1.DefragmentationEvict}
+	p.now = func() time.Time { return now }
+	p.replacementTimeout = time.Minute
+	dest := mig.Slot{GPU: "GPU-n10", Profile: "1g.10gb", Placement: mig.Placement{Start: 6, Size: 1}}
+	rec := newPlanRecord(now, now.Add(time.Hour), "n1", mig.Slot{GPU: "GPU-n10", Profile: "3g.40gb", Placement: mig.Placement{Start: 0, Size: 4}},
+		[]*pledge{{owner: "uid-rs", profile: "1g.10gb", node: "n1", slot: snapshot.Slot{Slot: dest}, moved: "ns/web"}},
+		[]*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "uid-web"}}})
+	cond, err := planCondition(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := migPod("big", "slicer.dev/mig-3g.40gb", "1")
+	big.Status.Conditions = []corev1.PodCondition{cond}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := idx.Add(big); err != nil {
+		t.Fatal(err)
+	}
+	p.pods = corelisters.NewPodLister(idx)
+	p.restorePlans(logr.Discard())
+	if d, ok := p.defragRun.plans[big.UID]; !ok || !d.Equal(now.Add(time.Minute)) {
+		t.Fatalf("plan deadline %v (restored %v); want %v", d, ok, now.Add(time.Minute))
+	}
+	for _, pl := range p.defragRun.pledges {
+		if !pl.deadline.Equal(now.Add(time.Minute)) {
+			t.Fatalf("pledge deadline %v; want %v", pl.deadline, now.Add(time.Minute))
+		}
+	}
+}
