@@ -142,6 +142,16 @@ func defragmentationSpec(ctx SpecContext) {
 	createPod(ctx, slicePod(ns, "big-evict", "7g.80gb"))
 	waitRunning(ctx, ns, "big-evict")
 	fmt.Fprintf(GinkgoWriter, "defragmentation: 7g.80gb create -> Running with one move in %s\n", time.Since(start).Round(time.Millisecond))
+	var bigEvict corev1.Pod
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "big-evict"}, &bigEvict)).To(Succeed())
+	var record string
+	for _, c := range bigEvict.Status.Conditions {
+		if c.Type == slicerv1alpha1.PodConditionDefragmentationPlan {
+			record = c.Message
+		}
+	}
+	Expect(record).To(ContainSubstring(`"pod":"`+ns+`/web-`),
+		"the plan's record (scheduler/plugin/defrag_record.go) stays on the running pod: the kubelet keeps the conditions it does not own")
 	Eventually(func() int { return len(runningWeb()) }).WithContext(ctx).WithTimeout(90 * time.Second).Should(Equal(2))
 	after := runningWeb()
 	kept := 0
