@@ -96,6 +96,27 @@ func (pl *pledge) reservation() *snapshot.Reservation {
 		NodeName: pl.node, Slots: []snapshot.Slot{pl.slot}}
 }
 
+// newPledgeKey is a pledge's reservation key, which no pod has.
+func (p *Plugin) newPledgeKey() types.UID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.defragRun.seq++
+	return types.UID(fmt.Sprintf("defrag-pledge-%d", p.defragRun.seq))
+}
+
+// addPledge keeps a pledge, held or deferred.
+func (p *Plugin) addPledge(pl *pledge) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.defragRun.pledges == nil {
+		p.defragRun.pledges = map[types.UID]*pledge{}
+	}
+	p.defragRun.pledges[pl.key] = pl
+	if pl.deferred {
+		p.defragRun.deferred++
+	}
+}
+
 // dropPledgeLocked forgets a pledge; p.mu held.
 func (p *Plugin) dropPledgeLocked(pl *pledge) {
 	if _, ok := p.defragRun.pledges[pl.key]; !ok {
@@ -207,11 +228,7 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 	for i, mv := range plan.Moves {
 		to := sliceOf(nodes, mv.To)
 		owner := metav1.GetControllerOf(moved[i])
-		p.mu.Lock()
-		p.defragRun.seq++
-		key := types.UID(fmt.Sprintf("defrag-pledge-%d", p.defragRun.seq))
-		p.mu.Unlock()
-		pl := &pledge{key: key, owner: owner.UID, profile: mv.From.Profile.Name, node: nodes[mv.To.Node].Name,
+		pl := &pledge{key: p.newPledgeKey(), owner: owner.UID, profile: mv.From.Profile.Name, node: nodes[mv.To.Node].Name,
 			slot: snapshot.Slot{Slot: to}, moved: moved[i].Namespace + "/" + moved[i].Name, pending: pod,
 			deadline: now.Add(p.replacementTimeout)}
 		if err := p.cache.Reserve(pl.reservation()); err != nil {
@@ -222,15 +239,7 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 			}
 			pl.deferred = true // the plan's own moved slices hold it: held once they are gone
 		}
-		p.mu.Lock()
-		if p.defragRun.pledges == nil {
-			p.defragRun.pledges = map[types.UID]*pledge{}
-		}
-		p.defragRun.pledges[key] = pl
-		if pl.deferred {
-			p.defragRun.deferred++
-		}
-		p.mu.Unlock()
+		p.addPledge(pl)
 		held = append(held, pl)
 	}
 	target := nodes[plan.Target.Node].Name

@@ -187,10 +187,8 @@ func (p *Plugin) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) {
 		}
 		p.mu.Lock()
 		p.defragRun.evictions = append(p.defragRun.evictions, rec.Evicted)
-		p.defragRun.seq++
-		key := types.UID(fmt.Sprintf("defrag-pledge-%d", p.defragRun.seq))
 		p.mu.Unlock()
-		pl := &pledge{key: key, owner: mv.Owner, profile: mv.To.Profile, node: mv.Node, slot: mv.To.slot(),
+		pl := &pledge{key: p.newPledgeKey(), owner: mv.Owner, profile: mv.To.Profile, node: mv.Node, slot: mv.To.slot(),
 			moved: mv.Pod, pending: pod, deadline: rec.Deadline}
 		if p.cache.Reserve(pl.reservation()) != nil {
 			claim, ok := p.cache.ClaimAt(mv.Node, pl.slot.Slot)
@@ -199,15 +197,7 @@ func (p *Plugin) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) {
 			}
 			pl.deferred = true
 		}
-		p.mu.Lock()
-		if p.defragRun.pledges == nil {
-			p.defragRun.pledges = map[types.UID]*pledge{}
-		}
-		p.defragRun.pledges[key] = pl
-		if pl.deferred {
-			p.defragRun.deferred++
-		}
-		p.mu.Unlock()
+		p.addPledge(pl)
 		restored++
 	}
 	if !cut {

@@ -7,10 +7,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/scheduler/config"
@@ -39,17 +37,11 @@ var _ = Describe("Defragmentation across a scheduler restart", func() {
 			checkInvariants()
 		})
 
-		rs := &appsv1.ReplicaSet{
-			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "web"},
-			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}},
-		}
-		Expect(k8s.Create(ctx, rs)).To(Succeed())
+		rsRef := createWebReplicaSet(s.ns, 1)
 		replica := func(name string) *corev1.Pod {
 			p := s.pod(name, map[string]int64{"1g.10gb": 1})
 			p.Labels = map[string]string{"app": "web"}
-			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}}
+			p.OwnerReferences = []metav1.OwnerReference{rsRef}
 			return s.create(p)
 		}
 		on := func(name, node string) {

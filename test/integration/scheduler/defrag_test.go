@@ -79,6 +79,20 @@ func (s *scenario) cordonSeen(node string, on bool) {
 	}
 }
 
+// createWebReplicaSet creates the ReplicaSet "web" (replicas labelled app=web) in ns and returns
+// the controller reference its replicas carry; the test creates the replicas itself.
+func createWebReplicaSet(ns string, replicas int32) metav1.OwnerReference {
+	GinkgoHelper()
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}},
+	}
+	Expect(k8s.Create(ctx, rs)).To(Succeed())
+	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}
+}
+
 func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
 	for i := range p.Status.Conditions {
 		if p.Status.Conditions[i].Type == t {
@@ -122,14 +136,7 @@ var _ = Describe("Defragmentation", func() {
 	// movable 1g.10gb replicas, and sets rsRef to it. The test creates the replicas itself.
 	createWeb := func() {
 		GinkgoHelper()
-		rs := &appsv1.ReplicaSet{
-			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "web"},
-			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}},
-		}
-		Expect(k8s.Create(ctx, rs)).To(Succeed())
-		rsRef = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}
+		rsRef = createWebReplicaSet(s.ns, 2)
 	}
 	twoBlockedGPUs := func(annotate map[string]string, pin ...int) {
 		GinkgoHelper()
