@@ -407,6 +407,15 @@ func expectDevicesGone(ctx context.Context, ns string, devices map[string]bool) 
 		for _, d := range v.cdi {
 			g.Expect(devices).NotTo(HaveKey(d), "CDI spec for %s still exists", d)
 		}
+		// and gone from what the agent publishes, which is what the scheduler places by: a pod
+		// created while the NodeAccelerator still lists a destroyed slice is placed around it
+		var na slicerv1alpha1.NodeAccelerator
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, &na)).To(Succeed())
+		for _, gpu := range na.Status.GPUs {
+			for _, sl := range gpu.Slices {
+				g.Expect(devices).NotTo(HaveKey(sl.MIGDeviceUUID), "NodeAccelerator %s still lists %s", node, sl.MIGDeviceUUID)
+			}
+		}
 		g.Expect(checkInvariants(ctx)).To(Succeed())
 	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 }
