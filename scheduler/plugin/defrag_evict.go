@@ -66,7 +66,8 @@ type pledge struct {
 	profile  string
 	node     string
 	slot     snapshot.Slot
-	moved    string      // namespace/name of the moved pod
+	moved    string // namespace/name of the moved pod
+	movedUID types.UID
 	pending  *corev1.Pod // the pod the plan was made for
 	deadline time.Time
 	// deferred: not yet a reservation, because moved slices of the plan still hold the room
@@ -229,7 +230,7 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 		to := sliceOf(nodes, mv.To)
 		owner := metav1.GetControllerOf(moved[i])
 		pl := &pledge{key: p.newPledgeKey(), owner: owner.UID, profile: mv.From.Profile.Name, node: nodes[mv.To.Node].Name,
-			slot: snapshot.Slot{Slot: to}, moved: moved[i].Namespace + "/" + moved[i].Name, pending: pod,
+			slot: snapshot.Slot{Slot: to}, moved: moved[i].Namespace + "/" + moved[i].Name, movedUID: moved[i].UID, pending: pod,
 			deadline: now.Add(p.replacementTimeout)}
 		if err := p.cache.Reserve(pl.reservation()); err != nil {
 			if !plan.Ordered || !freedByMoves(nodes, plan, i) {
@@ -349,11 +350,21 @@ func (p *Plugin) waitingPlan(pod *corev1.Pod) string {
 	return "defragmentation (Evict): waiting for " + strings.Join(waits, ", ")
 }
 
-// claimPledge gives a pod the destination held for it: a pod of the controller of a moved pod,
-// asking for one slice of the moved profile, takes the pledge as its nomination. When the only
-// such pledges are deferred (their room is still held by moved slices being released), the pod
-// waits for them: it returns the status PreFilter answers, UnschedulableAndUnresolvable so that
-// nothing is preempted for it.
+// replacedBy reports whether pod may be the replacement the pledge holds room for: a pod of the
+// moved pod's namespace, other than the moved pod, whose controller is the moved pod's, asking
+// for one slice (profile) of the moved profile. The namespace is what a tenant cannot forge: a
+// pod's owner references are written by whoever creates it, but a controller recreates its pods
+// in its own namespace (the garbage collector ignores an owner reference to another namespace's
+// object), so a pod of another namespace naming the controller's UID is never its replacement.
+func (pl *pledge) replacedBy(pod *corev1.Pod, owner *metav1.OwnerReference, profile string) bool {
+	ns, _, _ := strings.Cut(pl.moved, "/")
+	return pod.Namespace == ns && owner.UID == pl.owner && pod.UID != pl.movedUID && profile == pl.profile
+}
+
+// claimPledge gives a pod the destination held for it: a moved pod's replacement (replacedBy)
+// takes the pledge as its nomination. When the only such pledges are deferred (their room is
+// still held by moved slices being released), the pod waits for them: it returns the status
+// PreFilter answers, UnschedulableAndUnresolvable so that nothing is preempted for it.
 func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk.Status {
 	if len(s.slices) != 1 || len(s.adopted) > 0 {
 		return nil
@@ -365,7 +376,7 @@ func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk
 	p.mu.Lock()
 	var found, waiting *pledge
 	for _, pl := range p.defragRun.pledges {
-		if pl.owner != owner.UID || pl.profile != s.slices[0] {
+		if !pl.replacedBy(pod, owner, s.slices[0]) {
 			continue
 		}
 		if pl.deferred {

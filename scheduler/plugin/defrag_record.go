@@ -189,7 +189,7 @@ func (p *Plugin) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) {
 		p.defragRun.evictions = append(p.defragRun.evictions, rec.Evicted)
 		p.mu.Unlock()
 		pl := &pledge{key: p.newPledgeKey(), owner: mv.Owner, profile: mv.To.Profile, node: mv.Node, slot: mv.To.slot(),
-			moved: mv.Pod, pending: pod, deadline: rec.Deadline}
+			moved: mv.Pod, movedUID: mv.UID, pending: pod, deadline: rec.Deadline}
 		if p.cache.Reserve(pl.reservation()) != nil {
 			claim, ok := p.cache.ClaimAt(mv.Node, pl.slot.Slot)
 			if cut || !ok || !movedUIDs[claim.PodUID] {

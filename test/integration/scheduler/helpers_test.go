@@ -28,6 +28,8 @@ type scenario struct {
 	ns    string
 	pool  string
 	nodes []string
+	// others are more namespaces of the scenario (other tenants'), cleaned up with it.
+	others []string
 }
 
 func newScenario(name string) *scenario {
@@ -50,8 +52,14 @@ func (s *scenario) addNode(name string, gpus int) {
 // cleanup deletes the pool's pods, nodes and NodeAccelerators.
 func (s *scenario) cleanup() {
 	GinkgoHelper()
-	Expect(k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(s.ns), client.GracePeriodSeconds(0))).To(Succeed())
-	Eventually(func() int { return len(s.allocations()) }).Should(BeZero(), "allocations of deleted pods are released")
+	for _, ns := range append([]string{s.ns}, s.others...) {
+		Expect(k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func() int {
+			var list slicerv1alpha1.SliceAllocationList
+			Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			return len(list.Items)
+		}).Should(BeZero(), "allocations of deleted pods are released")
+	}
 	for _, n := range s.nodes {
 		Expect(client.IgnoreNotFound(k8s.Delete(ctx, &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: n}}))).To(Succeed())
 		Expect(client.IgnoreNotFound(k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}))).To(Succeed())
