@@ -142,9 +142,12 @@ func (p *Plugin) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (
 		p.defragMemo.put(key, gen, p.defragGen(), res)
 		return nil, p.noPlanWords(res, s)
 	}
-	plan := describePlan(nodes, res.Plan, movable)
+	// The pending pod's tenant reads the plan on its Event and Pending reason (tenant.go); the
+	// log names every moved pod.
+	plan := describePlan(nodes, res.Plan, movable, func(moved string) string { return podFor(pod.Namespace, moved) })
 	p.recorder.Eventf(pod, nil, corev1.EventTypeNormal, slicerv1alpha1.EventDefragmentationPlanned, string(p.defrag.mode), "%s", plan)
-	p.log.V(2).Info("defragmentation plan", "pod", klog.KObj(pod), "moves", len(res.Plan.Moves), "plan", plan)
+	p.log.V(2).Info("defragmentation plan", "pod", klog.KObj(pod), "moves", len(res.Plan.Moves),
+		"plan", describePlan(nodes, res.Plan, movable, func(moved string) string { return "pod " + moved }))
 	if p.defrag.evictMode() {
 		return p.execute(ctx, pod, nodes, res.Plan, movable, plan)
 	}
@@ -246,8 +249,9 @@ func (m *movableIndex) at(node, gpu int, prof mig.Profile, pl mig.Placement) boo
 	return ok
 }
 
-// describePlan words a plan: each move (pod, profile, from, to), then where the pod fits.
-func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex) string {
+// describePlan words a plan: each move (the moved pod as name words it, from "namespace/name";
+// profile, from, to), then where the pod fits.
+func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex, name func(string) string) string {
 	where := func(s mig.SliceAt) string {
 		n := nodes[s.Node]
 		return fmt.Sprintf("node %s GPU %d @%d", n.Name, n.GPUs[s.GPU].Index, s.Placement.Start)
@@ -257,7 +261,7 @@ func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex) 
 		f := mv.From
 		who := "a slice"
 		if pod := m.podAt(f); pod != nil {
-			who = "pod " + pod.Namespace + "/" + pod.Name
+			who = name(pod.Namespace + "/" + pod.Name)
 		}
 		parts = append(parts, fmt.Sprintf("move %s (%s) from %s to %s", who, mig.LegalProfileName(f.Profile.Name), where(f), where(mv.To)))
 	}

@@ -2,12 +2,14 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -61,13 +63,18 @@ type refusal struct {
 
 // pledge holds a moved pod's destination for its replacement.
 type pledge struct {
-	key      types.UID // the reservation's key in the snapshot cache
-	owner    types.UID // the moved pod's controller
-	profile  string
-	node     string
-	slot     snapshot.Slot
-	moved    string // namespace/name of the moved pod
-	movedUID types.UID
+	key types.UID // the reservation's key in the snapshot cache
+	// ownerKey and movedKey name the moved pod's controller (with the moved pod's namespace)
+	// and the moved pod by digest (tenant.go): what its replacement must match, the same whether
+	// the pledge was made here or read back from a plan record after a restart.
+	ownerKey, movedKey string
+	profile            string
+	// node and slot: the room held; fromNode and from: where the moved pod's slice was.
+	node, fromNode string
+	slot, from     snapshot.Slot
+	// moved is the moved pod's namespace/name; "" when it was read back from a record that
+	// does not name it (a pod of another namespace than the pending pod's).
+	moved    string
 	pending  *corev1.Pod // the pod the plan was made for
 	deadline time.Time
 	// deferred: not yet a reservation, because moved slices of the plan still hold the room
@@ -90,11 +97,22 @@ type defragRun struct {
 }
 
 // reservation is the snapshot reservation that holds the pledge's room, named after the moved
-// pod (its namespace, "replacement of <name>").
+// pod (its namespace, "replacement of <name>"; of no namespace when the name is not known).
 func (pl *pledge) reservation() *snapshot.Reservation {
 	ns, name, _ := strings.Cut(pl.moved, "/")
+	if name == "" {
+		name = "a moved pod"
+	}
 	return &snapshot.Reservation{PodUID: pl.key, Namespace: ns, PodName: "replacement of " + name,
 		NodeName: pl.node, Slots: []snapshot.Slot{pl.slot}}
+}
+
+// movedFor words the moved pod for the tenant of namespace ns (podFor).
+func (pl *pledge) movedFor(ns string) string {
+	if pl.moved == "" {
+		return "a pod of another namespace"
+	}
+	return podFor(ns, pl.moved)
 }
 
 // newPledgeKey is a pledge's reservation key, which no pod has.
@@ -227,11 +245,11 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 		}
 	}
 	for i, mv := range plan.Moves {
-		to := sliceOf(nodes, mv.To)
 		owner := metav1.GetControllerOf(moved[i])
-		pl := &pledge{key: p.newPledgeKey(), owner: owner.UID, profile: mv.From.Profile.Name, node: nodes[mv.To.Node].Name,
-			slot: snapshot.Slot{Slot: to}, moved: moved[i].Namespace + "/" + moved[i].Name, movedUID: moved[i].UID, pending: pod,
-			deadline: now.Add(p.replacementTimeout)}
+		pl := &pledge{key: p.newPledgeKey(), ownerKey: ownerKey(moved[i].Namespace, owner.UID), movedKey: podKey(moved[i].UID),
+			profile: mv.From.Profile.Name, node: nodes[mv.To.Node].Name, slot: snapshot.Slot{Slot: sliceOf(nodes, mv.To)},
+			fromNode: nodes[mv.From.Node].Name, from: snapshot.Slot{Slot: sliceOf(nodes, mv.From)},
+			moved: moved[i].Namespace + "/" + moved[i].Name, pending: pod, deadline: now.Add(p.replacementTimeout)}
 		if err := p.cache.Reserve(pl.reservation()); err != nil {
 			if !plan.Ordered || !freedByMoves(nodes, plan, i) {
 				release(held)
@@ -248,7 +266,7 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 	p.setNomination(pod, target, []snapshot.Slot{{Slot: opened}}, false)
 	// Written before the first eviction, so that a restart after it rebuilds the held rooms
 	// (defrag_record.go); a plan that cannot be recorded is not carried out.
-	if err := p.writePlanRecord(ctx, pod, newPlanRecord(now, now.Add(p.replacementTimeout), target, opened, held, moved)); err != nil {
+	if err := p.writePlanRecord(ctx, pod, newPlanRecord(now, now.Add(p.replacementTimeout), target, opened, pod.Namespace, held)); err != nil {
 		release(held)
 		p.setNomination(pod, "", nil, false)
 		p.metrics.DefragRefused.WithLabelValues(DefragRefusedNotRecorded).Inc()
@@ -279,14 +297,15 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 			release(waiting)
 			p.setNomination(pod, "", nil, false)
 			p.metrics.DefragRefused.WithLabelValues(DefragRefusedEviction).Inc()
-			why := fmt.Sprintf("the eviction of pod %s/%s was refused: %v", v.Namespace, v.Name, err)
+			why := fmt.Sprintf("the eviction of %s was refused: %s", podFor(pod.Namespace, v.Namespace+"/"+v.Name),
+				refusalFor(pod.Namespace, v.Namespace, err))
 			p.mu.Lock()
 			if p.defragRun.refused == nil {
 				p.defragRun.refused = map[types.UID]refusal{}
 			}
 			p.defragRun.refused[pod.UID] = refusal{until: now.Add(defragRefusalBackoff), why: why}
 			p.mu.Unlock()
-			log.Info("defragmentation plan abandoned", "pod", klog.KObj(pod), "reason", why, "evicted", evicted)
+			log.Info("defragmentation plan abandoned", "pod", klog.KObj(pod), "refused", klog.KObj(v), "err", err, "evicted", evicted)
 			if evicted == 0 {
 				p.recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict", "plan abandoned before any eviction: %s", why)
 				return nil, "defragmentation (Evict): plan abandoned, " + why
@@ -311,6 +330,29 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 	log.V(2).Info("defragmentation plan carried out", "pod", klog.KObj(pod), "node", target, "evicted", evicted)
 	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: target, NominatingMode: fwk.ModeOverride}},
 		fmt.Sprintf("defragmentation (Evict): evicted %d pod(s) to open room on node %s: %s", evicted, target, words)
+}
+
+// refusalFor words an eviction refused by the apiserver (err) for the tenant of namespace ns, of
+// a pod of namespace victimNS: the API's answer as it is for a pod of ns; for another
+// namespace's pod only what kind of refusal it was and whose namespace's budget refused (the
+// answer names the budget and counts its pods).
+func refusalFor(ns, victimNS string, err error) string {
+	if ns == victimNS {
+		return err.Error()
+	}
+	if apierrors.IsTooManyRequests(err) {
+		return "a PodDisruptionBudget of namespace " + victimNS + " allows no disruption now (429)"
+	}
+	return fmt.Sprintf("the API answered %s (%d)", apierrors.ReasonForError(err), statusCode(err))
+}
+
+// statusCode is the HTTP status of an API error, 0 for another error.
+func statusCode(err error) int32 {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		return st.Status().Code
+	}
+	return 0
 }
 
 // evict posts the eviction once. A refusal is final for this plan: the Eviction API answers a
@@ -341,7 +383,7 @@ func (p *Plugin) waitingPlan(pod *corev1.Pod) string {
 	var waits []string
 	for _, pl := range p.defragRun.pledges {
 		if pl.pending.UID == pod.UID {
-			waits = append(waits, "a replacement of "+pl.moved)
+			waits = append(waits, "a replacement of "+pl.movedFor(pod.Namespace))
 		}
 	}
 	if len(waits) == 0 {
@@ -350,15 +392,15 @@ func (p *Plugin) waitingPlan(pod *corev1.Pod) string {
 	return "defragmentation (Evict): waiting for " + strings.Join(waits, ", ")
 }
 
-// replacedBy reports whether pod may be the replacement the pledge holds room for: a pod of the
-// moved pod's namespace, other than the moved pod, whose controller is the moved pod's, asking
-// for one slice (profile) of the moved profile. The namespace is what a tenant cannot forge: a
-// pod's owner references are written by whoever creates it, but a controller recreates its pods
-// in its own namespace (the garbage collector ignores an owner reference to another namespace's
-// object), so a pod of another namespace naming the controller's UID is never its replacement.
-func (pl *pledge) replacedBy(pod *corev1.Pod, owner *metav1.OwnerReference, profile string) bool {
-	ns, _, _ := strings.Cut(pl.moved, "/")
-	return pod.Namespace == ns && owner.UID == pl.owner && pod.UID != pl.movedUID && profile == pl.profile
+// replacedBy reports whether a pod may be the replacement the pledge holds room for: a pod of
+// the moved pod's namespace whose controller is the moved pod's (owner: ownerKey of the pod's
+// namespace and controller), other than the moved pod (movedKey: podKey of its UID), asking for
+// one slice of the moved profile. The namespace is what a tenant cannot forge: a pod's owner
+// references are written by whoever creates it, but a controller recreates its pods in its own
+// namespace (the garbage collector ignores an owner reference to another namespace's object), so
+// a pod of another namespace naming the controller's UID is never its replacement.
+func (pl *pledge) replacedBy(owner, moved, profile string) bool {
+	return owner == pl.ownerKey && moved != pl.movedKey && profile == pl.profile
 }
 
 // claimPledge gives a pod the destination held for it: a moved pod's replacement (replacedBy)
@@ -373,10 +415,11 @@ func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk
 	if owner == nil {
 		return nil
 	}
+	ownedBy, me := ownerKey(pod.Namespace, owner.UID), podKey(pod.UID)
 	p.mu.Lock()
 	var found, waiting *pledge
 	for _, pl := range p.defragRun.pledges {
-		if !pl.replacedBy(pod, owner, s.slices[0]) {
+		if !pl.replacedBy(ownedBy, me, s.slices[0]) {
 			continue
 		}
 		if pl.deferred {
@@ -400,7 +443,7 @@ func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk
 	}
 	p.cache.Unreserve(found.key)
 	p.setNomination(pod, found.node, []snapshot.Slot{found.slot}, false)
-	log.V(2).Info("defragmentation: replacement takes its held room", "pod", klog.KObj(pod), "replaces", found.moved, "node", found.node, "slot", found.slot.Slot)
+	log.V(2).Info("defragmentation: replacement takes its held room", "pod", klog.KObj(pod), "replaces", found.movedFor(pod.Namespace), "node", found.node, "slot", found.slot.Slot)
 	return nil
 }
 
@@ -433,7 +476,7 @@ func (p *Plugin) sweepDefrag() {
 		p.cache.Unreserve(pl.key)
 		p.metrics.DefragRefused.WithLabelValues(DefragRefusedReplacementLate).Inc()
 		p.recorder.Eventf(pl.pending, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict",
-			"no replacement of %s arrived within %s: the room held for it on node %s is released", pl.moved, p.replacementTimeout, pl.node)
+			"no replacement of %s arrived within %s: the room held for it on node %s is released", pl.movedFor(pl.pending.Namespace), p.replacementTimeout, pl.node)
 	}
 }
 

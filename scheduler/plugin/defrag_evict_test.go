@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -43,8 +44,8 @@ func TestClaimPledgeTakesOnlyTheReplacement(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlugin(t, accel("n1", 1))
-			pl := &pledge{key: p.newPledgeKey(), owner: rs, profile: "1g.10gb", node: "n1", slot: room, moved: "b/web",
-				movedUID: "uid-b-web", deadline: time.Now().Add(time.Minute)}
+			pl := &pledge{key: p.newPledgeKey(), ownerKey: ownerKey("b", rs), movedKey: podKey("uid-b-web"), profile: "1g.10gb",
+				node: "n1", slot: room, moved: "b/web", deadline: time.Now().Add(time.Minute)}
 			if err := p.cache.Reserve(pl.reservation()); err != nil {
 				t.Fatal(err)
 			}
@@ -78,4 +79,41 @@ func podStateFor(t *testing.T, pod *corev1.Pod) *podState {
 		s.missing = append(s.missing, int32(i))
 	}
 	return s
+}
+
+// TestPlanRecordNamesNoOtherTenant: the record on a pending pod of namespace a, which whoever
+// may read a's pods reads, names a moved pod of namespace b and its controller by digest only,
+// and a moved pod of a by name; the digests are what a restart matches them by.
+func TestPlanRecordNamesNoOtherTenant(t *testing.T) {
+	at := func(gpu string, start int) snapshot.Slot {
+		return snapshot.Slot{Slot: mig.Slot{GPU: gpu, Profile: "1g.10gb", Placement: mig.Placement{Start: start, Size: 1}}}
+	}
+	held := []*pledge{
+		{ownerKey: ownerKey("b", "uid-rs-b"), movedKey: podKey("uid-b-web"), profile: "1g.10gb", node: "n2", slot: at("GPU-n20", 6),
+			fromNode: "n1", from: at("GPU-n10", 3), moved: "b/web"},
+		{ownerKey: ownerKey("a", "uid-rs-a"), movedKey: podKey("uid-a-app"), profile: "1g.10gb", node: "n2", slot: at("GPU-n20", 5),
+			fromNode: "n1", from: at("GPU-n10", 4), moved: "a/app"},
+	}
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	rec := newPlanRecord(now, now.Add(time.Minute), "n1", mig.Slot{GPU: "GPU-n10", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}, "a", held)
+	cond, err := planCondition(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"b/", "web", "uid-b-web", "uid-rs-b", "uid-rs-a", "uid-a-app"} {
+		if strings.Contains(cond.Message, secret) {
+			t.Errorf("the record names %q: %s", secret, cond.Message)
+		}
+	}
+	if !strings.Contains(cond.Message, `"pod":"a/app"`) {
+		t.Errorf("the record does not name the pending pod's own namespace's moved pod: %s", cond.Message)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "big"}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{cond}}}
+	back, ok, err := readPlanRecord(pod)
+	if err != nil || !ok {
+		t.Fatalf("read back: %v %v", ok, err)
+	}
+	if back.Moves[0].OwnerKey != ownerKey("b", "uid-rs-b") || back.Moves[0].PodKey != podKey("uid-b-web") || back.Moves[0].FromNode != "n1" {
+		t.Fatalf("read back %+v", back.Moves[0])
+	}
 }

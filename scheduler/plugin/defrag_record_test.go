@@ -22,12 +22,19 @@ import (
 func TestRestorePlans(t *testing.T) {
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	dest := mig.Slot{GPU: "GPU-n10", Profile: "1g.10gb", Placement: mig.Placement{Start: 6, Size: 1}}
+	from := mig.Slot{GPU: "GPU-n11", Profile: "1g.10gb", Placement: mig.Placement{Start: 3, Size: 1}}
 	target := mig.Slot{GPU: "GPU-n11", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}
 	const webUID, owner = types.UID("uid-web"), types.UID("uid-rs")
 	record := func(deadline time.Time) planRecord {
-		return newPlanRecord(now.Add(-time.Minute), deadline, "n1", target,
-			[]*pledge{{owner: owner, profile: "1g.10gb", node: "n1", slot: snapshot.Slot{Slot: dest}, moved: "ns/web"}},
-			[]*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: webUID}}})
+		return newPlanRecord(now.Add(-time.Minute), deadline, "n1", target, "ns",
+			[]*pledge{{ownerKey: ownerKey("ns", owner), movedKey: podKey(webUID), profile: "1g.10gb", node: "n1",
+				slot: snapshot.Slot{Slot: dest}, fromNode: "n1", from: snapshot.Slot{Slot: from}, moved: "ns/web"}})
+	}
+	// legacy is the record an earlier release wrote: UIDs, no digests, no source slot.
+	legacy := func(deadline time.Time) planRecord {
+		rec := record(deadline)
+		rec.Moves[0] = recordMove{Pod: "ns/web", UID: webUID, Owner: owner, Node: "n1", To: recordSlot(dest)}
+		return rec
 	}
 	web := func(terminating bool) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: webUID}, Spec: corev1.PodSpec{NodeName: "n1"}}
@@ -49,6 +56,7 @@ func TestRestorePlans(t *testing.T) {
 		bound   bool        // big is bound
 		web     *corev1.Pod // the moved pod as the informer has it (nil: gone)
 		holder  types.UID   // a pod holding the destination ("": free)
+		slice   bool        // the moved pod's slice is still where it was
 		want    want
 	}{
 		{name: "evicted and gone, room free", rec: record(now.Add(4 * time.Minute)),
@@ -59,7 +67,12 @@ func TestRestorePlans(t *testing.T) {
 			want: want{pledges: 1, deferred: 1, nominated: true, evictions: 1}},
 		{name: "the replacement took the room before the restart", rec: record(now.Add(4 * time.Minute)), holder: "uid-web-2",
 			want: want{nominated: true, evictions: 1}},
-		{name: "cut short: the moved pod was never evicted", rec: record(now.Add(4 * time.Minute)), web: web(false)},
+		{name: "cut short: the moved pod was never evicted", rec: record(now.Add(4 * time.Minute)), web: web(false), slice: true},
+		{name: "evicted, its slice not yet released", rec: record(now.Add(4 * time.Minute)), web: web(true), slice: true,
+			want: want{pledges: 1, reserved: 1, nominated: true, evictions: 1}},
+		{name: "an earlier release's record: evicted and gone", rec: legacy(now.Add(4 * time.Minute)),
+			want: want{pledges: 1, reserved: 1, nominated: true, evictions: 1}},
+		{name: "an earlier release's record: cut short", rec: legacy(now.Add(4 * time.Minute)), web: web(false)},
 		{name: "its time is over", rec: record(now)},
 		{name: "the pod is bound", rec: record(now.Add(4 * time.Minute)), bound: true},
 		{name: "an unreadable record", rec: record(now.Add(4 * time.Minute)), garbage: true},
@@ -72,6 +85,10 @@ func TestRestorePlans(t *testing.T) {
 			if tc.holder != "" {
 				p.cache.SetAllocation(&snapshot.Allocation{Namespace: "ns", Name: "holder-0", PodName: "holder", PodUID: tc.holder,
 					NodeName: "n1", Slot: snapshot.Slot{Slot: dest}})
+			}
+			if tc.slice {
+				p.cache.SetAllocation(&snapshot.Allocation{Namespace: "ns", Name: "web-0", PodName: "web", PodUID: webUID,
+					NodeName: "n1", Slot: snapshot.Slot{Slot: from}})
 			}
 			big := migPod("big", "slicer.dev/mig-7g.80gb", "1")
 			cond, err := planCondition(tc.rec)
@@ -111,7 +128,8 @@ func TestRestorePlans(t *testing.T) {
 				}
 			}
 			for _, pl := range p.defragRun.pledges {
-				if pl.owner != owner || pl.profile != "1g.10gb" || pl.slot.Slot != dest || pl.moved != "ns/web" || !pl.deadline.Equal(tc.rec.Deadline) {
+				if pl.ownerKey != ownerKey("ns", owner) || pl.movedKey != podKey(webUID) || pl.profile != "1g.10gb" ||
+					pl.slot.Slot != dest || pl.moved != "ns/web" || !pl.deadline.Equal(tc.rec.Deadline) {
 					t.Fatalf("pledge %+v; want web's room at %v for its owner until %v", pl, dest, tc.rec.Deadline)
 				}
 			}
@@ -128,9 +146,9 @@ func TestRestorePlansBoundsTheDeadline(t *testing.T) {
 	p.now = func() time.Time { return now }
 	p.replacementTimeout = time.Minute
 	dest := mig.Slot{GPU: "GPU-n10", Profile: "1g.10gb", Placement: mig.Placement{Start: 6, Size: 1}}
-	rec := newPlanRecord(now, now.Add(time.Hour), "n1", mig.Slot{GPU: "GPU-n10", Profile: "3g.40gb", Placement: mig.Placement{Start: 0, Size: 4}},
-		[]*pledge{{owner: "uid-rs", profile: "1g.10gb", node: "n1", slot: snapshot.Slot{Slot: dest}, moved: "ns/web"}},
-		[]*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "uid-web"}}})
+	rec := newPlanRecord(now, now.Add(time.Hour), "n1", mig.Slot{GPU: "GPU-n10", Profile: "3g.40gb", Placement: mig.Placement{Start: 0, Size: 4}}, "ns",
+		[]*pledge{{ownerKey: ownerKey("ns", "uid-rs"), movedKey: podKey("uid-web"), profile: "1g.10gb", node: "n1",
+			slot: snapshot.Slot{Slot: dest}, moved: "ns/web"}})
 	cond, err := planCondition(rec)
 	if err != nil {
 		t.Fatal(err)

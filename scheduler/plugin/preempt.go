@@ -102,7 +102,8 @@ func (pr *preemptor) PodEligibleToPreemptOthers(_ context.Context, pod *corev1.P
 	return true, ""
 }
 
-// awaited lists what a pod nominated to node waits for: lower-priority pods terminating by
+// awaited lists what a pod nominated to node waits for, in words for its tenant (podFor):
+// lower-priority pods terminating by
 // preemption there, slices being released that overlap the placement cleared for it (any slice
 // being released on the node when none is recorded), slices whose pod is already gone while
 // their allocation is not yet being deleted (the garbage collector deletes it after the pod,
@@ -118,7 +119,7 @@ func (p *Plugin) awaited(pod *corev1.Pod, node string) []string {
 			q := pi.GetPod()
 			present[q.UID] = true
 			if corev1helpers.PodPriority(q) < prio && terminatingByPreemption(q) {
-				waits = append(waits, "pod "+q.Namespace+"/"+q.Name+" to terminate")
+				waits = append(waits, podFor(pod.Namespace, q.Namespace+"/"+q.Name)+" to terminate")
 			}
 		}
 	}
@@ -128,9 +129,9 @@ func (p *Plugin) awaited(pod *corev1.Pod, node string) []string {
 			concerns := mine == nil || overlapsAny(c.Slot, mine)
 			switch {
 			case c.Leaving && concerns:
-				waits = append(waits, fmt.Sprintf("the slice %s of %s to be released", c.Slot, c.Pod))
+				waits = append(waits, fmt.Sprintf("the slice %s of %s to be released", c.Slot, podFor(pod.Namespace, c.Pod)))
 			case c.Allocated && c.PodUID != pod.UID && !present[c.PodUID] && concerns:
-				waits = append(waits, fmt.Sprintf("the slice %s of %s (pod deleted) to be released", c.Slot, c.Pod))
+				waits = append(waits, fmt.Sprintf("the slice %s of %s (deleted) to be released", c.Slot, podFor(pod.Namespace, c.Pod)))
 			case c.PodUID == "" && mine != nil && overlapsAny(c.Slot, mine):
 				// Unlike the two cases above, no "any such slice on the node" when no cleared
 				// placement is recorded (mine == nil, after a scheduler restart): a slice being

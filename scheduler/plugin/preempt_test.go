@@ -130,8 +130,14 @@ func TestEligibility(t *testing.T) {
 
 func TestPreemptingMessage(t *testing.T) {
 	slot := snapshot.Slot{Slot: mig.Slot{GPU: "GPU-1", Profile: "3g.40gb", Placement: mig.Placement{Start: 4, Size: 4}}}
-	got := preemptingMessage("n1", dryPlan{slots: []snapshot.Slot{slot}, victims: []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f", "ns/g"}})
+	got := preemptingMessage("ns", "n1", dryPlan{slots: []snapshot.Slot{slot}, victims: []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f", "ns/g"}})
 	want := "preemption: room cleared on node n1 at GPU-1 3g.40gb@4; waiting for 7 pods of lower priority to terminate: ns/a, ns/b, ns/c, ns/d, ns/e, 2 more"
+	if got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	// A tenant reads its own namespace's victims by name, the others counted.
+	got = preemptingMessage("a", "n1", dryPlan{slots: []snapshot.Slot{slot}, victims: []string{"b/x", "a/y", "c/z"}})
+	want = "preemption: room cleared on node n1 at GPU-1 3g.40gb@4; waiting for 3 pods of lower priority to terminate: a/y, 2 pods of other namespaces"
 	if got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
@@ -166,7 +172,7 @@ func TestNominatedPodWaitsForTheSliceOfADeletedVictim(t *testing.T) {
 	// The victim's pod is gone, its allocation not yet deleting: wait for its slice only.
 	p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(kept)}, []*corev1.Node{node})}
 	ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), high, nil)
-	if ok || !strings.Contains(msg, "ns/victim (pod deleted) to be released") {
+	if ok || !strings.Contains(msg, "pod ns/victim (deleted) to be released") {
 		t.Fatalf("with the victim's pod gone: eligible %v, %q", ok, msg)
 	}
 	// A gone pod's slice outside the cleared placement is not waited for.

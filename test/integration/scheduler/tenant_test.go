@@ -23,6 +23,7 @@ import (
 // through impersonation (as a namespace editor reaches the apiserver on a shared cluster).
 func editor(ns, user string) client.Client {
 	GinkgoHelper()
+	aggregateEdit()
 	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}
@@ -93,6 +94,40 @@ func replicaIn(s *scenario, ns, name string, rsRef metav1.OwnerReference) *corev
 	return p
 }
 
+// aggregateEdit does what kube-controller-manager's ClusterRole aggregation controller does and
+// envtest has none to do: the bootstrap edit ClusterRole gets the rules of the roles its
+// aggregation rule selects (system:aggregate-to-edit, and view with the rules it aggregates).
+func aggregateEdit() {
+	GinkgoHelper()
+	var cr rbacv1.ClusterRole
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: "edit"}, &cr)).To(Succeed())
+	if len(cr.Rules) > 0 {
+		return
+	}
+	cr.Rules = aggregatedRules(&cr)
+	Expect(cr.Rules).NotTo(BeEmpty())
+	Expect(k8s.Update(ctx, &cr)).To(Succeed())
+}
+
+// aggregatedRules is a ClusterRole's rules as the aggregation controller would make them.
+func aggregatedRules(cr *rbacv1.ClusterRole) []rbacv1.PolicyRule {
+	GinkgoHelper()
+	if cr.AggregationRule == nil {
+		return cr.Rules
+	}
+	var rules []rbacv1.PolicyRule
+	for _, sel := range cr.AggregationRule.ClusterRoleSelectors {
+		selector, err := metav1.LabelSelectorAsSelector(&sel)
+		Expect(err).NotTo(HaveOccurred())
+		var list rbacv1.ClusterRoleList
+		Expect(k8s.List(ctx, &list, client.MatchingLabelsSelector{Selector: selector})).To(Succeed())
+		for i := range list.Items {
+			rules = append(rules, aggregatedRules(&list.Items[i])...)
+		}
+	}
+	return rules
+}
+
 var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 	var (
 		s *scenario
@@ -117,9 +152,15 @@ var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 		thief := s.pod("thief", map[string]int64{"1g.10gb": 1})
 		thief.OwnerReferences = []metav1.OwnerReference{rsRef}
 		Expect(tenantA.Create(ctx, thief)).To(Succeed())
-		Eventually(func() string { return unschedulable(s.get(thief.Name)) }, 30*time.Second).ShouldNot(BeEmpty())
-		Consistently(func() string { return s.get(thief.Name).Spec.NodeName }, 3*time.Second).Should(BeEmpty(),
-			"the room held for tenant b's replacement went to tenant a's pod")
+		tookIt := "the room held for tenant b's replacement went to tenant a's pod"
+		Eventually(func() string {
+			if p := s.get(thief.Name); p.Spec.NodeName != "" {
+				return "bound to " + p.Spec.NodeName
+			}
+			return unschedulable(s.get(thief.Name))
+		}, 30*time.Second).ShouldNot(BeEmpty())
+		Expect(s.get(thief.Name).Spec.NodeName).To(BeEmpty(), tookIt)
+		Consistently(func() string { return s.get(thief.Name).Spec.NodeName }, 3*time.Second).Should(BeEmpty(), tookIt)
 		By("tenant b's replacement takes the room held for it; the 7g.80gb pod the room opened")
 		Expect(k8s.Create(ctx, replicaIn(s, nsB, "web-2", rsRef))).To(Succeed())
 		Eventually(func() string {
@@ -129,5 +170,92 @@ var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 		}, 30*time.Second).Should(Equal(s.nodes[1]))
 		Eventually(func() string { return s.get(big.Name).Spec.NodeName }, 30*time.Second).Should(Equal(s.nodes[0]))
 		Expect(s.get(thief.Name).Spec.NodeName).To(BeEmpty())
+	})
+
+	It("tells a tenant which GPU and how many moves, and never another tenant's pods or UIDs", func() {
+		nsB, rsRef, tenantA, big := twoTenants(s)
+		var webUID string
+		Eventually(func() string {
+			var evs corev1.EventList
+			Expect(k8s.List(ctx, &evs, client.InNamespace(nsB))).To(Succeed())
+			for _, e := range evs.Items {
+				if e.InvolvedObject.Name == "web-1" {
+					webUID = string(e.InvolvedObject.UID)
+				}
+			}
+			return webUID
+		}, 30*time.Second).ShouldNot(BeEmpty(), "an Event on web-1 names its UID")
+		secrets := []string{nsB, "web-1", string(rsRef.UID), webUID}
+		By("tenant a's editor reads its pending pod (its Pending reason and the plan record) and its namespace's Events")
+		read := func() string {
+			var p corev1.Pod
+			Expect(tenantA.Get(ctx, client.ObjectKeyFromObject(big), &p)).To(Succeed())
+			var evs corev1.EventList
+			Expect(tenantA.List(ctx, &evs, client.InNamespace(s.ns))).To(Succeed())
+			text := fmt.Sprintf("%+v", p.Status)
+			for _, e := range evs.Items {
+				text += "\n" + e.Reason + ": " + e.Message
+			}
+			return text
+		}
+		Eventually(read, 30*time.Second).Should(And(
+			ContainSubstring(slicerv1alpha1.EventDefragmentationPlanned+": 1 move(s): move a pod of another namespace (1g.10gb) from node "+s.nodes[0]+" GPU 0"),
+			ContainSubstring(plugin.EventDefragmentationEvicting+": evicted 1 pod(s)"),
+			ContainSubstring(string(slicerv1alpha1.PodConditionDefragmentationPlan))))
+		text := read()
+		GinkgoWriter.Printf("what tenant a reads:\n%s\n", text)
+		for _, secret := range secrets {
+			Expect(text).NotTo(ContainSubstring(secret), "tenant a reads tenant b's %q", secret)
+		}
+	})
+
+	It("tells a preemptor how many pods of other tenants it waits for, not which", func() {
+		ensurePriorityClasses()
+		nsB := s.ns + "-b"
+		Expect(k8s.Create(ctx, framework.MakeNamespace(nsB))).To(Succeed())
+		s.others = append(s.others, nsB)
+		kctx, stopKubelet := context.WithCancel(ctx)
+		DeferCleanup(stopKubelet)
+		fakeKubelet(kctx, nsB, 2*time.Second, 0) // the victims terminate after 2 s: the preemptor waits
+		s.addNode(s.ns+"-n1", 1)
+		var lows []string
+		for i := 0; i < 7; i++ {
+			p := withPriority(s.pod(fmt.Sprintf("low-%d", i), map[string]int64{"1g.10gb": 1}), prioLow)
+			p.Namespace = nsB
+			Expect(k8s.Create(ctx, p)).To(Succeed())
+			lows = append(lows, p.Name)
+		}
+		Eventually(func() int {
+			var list corev1.PodList
+			Expect(k8s.List(ctx, &list, client.InNamespace(nsB))).To(Succeed())
+			n := 0
+			for _, p := range list.Items {
+				if p.Spec.NodeName != "" {
+					n++
+				}
+			}
+			return n
+		}).Should(Equal(7))
+		tenantA := editor(s.ns, "alice")
+		high := withPriority(s.pod("high", map[string]int64{"3g.40gb": 1}), prioHigh)
+		Expect(tenantA.Create(ctx, high)).To(Succeed())
+		events := func() string {
+			var evs corev1.EventList
+			Expect(tenantA.List(ctx, &evs, client.InNamespace(s.ns))).To(Succeed())
+			text := ""
+			for _, e := range evs.Items {
+				if e.InvolvedObject.Name == high.Name {
+					text += "\n" + e.Reason + ": " + e.Message
+				}
+			}
+			return text
+		}
+		Eventually(events, 30*time.Second).Should(ContainSubstring("waiting for 3 pods of lower priority to terminate: 3 pods of other namespaces"))
+		Eventually(func() string { return s.get(high.Name).Spec.NodeName }, 30*time.Second).Should(Equal(s.nodes[0]))
+		text := events()
+		GinkgoWriter.Printf("what the preemptor's tenant reads:%s\n", text)
+		for _, secret := range append(lows, nsB) {
+			Expect(text).NotTo(ContainSubstring(secret), "tenant a reads tenant b's %q", secret)
+		}
 	})
 })
