@@ -10,6 +10,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -81,8 +82,9 @@ func newDefragPolicy(spec *slicerv1alpha1.DefragmentationSpec) (defragPolicy, er
 // movablePod says whether defragmentation may move the pod, and why not: a controller that
 // recreates it elsewhere owns it (not a DaemonSet, whose replacement comes back to the same
 // node, nor the kubelet's mirror pod), it is not annotated slicer.dev/movable: "false", it is
-// not being deleted, it asks for one slice, no PodDisruptionBudget forbids its eviction now, and its namespace
-// matches the policy's selector (nsLabels: the namespace's labels).
+// not being deleted, it asks for one slice, the Eviction API would evict it now as its
+// PodDisruptionBudgets stand (budgets.go), and its namespace matches the policy's selector
+// (nsLabels: the namespace's labels).
 func movablePod(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string, namespaces labels.Selector) (bool, string) {
 	owner := metav1.GetControllerOf(pod)
 	switch {
@@ -96,8 +98,8 @@ func movablePod(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels 
 		return false, "it is being deleted"
 	case !singleSlice(pod):
 		return false, "it holds more than one slice (a plan moves single slices)"
-	case pdbProtects(pod, pdbs):
-		return false, "a PodDisruptionBudget allows no disruption"
+	case evictionRefused(pod, pdbs) != "":
+		return false, evictionRefused(pod, pdbs)
 	case namespaces != nil && !namespaces.Matches(labels.Set(nsLabels)):
 		return false, "its namespace is outside spec.defragmentation.namespaceSelector"
 	}
@@ -125,21 +127,19 @@ func (p *Plugin) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (
 	}
 	start := time.Now()
 	nodes := p.cache.Nodes()
-	in := make([]mig.Node, len(nodes))
-	for i, n := range nodes {
-		in[i] = n.MIG
-	}
-	movable, err := p.movableSlices(nodes)
+	res, movable, spared, err := p.planWithinBudgets(nodes, s.req)
 	if err != nil {
 		p.log.Error(err, "defragmentation skipped", "pod", klog.KObj(pod))
 		return nil, "defragmentation skipped: " + err.Error()
 	}
-	res := mig.PlanDefrag(in, s.req, movable.at, mig.DefragOptions{MaxMoves: p.defrag.maxMoves,
-		Destinations: movable.destinations, DestinationClass: movable.destinationClass, RepackGPUs: mig.DefaultRepackGPUs})
 	p.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
 	p.metrics.DefragPlanDuration.Observe(time.Since(start).Seconds())
 	if res.Outcome != mig.DefragPlanned {
-		p.defragMemo.put(key, gen, p.defragGen(), res)
+		if spared == 0 {
+			// An answer the budgets took part in is not kept: the search that spares pods is
+			// greedy, and the memo's reasoning holds for the planner's answers only.
+			p.defragMemo.put(key, gen, p.defragGen(), res)
+		}
 		return nil, p.noPlanWords(res, s)
 	}
 	// The pending pod's tenant reads the plan on its Event and Pending reason (tenant.go); the
@@ -152,6 +152,48 @@ func (p *Plugin) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (
 		return p.execute(ctx, pod, nodes, res.Plan, movable, plan)
 	}
 	return nil, "defragmentation (Recommend, nothing evicted): " + plan
+}
+
+// maxBudgetReplans bounds how many times a plan is looked for again with one more moved pod
+// spared because the PodDisruptionBudgets would refuse the plan's evictions together.
+const maxBudgetReplans = 8
+
+// planWithinBudgets asks the planner for a plan whose evictions the Eviction API would all
+// allow, as the budgets stand (evictionRefusal): each pod alone is movable only when its budget
+// allows its eviction (movablePod); when a plan's moves together take a budget below what it
+// allows, the pod refused is spared (not movable) and the planner asked again, as
+// DefaultPreemption reprieves victims pod by pod. After maxBudgetReplans the answer is NoPlan,
+// Bounded. It returns the answer, the movability index of the plan's search and how many pods
+// were spared.
+func (p *Plugin) planWithinBudgets(nodes []*snapshot.Node, req *mig.Request) (mig.DefragResult, *movableIndex, int, error) {
+	in := make([]mig.Node, len(nodes))
+	for i, n := range nodes {
+		in[i] = n.MIG
+	}
+	spared := map[types.UID]bool{}
+	for {
+		movable, err := p.movableSlices(nodes, spared)
+		if err != nil {
+			return mig.DefragResult{}, nil, 0, err
+		}
+		res := mig.PlanDefrag(in, req, movable.at, mig.DefragOptions{MaxMoves: p.defrag.maxMoves,
+			Destinations: movable.destinations, DestinationClass: movable.destinationClass, RepackGPUs: mig.DefaultRepackGPUs})
+		if res.Outcome != mig.DefragPlanned {
+			return res, movable, len(spared), nil
+		}
+		moved := make([]*corev1.Pod, 0, len(res.Plan.Moves))
+		for _, mv := range res.Plan.Moves {
+			moved = append(moved, movable.podAt(mv.From))
+		}
+		k, _ := evictionRefusal(moved, movable.pdbs)
+		if k < 0 {
+			return res, movable, len(spared), nil
+		}
+		if len(spared) == maxBudgetReplans {
+			return mig.DefragResult{Outcome: mig.DefragNoPlan, Bounded: true}, movable, len(spared), nil
+		}
+		spared[moved[k].UID] = true
+	}
 }
 
 // noPlanWords is the Pending reason's tail for an answer without a plan ("" for FitsNow).
@@ -176,6 +218,8 @@ type movableIndex struct {
 	p     *Plugin
 	nodes []*snapshot.Node
 	pdbs  []*policyv1.PodDisruptionBudget
+	// spared pods are not movable (planWithinBudgets).
+	spared map[types.UID]bool
 	// pods remembers the movable pods found at the slices asked about (for destinations,
 	// destinationClass and the plan's words): a list per node threaded through one slice
 	// (head: per node index, 1 + the index of its last pod found, 0 when none), read back
@@ -211,12 +255,13 @@ func (m *movableIndex) podAt(s mig.SliceAt) *corev1.Pod {
 	return nil
 }
 
-func (p *Plugin) movableSlices(nodes []*snapshot.Node) (*movableIndex, error) {
+// movableSlices is the movability index of one search on nodes; the spared pods are not movable.
+func (p *Plugin) movableSlices(nodes []*snapshot.Node, spared map[types.UID]bool) (*movableIndex, error) {
 	pdbs, err := p.pdbs.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list PodDisruptionBudgets: %w", err)
 	}
-	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, head: make([]int32, len(nodes)),
+	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, spared: spared, head: make([]int32, len(nodes)),
 		classes: map[*corev1.Pod]int{}, classIDs: map[string]int{}}, nil
 }
 
@@ -230,7 +275,7 @@ func (m *movableIndex) at(node, gpu int, prof mig.Profile, pl mig.Placement) boo
 	}
 	ns, name, _ := strings.Cut(c.Pod, "/")
 	pod, err := m.p.pods.Pods(ns).Get(name)
-	if err != nil || pod.UID != c.PodUID || pod.Spec.NodeName == "" {
+	if err != nil || pod.UID != c.PodUID || pod.Spec.NodeName == "" || m.spared[pod.UID] {
 		return false
 	}
 	var nsLabels map[string]string

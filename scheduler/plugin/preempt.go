@@ -8,8 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -202,11 +200,7 @@ func (p *Plugin) selectVictims(ctx context.Context, cs fwk.CycleState, pod *core
 			cands[q.UID] = pi
 		}
 	}
-	claims := p.cache.Claims(name)
-	plan, ok, err := p.planOn(n, claims, cands, s.req, prio, pdbs, true)
-	if err == nil && !ok {
-		plan, ok, err = p.planOn(n, claims, cands, s.req, prio, pdbs, false)
-	}
+	plan, ok, err := p.planSparing(n, p.cache.Claims(name), cands, s.req, prio, pdbs)
 	if err != nil {
 		return nil, 0, fwk.AsStatus(err)
 	}
@@ -256,10 +250,58 @@ func (p *Plugin) selectVictims(ctx context.Context, cs fwk.CycleState, pod *core
 	return pods, pdbViolations(pods, pdbs), nil
 }
 
-// planOn builds the node's holders from its claims and plans the request; spare keeps pods a
-// PDB protects out of the victims.
+// planSparing plans the node's slices sparing the pods whose deletion would violate a
+// PodDisruptionBudget where another plan exists, as DefaultPreemption spares them pod by pod
+// (budgets.go): first no pod a budget protects on its own; then, while the victims together take
+// a budget below what it allows (pdbViolating, in DefaultPreemption's order of importance, so the
+// least important victims are the violating ones), those too. Of the plans found, the one with
+// the fewest violations wins (then the first); without one that spares, the plan that spares
+// nobody: a budget never makes preemption impossible, as upstream.
+func (p *Plugin) planSparing(n *snapshot.Node, claims map[string][]snapshot.Claim, cands map[types.UID]fwk.PodInfo,
+	req *mig.Request, prio int32, pdbs []*policyv1.PodDisruptionBudget) (mig.PreemptionPlan, bool, error) {
+	spared := map[types.UID]bool{}
+	for uid, pi := range cands {
+		if pdbProtects(pi.GetPod(), pdbs) {
+			spared[uid] = true
+		}
+	}
+	var best mig.PreemptionPlan
+	found, fewest := false, 0
+	for {
+		plan, ok, err := p.planOn(n, claims, cands, req, prio, spared)
+		if err != nil || !ok {
+			if err != nil || found {
+				return best, found, err
+			}
+			return p.planOn(n, claims, cands, req, prio, nil)
+		}
+		victims := make([]*corev1.Pod, 0, len(plan.Owners))
+		for _, o := range plan.Owners {
+			victims = append(victims, cands[types.UID(o)].GetPod())
+		}
+		byImportance(victims)
+		violating := pdbViolating(victims, pdbs)
+		count, more := 0, false
+		for i, v := range victims {
+			if violating[i] {
+				count++
+				more = more || !spared[v.UID]
+				spared[v.UID] = true
+			}
+		}
+		if !found || count < fewest {
+			best, found, fewest = plan, true, count
+		}
+		if count == 0 || !more {
+			return best, true, nil
+		}
+	}
+}
+
+// planOn builds the node's holders from its claims and plans the request; the spared pods are
+// not victims.
 func (p *Plugin) planOn(n *snapshot.Node, claims map[string][]snapshot.Claim, cands map[types.UID]fwk.PodInfo,
-	req *mig.Request, prio int32, pdbs []*policyv1.PodDisruptionBudget, spare bool) (mig.PreemptionPlan, bool, error) {
+	req *mig.Request, prio int32, spared map[types.UID]bool) (mig.PreemptionPlan, bool, error) {
 	gpus := make([]mig.VictimGPU, len(n.GPUs))
 	for i, g := range n.GPUs {
 		gpus[i] = mig.VictimGPU{Model: g.Model, Usable: n.MIG.GPUs[i].Usable && g.Model.Valid()}
@@ -267,7 +309,7 @@ func (p *Plugin) planOn(n *snapshot.Node, claims map[string][]snapshot.Claim, ca
 			h := mig.Holder{Instance: mig.Instance{Profile: c.Slot.Profile, Placement: c.Slot.Placement},
 				Owner: string(c.PodUID), Leaving: c.Leaving, Pinned: true, Priority: prio}
 			if pi, ok := cands[c.PodUID]; ok && c.PodUID != "" {
-				h.Pinned = spare && pdbProtects(pi.GetPod(), pdbs)
+				h.Pinned = spared[c.PodUID]
 				h.Priority = corev1helpers.PodPriority(pi.GetPod())
 			}
 			gpus[i].Holders = append(gpus[i].Holders, h)
@@ -277,30 +319,31 @@ func (p *Plugin) planOn(n *snapshot.Node, claims map[string][]snapshot.Claim, ca
 }
 
 // moreVictims is DefaultPreemption's way for what slices alone do not free: every other
-// candidate removed, then given back, PDB-protected ones first and the most important first,
-// as long as the pod still fits.
+// candidate removed, then given back one by one as long as the pod still fits, the violating ones
+// first (those whose deletion, after the slice victims', would take a budget below what it
+// allows: pdbViolating), each group the most important first.
 func (p *Plugin) moreVictims(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo,
 	cands map[types.UID]fwk.PodInfo, chosen map[types.UID]bool, pdbs []*policyv1.PodDisruptionBudget,
 	remove func(fwk.PodInfo) *fwk.Status) ([]fwk.PodInfo, *fwk.Status) {
-	var others []fwk.PodInfo
+	var taken, rest []*corev1.Pod
 	for uid, pi := range cands {
-		if !chosen[uid] {
-			others = append(others, pi)
+		if chosen[uid] {
+			taken = append(taken, pi.GetPod())
+		} else {
+			rest = append(rest, pi.GetPod())
 		}
 	}
-	sort.Slice(others, func(i, j int) bool {
-		a, b := others[i].GetPod(), others[j].GetPod()
-		if pa, pb := pdbProtects(a, pdbs), pdbProtects(b, pdbs); pa != pb {
-			return pa
+	byImportance(taken)
+	byImportance(rest)
+	violating := pdbViolating(append(taken, rest...), pdbs)[len(taken):]
+	var others []fwk.PodInfo
+	for _, first := range []bool{true, false} {
+		for i, q := range rest {
+			if violating[i] == first {
+				others = append(others, cands[q.UID])
+			}
 		}
-		if corev1helpers.PodPriority(a) != corev1helpers.PodPriority(b) {
-			return corev1helpers.PodPriority(a) > corev1helpers.PodPriority(b)
-		}
-		if ta, tb := startTime(a), startTime(b); !ta.Equal(&tb) {
-			return ta.Before(&tb)
-		}
-		return a.UID < b.UID
-	})
+	}
 	for _, pi := range others {
 		if st := remove(pi); !st.IsSuccess() {
 			return nil, st
@@ -323,59 +366,6 @@ func (p *Plugin) moreVictims(ctx context.Context, cs fwk.CycleState, pod *corev1
 		}
 	}
 	return more, nil
-}
-
-func startTime(pod *corev1.Pod) metav1.Time {
-	if pod.Status.StartTime != nil {
-		return *pod.Status.StartTime
-	}
-	return pod.CreationTimestamp
-}
-
-// pdbMatches reports whether the PDB covers the pod and has not counted it disrupted yet.
-func pdbMatches(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
-	if pdb.Namespace != pod.Namespace {
-		return false
-	}
-	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-	if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
-		return false
-	}
-	_, disrupted := pdb.Status.DisruptedPods[pod.Name]
-	return !disrupted
-}
-
-// pdbProtects reports whether evicting the pod alone would violate a PDB.
-func pdbProtects(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) bool {
-	for _, pdb := range pdbs {
-		if pdbMatches(pdb, pod) && pdb.Status.DisruptionsAllowed <= 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// pdbViolations counts the victims whose eviction takes some PDB below its allowed
-// disruptions, the victims counted in order (as DefaultPreemption counts them).
-func pdbViolations(victims []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) int {
-	allowed := make([]int32, len(pdbs))
-	for i, pdb := range pdbs {
-		allowed[i] = pdb.Status.DisruptionsAllowed
-	}
-	n := 0
-	for _, v := range victims {
-		violates := false
-		for i, pdb := range pdbs {
-			if pdbMatches(pdb, v) {
-				allowed[i]--
-				violates = violates || allowed[i] < 0
-			}
-		}
-		if violates {
-			n++
-		}
-	}
-	return n
 }
 
 // dryPlan is what a dry run planned for the pod on one node.

@@ -90,7 +90,10 @@ func TestPDBs(t *testing.T) {
 		{"allows one", []*policyv1.PodDisruptionBudget{pdb("ns", 1, app)}, []bool{false, false, false}, 1},
 		{"allows none", []*policyv1.PodDisruptionBudget{pdb("ns", 0, app)}, []bool{true, true, false}, 2},
 		{"other namespace", []*policyv1.PodDisruptionBudget{pdb("other", 0, app)}, []bool{false, false, false}, 0},
-		{"empty selector matches nothing", []*policyv1.PodDisruptionBudget{pdb("ns", 0, map[string]string{})}, []bool{false, false, false}, 0},
+		// As the Eviction API and the disruption controller read it (DefaultPreemption reads it
+		// as matching nothing).
+		{"empty selector matches every pod of the namespace", []*policyv1.PodDisruptionBudget{pdb("ns", 0, map[string]string{})}, []bool{true, true, true}, 3},
+		{"no selector matches nothing", []*policyv1.PodDisruptionBudget{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nil"}}}, []bool{false, false, false}, 0},
 		{"already disrupted", []*policyv1.PodDisruptionBudget{pdb("ns", 0, app, "a")}, []bool{false, true, false}, 1},
 	}
 	for _, tc := range cases {

@@ -8,12 +8,18 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+
+	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
 	"github.com/slicer-operator/slicer/test/framework"
@@ -39,13 +45,11 @@ func editor(ns, user string) client.Client {
 	return c
 }
 
-// twoTenants is the restart spec's cluster shared by two tenants: tenant b's ReplicaSet "web"
-// has its one replica web-1 on n1, which blocks a 7g.80gb there; n2 is full but for 1g.10gb @6
-// (a bare pod of the scenario's own namespace). Tenant a (the scenario's namespace, through
-// its editor) then asks for a 7g.80gb: the plan (Evict) moves web-1 to n2 @6 and holds that room
-// for its replacement. It returns tenant b's namespace, the ReplicaSet's controller reference,
-// the editor's client and the pending pod, once web-1 is evicted and gone.
-func twoTenants(s *scenario) (string, metav1.OwnerReference, client.Client, *corev1.Pod) {
+// sharedCluster is the restart spec's cluster shared by two tenants: tenant b's ReplicaSet
+// "web" has its one replica web-1 on n1, which blocks a 7g.80gb there; n2 is full but for
+// 1g.10gb @6 (a bare pod of the scenario's own namespace, tenant a's). It returns tenant b's
+// namespace and the ReplicaSet's controller reference.
+func sharedCluster(s *scenario) (string, metav1.OwnerReference) {
 	GinkgoHelper()
 	nsB := s.ns + "-b"
 	Expect(k8s.Create(ctx, framework.MakeNamespace(nsB))).To(Succeed())
@@ -55,26 +59,36 @@ func twoTenants(s *scenario) (string, metav1.OwnerReference, client.Client, *cor
 	fakeKubelet(kctx, nsB, 0, 0)
 	fakeKubelet(kctx, s.ns, 0, 0)
 	rsRef := createWebReplicaSet(nsB, 1)
-	on := func(ns, name, node string) {
-		GinkgoHelper()
-		Eventually(func() string {
-			var p corev1.Pod
-			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p)).To(Succeed())
-			return p.Spec.NodeName
-		}, 30*time.Second).Should(Equal(node))
-	}
 	s.addNode(s.ns+"-n1", 1)
 	s.addNode(s.ns+"-n2", 1)
 	n1, n2 := s.nodes[0], s.nodes[1]
 	s.cordonSeen(n1, true)
 	s.create(s.pod("fill", map[string]int64{"4g.40gb": 1, "2g.20gb": 1}))
-	on(s.ns, "fill", n2)
+	boundTo(s.ns, "fill", n2)
 	s.cordonSeen(n1, false)
 	s.cordonSeen(n2, true)
 	Expect(k8s.Create(ctx, replicaIn(s, nsB, "web-1", rsRef))).To(Succeed())
-	on(nsB, "web-1", n1)
+	boundTo(nsB, "web-1", n1)
 	s.cordonSeen(n2, false)
+	return nsB, rsRef
+}
 
+// boundTo waits until the pod is bound to node.
+func boundTo(ns, name, node string) {
+	GinkgoHelper()
+	Eventually(func() string {
+		var p corev1.Pod
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p)).To(Succeed())
+		return p.Spec.NodeName
+	}, 30*time.Second).Should(Equal(node))
+}
+
+// twoTenants is sharedCluster with tenant a's editor asking for a 7g.80gb: the plan (Evict) moves
+// web-1 to n2 @6 and holds that room for its replacement. It returns what sharedCluster does,
+// the editor's client and the pending pod, once web-1 is evicted and gone.
+func twoTenants(s *scenario) (string, metav1.OwnerReference, client.Client, *corev1.Pod) {
+	GinkgoHelper()
+	nsB, rsRef := sharedCluster(s)
 	tenantA := editor(s.ns, "alice")
 	big := s.pod("big", map[string]int64{"7g.80gb": 1})
 	Expect(tenantA.Create(ctx, big)).To(Succeed())
@@ -82,6 +96,32 @@ func twoTenants(s *scenario) (string, metav1.OwnerReference, client.Client, *cor
 		return k8s.Get(ctx, client.ObjectKey{Namespace: nsB, Name: "web-1"}, &corev1.Pod{})
 	}, 30*time.Second).Should(MatchError(ContainSubstring("not found")), "web-1 evicted and gone")
 	return nsB, rsRef, tenantA, big
+}
+
+// runningIn marks the pod Running and Ready, as a kubelet would (the Eviction API enforces a
+// PodDisruptionBudget on running pods only; there is no kubelet here).
+func runningIn(ns, name string) {
+	GinkgoHelper()
+	var p corev1.Pod
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p)).To(Succeed())
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()})
+	Expect(k8s.Status().Update(ctx, &p)).To(Succeed())
+}
+
+// tenantBudget has tenant ns's editor create a PodDisruptionBudget over sel (minAvailable 1),
+// then plays the disruption controller (envtest has none): its status, processed, allows
+// allowed disruptions of expected healthy pods. It waits a moment for the scheduler's informer.
+func tenantBudget(tenant client.Client, ns, name string, sel *metav1.LabelSelector, allowed, expected int32) {
+	GinkgoHelper()
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: sel}}
+	Expect(tenant.Create(ctx, pdb)).To(Succeed())
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(pdb), pdb)).To(Succeed())
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: allowed,
+		CurrentHealthy: expected, DesiredHealthy: expected - allowed, ExpectedPods: expected}
+	Expect(k8s.Status().Update(ctx, pdb)).To(Succeed())
+	time.Sleep(time.Second) // the scheduler's PodDisruptionBudget informer
 }
 
 // replicaIn is a 1g.10gb replica of the ReplicaSet rsRef names, in namespace ns, on the
@@ -258,4 +298,129 @@ var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 			Expect(text).NotTo(ContainSubstring(secret), "tenant a reads tenant b's %q", secret)
 		}
 	})
+
+	It("plans no move the Eviction API would refuse: a budget with an empty selector covers every pod of its namespace", func() {
+		nsB, _ := sharedCluster(s)
+		runningIn(nsB, "web-1")
+		tenantB := editor(nsB, "bob")
+		tenantBudget(tenantB, nsB, "everything", &metav1.LabelSelector{}, 0, 1)
+		tenantA := editor(s.ns, "alice")
+		big := s.pod("big", map[string]int64{"7g.80gb": 1})
+		Expect(tenantA.Create(ctx, big)).To(Succeed())
+		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
+			ContainSubstring("defragmentation found no plan of at most 2 moves of movable pods"))
+		Consistently(func() *metav1.Time {
+			var p corev1.Pod
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: nsB, Name: "web-1"}, &p)).To(Succeed())
+			return p.DeletionTimestamp
+		}, 3*time.Second).Should(BeNil(), "web-1 is not evicted")
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragRefused.WithLabelValues(plugin.DefragRefusedEviction))).To(BeZero(),
+			"no eviction was tried that the budget refuses")
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(BeZero())
+	})
+
+	It("plans no two moves that together take a budget below what it allows", func() {
+		nsB := s.ns + "-b"
+		Expect(k8s.Create(ctx, framework.MakeNamespace(nsB))).To(Succeed())
+		s.others = append(s.others, nsB)
+		kctx, stopKubelet := context.WithCancel(ctx)
+		DeferCleanup(stopKubelet)
+		fakeKubelet(kctx, nsB, 0, 0)
+		// Node a gets tenant b's two 1g.10gb replicas; node b a bare 4g.40gb, so that a 7g.80gb
+		// fits on a only once both replicas have moved to b.
+		a, b := s.ns+"-a", s.ns+"-b"
+		s.addNode(a, 1)
+		rsRef := createWebReplicaSet(nsB, 2)
+		for _, name := range []string{"web-1", "web-2"} {
+			Expect(k8s.Create(ctx, replicaIn(s, nsB, name, rsRef))).To(Succeed())
+			boundTo(nsB, name, a)
+			runningIn(nsB, name)
+		}
+		s.addNode(b, 1)
+		s.cordonSeen(a, true)
+		s.create(s.pod("four", map[string]int64{"4g.40gb": 1}))
+		boundTo(s.ns, "four", b)
+		s.cordonSeen(a, false)
+		tenantB := editor(nsB, "bob")
+		tenantBudget(tenantB, nsB, "web", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, 1, 2)
+		tenantA := editor(s.ns, "alice")
+		big := s.pod("big", map[string]int64{"7g.80gb": 1})
+		Expect(tenantA.Create(ctx, big)).To(Succeed())
+		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
+			ContainSubstring("defragmentation found no plan"))
+		Consistently(func() int {
+			var list corev1.PodList
+			Expect(k8s.List(ctx, &list, client.InNamespace(nsB))).To(Succeed())
+			n := 0
+			for _, p := range list.Items {
+				if p.DeletionTimestamp == nil {
+					n++
+				}
+			}
+			return n
+		}, 3*time.Second).Should(Equal(2), "no replica is evicted for a plan the budget would cut short")
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(BeZero())
+	})
+
+	It("preempts the victims a budget allows rather than fewer that take it below what it allows", func() {
+		ensurePriorityClasses()
+		nsB := s.ns + "-b"
+		Expect(k8s.Create(ctx, framework.MakeNamespace(nsB))).To(Succeed())
+		s.others = append(s.others, nsB)
+		kctx, stopKubelet := context.WithCancel(ctx)
+		DeferCleanup(stopKubelet)
+		fakeKubelet(kctx, nsB, 0, 0)
+		node := s.ns + "-n1"
+		s.addNode(node, 2)
+		// GPU 0: p1 and p2, both of a budget allowing one disruption; GPU 1: q1, q2, q3 of none.
+		x := map[string]string{"app": "x"}
+		for _, h := range []struct {
+			name, profile string
+			gpu, start    int
+			labels        map[string]string
+		}{{"p1", "3g.40gb", 0, 0, x}, {"p2", "3g.40gb", 0, 4, x}, {"q1", "2g.20gb", 1, 0, nil}, {"q2", "2g.20gb", 1, 2, nil}, {"q3", "3g.40gb", 1, 4, nil}} {
+			placeAt(s, nsB, node, h.name, h.profile, h.gpu, h.start, h.labels, prioLow)
+		}
+		Eventually(func() int {
+			n := 0
+			for _, hs := range r.plugin.Cache().Holders(node) {
+				n += len(hs)
+			}
+			return n
+		}).Should(Equal(5))
+		tenantB := editor(nsB, "bob")
+		tenantBudget(tenantB, nsB, "x", &metav1.LabelSelector{MatchLabels: x}, 1, 2)
+		tenantA := editor(s.ns, "alice")
+		high := withPriority(s.pod("high", map[string]int64{"7g.80gb": 1}), prioHigh)
+		Expect(tenantA.Create(ctx, high)).To(Succeed())
+		boundTo(s.ns, high.Name, node)
+		left := func() []string {
+			var list corev1.PodList
+			Expect(k8s.List(ctx, &list, client.InNamespace(nsB))).To(Succeed())
+			var out []string
+			for _, p := range list.Items {
+				if p.DeletionTimestamp == nil {
+					out = append(out, p.Name)
+				}
+			}
+			return out
+		}
+		Expect(left()).To(ConsistOf("p1", "p2"), "the victims are q1, q2 and q3")
+		Expect(s.allocationsOf(s.get(high.Name))[0].Spec.GPUUUID).To(Equal(framework.GPUUUID(node, 1)))
+	})
 })
+
+// placeAt creates a pod of namespace ns bound to node with its one allocation at GPU gpu, start
+// (as the scheduler's PreBind would have left it), with labels and a PriorityClass.
+func placeAt(s *scenario, ns, node, name, profile string, gpu, start int, labels map[string]string, class string) {
+	GinkgoHelper()
+	p := withPriority(s.pod(name, map[string]int64{profile: 1}), class)
+	p.Namespace, p.Labels, p.Spec.NodeName = ns, labels, node
+	Expect(k8s.Create(ctx, p)).To(Succeed())
+	prof, err := mig.H100_80GB.Profile(profile)
+	Expect(err).NotTo(HaveOccurred())
+	a := framework.MakeSliceAllocation(ns, slicerv1alpha1.AllocationName(p.Name, string(p.UID), 0)).Node(node).
+		GPU(framework.GPUUUID(node, gpu)).Profile(profile, int32(start), int32(prof.MemorySlices)).Pod(p.Name, string(p.UID)).Obj()
+	a.Labels = map[string]string{slicerv1alpha1.LabelNode: node, slicerv1alpha1.LabelPodUID: string(p.UID)}
+	Expect(k8s.Create(ctx, a)).To(Succeed())
+}
