@@ -26,9 +26,10 @@ import (
 // the snapshot by a pledge, a reservation under a key of its own that no pod has, until a pod of
 // the same controller asking for the same profile arrives (it then gets the destination as its
 // nomination) or the replacement timeout passes. In an Ordered plan (a repack plan) a
-// destination may be where another moved pod's slice still is: its pledge is deferred, held in
-// memory only, and becomes a reservation as soon as those slices are gone (holdDeferred, at
-// every PreFilter and Reserve); a replacement whose pledge is still deferred waits for it. Then
+// destination may be where another moved pod's slice still is: its pledge is deferred, a
+// reservation the snapshot takes itself in the change that releases those slices
+// (snapshot.Cache.HoldWhenFree), so no pod placed in between takes the room; a replacement
+// whose pledge is still deferred waits for it. Then
 // the moved pods are evicted through the Eviction API, which enforces PodDisruptionBudgets.
 // The plan is written on the pending pod before the first eviction, and a restarted scheduler
 // rebuilds the pledges, the pending pod's placement and the cap's window from it
@@ -77,9 +78,6 @@ type pledge struct {
 	moved    string
 	pending  *corev1.Pod // the pod the plan was made for
 	deadline time.Time
-	// deferred: not yet a reservation, because moved slices of the plan still hold the room
-	// (an Ordered plan); holdDeferred makes it one.
-	deferred bool
 }
 
 // defragRun is the state of Evict mode, guarded by Plugin.mu.
@@ -92,8 +90,6 @@ type defragRun struct {
 	refused   map[types.UID]refusal
 	evictions []time.Time
 	seq       int
-	// deferred counts the deferred pledges (holdDeferred's fast path).
-	deferred int
 }
 
 // reservation is the snapshot reservation that holds the pledge's room, named after the moved
@@ -131,20 +127,11 @@ func (p *Plugin) addPledge(pl *pledge) {
 		p.defragRun.pledges = map[types.UID]*pledge{}
 	}
 	p.defragRun.pledges[pl.key] = pl
-	if pl.deferred {
-		p.defragRun.deferred++
-	}
 }
 
 // dropPledgeLocked forgets a pledge; p.mu held.
 func (p *Plugin) dropPledgeLocked(pl *pledge) {
-	if _, ok := p.defragRun.pledges[pl.key]; !ok {
-		return
-	}
 	delete(p.defragRun.pledges, pl.key)
-	if pl.deferred {
-		p.defragRun.deferred--
-	}
 }
 
 // freedByMoves reports whether move i's destination can be taken on its GPU once every slice
@@ -170,38 +157,6 @@ func freedByMoves(nodes []*snapshot.Node, plan mig.DefragPlan, i int) bool {
 		}
 	}
 	return st.CanTake(to.Profile, to.Placement)
-}
-
-// holdDeferred turns the deferred pledges whose room is free into reservations. It runs at
-// every PreFilter (sweepDefrag) and at the start of every Reserve, so no pod placed after the
-// moved slices are gone takes a room a plan holds: the pod being reserved then finds it taken.
-func (p *Plugin) holdDeferred() {
-	p.mu.Lock()
-	if p.defragRun.deferred == 0 {
-		p.mu.Unlock()
-		return
-	}
-	var waiting []*pledge
-	for _, pl := range p.defragRun.pledges {
-		if pl.deferred {
-			waiting = append(waiting, pl)
-		}
-	}
-	p.mu.Unlock()
-	for _, pl := range waiting {
-		if p.cache.Reserve(pl.reservation()) != nil {
-			continue // still held by a moved slice being released
-		}
-		p.mu.Lock()
-		if cur, ok := p.defragRun.pledges[pl.key]; ok && cur.deferred {
-			cur.deferred = false
-			p.defragRun.deferred--
-			p.mu.Unlock()
-			continue
-		}
-		p.mu.Unlock()
-		p.cache.Unreserve(pl.key) // dropped meanwhile (claimed cannot be: it was deferred)
-	}
 }
 
 // execute carries out a plan for pod: hold every room, then evict. It returns the result that
@@ -250,13 +205,15 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 			profile: mv.From.Profile.Name, node: nodes[mv.To.Node].Name, slot: snapshot.Slot{Slot: sliceOf(nodes, mv.To)},
 			fromNode: nodes[mv.From.Node].Name, from: snapshot.Slot{Slot: sliceOf(nodes, mv.From)},
 			moved: moved[i].Namespace + "/" + moved[i].Name, pending: pod, deadline: now.Add(p.replacementTimeout)}
-		if err := p.cache.Reserve(pl.reservation()); err != nil {
-			if !plan.Ordered || !freedByMoves(nodes, plan, i) {
-				release(held)
-				p.metrics.DefragRefused.WithLabelValues(DefragRefusedRoomTaken).Inc()
-				return nil, "defragmentation (Evict): a destination was taken before it could be held (" + err.Error() + "); planning again"
-			}
-			pl.deferred = true // the plan's own moved slices hold it: held once they are gone
+		err := p.cache.Reserve(pl.reservation())
+		if err != nil && plan.Ordered && freedByMoves(nodes, plan, i) {
+			// The plan's own moved slices hold it: the snapshot holds it once they are gone.
+			_, err = p.cache.HoldWhenFree(pl.reservation())
+		}
+		if err != nil {
+			release(held)
+			p.metrics.DefragRefused.WithLabelValues(DefragRefusedRoomTaken).Inc()
+			return nil, "defragmentation (Evict): a destination was taken before it could be held (" + err.Error() + "); planning again"
 		}
 		p.addPledge(pl)
 		held = append(held, pl)
@@ -287,13 +244,11 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 			// planned for again.
 			release(held[i:])
 			var waiting []*pledge
-			p.mu.Lock()
 			for _, pl := range held[:i] {
-				if pl.deferred {
+				if p.cache.Waiting(pl.key) {
 					waiting = append(waiting, pl)
 				}
 			}
-			p.mu.Unlock()
 			release(waiting)
 			p.setNomination(pod, "", nil, false)
 			p.metrics.DefragRefused.WithLabelValues(DefragRefusedEviction).Inc()
@@ -422,7 +377,7 @@ func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk
 		if !pl.replacedBy(ownedBy, me, s.slices[0]) {
 			continue
 		}
-		if pl.deferred {
+		if p.cache.Waiting(pl.key) {
 			if waiting == nil || pl.key < waiting.key {
 				waiting = pl
 			}
@@ -471,7 +426,6 @@ func (p *Plugin) sweepDefrag() {
 		}
 	}
 	p.mu.Unlock()
-	p.holdDeferred()
 	for _, pl := range late {
 		p.cache.Unreserve(pl.key)
 		p.metrics.DefragRefused.WithLabelValues(DefragRefusedReplacementLate).Inc()

@@ -144,8 +144,10 @@ func readPlanRecord(pod *corev1.Pod) (planRecord, bool, error) {
 	return rec, false, nil
 }
 
-// restorePlans rebuilds Evict mode's state from the plan records of the pods still waiting for
-// their moves. It runs once, at the first PreFilter (the informers are synced by then).
+// restorePlans rebuilds Evict mode's state from the plan records of the pods that have one, bound
+// or not: the rooms held for the moved pods' replacements outlive the pending pod's wait (it
+// binds as soon as its room opens, while the replacements may come later). It runs once, at the
+// first PreFilter (the informers are synced by then).
 func (p *Plugin) restorePlans(log klog.Logger) {
 	if !p.defrag.evictMode() {
 		return
@@ -157,9 +159,6 @@ func (p *Plugin) restorePlans(log klog.Logger) {
 	}
 	now := p.clock()
 	for _, pod := range pods {
-		if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil {
-			continue
-		}
 		rec, ok, err := readPlanRecord(pod)
 		if !ok {
 			continue
@@ -194,8 +193,10 @@ func trustRecord(rec planRecord, now time.Time) string {
 // never evicted (the scheduler stopped between the record and that eviction): the plan was cut
 // short, as one whose eviction is refused is (defrag_evict.go), so the pending pod gets no
 // nomination and only the evicted pods' rooms that are free are held. A room that is not free is
-// held (deferred) only when a moved pod of the plan still holds it; otherwise its replacement
-// took it before the restart, or it is lost, and the replacement is placed by the policy.
+// held deferred (snapshot.Cache.HoldWhenFree) only when every slice in it is a moved pod's of the
+// plan (an Ordered plan's slices not yet released); otherwise its replacement took it before the
+// restart, or it is lost, and the replacement is placed by the policy. A pending pod that is
+// bound, or being deleted, gets no nomination; the rooms of its moves are held all the same.
 func (p *Plugin) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) {
 	moved := map[string]bool{} // the moved pods' podKeys
 	evicted := make([]bool, len(rec.Moves))
@@ -219,17 +220,18 @@ func (p *Plugin) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) {
 		if !inNamespace(pod.Namespace, pl.moved) {
 			pl.moved = "" // an earlier release's record names pods of any namespace
 		}
-		if p.cache.Reserve(pl.reservation()) != nil {
-			claim, ok := p.cache.ClaimAt(mv.Node, pl.slot.Slot)
-			if cut || !ok || !moved[podKey(claim.PodUID)] {
-				continue
-			}
-			pl.deferred = true
+		err := p.cache.Reserve(pl.reservation())
+		if err != nil && !cut && p.heldByMoved(mv.Node, pl.slot.Slot, moved) {
+			_, err = p.cache.HoldWhenFree(pl.reservation())
+		}
+		if err != nil {
+			continue
 		}
 		p.addPledge(pl)
 		restored++
 	}
-	if !cut {
+	waits := !cut && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil
+	if waits {
 		p.mu.Lock()
 		if p.defragRun.plans == nil {
 			p.defragRun.plans = map[types.UID]time.Time{}
@@ -239,7 +241,23 @@ func (p *Plugin) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) {
 		p.setNomination(pod, rec.Node, []snapshot.Slot{rec.Target.slot()}, false)
 	}
 	log.Info("defragmentation: plan restored from its record", "pod", klog.KObj(pod), "node", rec.Node,
-		"moves", len(rec.Moves), "roomsHeld", restored, "cutShort", cut)
+		"moves", len(rec.Moves), "roomsHeld", restored, "cutShort", cut, "podWaits", waits)
+}
+
+// heldByMoved reports whether the slices that overlap slot on node are all the moved pods' of a
+// plan (moved: their podKeys), and there is one at least.
+func (p *Plugin) heldByMoved(node string, slot mig.Slot, moved map[string]bool) bool {
+	found := false
+	for _, c := range p.cache.Claims(node)[slot.GPU] {
+		if !c.Slot.Overlaps(slot) {
+			continue
+		}
+		if c.PodUID == "" || !moved[podKey(c.PodUID)] {
+			return false
+		}
+		found = true
+	}
+	return found
 }
 
 // stillThere reports whether the move's pod was never evicted: its slice is still where the

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
@@ -50,14 +52,15 @@ func TestRestorePlans(t *testing.T) {
 		evictions         int  // counted against the cap
 	}
 	for _, tc := range []struct {
-		name    string
-		rec     planRecord
-		garbage bool        // the condition's message is not a record
-		bound   bool        // big is bound
-		web     *corev1.Pod // the moved pod as the informer has it (nil: gone)
-		holder  types.UID   // a pod holding the destination ("": free)
-		slice   bool        // the moved pod's slice is still where it was
-		want    want
+		name     string
+		rec      planRecord
+		garbage  bool        // the condition's message is not a record
+		bound    bool        // big is bound
+		deleting bool        // big is being deleted
+		web      *corev1.Pod // the moved pod as the informer has it (nil: gone)
+		holder   types.UID   // a pod holding the destination ("": free)
+		slice    bool        // the moved pod's slice is still where it was
+		want     want
 	}{
 		{name: "evicted and gone, room free", rec: record(now.Add(4 * time.Minute)),
 			want: want{pledges: 1, reserved: 1, nominated: true, evictions: 1}},
@@ -74,7 +77,12 @@ func TestRestorePlans(t *testing.T) {
 			want: want{pledges: 1, reserved: 1, nominated: true, evictions: 1}},
 		{name: "an earlier release's record: cut short", rec: legacy(now.Add(4 * time.Minute)), web: web(false)},
 		{name: "its time is over", rec: record(now)},
-		{name: "the pod is bound", rec: record(now.Add(4 * time.Minute)), bound: true},
+		// The pending pod bound before the restart: its moves' rooms are still held for the
+		// replacements.
+		{name: "the pod is bound", rec: record(now.Add(4 * time.Minute)), bound: true,
+			want: want{pledges: 1, reserved: 1, evictions: 1}},
+		{name: "the pod is being deleted", rec: record(now.Add(4 * time.Minute)), deleting: true,
+			want: want{pledges: 1, reserved: 1, evictions: 1}},
 		{name: "an unreadable record", rec: record(now.Add(4 * time.Minute)), garbage: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,6 +110,9 @@ func TestRestorePlans(t *testing.T) {
 			if tc.bound {
 				big.Spec.NodeName = "n1"
 			}
+			if tc.deleting {
+				big.DeletionTimestamp = &metav1.Time{Time: now}
+			}
 			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 			for _, pod := range []*corev1.Pod{big, tc.web} {
 				if pod != nil {
@@ -114,7 +125,13 @@ func TestRestorePlans(t *testing.T) {
 
 			p.restorePlans(logr.Discard())
 
-			got := want{pledges: len(p.defragRun.pledges), deferred: p.defragRun.deferred, reserved: p.cache.ReservationCount(),
+			deferred := 0
+			for key := range p.defragRun.pledges {
+				if p.cache.Waiting(key) {
+					deferred++
+				}
+			}
+			got := want{pledges: len(p.defragRun.pledges), deferred: deferred, reserved: p.cache.ReservationCount(),
 				nominated: p.nominatedSlots(big.UID, "n1") != nil, evictions: len(p.defragRun.evictions)}
 			if _, waits := p.defragRun.plans[big.UID]; waits != got.nominated {
 				t.Fatalf("plan waiting %v, nominated %v: want both or neither", waits, got.nominated)
@@ -168,5 +185,73 @@ func TestRestorePlansBoundsTheDeadline(t *testing.T) {
 		if !pl.deadline.Equal(now.Add(time.Minute)) {
 			t.Fatalf("pledge deadline %v; want %v", pl.deadline, now.Add(time.Minute))
 		}
+	}
+}
+
+// TestRestoreHoldsARoomAMovedSliceOfAnotherShapeStillHolds: the repack plan of
+// TestPlanRepackOrderedExample on node n1 GPU 1 (web-2's 1g.10gb moves from 6 to 5, web-1's
+// 1g.20gb from 2 into 6-7), recorded, and the scheduler restarted while web-2's slice is still at
+// 6. web-1's room (1g.20gb@6) overlaps that slice without being it: it is held deferred, and the
+// snapshot takes it in the very change that releases web-2's slice, before anyone else can: a
+// 1g.20gb pod filtered right after finds no room there.
+func TestRestoreHoldsARoomAMovedSliceOfAnotherShapeStillHolds(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	at := func(profile string, start, size int) snapshot.Slot {
+		return snapshot.Slot{Slot: mig.Slot{GPU: "GPU-n11", Profile: profile, Placement: mig.Placement{Start: start, Size: size}}}
+	}
+	p := testPlugin(t, accel("n1", 2))
+	p.defrag = defragPolicy{mode: slicerv1alpha1.DefragmentationEvict}
+	p.now = func() time.Time { return now }
+	p.replacementTimeout = DefaultDefragReplacementTimeout
+	// GPU 0 full; GPU 1: keep at 4, web-2's slice still at 6 (its pod terminating).
+	p.cache.SetAllocation(&snapshot.Allocation{Namespace: "ns", Name: "full-0", PodName: "full", PodUID: "uid-full", NodeName: "n1",
+		Slot: snapshot.Slot{Slot: mig.Slot{GPU: "GPU-n10", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}}})
+	p.cache.SetAllocation(&snapshot.Allocation{Namespace: "ns", Name: "keep-0", PodName: "keep", PodUID: "uid-keep", NodeName: "n1", Slot: at("1g.10gb", 4, 1)})
+	p.cache.SetAllocation(&snapshot.Allocation{Namespace: "ns", Name: "web-2-0", PodName: "web-2", PodUID: "uid-web-2", NodeName: "n1", Slot: at("1g.10gb", 6, 1)})
+	held := []*pledge{
+		{ownerKey: ownerKey("ns", "uid-rs"), movedKey: podKey("uid-web-2"), profile: "1g.10gb", node: "n1", slot: at("1g.10gb", 5, 1),
+			fromNode: "n1", from: at("1g.10gb", 6, 1), moved: "ns/web-2"},
+		{ownerKey: ownerKey("ns", "uid-rs"), movedKey: podKey("uid-web-1"), profile: "1g.20gb", node: "n1", slot: at("1g.20gb", 6, 2),
+			fromNode: "n1", from: at("1g.20gb", 2, 2), moved: "ns/web-1"},
+	}
+	cond, err := planCondition(newPlanRecord(now.Add(-time.Minute), now.Add(4*time.Minute), "n1", at("4g.40gb", 0, 4).Slot, "ns", held))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := migPod("big", "slicer.dev/mig-4g.40gb", "1")
+	big.Status.Conditions = []corev1.PodCondition{cond}
+	web2 := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-2", UID: "uid-web-2", DeletionTimestamp: &metav1.Time{Time: now}},
+		Spec: corev1.PodSpec{NodeName: "n1"}}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, pod := range []*corev1.Pod{big, web2} {
+		if err := idx.Add(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.pods = corelisters.NewPodLister(idx)
+
+	p.restored.Do(func() { p.restorePlans(logr.Discard()) }) // as the first PreFilter does
+
+	waiting := 0
+	for key := range p.defragRun.pledges {
+		if p.cache.Waiting(key) {
+			waiting++
+		}
+	}
+	if len(p.defragRun.pledges) != 2 || waiting != 1 || p.cache.ReservationCount() != 1 {
+		t.Fatalf("restored %d pledges, %d waiting, %d reservations; want 2, 1 (web-1's room at 6), 1", len(p.defragRun.pledges), waiting, p.cache.ReservationCount())
+	}
+	// The agent releases web-2's slice: the room at 6-7 is held in that same change.
+	p.cache.DeleteAllocation("ns", "web-2-0")
+	if p.cache.ReservationCount() != 2 {
+		t.Fatalf("%d reservations after web-2's slice is released; want 2: web-1's room is held at once", p.cache.ReservationCount())
+	}
+	rival := migPod("rival", "slicer.dev/mig-1g.20gb", "1")
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(context.Background(), cs, rival, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	if st := p.Filter(context.Background(), cs, rival, nodeInfo("n1", nil)); st.IsSuccess() {
+		t.Fatal("a 1g.20gb pod fits n1 once web-2's slice is gone: the room held for web-1's replacement is free")
 	}
 }

@@ -28,7 +28,6 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	p.holdDeferred() // before this pod can take a room a plan holds (defrag_evict.go)
 	r := &snapshot.Reservation{PodUID: pod.UID, Namespace: pod.Namespace, PodName: pod.Name, NodeName: nodeName,
 		Slots: append([]snapshot.Slot(nil), s.adopted...)}
 	if s.req != nil {

@@ -106,7 +106,9 @@ type Cache struct {
 	nodeAllocs   map[string]map[types.NamespacedName]*Allocation
 	podAllocs    map[types.UID]map[types.NamespacedName]*Allocation
 	reservations map[types.UID]*Reservation
-	conflicted   map[string]bool // GPU UUIDs currently in conflict
+	// waiting are the reservations that wait for their slots (deferred.go).
+	waiting    map[types.UID]*Reservation
+	conflicted map[string]bool // GPU UUIDs currently in conflict
 	// waiters maps a pod to the channel closed at the next change of its allocations
 	// (PodChanged); the entry goes with the close, or with the pod's reservation.
 	waiters map[types.UID]chan struct{}
@@ -129,6 +131,7 @@ func New(log logr.Logger, events Events) *Cache {
 		nodeAllocs:   map[string]map[types.NamespacedName]*Allocation{},
 		podAllocs:    map[types.UID]map[types.NamespacedName]*Allocation{},
 		reservations: map[types.UID]*Reservation{},
+		waiting:      map[types.UID]*Reservation{},
 		conflicted:   map[string]bool{},
 		waiters:      map[types.UID]chan struct{}{},
 		written:      map[types.UID]*written{},
@@ -348,14 +351,39 @@ func (c *Cache) notify(uid types.UID) {
 }
 
 // Reserve holds the slots of a pod on a node, after checking that they are
-// still free (they were chosen on a snapshot that may be older). Slots the
-// pod already holds through its own allocations are accepted as they are.
+// still free (they were chosen on a snapshot that may be older) and that none
+// overlaps a reservation waiting for its slots (deferred.go). Slots the pod
+// already holds through its own allocations are accepted as they are.
 func (c *Cache) Reserve(r *Reservation) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.checkNew(r); err != nil {
+		return err
+	}
+	if err := c.overlapsWaiting(r); err != nil {
+		return err
+	}
+	if err := c.canTake(r); err != nil {
+		return err
+	}
+	c.hold(r)
+	return nil
+}
+
+// checkNew refuses a reservation for a pod that already holds or awaits one; c.mu is held.
+func (c *Cache) checkNew(r *Reservation) error {
 	if _, ok := c.reservations[r.PodUID]; ok {
 		return fmt.Errorf("pod %s/%s already holds a reservation", r.Namespace, r.PodName)
 	}
+	if _, ok := c.waiting[r.PodUID]; ok {
+		return fmt.Errorf("pod %s/%s already awaits a reservation", r.Namespace, r.PodName)
+	}
+	return nil
+}
+
+// canTake says why the reservation's slots cannot be taken on its node's snapshot (nil when
+// they can); c.mu is held.
+func (c *Cache) canTake(r *Reservation) error {
 	n := c.nodes[r.NodeName]
 	if n == nil {
 		return fmt.Errorf("node %s has no NodeAccelerator", r.NodeName)
@@ -388,11 +416,15 @@ func (c *Cache) Reserve(r *Reservation) error {
 		}
 		states[s.GPU] = next
 	}
+	return nil
+}
+
+// hold records a reservation canTake accepted; c.mu is held.
+func (c *Cache) hold(r *Reservation) {
 	c.reservations[r.PodUID] = r
 	c.trackWrites(r)
 	c.rebuild(r.NodeName)
 	c.reportReservations()
-	return nil
 }
 
 // Commit marks a pod's reservation as committed (its allocations exist).
@@ -426,6 +458,13 @@ func (c *Cache) Reservation(uid types.UID) *Reservation {
 func (c *Cache) Unreserve(uid types.UID) *Reservation {
 	c.mu.Lock()
 	c.notify(uid) // the pod's waiters are done (PostBind, Unreserve): wake any left, drop the channel
+	if w := c.waiting[uid]; w != nil {
+		// It took nothing, but other reservations that overlap it were refused.
+		delete(c.waiting, uid)
+		c.mu.Unlock()
+		c.freed()
+		return w
+	}
 	r := c.reservations[uid]
 	if r == nil {
 		c.mu.Unlock()
@@ -478,9 +517,18 @@ type holder struct {
 	pod  types.UID // "" for a slice the agent reports without an allocation we know
 }
 
-// rebuild recomputes and publishes the snapshot of one node. Called with the
-// write lock held.
+// rebuild recomputes and publishes the snapshot of one node, then takes the waiting
+// reservations of the node whose slots it shows free (deferred.go). Called with the write lock
+// held.
 func (c *Cache) rebuild(name string) {
+	c.rebuildNode(name)
+	for c.takeWaiting(name) {
+		c.rebuildNode(name)
+	}
+}
+
+// rebuildNode recomputes and publishes the snapshot of one node; c.mu is held.
+func (c *Cache) rebuildNode(name string) {
 	c.gen.Add(1)
 	na := c.accels[name]
 	if na == nil {

@@ -379,7 +379,7 @@ var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 			gpu, start    int
 			labels        map[string]string
 		}{{"p1", "3g.40gb", 0, 0, x}, {"p2", "3g.40gb", 0, 4, x}, {"q1", "2g.20gb", 1, 0, nil}, {"q2", "2g.20gb", 1, 2, nil}, {"q3", "3g.40gb", 1, 4, nil}} {
-			placeAt(s, nsB, node, h.name, h.profile, h.gpu, h.start, h.labels, prioLow)
+			placeAt(s, nsB, node, h.name, h.profile, h.gpu, h.start, h.labels, prioLow, nil)
 		}
 		Eventually(func() int {
 			n := 0
@@ -411,11 +411,15 @@ var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 })
 
 // placeAt creates a pod of namespace ns bound to node with its one allocation at GPU gpu, start
-// (as the scheduler's PreBind would have left it), with labels and a PriorityClass.
-func placeAt(s *scenario, ns, node, name, profile string, gpu, start int, labels map[string]string, class string) {
+// (as the scheduler's PreBind would have left it), with labels and a PriorityClass ("": none),
+// changed by mutate (nil: unchanged).
+func placeAt(s *scenario, ns, node, name, profile string, gpu, start int, labels map[string]string, class string, mutate func(*corev1.Pod)) {
 	GinkgoHelper()
 	p := withPriority(s.pod(name, map[string]int64{profile: 1}), class)
 	p.Namespace, p.Labels, p.Spec.NodeName = ns, labels, node
+	if mutate != nil {
+		mutate(p)
+	}
 	Expect(k8s.Create(ctx, p)).To(Succeed())
 	prof, err := mig.H100_80GB.Profile(profile)
 	Expect(err).NotTo(HaveOccurred())
