@@ -410,6 +410,57 @@ var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 	})
 })
 
+var _ = Describe("A plan record a tenant writes", func() {
+	It("is refused through pods/status and dropped at creation, so a restarted scheduler holds no room for it", func() {
+		s := newScenario(fmt.Sprintf("forge-%d", time.Now().UnixNano()%100000))
+		evict := func(o *config.Options) {
+			o.Defragmentation = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict}
+		}
+		r := startSchedulerWith(ctx, plugin.Options{}, timeout, evict)
+		DeferCleanup(func() {
+			if r != nil {
+				r.stop()
+			}
+			s.cleanup()
+		})
+		node := s.ns + "-n1"
+		s.addNode(node, 1)
+		// What a restarted scheduler would hold from it, were it read: a room at GPU 0 @0 of n1.
+		now := time.Now().UTC()
+		forged := fmt.Sprintf(`{"evicted":%q,"deadline":%q,"node":%q,"target":{"gpu":%q,"profile":"7g.80gb","start":0,"size":8},`+
+			`"moves":[{"podKey":"0","ownerKey":"0","node":%q,"to":{"gpu":%q,"profile":"1g.10gb","start":0,"size":1}}]}`,
+			now.Format(time.RFC3339), now.Add(4*time.Minute).Format(time.RFC3339), node, framework.GPUUUID(node, 0), node, framework.GPUUUID(node, 0))
+		record := corev1.PodCondition{Type: slicerv1alpha1.PodConditionDefragmentationPlan, Status: corev1.ConditionTrue,
+			Reason: "Evicting", Message: forged, LastTransitionTime: metav1.Now()}
+		tenant := editor(s.ns, "mallory")
+		p := s.pod("forger", map[string]int64{"1g.10gb": 1})
+		p.Spec.NodeSelector[poolLabel] = "nowhere" // never placed: it only carries the record
+		p.Annotations = map[string]string{string(slicerv1alpha1.PodConditionDefragmentationPlan): forged}
+		p.Status.Conditions = []corev1.PodCondition{record}
+		Expect(tenant.Create(ctx, p)).To(Succeed())
+		Expect(podCondition(s.get(p.Name), slicerv1alpha1.PodConditionDefragmentationPlan)).To(BeNil(), "the apiserver keeps no status a pod's creator writes")
+		By("through pods/status: forbidden to a namespace editor")
+		cur := s.get(p.Name)
+		cur.Status.Conditions = append(cur.Status.Conditions, record)
+		err := tenant.Status().Update(ctx, cur)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("forbidden"))
+		By("through the pod itself: its status is not the pod's to change")
+		cur = s.get(p.Name)
+		cur.Status.Conditions = append(cur.Status.Conditions, record)
+		cur.Labels = map[string]string{"touched": "yes"}
+		Expect(tenant.Update(ctx, cur)).To(Succeed())
+		Expect(podCondition(s.get(p.Name), slicerv1alpha1.PodConditionDefragmentationPlan)).To(BeNil())
+		By("a restarted scheduler holds no room: a probe, the first MIG pod it sees, runs the restore")
+		r.stop()
+		r = startSchedulerWith(ctx, plugin.Options{}, timeout, evict)
+		probe := s.create(s.pod("probe", map[string]int64{"1g.10gb": 1}))
+		Eventually(func() string { return s.get(probe.Name).Spec.NodeName }, 30*time.Second).Should(Equal(node))
+		Consistently(func() []string { return r.plugin.Cache().Holders(node)[framework.GPUUUID(node, 0)] }, 2*time.Second).ShouldNot(
+			ContainElement(ContainSubstring("replacement of")), "a room is held from the tenant's record")
+	})
+})
+
 // placeAt creates a pod of namespace ns bound to node with its one allocation at GPU gpu, start
 // (as the scheduler's PreBind would have left it), with labels and a PriorityClass ("": none),
 // changed by mutate (nil: unchanged).
