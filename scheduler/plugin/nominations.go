@@ -162,6 +162,8 @@ func (p *Plugin) stillNominated(uid types.UID, n nomination) bool {
 // forgetIdleNomination drops the room preemption cleared for the pod once the pod waits for
 // nothing there (awaited is empty): the room is free and the pod did not take it, or another
 // pod of higher priority holds it; either way holding it would only keep pods off free room.
+// PostFilter asks only when no room was freed since the pod's cycle began: a room freed during
+// the cycle is not one the pod failed to take (postfilter.go).
 func (p *Plugin) forgetIdleNomination(pod *corev1.Pod) {
 	p.mu.Lock()
 	n, ok := p.nominations[pod.UID]

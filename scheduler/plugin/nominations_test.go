@@ -14,6 +14,9 @@ import (
 	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
+
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
 // TestFilterHoldsRoomTheQueueLost: preemption cleared a 7g.80gb's room on n1 and its victim
@@ -193,5 +196,36 @@ func TestFilterHoldsAPlansRoom(t *testing.T) {
 		if !waiting && !st.IsSuccess() {
 			t.Fatalf("no plan waiting: Filter = %v; want success", st)
 		}
+	}
+}
+
+// TestForgetDeletedPod: a pod deleted takes its nomination, dry run, rejection, PreBind failure
+// and plan state out of the plugin's memory (the pod informer's delete handler), whether or not
+// any Filter looks at its node again; the rooms its plan holds for replacements stay.
+func TestForgetDeletedPod(t *testing.T) {
+	p := testPlugin(t, accel("n1", 1))
+	p.dryRun = map[types.UID]map[string]dryPlan{}
+	pod := migPod("gone", "slicer.dev/mig-1g.10gb", "1")
+	slot := snapshot.Slot{Slot: mig.Slot{GPU: "GPU-n10", Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}}
+	p.setNomination(pod, "n1", []snapshot.Slot{slot}, true)
+	p.rejected[pod.UID] = pod
+	p.prebindFailed[pod.UID] = true
+	p.dryRun[pod.UID] = map[string]dryPlan{"n1": {slots: []snapshot.Slot{slot}}}
+	p.defragRun.plans = map[types.UID]time.Time{pod.UID: time.Now()}
+	p.addPledge(&pledge{key: "defrag-pledge-1", pending: pod})
+
+	p.forgetDeletedPod(cache.DeletedFinalStateUnknown{Key: "ns/gone", Obj: pod})
+
+	if p.nominatedSlots(pod.UID, "n1") != nil || p.hasNominations("n1") {
+		t.Error("the deleted pod's nomination is kept")
+	}
+	if _, ok := p.rejected[pod.UID]; ok {
+		t.Error("the deleted pod is still among the rejected")
+	}
+	if p.prebindFailed[pod.UID] || p.dryRun[pod.UID] != nil || !p.defragRun.plans[pod.UID].IsZero() {
+		t.Error("the deleted pod's PreBind failure, dry run or plan is kept")
+	}
+	if len(p.defragRun.pledges) != 1 {
+		t.Error("the room held for a replacement went with the pending pod")
 	}
 }

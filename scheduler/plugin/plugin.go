@@ -22,6 +22,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -202,6 +203,10 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 			p.replacementTimeout = DefaultDefragReplacementTimeout
 		}
 		p.evaluator = newEvaluator(h, &preemptor{p: p})
+		if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(
+			toolscache.ResourceEventHandlerFuncs{DeleteFunc: p.forgetDeletedPod}); err != nil {
+			return nil, fmt.Errorf("%s: watch pod deletions: %w", Name, err)
+		}
 		if p.defrag.mode != slicerv1alpha1.DefragmentationDisabled {
 			if err := p.watchDefragInputs(h); err != nil {
 				return nil, fmt.Errorf("%s: watch the defragmentation planner's inputs: %w", Name, err)

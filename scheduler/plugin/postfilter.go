@@ -54,7 +54,19 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 		return nil, st
 	}
 	why += "; preemption: " + st.Message()
-	p.forgetIdleNomination(pod)
+	if p.cache.FreedGeneration() == s.freedGen {
+		p.forgetIdleNomination(pod)
+	} else {
+		// Room was freed while the pod was judged: the room cleared for it may have freed after
+		// its Filter refused it (the last victim's slice released in between), so that preemption
+		// now finds it free and nothing to evict, and answers "no candidate" with a cleared
+		// nomination. The pod is retried (reject activated it), after its backoff since it is in
+		// its cycle, while the pods of lower priority the same change woke are retried at once:
+		// without its nomination, the plugin's and the framework's (res), they would take the
+		// room first, and be preempted by it again (the CI failure of 2026-12-01). Both are kept
+		// until the retry judges the pod on the newer state.
+		res = nil
+	}
 	moved, more := p.defragment(ctx, pod, s)
 	if more != "" {
 		why += "; " + more
