@@ -220,12 +220,12 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 	}
 	target := nodes[plan.Target.Node].Name
 	opened := sliceOf(nodes, plan.Target)
-	p.setNomination(pod, target, []snapshot.Slot{{Slot: opened}}, false)
+	p.held.set(pod, target, []snapshot.Slot{{Slot: opened}}, byPlan, now.Add(p.replacementTimeout))
 	// Written before the first eviction, so that a restart after it rebuilds the held rooms
 	// (defrag_record.go); a plan that cannot be recorded is not carried out.
 	if err := p.writePlanRecord(ctx, pod, newPlanRecord(now, now.Add(p.replacementTimeout), target, opened, pod.Namespace, held)); err != nil {
 		release(held)
-		p.setNomination(pod, "", nil, false)
+		p.held.forget(pod.UID, "")
 		p.metrics.DefragRefused.WithLabelValues(DefragRefusedNotRecorded).Inc()
 		return nil, "defragmentation (Evict): " + err.Error() + "; planning again"
 	}
@@ -250,7 +250,7 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 				}
 			}
 			release(waiting)
-			p.setNomination(pod, "", nil, false)
+			p.held.forget(pod.UID, "")
 			p.metrics.DefragRefused.WithLabelValues(DefragRefusedEviction).Inc()
 			why := fmt.Sprintf("the eviction of %s was refused: %s", podFor(pod.Namespace, v.Namespace+"/"+v.Name),
 				refusalFor(pod.Namespace, v.Namespace, err))
@@ -397,7 +397,7 @@ func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk
 		return nil
 	}
 	p.cache.Unreserve(found.key)
-	p.setNomination(pod, found.node, []snapshot.Slot{found.slot}, false)
+	p.held.set(pod, found.node, []snapshot.Slot{found.slot}, byReplacement, time.Time{})
 	log.V(2).Info("defragmentation: replacement takes its held room", "pod", klog.KObj(pod), "replaces", found.movedFor(pod.Namespace), "node", found.node, "slot", found.slot.Slot)
 	return nil
 }

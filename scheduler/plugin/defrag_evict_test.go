@@ -54,7 +54,7 @@ func TestClaimPledgeTakesOnlyTheReplacement(t *testing.T) {
 			if st := p.claimPledge(logr.Discard(), tc.pod, s); st != nil {
 				t.Fatalf("claimPledge: %v", st)
 			}
-			took := p.nominatedSlots(tc.pod.UID, "n1") != nil
+			took := p.held.slots(tc.pod.UID, "n1") != nil
 			held := p.cache.Reservation(pl.key) != nil
 			if took != tc.takes || held == tc.takes {
 				t.Fatalf("took the room %v (held for the replacement still: %v); want took %v", took, held, tc.takes)

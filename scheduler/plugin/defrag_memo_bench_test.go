@@ -34,7 +34,7 @@ func crowdedPlugin(b *testing.B, nodes int) *Plugin {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{},
+	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, held: newNominations(),
 		prebindFailed: map[types.UID]bool{}, recorder: events.NewFakeRecorder(10)}
 	if p.defrag, err = newDefragPolicy(nil); err != nil {
 		b.Fatal(err)

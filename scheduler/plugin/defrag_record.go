@@ -238,7 +238,7 @@ func (p *Plugin) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) {
 		}
 		p.defragRun.plans[pod.UID] = rec.Deadline
 		p.mu.Unlock()
-		p.setNomination(pod, rec.Node, []snapshot.Slot{rec.Target.slot()}, false)
+		p.held.set(pod, rec.Node, []snapshot.Slot{rec.Target.slot()}, byPlan, rec.Deadline)
 	}
 	log.Info("defragmentation: plan restored from its record", "pod", klog.KObj(pod), "node", rec.Node,
 		"moves", len(rec.Moves), "roomsHeld", restored, "cutShort", cut, "podWaits", waits)

@@ -132,7 +132,7 @@ func TestRestorePlans(t *testing.T) {
 				}
 			}
 			got := want{pledges: len(p.defragRun.pledges), deferred: deferred, reserved: p.cache.ReservationCount(),
-				nominated: p.nominatedSlots(big.UID, "n1") != nil, evictions: len(p.defragRun.evictions)}
+				nominated: p.held.slots(big.UID, "n1") != nil, evictions: len(p.defragRun.evictions)}
 			if _, waits := p.defragRun.plans[big.UID]; waits != got.nominated {
 				t.Fatalf("plan waiting %v, nominated %v: want both or neither", waits, got.nominated)
 			}
@@ -140,7 +140,7 @@ func TestRestorePlans(t *testing.T) {
 				t.Fatalf("restored %+v; want %+v", got, tc.want)
 			}
 			if got.nominated {
-				if s := p.nominatedSlots(big.UID, "n1"); len(s) != 1 || s[0].Slot != target {
+				if s := p.held.slots(big.UID, "n1"); len(s) != 1 || s[0].Slot != target {
 					t.Fatalf("nominated to %v; want %v", s, target)
 				}
 			}

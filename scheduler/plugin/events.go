@@ -108,9 +108,9 @@ func (p *Plugin) forgetDeletedPod(obj any) {
 	if !ok {
 		return
 	}
+	p.held.forget(pod.UID, "")
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.forgetNominationLocked(pod.UID, "")
 	delete(p.dryRun, pod.UID)
 	delete(p.rejected, pod.UID)
 	delete(p.prebindFailed, pod.UID)

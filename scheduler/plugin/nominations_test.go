@@ -59,7 +59,7 @@ func TestFilterHoldsRoomTheQueueLost(t *testing.T) {
 			p := testPlugin(t, accel("n1", 2))
 			overlayPod{name: "victim", slots: []overlaySlot{{0, "1g.10gb", 4}}}.allocate(t, p)
 			nominated := withPrio(high.pod(), 10)
-			p.setNomination(nominated, "n1", high.snapshotSlots(t), true)
+			p.held.set(nominated, "n1", high.snapshotSlots(t), byPreemption, time.Time{})
 			if tc.informer != nil {
 				idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 				if cur := tc.informer(withPrio(high.pod(), 10)); cur != nil {
@@ -87,7 +87,7 @@ func TestFilterHoldsRoomTheQueueLost(t *testing.T) {
 			if tc.held == rst.IsSuccess() {
 				t.Fatalf("Reserve = %v; want success %v", rst, !tc.held)
 			}
-			forgotten := p.nominatedSlots(nominated.UID, "n1") == nil
+			forgotten := p.held.slots(nominated.UID, "n1") == nil
 			if stale := tc.informer != nil && !tc.held; forgotten != stale {
 				t.Fatalf("nomination forgotten %v; want %v", forgotten, stale)
 			}
@@ -102,7 +102,7 @@ func TestFilterHoldsOnlyWhatTheFrameworkDidNotAdd(t *testing.T) {
 	ctx := context.Background()
 	p := testPlugin(t, accel("n1", 1))
 	x := overlayPod{name: "x", slots: []overlaySlot{{0, "3g.40gb", 4}}}
-	p.setNomination(x.pod(), "n1", x.snapshotSlots(t), true)
+	p.held.set(x.pod(), "n1", x.snapshotSlots(t), byPreemption, time.Time{})
 	low := migPod("low", "slicer.dev/mig-4g.40gb", "1")
 	for _, added := range []bool{false, true} {
 		cs := framework.NewCycleState()
@@ -142,28 +142,28 @@ func TestForgetIdleNomination(t *testing.T) {
 		return pod
 	}
 	for _, tc := range []struct {
-		name         string
-		byPreemption bool
-		terminating  bool // the victim is being preempted
-		kept         bool
+		name        string
+		kind        nominationKind
+		terminating bool // the victim is being preempted
+		kept        bool
 	}{
-		{"waiting for the victim", true, true, true},
-		{"waiting for nothing", true, false, false},
-		{"defragmentation's", false, false, true},
+		{"waiting for the victim", byPreemption, true, true},
+		{"waiting for nothing", byPreemption, false, false},
+		{"defragmentation's", byPlan, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlugin(t, accel("n1", 1))
 			victim.allocate(t, p)
 			nominated := high.pod()
 			nominated.Spec.Priority = ptr.To[int32](10)
-			p.setNomination(nominated, "n1", high.snapshotSlots(t), tc.byPreemption)
+			p.held.set(nominated, "n1", high.snapshotSlots(t), tc.kind, time.Now().Add(time.Minute))
 			p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim.pod(), tc.terminating)}, []*corev1.Node{node})}
 			p.forgetIdleNomination(nominated)
-			if kept := p.nominatedSlots(high.pod().UID, "n1") != nil; kept != tc.kept {
+			if kept := p.held.slots(high.pod().UID, "n1") != nil; kept != tc.kept {
 				t.Fatalf("kept %v, want %v", kept, tc.kept)
 			}
-			if p.hasNominations("n1") != tc.kept {
-				t.Fatalf("node index says %v, want %v", p.hasNominations("n1"), tc.kept)
+			if p.held.on("n1") != tc.kept {
+				t.Fatalf("node index says %v, want %v", p.held.on("n1"), tc.kept)
 			}
 		})
 	}
@@ -180,10 +180,11 @@ func TestFilterHoldsAPlansRoom(t *testing.T) {
 		p := testPlugin(t, accel("n1", 2))
 		overlayPod{name: "moved", slots: []overlaySlot{{0, "1g.10gb", 4}}}.allocate(t, p)
 		overlayPod{name: "other", slots: []overlaySlot{{1, "7g.80gb", 0}}}.allocate(t, p)
-		p.setNomination(big.pod(), "n1", big.snapshotSlots(t), false)
+		until := time.Now().Add(-time.Second) // the plan's moves' time is over
 		if waiting {
-			p.defragRun.plans = map[types.UID]time.Time{big.pod().UID: time.Now().Add(time.Minute)}
+			until = time.Now().Add(time.Minute)
 		}
+		p.held.set(big.pod(), "n1", big.snapshotSlots(t), byPlan, until)
 		pod := migPod("rival", "slicer.dev/mig-1g.10gb", "1")
 		cs := framework.NewCycleState()
 		if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
@@ -207,7 +208,7 @@ func TestForgetDeletedPod(t *testing.T) {
 	p.dryRun = map[types.UID]map[string]dryPlan{}
 	pod := migPod("gone", "slicer.dev/mig-1g.10gb", "1")
 	slot := snapshot.Slot{Slot: mig.Slot{GPU: "GPU-n10", Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}}
-	p.setNomination(pod, "n1", []snapshot.Slot{slot}, true)
+	p.held.set(pod, "n1", []snapshot.Slot{slot}, byPreemption, time.Time{})
 	p.rejected[pod.UID] = pod
 	p.prebindFailed[pod.UID] = true
 	p.dryRun[pod.UID] = map[string]dryPlan{"n1": {slots: []snapshot.Slot{slot}}}
@@ -216,7 +217,7 @@ func TestForgetDeletedPod(t *testing.T) {
 
 	p.forgetDeletedPod(cache.DeletedFinalStateUnknown{Key: "ns/gone", Obj: pod})
 
-	if p.nominatedSlots(pod.UID, "n1") != nil || p.hasNominations("n1") {
+	if p.held.slots(pod.UID, "n1") != nil || p.held.on("n1") {
 		t.Error("the deleted pod's nomination is kept")
 	}
 	if _, ok := p.rejected[pod.UID]; ok {

@@ -86,12 +86,11 @@ type Plugin struct {
 	prebindFailed map[types.UID]bool
 	// rejected are MIG pods that found no room, activated when room appears.
 	rejected map[types.UID]*corev1.Pod
-	// nominations are the placements preemption cleared (nominations.go); dryRun the
-	// placements planned per node during a preemption dry run (preempt.go).
-	nominations map[types.UID]nomination
-	dryRun      map[types.UID]map[string]dryPlan
-	// nominatedNodes is the set of nodes in nominations, for Filter without p.mu.
-	nominatedNodes atomic.Pointer[map[string]bool]
+	// held are the rooms held for nominated pods (nominations.go), shared by preemption and
+	// defragmentation; dryRun the placements planned per node during a preemption dry run
+	// (preempt.go).
+	held   *nominations
+	dryRun map[types.UID]map[string]dryPlan
 	// evaluator is kube-scheduler's preemption with Slicer's victims (preempt.go).
 	evaluator *preemption.Evaluator
 	// defrag is the defragmentation policy; pdbs and namespaces what it reads, recorder where
@@ -187,7 +186,7 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 			cache:              snapshot.New(log, m),
 			prebindFailed:      map[types.UID]bool{},
 			rejected:           map[types.UID]*corev1.Pod{},
-			nominations:        map[types.UID]nomination{},
+			held:               newNominations(),
 			dryRun:             map[types.UID]map[string]dryPlan{},
 			defrag:             defrag,
 			recorder:           h.EventRecorder(),

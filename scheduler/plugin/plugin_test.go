@@ -71,7 +71,7 @@ func testPlugin(t *testing.T, nas ...*slicerv1alpha1.NodeAccelerator) *Plugin {
 		t.Fatal(err)
 	}
 	// Defragmentation off: the tests that exercise it give the plugin its listers (withDefrag).
-	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, prebindFailed: map[types.UID]bool{},
+	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, prebindFailed: map[types.UID]bool{}, held: newNominations(),
 		defrag: defragPolicy{mode: slicerv1alpha1.DefragmentationDisabled}}
 	for _, na := range nas {
 		p.cache.SetNodeAccelerator(na)
@@ -185,7 +185,7 @@ func TestFilterDoesNotAllocate(t *testing.T) {
 func BenchmarkFilterScore(b *testing.B) {
 	ctx := context.Background()
 	m, _ := NewMetrics(nil)
-	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m)}
+	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), held: newNominations()}
 	p.cache.SetNodeAccelerator(accel("n1", 8))
 	pod := migPod("a", "slicer.dev/mig-3g.40gb", "1")
 	cs := framework.NewCycleState()

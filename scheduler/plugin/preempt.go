@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -121,7 +122,7 @@ func (p *Plugin) awaited(pod *corev1.Pod, node string) []string {
 			}
 		}
 	}
-	mine := p.nominatedSlots(pod.UID, node)
+	mine := p.held.slots(pod.UID, node)
 	for _, claims := range p.cache.Claims(node) {
 		for _, c := range claims {
 			concerns := mine == nil || overlapsAny(c.Slot, mine)
@@ -394,7 +395,7 @@ func (p *Plugin) keepDryRun(pod *corev1.Pod, node string) dryPlan {
 	delete(p.dryRun, pod.UID)
 	p.mu.Unlock()
 	if node != "" && plan.slots != nil {
-		p.setNomination(pod, node, plan.slots, true)
+		p.held.set(pod, node, plan.slots, byPreemption, time.Time{})
 	}
 	return plan
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -32,7 +33,7 @@ func TestReserveTakesTheClearedPlacement(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlugin(t, accel("n1", 1))
 			pod := migPod("high", "slicer.dev/mig-1g.10gb", "1")
-			p.setNomination(pod, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "1g.10gb", 0}}}.snapshotSlots(t), true)
+			p.held.set(pod, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "1g.10gb", 0}}}.snapshotSlots(t), byPreemption, time.Time{})
 			if tc.taken {
 				overlayPod{name: "other", slots: []overlaySlot{{0, "1g.10gb", 0}}}.allocate(t, p)
 			}
@@ -153,7 +154,7 @@ func TestPreemptingMessage(t *testing.T) {
 func TestNominatedPodWaitsForTheSliceOfADeletedVictim(t *testing.T) {
 	p := testPlugin(t, accel("n1", 1))
 	high := migPod("high", "slicer.dev/mig-3g.40gb", "1")
-	p.setNomination(high, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "3g.40gb", 4}}}.snapshotSlots(t), true)
+	p.held.set(high, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "3g.40gb", 4}}}.snapshotSlots(t), byPreemption, time.Time{})
 	victim := overlayPod{name: "victim", slots: []overlaySlot{{0, "1g.10gb", 4}}}
 	victim.allocate(t, p)
 	kept := overlayPod{name: "kept", slots: []overlaySlot{{0, "1g.10gb", 0}}}

@@ -77,7 +77,7 @@ func (p *Plugin) place(pod *corev1.Pod, n *snapshot.Node, s *podState) ([]mig.As
 		ov = held
 	}
 	view := p.applyOverlay(n, ov)
-	if as := nominatedAssignments(n, view, s, p.nominatedSlots(pod.UID, n.Name)); as != nil {
+	if as := nominatedAssignments(n, view, s, p.held.slots(pod.UID, n.Name)); as != nil {
 		return as, nil
 	}
 	return mig.Place(view, s.req)
