@@ -103,7 +103,7 @@ func TestPlanSparingSparesAPartialBudget(t *testing.T) {
 		Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}}},
 		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1}}}
 	req := mig.MustRequest(mig.RequestItem{Profile: "7g.80gb", Count: 1})
-	plan, ok, err := p.planSparing(p.cache.Node("n1"), p.cache.Claims("n1"), cands, req, 100, pdbs)
+	plan, ok, err := testPreemptor(p).planSparing(p.cache.Node("n1"), p.cache.Claims("n1"), cands, req, 100, pdbs)
 	if err != nil || !ok {
 		t.Fatalf("no plan: %v", err)
 	}
@@ -115,7 +115,7 @@ func TestPlanSparingSparesAPartialBudget(t *testing.T) {
 		t.Fatalf("victims %v; want q1, q2, q3 (p1 and p2 together violate their budget)", plan.Owners)
 	}
 	// Without the budget the fewest victims win.
-	plan, ok, err = p.planSparing(p.cache.Node("n1"), p.cache.Claims("n1"), cands, req, 100, nil)
+	plan, ok, err = testPreemptor(p).planSparing(p.cache.Node("n1"), p.cache.Claims("n1"), cands, req, 100, nil)
 	if err != nil || !ok || len(plan.Owners) != 2 {
 		t.Fatalf("without a budget: victims %v (%v, %v); want p1 and p2", plan.Owners, ok, err)
 	}

@@ -109,9 +109,11 @@ func (p *Plugin) forgetDeletedPod(obj any) {
 		return
 	}
 	p.held.forget(pod.UID, "")
+	if p.preemptor != nil {
+		p.preemptor.forget(pod.UID)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.dryRun, pod.UID)
 	delete(p.rejected, pod.UID)
 	delete(p.prebindFailed, pod.UID)
 	delete(p.defragRun.plans, pod.UID)

@@ -204,18 +204,3 @@ func (p *Plugin) stillNominated(uid types.UID, n nomination) bool {
 	p.held.forget(uid, n.node)
 	return false
 }
-
-// forgetIdleNomination drops the room preemption cleared for the pod once the pod waits for
-// nothing there (awaited is empty): the room is free and the pod did not take it, or another
-// pod of higher priority holds it; either way holding it would only keep pods off free room.
-// PostFilter asks only when no room was freed since the pod's cycle began: a room freed during
-// the cycle is not one the pod failed to take (postfilter.go).
-func (p *Plugin) forgetIdleNomination(pod *corev1.Pod) {
-	n, ok := p.held.get(pod.UID)
-	if !ok || n.kind != byPreemption || p.handle == nil {
-		return
-	}
-	if len(p.awaited(pod, n.node)) == 0 {
-		p.held.forget(pod.UID, n.node)
-	}
-}

@@ -157,8 +157,9 @@ func TestForgetIdleNomination(t *testing.T) {
 			nominated := high.pod()
 			nominated.Spec.Priority = ptr.To[int32](10)
 			p.held.set(nominated, "n1", high.snapshotSlots(t), tc.kind, time.Now().Add(time.Minute))
-			p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim.pod(), tc.terminating)}, []*corev1.Node{node})}
-			p.forgetIdleNomination(nominated)
+			pr := testPreemptor(p)
+			pr.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim.pod(), tc.terminating)}, []*corev1.Node{node})}
+			pr.forgetIdle(nominated)
 			if kept := p.held.slots(high.pod().UID, "n1") != nil; kept != tc.kept {
 				t.Fatalf("kept %v, want %v", kept, tc.kept)
 			}
@@ -205,13 +206,13 @@ func TestFilterHoldsAPlansRoom(t *testing.T) {
 // any Filter looks at its node again; the rooms its plan holds for replacements stay.
 func TestForgetDeletedPod(t *testing.T) {
 	p := testPlugin(t, accel("n1", 1))
-	p.dryRun = map[types.UID]map[string]dryPlan{}
+	p.preemptor = testPreemptor(p)
 	pod := migPod("gone", "slicer.dev/mig-1g.10gb", "1")
 	slot := snapshot.Slot{Slot: mig.Slot{GPU: "GPU-n10", Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}}
 	p.held.set(pod, "n1", []snapshot.Slot{slot}, byPreemption, time.Time{})
 	p.rejected[pod.UID] = pod
 	p.prebindFailed[pod.UID] = true
-	p.dryRun[pod.UID] = map[string]dryPlan{"n1": {slots: []snapshot.Slot{slot}}}
+	p.preemptor.putDryRun(pod.UID, "n1", dryPlan{slots: []snapshot.Slot{slot}})
 	p.defragRun.plans = map[types.UID]time.Time{pod.UID: time.Now()}
 	p.addPledge(&pledge{key: "defrag-pledge-1", pending: pod})
 
@@ -223,7 +224,7 @@ func TestForgetDeletedPod(t *testing.T) {
 	if _, ok := p.rejected[pod.UID]; ok {
 		t.Error("the deleted pod is still among the rejected")
 	}
-	if p.prebindFailed[pod.UID] || p.dryRun[pod.UID] != nil || !p.defragRun.plans[pod.UID].IsZero() {
+	if p.prebindFailed[pod.UID] || p.preemptor.dryRun[pod.UID] != nil || !p.defragRun.plans[pod.UID].IsZero() {
 		t.Error("the deleted pod's PreBind failure, dry run or plan is kept")
 	}
 	if len(p.defragRun.pledges) != 1 {

@@ -27,7 +27,6 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
-	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -87,12 +86,10 @@ type Plugin struct {
 	// rejected are MIG pods that found no room, activated when room appears.
 	rejected map[types.UID]*corev1.Pod
 	// held are the rooms held for nominated pods (nominations.go), shared by preemption and
-	// defragmentation; dryRun the placements planned per node during a preemption dry run
-	// (preempt.go).
-	held   *nominations
-	dryRun map[types.UID]map[string]dryPlan
-	// evaluator is kube-scheduler's preemption with Slicer's victims (preempt.go).
-	evaluator *preemption.Evaluator
+	// defragmentation.
+	held *nominations
+	// preemptor is Slicer's preemption (preempt.go); nil in unit tests that run none.
+	preemptor *preemptor
 	// defrag is the defragmentation policy; pdbs and namespaces what it reads, recorder where
 	// it reports (defrag.go).
 	defrag   defragPolicy
@@ -187,7 +184,6 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 			prebindFailed:      map[types.UID]bool{},
 			rejected:           map[types.UID]*corev1.Pod{},
 			held:               newNominations(),
-			dryRun:             map[types.UID]map[string]dryPlan{},
 			defrag:             defrag,
 			recorder:           h.EventRecorder(),
 			defragRun:          defragRun{pledges: map[types.UID]*pledge{}, plans: map[types.UID]time.Time{}},
@@ -201,7 +197,7 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 		if p.replacementTimeout <= 0 {
 			p.replacementTimeout = DefaultDefragReplacementTimeout
 		}
-		p.evaluator = newEvaluator(h, &preemptor{p: p})
+		p.preemptor = newPreemptor(h, p.cache, p.held)
 		if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(
 			toolscache.ResourceEventHandlerFuncs{DeleteFunc: p.forgetDeletedPod}); err != nil {
 			return nil, fmt.Errorf("%s: watch pod deletions: %w", Name, err)

@@ -33,40 +33,21 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 	log := klog.FromContext(ctx)
 	p.reject(log, pod, s.freedGen)
 	why := p.explain(pod.Namespace, s)
-	if p.evaluator == nil {
+	if p.preemptor == nil {
 		res, more := p.defragment(ctx, pod, s)
 		if more != "" {
 			why += "; " + more
 		}
 		return res, fwk.NewStatus(fwk.Unschedulable, why)
 	}
-	res, st := p.evaluator.Preempt(ctx, cs, pod, m)
-	node := ""
-	if st.IsSuccess() && res != nil && res.NominatingInfo != nil {
-		node = res.NominatedNodeName
-	}
-	plan := p.keepDryRun(pod, node)
+	res, st := p.preemptor.preempt(ctx, cs, pod, m, s)
 	switch {
 	case st.IsSuccess():
-		log.V(2).Info("preempting for MIG slices", "pod", klog.KObj(pod), "node", node, "slots", plan.slots, "victims", plan.victims)
-		return res, fwk.NewStatus(fwk.Success, preemptingMessage(pod.Namespace, node, plan))
+		return res, st
 	case st.Code() == fwk.Error:
 		return nil, st
 	}
 	why += "; preemption: " + st.Message()
-	if p.cache.FreedGeneration() == s.freedGen {
-		p.forgetIdleNomination(pod)
-	} else {
-		// Room was freed while the pod was judged: the room cleared for it may have freed after
-		// its Filter refused it (the last victim's slice released in between), so that preemption
-		// now finds it free and nothing to evict, and answers "no candidate" with a cleared
-		// nomination. The pod is retried (reject activated it), after its backoff since it is in
-		// its cycle, while the pods of lower priority the same change woke are retried at once:
-		// without its nomination, the plugin's and the framework's (res), they would take the
-		// room first, and be preempted by it again (the CI failure of 2026-12-01). Both are kept
-		// until the retry judges the pod on the newer state.
-		res = nil
-	}
 	moved, more := p.defragment(ctx, pod, s)
 	if more != "" {
 		why += "; " + more

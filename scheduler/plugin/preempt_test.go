@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -112,7 +113,7 @@ func TestPDBs(t *testing.T) {
 }
 
 func TestEligibility(t *testing.T) {
-	pr := &preemptor{p: testPlugin(t)}
+	pr := testPreemptor(testPlugin(t))
 	never := migPod("never", "slicer.dev/mig-1g.10gb", "1")
 	never.Spec.PreemptionPolicy = ptr.To(corev1.PreemptNever)
 	if ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), never, nil); ok || !strings.Contains(msg, "preemptionPolicy is Never") {
@@ -160,7 +161,7 @@ func TestNominatedPodWaitsForTheSliceOfADeletedVictim(t *testing.T) {
 	kept := overlayPod{name: "kept", slots: []overlaySlot{{0, "1g.10gb", 0}}}
 	kept.allocate(t, p)
 	high.Status.NominatedNodeName = "n1"
-	pr := &preemptor{p: p}
+	pr := testPreemptor(p)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	onNode := func(o overlayPod) *corev1.Pod {
 		pod := o.pod()
@@ -169,19 +170,25 @@ func TestNominatedPodWaitsForTheSliceOfADeletedVictim(t *testing.T) {
 	}
 
 	// Both pods still there: nothing to wait for (the victim is not terminating).
-	p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim), onNode(kept)}, []*corev1.Node{node})}
+	pr.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim), onNode(kept)}, []*corev1.Node{node})}
 	if ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), high, nil); !ok {
 		t.Fatalf("with every pod present: not eligible: %s", msg)
 	}
 	// The victim's pod is gone, its allocation not yet deleting: wait for its slice only.
-	p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(kept)}, []*corev1.Node{node})}
+	pr.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(kept)}, []*corev1.Node{node})}
 	ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), high, nil)
 	if ok || !strings.Contains(msg, "pod ns/victim (deleted) to be released") {
 		t.Fatalf("with the victim's pod gone: eligible %v, %q", ok, msg)
 	}
 	// A gone pod's slice outside the cleared placement is not waited for.
-	p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim)}, []*corev1.Node{node})}
+	pr.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim)}, []*corev1.Node{node})}
 	if ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), high, nil); !ok {
 		t.Fatalf("with a pod gone outside the cleared placement: not eligible: %s", msg)
 	}
+}
+
+// testPreemptor is the test plugin's preemption without an evaluator (the tests call its
+// preemption.Interface methods and its planning directly).
+func testPreemptor(p *Plugin) *preemptor {
+	return &preemptor{cache: p.cache, held: p.held, dryRun: map[types.UID]map[string]dryPlan{}}
 }
