@@ -82,13 +82,13 @@ func destinationClassOf(pod *corev1.Pod) string {
 // nodeAdmits reports whether pod passes the node filters on node n of the plan's nodes, as the
 // scheduler's node informer has it (a node it does not know admits nothing).
 func (m *movableIndex) nodeAdmits(pod *corev1.Pod, aff nodeaffinity.RequiredNodeAffinity, n int) bool {
-	node, err := m.p.nodes.Get(m.nodes[n].Name)
+	node, err := m.d.nodes.Get(m.nodes[n].Name)
 	if err != nil {
 		return false
 	}
 	log := klog.Background()
 	if node.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(log, pod.Spec.Tolerations,
-		&corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, m.p.tolerationOps) {
+		&corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, m.d.tolerationOps) {
 		return false
 	}
 	if ok, err := aff.Match(node); err != nil || !ok {
@@ -96,6 +96,6 @@ func (m *movableIndex) nodeAdmits(pod *corev1.Pod, aff nodeaffinity.RequiredNode
 	}
 	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(log, node.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
 		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-	}, m.p.tolerationOps)
+	}, m.d.tolerationOps)
 	return !untolerated
 }

@@ -5,13 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -80,7 +85,28 @@ type pledge struct {
 	deadline time.Time
 }
 
-// defragRun is the state of Evict mode, guarded by Plugin.mu.
+// evictor carries plans out in Evict mode. It owns what that holds: the pledges, the plans under
+// way, the refusals, the evictions counted against the cap, and the plan records that rebuild
+// them after a restart (defrag_record.go); it writes the pods' rooms to the shared nominations.
+type evictor struct {
+	handle   fwk.Handle // the Eviction API and the pods/status writes
+	cache    *snapshot.Cache
+	held     *nominations
+	pods     corelisters.PodLister
+	recorder events.EventRecorder
+	metrics  *Metrics
+	log      logr.Logger
+	policy   defragPolicy
+	// replacementTimeout bounds how long a room is held; now is the clock (nil: time.Now).
+	replacementTimeout time.Duration
+	now                func() time.Time
+	restored           sync.Once // the plan records restored (defrag_record.go)
+
+	mu  sync.Mutex
+	run defragRun
+}
+
+// defragRun is the state of Evict mode, guarded by evictor.mu.
 type defragRun struct {
 	pledges map[types.UID]*pledge
 	// plans maps a pending pod to the deadline of the moves made for it.
@@ -112,26 +138,26 @@ func (pl *pledge) movedFor(ns string) string {
 }
 
 // newPledgeKey is a pledge's reservation key, which no pod has.
-func (p *Plugin) newPledgeKey() types.UID {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.defragRun.seq++
-	return types.UID(fmt.Sprintf("defrag-pledge-%d", p.defragRun.seq))
+func (e *evictor) newPledgeKey() types.UID {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.run.seq++
+	return types.UID(fmt.Sprintf("defrag-pledge-%d", e.run.seq))
 }
 
 // addPledge keeps a pledge, held or deferred.
-func (p *Plugin) addPledge(pl *pledge) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.defragRun.pledges == nil {
-		p.defragRun.pledges = map[types.UID]*pledge{}
+func (e *evictor) addPledge(pl *pledge) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.run.pledges == nil {
+		e.run.pledges = map[types.UID]*pledge{}
 	}
-	p.defragRun.pledges[pl.key] = pl
+	e.run.pledges[pl.key] = pl
 }
 
-// dropPledgeLocked forgets a pledge; p.mu held.
-func (p *Plugin) dropPledgeLocked(pl *pledge) {
-	delete(p.defragRun.pledges, pl.key)
+// dropPledgeLocked forgets a pledge; e.mu held.
+func (e *evictor) dropPledgeLocked(pl *pledge) {
+	delete(e.run.pledges, pl.key)
 }
 
 // freedByMoves reports whether move i's destination can be taken on its GPU once every slice
@@ -162,8 +188,8 @@ func freedByMoves(nodes []*snapshot.Node, plan mig.DefragPlan, i int) bool {
 // execute carries out a plan for pod: hold every room, then evict. It returns the result that
 // nominates the pod to the target node (nil when nothing was evicted) and the words for its
 // Pending reason.
-func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex, words string) (*fwk.PostFilterResult, string) {
-	now := p.clock()
+func (e *evictor) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex, words string) (*fwk.PostFilterResult, string) {
+	now := e.clock()
 	log := klog.FromContext(ctx)
 	moved := make([]*corev1.Pod, len(plan.Moves))
 	for i, mv := range plan.Moves {
@@ -172,61 +198,61 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 			return nil, "defragmentation (Evict): a moved pod is no longer known; planning again"
 		}
 	}
-	p.mu.Lock()
-	window := time.Duration(p.defrag.windowSeconds) * time.Second
-	kept := p.defragRun.evictions[:0]
-	for _, t := range p.defragRun.evictions {
+	e.mu.Lock()
+	window := time.Duration(e.policy.windowSeconds) * time.Second
+	kept := e.run.evictions[:0]
+	for _, t := range e.run.evictions {
 		if now.Sub(t) < window {
 			kept = append(kept, t)
 		}
 	}
-	p.defragRun.evictions = kept
-	capped := len(kept)+len(plan.Moves) > p.defrag.maxEvictions
-	p.mu.Unlock()
+	e.run.evictions = kept
+	capped := len(kept)+len(plan.Moves) > e.policy.maxEvictions
+	e.mu.Unlock()
 	if capped {
-		p.metrics.DefragRefused.WithLabelValues(DefragRefusedEvictionCap).Inc()
+		e.metrics.DefragRefused.WithLabelValues(DefragRefusedEvictionCap).Inc()
 		return nil, fmt.Sprintf("defragmentation (Evict) waits: the plan's %d eviction(s) would pass the cap of %d per %s (%s)",
-			len(plan.Moves), p.defrag.maxEvictions, window, words)
+			len(plan.Moves), e.policy.maxEvictions, window, words)
 	}
 
 	// Hold every destination, then the target, before anything is evicted.
 	var held []*pledge
 	release := func(ps []*pledge) {
 		for _, pl := range ps {
-			p.cache.Unreserve(pl.key)
-			p.mu.Lock()
-			p.dropPledgeLocked(pl)
-			p.mu.Unlock()
+			e.cache.Unreserve(pl.key)
+			e.mu.Lock()
+			e.dropPledgeLocked(pl)
+			e.mu.Unlock()
 		}
 	}
 	for i, mv := range plan.Moves {
 		owner := metav1.GetControllerOf(moved[i])
-		pl := &pledge{key: p.newPledgeKey(), ownerKey: ownerKey(moved[i].Namespace, owner.UID), movedKey: podKey(moved[i].UID),
+		pl := &pledge{key: e.newPledgeKey(), ownerKey: ownerKey(moved[i].Namespace, owner.UID), movedKey: podKey(moved[i].UID),
 			profile: mv.From.Profile.Name, node: nodes[mv.To.Node].Name, slot: snapshot.Slot{Slot: sliceOf(nodes, mv.To)},
 			fromNode: nodes[mv.From.Node].Name, from: snapshot.Slot{Slot: sliceOf(nodes, mv.From)},
-			moved: moved[i].Namespace + "/" + moved[i].Name, pending: pod, deadline: now.Add(p.replacementTimeout)}
-		err := p.cache.Reserve(pl.reservation())
+			moved: moved[i].Namespace + "/" + moved[i].Name, pending: pod, deadline: now.Add(e.replacementTimeout)}
+		err := e.cache.Reserve(pl.reservation())
 		if err != nil && plan.Ordered && freedByMoves(nodes, plan, i) {
 			// The plan's own moved slices hold it: the snapshot holds it once they are gone.
-			_, err = p.cache.HoldWhenFree(pl.reservation())
+			_, err = e.cache.HoldWhenFree(pl.reservation())
 		}
 		if err != nil {
 			release(held)
-			p.metrics.DefragRefused.WithLabelValues(DefragRefusedRoomTaken).Inc()
+			e.metrics.DefragRefused.WithLabelValues(DefragRefusedRoomTaken).Inc()
 			return nil, "defragmentation (Evict): a destination was taken before it could be held (" + err.Error() + "); planning again"
 		}
-		p.addPledge(pl)
+		e.addPledge(pl)
 		held = append(held, pl)
 	}
 	target := nodes[plan.Target.Node].Name
 	opened := sliceOf(nodes, plan.Target)
-	p.held.set(pod, target, []snapshot.Slot{{Slot: opened}}, byPlan, now.Add(p.replacementTimeout))
+	e.held.set(pod, target, []snapshot.Slot{{Slot: opened}}, byPlan, now.Add(e.replacementTimeout))
 	// Written before the first eviction, so that a restart after it rebuilds the held rooms
 	// (defrag_record.go); a plan that cannot be recorded is not carried out.
-	if err := p.writePlanRecord(ctx, pod, newPlanRecord(now, now.Add(p.replacementTimeout), target, opened, pod.Namespace, held)); err != nil {
+	if err := e.writePlanRecord(ctx, pod, newPlanRecord(now, now.Add(e.replacementTimeout), target, opened, pod.Namespace, held)); err != nil {
 		release(held)
-		p.held.forget(pod.UID, "")
-		p.metrics.DefragRefused.WithLabelValues(DefragRefusedNotRecorded).Inc()
+		e.held.forget(pod.UID, "")
+		e.metrics.DefragRefused.WithLabelValues(DefragRefusedNotRecorded).Inc()
 		return nil, "defragmentation (Evict): " + err.Error() + "; planning again"
 	}
 
@@ -235,7 +261,7 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 		uid := v.UID
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: v.Namespace, Name: v.Name},
 			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}}
-		if err := p.evict(ctx, ev); err != nil {
+		if err := e.evict(ctx, ev); err != nil {
 			// The rooms of the moves not made are released; those of the pods already evicted
 			// stay held for their replacements, but for deferred ones (an Ordered plan): the
 			// slices a deferred room waited for may be those of the moves not made, so their
@@ -245,43 +271,43 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 			release(held[i:])
 			var waiting []*pledge
 			for _, pl := range held[:i] {
-				if p.cache.Waiting(pl.key) {
+				if e.cache.Waiting(pl.key) {
 					waiting = append(waiting, pl)
 				}
 			}
 			release(waiting)
-			p.held.forget(pod.UID, "")
-			p.metrics.DefragRefused.WithLabelValues(DefragRefusedEviction).Inc()
+			e.held.forget(pod.UID, "")
+			e.metrics.DefragRefused.WithLabelValues(DefragRefusedEviction).Inc()
 			why := fmt.Sprintf("the eviction of %s was refused: %s", podFor(pod.Namespace, v.Namespace+"/"+v.Name),
 				refusalFor(pod.Namespace, v.Namespace, err))
-			p.mu.Lock()
-			if p.defragRun.refused == nil {
-				p.defragRun.refused = map[types.UID]refusal{}
+			e.mu.Lock()
+			if e.run.refused == nil {
+				e.run.refused = map[types.UID]refusal{}
 			}
-			p.defragRun.refused[pod.UID] = refusal{until: now.Add(defragRefusalBackoff), why: why}
-			p.mu.Unlock()
+			e.run.refused[pod.UID] = refusal{until: now.Add(defragRefusalBackoff), why: why}
+			e.mu.Unlock()
 			log.Info("defragmentation plan abandoned", "pod", klog.KObj(pod), "refused", klog.KObj(v), "err", err, "evicted", evicted)
 			if evicted == 0 {
-				p.recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict", "plan abandoned before any eviction: %s", why)
+				e.recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict", "plan abandoned before any eviction: %s", why)
 				return nil, "defragmentation (Evict): plan abandoned, " + why
 			}
-			p.recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict",
+			e.recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict",
 				"plan abandoned after %d eviction(s): %s; the evicted pods' replacements keep their rooms", evicted, why)
 			return nil, "defragmentation (Evict): plan abandoned after " + fmt.Sprint(evicted) + " eviction(s), " + why
 		}
 		evicted++
-		p.metrics.DefragEvictions.Inc()
-		p.mu.Lock()
-		p.defragRun.evictions = append(p.defragRun.evictions, now)
-		p.mu.Unlock()
+		e.metrics.DefragEvictions.Inc()
+		e.mu.Lock()
+		e.run.evictions = append(e.run.evictions, now)
+		e.mu.Unlock()
 	}
-	p.mu.Lock()
-	if p.defragRun.plans == nil {
-		p.defragRun.plans = map[types.UID]time.Time{}
+	e.mu.Lock()
+	if e.run.plans == nil {
+		e.run.plans = map[types.UID]time.Time{}
 	}
-	p.defragRun.plans[pod.UID] = now.Add(p.replacementTimeout)
-	p.mu.Unlock()
-	p.recorder.Eventf(pod, nil, corev1.EventTypeNormal, EventDefragmentationEvicting, "Evict", "evicted %d pod(s): %s", evicted, words)
+	e.run.plans[pod.UID] = now.Add(e.replacementTimeout)
+	e.mu.Unlock()
+	e.recorder.Eventf(pod, nil, corev1.EventTypeNormal, EventDefragmentationEvicting, "Evict", "evicted %d pod(s): %s", evicted, words)
 	log.V(2).Info("defragmentation plan carried out", "pod", klog.KObj(pod), "node", target, "evicted", evicted)
 	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: target, NominatingMode: fwk.ModeOverride}},
 		fmt.Sprintf("defragmentation (Evict): evicted %d pod(s) to open room on node %s: %s", evicted, target, words)
@@ -314,29 +340,29 @@ func statusCode(err error) int32 {
 // PodDisruptionBudget that allows no disruption now (or is not yet processed) with 429 and a
 // Retry-After, on which client-go would otherwise retry, up to ten times, within this
 // scheduling cycle.
-func (p *Plugin) evict(ctx context.Context, ev *policyv1.Eviction) error {
-	return p.handle.ClientSet().PolicyV1().RESTClient().Post().AbsPath("/api/v1").
+func (e *evictor) evict(ctx context.Context, ev *policyv1.Eviction) error {
+	return e.handle.ClientSet().PolicyV1().RESTClient().Post().AbsPath("/api/v1").
 		Namespace(ev.Namespace).Resource("pods").Name(ev.Name).SubResource("eviction").
 		Body(ev).MaxRetries(0).Do(ctx).Error()
 }
 
 // waitingPlan says, for a pod whose plan was carried out and has not timed out, what it waits
 // for; "" when it has none.
-func (p *Plugin) waitingPlan(pod *corev1.Pod) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if r, ok := p.defragRun.refused[pod.UID]; ok {
-		if p.clock().Before(r.until) {
+func (e *evictor) waitingPlan(pod *corev1.Pod) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r, ok := e.run.refused[pod.UID]; ok {
+		if e.clock().Before(r.until) {
 			return fmt.Sprintf("defragmentation (Evict): the last plan was abandoned (%s); no new plan before %s",
 				r.why, r.until.UTC().Format(time.RFC3339))
 		}
-		delete(p.defragRun.refused, pod.UID)
+		delete(e.run.refused, pod.UID)
 	}
-	if _, ok := p.defragRun.plans[pod.UID]; !ok {
+	if _, ok := e.run.plans[pod.UID]; !ok {
 		return ""
 	}
 	var waits []string
-	for _, pl := range p.defragRun.pledges {
+	for _, pl := range e.run.pledges {
 		if pl.pending.UID == pod.UID {
 			waits = append(waits, "a replacement of "+pl.movedFor(pod.Namespace))
 		}
@@ -358,11 +384,11 @@ func (pl *pledge) replacedBy(owner, moved, profile string) bool {
 	return owner == pl.ownerKey && moved != pl.movedKey && profile == pl.profile
 }
 
-// claimPledge gives a pod the destination held for it: a moved pod's replacement (replacedBy)
+// claim gives a pod the destination held for it: a moved pod's replacement (replacedBy)
 // takes the pledge as its nomination. When the only such pledges are deferred (their room is
 // still held by moved slices being released), the pod waits for them: it returns the status
 // PreFilter answers, UnschedulableAndUnresolvable so that nothing is preempted for it.
-func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk.Status {
+func (e *evictor) claim(log klog.Logger, pod *corev1.Pod, s *podState) *fwk.Status {
 	if len(s.slices) != 1 || len(s.adopted) > 0 {
 		return nil
 	}
@@ -371,13 +397,13 @@ func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk
 		return nil
 	}
 	ownedBy, me := ownerKey(pod.Namespace, owner.UID), podKey(pod.UID)
-	p.mu.Lock()
+	e.mu.Lock()
 	var found, waiting *pledge
-	for _, pl := range p.defragRun.pledges {
+	for _, pl := range e.run.pledges {
 		if !pl.replacedBy(ownedBy, me, s.slices[0]) {
 			continue
 		}
-		if p.cache.Waiting(pl.key) {
+		if e.cache.Waiting(pl.key) {
 			if waiting == nil || pl.key < waiting.key {
 				waiting = pl
 			}
@@ -386,9 +412,9 @@ func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk
 		}
 	}
 	if found != nil {
-		p.dropPledgeLocked(found)
+		e.dropPledgeLocked(found)
 	}
-	p.mu.Unlock()
+	e.mu.Unlock()
 	if found == nil {
 		if waiting != nil {
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("defragmentation holds room for this pod on node %s at %s, where the slices of the moved pods are being released",
@@ -396,41 +422,41 @@ func (p *Plugin) claimPledge(log klog.Logger, pod *corev1.Pod, s *podState) *fwk
 		}
 		return nil
 	}
-	p.cache.Unreserve(found.key)
-	p.held.set(pod, found.node, []snapshot.Slot{found.slot}, byReplacement, time.Time{})
+	e.cache.Unreserve(found.key)
+	e.held.set(pod, found.node, []snapshot.Slot{found.slot}, byReplacement, time.Time{})
 	log.V(2).Info("defragmentation: replacement takes its held room", "pod", klog.KObj(pod), "replaces", found.movedFor(pod.Namespace), "node", found.node, "slot", found.slot.Slot)
 	return nil
 }
 
-// sweepDefrag drops the pledges whose replacement did not come in time (the room is released,
+// sweep drops the pledges whose replacement did not come in time (the room is released,
 // the pending pod told) and the plans whose moves are over.
-func (p *Plugin) sweepDefrag() {
-	p.restored.Do(func() { p.restorePlans(p.log) })
-	now := p.clock()
-	p.mu.Lock()
+func (e *evictor) sweep() {
+	e.restored.Do(func() { e.restorePlans(e.log) })
+	now := e.clock()
+	e.mu.Lock()
 	var late []*pledge
-	for _, pl := range p.defragRun.pledges {
+	for _, pl := range e.run.pledges {
 		if !now.Before(pl.deadline) {
 			late = append(late, pl)
-			p.dropPledgeLocked(pl)
+			e.dropPledgeLocked(pl)
 		}
 	}
-	for uid, deadline := range p.defragRun.plans {
+	for uid, deadline := range e.run.plans {
 		if !now.Before(deadline) {
-			delete(p.defragRun.plans, uid)
+			delete(e.run.plans, uid)
 		}
 	}
-	for uid, r := range p.defragRun.refused {
+	for uid, r := range e.run.refused {
 		if !now.Before(r.until) {
-			delete(p.defragRun.refused, uid)
+			delete(e.run.refused, uid)
 		}
 	}
-	p.mu.Unlock()
+	e.mu.Unlock()
 	for _, pl := range late {
-		p.cache.Unreserve(pl.key)
-		p.metrics.DefragRefused.WithLabelValues(DefragRefusedReplacementLate).Inc()
-		p.recorder.Eventf(pl.pending, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict",
-			"no replacement of %s arrived within %s: the room held for it on node %s is released", pl.movedFor(pl.pending.Namespace), p.replacementTimeout, pl.node)
+		e.cache.Unreserve(pl.key)
+		e.metrics.DefragRefused.WithLabelValues(DefragRefusedReplacementLate).Inc()
+		e.recorder.Eventf(pl.pending, nil, corev1.EventTypeWarning, EventDefragmentationAbandoned, "Evict",
+			"no replacement of %s arrived within %s: the room held for it on node %s is released", pl.movedFor(pl.pending.Namespace), e.replacementTimeout, pl.node)
 	}
 }
 
@@ -442,10 +468,19 @@ func sliceOf(nodes []*snapshot.Node, s mig.SliceAt) mig.Slot {
 // evictMode reports whether the policy carries plans out.
 func (pol defragPolicy) evictMode() bool { return pol.mode == slicerv1alpha1.DefragmentationEvict }
 
-// clock is the plugin's time (Plugin.now, time.Now when unset).
-func (p *Plugin) clock() time.Time {
-	if p.now == nil {
+// clock is the evictor's time (evictor.now, time.Now when unset).
+func (e *evictor) clock() time.Time {
+	if e.now == nil {
 		return time.Now()
 	}
-	return p.now()
+	return e.now()
+}
+
+// forget drops the pod's plan wait and refusal: it is bound or gone. The rooms its plan holds
+// for the moved pods' replacements stay.
+func (e *evictor) forget(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.run.plans, uid)
+	delete(e.run.refused, uid)
 }

@@ -44,14 +44,14 @@ func TestClaimPledgeTakesOnlyTheReplacement(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlugin(t, accel("n1", 1))
-			pl := &pledge{key: p.newPledgeKey(), ownerKey: ownerKey("b", rs), movedKey: podKey("uid-b-web"), profile: "1g.10gb",
+			pl := &pledge{key: p.defrag.evictor.newPledgeKey(), ownerKey: ownerKey("b", rs), movedKey: podKey("uid-b-web"), profile: "1g.10gb",
 				node: "n1", slot: room, moved: "b/web", deadline: time.Now().Add(time.Minute)}
 			if err := p.cache.Reserve(pl.reservation()); err != nil {
 				t.Fatal(err)
 			}
-			p.addPledge(pl)
+			p.defrag.evictor.addPledge(pl)
 			s := podStateFor(t, tc.pod)
-			if st := p.claimPledge(logr.Discard(), tc.pod, s); st != nil {
+			if st := p.defrag.evictor.claim(logr.Discard(), tc.pod, s); st != nil {
 				t.Fatalf("claimPledge: %v", st)
 			}
 			took := p.held.slots(tc.pod.UID, "n1") != nil

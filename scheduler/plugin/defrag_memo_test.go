@@ -43,9 +43,11 @@ func newMemoFixture(t *testing.T, gpus int, spec *slicerv1alpha1.Defragmentation
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.p.defrag, f.p.recorder = pol, events.NewFakeRecorder(100)
-	f.p.pods, f.p.pdbs = corelisters.NewPodLister(f.pods), policylisters.NewPodDisruptionBudgetLister(f.pdbs)
-	f.p.nodes, f.p.namespaces = corelisters.NewNodeLister(f.nodes), corelisters.NewNamespaceLister(f.nss)
+	setDefragPolicy(f.p, pol)
+	f.p.defrag.recorder = events.NewFakeRecorder(100)
+	f.p.pods = corelisters.NewPodLister(f.pods)
+	f.p.defrag.pods, f.p.defrag.pdbs = f.p.pods, policylisters.NewPodDisruptionBudgetLister(f.pdbs)
+	f.p.defrag.nodes, f.p.defrag.namespaces = corelisters.NewNodeLister(f.nodes), corelisters.NewNamespaceLister(f.nss)
 	f.set(f.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, nodeInputChanged)
 	f.set(f.nss, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, namespaceInputChanged)
 	return f
@@ -61,7 +63,7 @@ func (f *memoFixture) set(store cache.Indexer, obj any, changed func(old, cur an
 	if err := store.Update(obj); err != nil {
 		f.t.Fatal(err)
 	}
-	h := f.p.inputHandler(changed)
+	h := f.p.defrag.inputHandler(changed)
 	if ok {
 		h.OnUpdate(old, obj)
 	} else {
@@ -95,7 +97,7 @@ func (f *memoFixture) attempt(pod *corev1.Pod) string {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	_, words := f.p.defragment(context.Background(), pod, s)
+	_, words := f.p.defrag.defragment(context.Background(), pod, s)
 	return words
 }
 
@@ -442,8 +444,8 @@ func TestDefragInputChanges(t *testing.T) {
 		{"a namespace's labels", namespaceInputChanged, &corev1.Namespace{}, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var p Plugin
-			h := p.inputHandler(tc.changed)
+			var d defragmenter
+			h := d.inputHandler(tc.changed)
 			switch {
 			case tc.old == nil:
 				h.OnAdd(tc.cur, false)
@@ -452,7 +454,7 @@ func TestDefragInputChanges(t *testing.T) {
 			default:
 				h.OnUpdate(tc.old, tc.cur)
 			}
-			if got := p.defragInputs.Load() == 1; got != tc.wantCount {
+			if got := d.inputs.Load() == 1; got != tc.wantCount {
 				t.Errorf("counted %v, want %v", got, tc.wantCount)
 			}
 		})

@@ -104,7 +104,7 @@ func planCondition(rec planRecord) (corev1.PodCondition, error) {
 
 // writePlanRecord sets the condition on the pending pod (a strategic merge patch of its status
 // that names the pod's UID, so that it fails rather than writes on another pod of the same name).
-func (p *Plugin) writePlanRecord(ctx context.Context, pod *corev1.Pod, rec planRecord) error {
+func (e *evictor) writePlanRecord(ctx context.Context, pod *corev1.Pod, rec planRecord) error {
 	cond, err := planCondition(rec)
 	if err != nil {
 		return err
@@ -116,7 +116,7 @@ func (p *Plugin) writePlanRecord(ctx context.Context, pod *corev1.Pod, rec planR
 	if err != nil {
 		return fmt.Errorf("encode the plan record's patch: %w", err)
 	}
-	if _, err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := e.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("record the plan on pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
@@ -148,16 +148,16 @@ func readPlanRecord(pod *corev1.Pod) (planRecord, bool, error) {
 // or not: the rooms held for the moved pods' replacements outlive the pending pod's wait (it
 // binds as soon as its room opens, while the replacements may come later). It runs once, at the
 // first PreFilter (the informers are synced by then).
-func (p *Plugin) restorePlans(log klog.Logger) {
-	if !p.defrag.evictMode() {
+func (e *evictor) restorePlans(log klog.Logger) {
+	if !e.policy.evictMode() {
 		return
 	}
-	pods, err := p.pods.List(labels.Everything())
+	pods, err := e.pods.List(labels.Everything())
 	if err != nil {
 		log.Error(err, "defragmentation: list pods to restore plan records")
 		return
 	}
-	now := p.clock()
+	now := e.clock()
 	for _, pod := range pods {
 		rec, ok, err := readPlanRecord(pod)
 		if !ok {
@@ -171,10 +171,10 @@ func (p *Plugin) restorePlans(log klog.Logger) {
 			log.V(2).Info("defragmentation: plan record not restored", "pod", klog.KObj(pod), "why", why)
 			continue
 		}
-		if limit := now.Add(p.replacementTimeout); rec.Deadline.After(limit) {
+		if limit := now.Add(e.replacementTimeout); rec.Deadline.After(limit) {
 			rec.Deadline = limit
 		}
-		p.restorePlan(log, pod, rec)
+		e.restorePlan(log, pod, rec)
 	}
 }
 
@@ -197,13 +197,13 @@ func trustRecord(rec planRecord, now time.Time) string {
 // plan (an Ordered plan's slices not yet released); otherwise its replacement took it before the
 // restart, or it is lost, and the replacement is placed by the policy. A pending pod that is
 // bound, or being deleted, gets no nomination; the rooms of its moves are held all the same.
-func (p *Plugin) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) {
+func (e *evictor) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) {
 	moved := map[string]bool{} // the moved pods' podKeys
 	evicted := make([]bool, len(rec.Moves))
 	cut := false
 	for i, mv := range rec.Moves {
 		moved[mv.PodKey] = true
-		evicted[i] = !p.stillThere(mv)
+		evicted[i] = !e.stillThere(mv)
 		cut = cut || !evicted[i]
 	}
 	restored := 0
@@ -211,34 +211,34 @@ func (p *Plugin) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) {
 		if !evicted[i] {
 			continue
 		}
-		p.mu.Lock()
-		p.defragRun.evictions = append(p.defragRun.evictions, rec.Evicted)
-		p.mu.Unlock()
-		pl := &pledge{key: p.newPledgeKey(), ownerKey: mv.OwnerKey, movedKey: mv.PodKey, profile: mv.To.Profile,
+		e.mu.Lock()
+		e.run.evictions = append(e.run.evictions, rec.Evicted)
+		e.mu.Unlock()
+		pl := &pledge{key: e.newPledgeKey(), ownerKey: mv.OwnerKey, movedKey: mv.PodKey, profile: mv.To.Profile,
 			node: mv.Node, slot: mv.To.slot(), fromNode: mv.FromNode, from: mv.From.slot(), moved: mv.Pod,
 			pending: pod, deadline: rec.Deadline}
 		if !inNamespace(pod.Namespace, pl.moved) {
 			pl.moved = "" // an earlier release's record names pods of any namespace
 		}
-		err := p.cache.Reserve(pl.reservation())
-		if err != nil && !cut && p.heldByMoved(mv.Node, pl.slot.Slot, moved) {
-			_, err = p.cache.HoldWhenFree(pl.reservation())
+		err := e.cache.Reserve(pl.reservation())
+		if err != nil && !cut && e.heldByMoved(mv.Node, pl.slot.Slot, moved) {
+			_, err = e.cache.HoldWhenFree(pl.reservation())
 		}
 		if err != nil {
 			continue
 		}
-		p.addPledge(pl)
+		e.addPledge(pl)
 		restored++
 	}
 	waits := !cut && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil
 	if waits {
-		p.mu.Lock()
-		if p.defragRun.plans == nil {
-			p.defragRun.plans = map[types.UID]time.Time{}
+		e.mu.Lock()
+		if e.run.plans == nil {
+			e.run.plans = map[types.UID]time.Time{}
 		}
-		p.defragRun.plans[pod.UID] = rec.Deadline
-		p.mu.Unlock()
-		p.held.set(pod, rec.Node, []snapshot.Slot{rec.Target.slot()}, byPlan, rec.Deadline)
+		e.run.plans[pod.UID] = rec.Deadline
+		e.mu.Unlock()
+		e.held.set(pod, rec.Node, []snapshot.Slot{rec.Target.slot()}, byPlan, rec.Deadline)
 	}
 	log.Info("defragmentation: plan restored from its record", "pod", klog.KObj(pod), "node", rec.Node,
 		"moves", len(rec.Moves), "roomsHeld", restored, "cutShort", cut, "podWaits", waits)
@@ -246,9 +246,9 @@ func (p *Plugin) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) {
 
 // heldByMoved reports whether the slices that overlap slot on node are all the moved pods' of a
 // plan (moved: their podKeys), and there is one at least.
-func (p *Plugin) heldByMoved(node string, slot mig.Slot, moved map[string]bool) bool {
+func (e *evictor) heldByMoved(node string, slot mig.Slot, moved map[string]bool) bool {
 	found := false
-	for _, c := range p.cache.Claims(node)[slot.GPU] {
+	for _, c := range e.cache.Claims(node)[slot.GPU] {
 		if !c.Slot.Overlaps(slot) {
 			continue
 		}
@@ -263,17 +263,17 @@ func (p *Plugin) heldByMoved(node string, slot mig.Slot, moved map[string]bool) 
 // stillThere reports whether the move's pod was never evicted: its slice is still where the
 // record says it was, held by the pod the record names (by digest), which the informer shows not
 // being deleted. An earlier release's record names the pod instead of its slice.
-func (p *Plugin) stillThere(mv recordMove) bool {
+func (e *evictor) stillThere(mv recordMove) bool {
 	ns, name, _ := strings.Cut(mv.Pod, "/")
 	uid := mv.UID
 	if mv.FromNode != "" {
-		c, ok := p.cache.ClaimAt(mv.FromNode, mv.From.slot().Slot)
+		c, ok := e.cache.ClaimAt(mv.FromNode, mv.From.slot().Slot)
 		if !ok || c.PodUID == "" || podKey(c.PodUID) != mv.PodKey {
 			return false
 		}
 		ns, name, _ = strings.Cut(c.Pod, "/")
 		uid = c.PodUID
 	}
-	cur, err := p.pods.Pods(ns).Get(name)
+	cur, err := e.pods.Pods(ns).Get(name)
 	return err == nil && uid != "" && cur.UID == uid && cur.DeletionTimestamp == nil
 }

@@ -87,9 +87,9 @@ func TestRestorePlans(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlugin(t, accel("n1", 2))
-			p.defrag = defragPolicy{mode: slicerv1alpha1.DefragmentationEvict}
-			p.now = func() time.Time { return now }
-			p.replacementTimeout = DefaultDefragReplacementTimeout
+			setDefragPolicy(p, defragPolicy{mode: slicerv1alpha1.DefragmentationEvict})
+			setClock(p, func() time.Time { return now })
+			p.defrag.evictor.replacementTimeout = DefaultDefragReplacementTimeout
 			if tc.holder != "" {
 				p.cache.SetAllocation(&snapshot.Allocation{Namespace: "ns", Name: "holder-0", PodName: "holder", PodUID: tc.holder,
 					NodeName: "n1", Slot: snapshot.Slot{Slot: dest}})
@@ -122,18 +122,19 @@ func TestRestorePlans(t *testing.T) {
 				}
 			}
 			p.pods = corelisters.NewPodLister(idx)
+			p.defrag.evictor.pods = p.pods
 
-			p.restorePlans(logr.Discard())
+			p.defrag.evictor.restorePlans(logr.Discard())
 
 			deferred := 0
-			for key := range p.defragRun.pledges {
+			for key := range p.defrag.evictor.run.pledges {
 				if p.cache.Waiting(key) {
 					deferred++
 				}
 			}
-			got := want{pledges: len(p.defragRun.pledges), deferred: deferred, reserved: p.cache.ReservationCount(),
-				nominated: p.held.slots(big.UID, "n1") != nil, evictions: len(p.defragRun.evictions)}
-			if _, waits := p.defragRun.plans[big.UID]; waits != got.nominated {
+			got := want{pledges: len(p.defrag.evictor.run.pledges), deferred: deferred, reserved: p.cache.ReservationCount(),
+				nominated: p.held.slots(big.UID, "n1") != nil, evictions: len(p.defrag.evictor.run.evictions)}
+			if _, waits := p.defrag.evictor.run.plans[big.UID]; waits != got.nominated {
 				t.Fatalf("plan waiting %v, nominated %v: want both or neither", waits, got.nominated)
 			}
 			if got != tc.want {
@@ -144,7 +145,7 @@ func TestRestorePlans(t *testing.T) {
 					t.Fatalf("nominated to %v; want %v", s, target)
 				}
 			}
-			for _, pl := range p.defragRun.pledges {
+			for _, pl := range p.defrag.evictor.run.pledges {
 				if pl.ownerKey != ownerKey("ns", owner) || pl.movedKey != podKey(webUID) || pl.profile != "1g.10gb" ||
 					pl.slot.Slot != dest || pl.moved != "ns/web" || !pl.deadline.Equal(tc.rec.Deadline) {
 					t.Fatalf("pledge %+v; want web's room at %v for its owner until %v", pl, dest, tc.rec.Deadline)
@@ -159,9 +160,9 @@ func TestRestorePlans(t *testing.T) {
 func TestRestorePlansBoundsTheDeadline(t *testing.T) {
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	p := testPlugin(t, accel("n1", 1))
-	p.defrag = defragPolicy{mode: slicerv1alpha1.DefragmentationEvict}
-	p.now = func() time.Time { return now }
-	p.replacementTimeout = time.Minute
+	setDefragPolicy(p, defragPolicy{mode: slicerv1alpha1.DefragmentationEvict})
+	setClock(p, func() time.Time { return now })
+	p.defrag.evictor.replacementTimeout = time.Minute
 	dest := mig.Slot{GPU: "GPU-n10", Profile: "1g.10gb", Placement: mig.Placement{Start: 6, Size: 1}}
 	rec := newPlanRecord(now, now.Add(time.Hour), "n1", mig.Slot{GPU: "GPU-n10", Profile: "3g.40gb", Placement: mig.Placement{Start: 0, Size: 4}}, "ns",
 		[]*pledge{{ownerKey: ownerKey("ns", "uid-rs"), movedKey: podKey("uid-web"), profile: "1g.10gb", node: "n1",
@@ -177,11 +178,12 @@ func TestRestorePlansBoundsTheDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.pods = corelisters.NewPodLister(idx)
-	p.restorePlans(logr.Discard())
-	if d, ok := p.defragRun.plans[big.UID]; !ok || !d.Equal(now.Add(time.Minute)) {
+	p.defrag.evictor.pods = p.pods
+	p.defrag.evictor.restorePlans(logr.Discard())
+	if d, ok := p.defrag.evictor.run.plans[big.UID]; !ok || !d.Equal(now.Add(time.Minute)) {
 		t.Fatalf("plan deadline %v (restored %v); want %v", d, ok, now.Add(time.Minute))
 	}
-	for _, pl := range p.defragRun.pledges {
+	for _, pl := range p.defrag.evictor.run.pledges {
 		if !pl.deadline.Equal(now.Add(time.Minute)) {
 			t.Fatalf("pledge deadline %v; want %v", pl.deadline, now.Add(time.Minute))
 		}
@@ -200,9 +202,9 @@ func TestRestoreHoldsARoomAMovedSliceOfAnotherShapeStillHolds(t *testing.T) {
 		return snapshot.Slot{Slot: mig.Slot{GPU: "GPU-n11", Profile: profile, Placement: mig.Placement{Start: start, Size: size}}}
 	}
 	p := testPlugin(t, accel("n1", 2))
-	p.defrag = defragPolicy{mode: slicerv1alpha1.DefragmentationEvict}
-	p.now = func() time.Time { return now }
-	p.replacementTimeout = DefaultDefragReplacementTimeout
+	setDefragPolicy(p, defragPolicy{mode: slicerv1alpha1.DefragmentationEvict})
+	setClock(p, func() time.Time { return now })
+	p.defrag.evictor.replacementTimeout = DefaultDefragReplacementTimeout
 	// GPU 0 full; GPU 1: keep at 4, web-2's slice still at 6 (its pod terminating).
 	p.cache.SetAllocation(&snapshot.Allocation{Namespace: "ns", Name: "full-0", PodName: "full", PodUID: "uid-full", NodeName: "n1",
 		Slot: snapshot.Slot{Slot: mig.Slot{GPU: "GPU-n10", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}}})
@@ -229,17 +231,18 @@ func TestRestoreHoldsARoomAMovedSliceOfAnotherShapeStillHolds(t *testing.T) {
 		}
 	}
 	p.pods = corelisters.NewPodLister(idx)
+	p.defrag.evictor.pods = p.pods
 
-	p.restored.Do(func() { p.restorePlans(logr.Discard()) }) // as the first PreFilter does
+	p.defrag.evictor.restored.Do(func() { p.defrag.evictor.restorePlans(logr.Discard()) }) // as the first PreFilter does
 
 	waiting := 0
-	for key := range p.defragRun.pledges {
+	for key := range p.defrag.evictor.run.pledges {
 		if p.cache.Waiting(key) {
 			waiting++
 		}
 	}
-	if len(p.defragRun.pledges) != 2 || waiting != 1 || p.cache.ReservationCount() != 1 {
-		t.Fatalf("restored %d pledges, %d waiting, %d reservations; want 2, 1 (web-1's room at 6), 1", len(p.defragRun.pledges), waiting, p.cache.ReservationCount())
+	if len(p.defrag.evictor.run.pledges) != 2 || waiting != 1 || p.cache.ReservationCount() != 1 {
+		t.Fatalf("restored %d pledges, %d waiting, %d reservations; want 2, 1 (web-1's room at 6), 1", len(p.defrag.evictor.run.pledges), waiting, p.cache.ReservationCount())
 	}
 	// The agent releases web-2's slice: the room at 6-7 is held in that same change.
 	p.cache.DeleteAllocation("ns", "web-2-0")

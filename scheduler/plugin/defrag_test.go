@@ -129,7 +129,7 @@ func TestDefragmentRecommends(t *testing.T) {
 			if tc.node != nil {
 				tc.node(n1)
 			}
-			p.nodes = nodeLister(t, n1)
+			p.defrag.nodes = nodeLister(t, n1)
 
 			pending := migPod("big", "slicer.dev/mig-7g.80gb", "1")
 			cs := framework.NewCycleState()
@@ -140,7 +140,7 @@ func TestDefragmentRecommends(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, got := p.defragment(context.Background(), pending, s)
+			_, got := p.defrag.defragment(context.Background(), pending, s)
 			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 				t.Fatalf("words %q, want %q", got, tc.want)
 			}
@@ -171,7 +171,7 @@ func TestDefragmentOnlyOneSlice(t *testing.T) {
 		t.Fatal(st)
 	}
 	s, _ := readState(cs)
-	if _, got := p.defragment(context.Background(), pending, s); got != "defragmentation plans for pods of one slice only" {
+	if _, got := p.defrag.defragment(context.Background(), pending, s); got != "defragmentation plans for pods of one slice only" {
 		t.Fatalf("got %q", got)
 	}
 }
@@ -253,9 +253,12 @@ func withDefrag(t *testing.T, p *Plugin, spec *slicerv1alpha1.DefragmentationSpe
 	if err := nsIdx.Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: nsLabels}}); err != nil {
 		t.Fatal(err)
 	}
-	p.defrag, p.recorder = pol, rec
-	p.nodes = nodeLister(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	p.pods, p.pdbs, p.namespaces = corelisters.NewPodLister(podIdx), policylisters.NewPodDisruptionBudgetLister(pdbIdx), corelisters.NewNamespaceLister(nsIdx)
+	setDefragPolicy(p, pol)
+	p.defrag.recorder, p.defrag.evictor.recorder = rec, rec
+	p.defrag.nodes = nodeLister(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	p.pods = corelisters.NewPodLister(podIdx)
+	p.defrag.pods, p.defrag.evictor.pods = p.pods, p.pods
+	p.defrag.pdbs, p.defrag.namespaces = policylisters.NewPodDisruptionBudgetLister(pdbIdx), corelisters.NewNamespaceLister(nsIdx)
 }
 
 // TestDestinationClassIsWhatNodeAdmitsReads: pods of one destination class are admitted by the
@@ -271,8 +274,8 @@ func TestDestinationClassIsWhatNodeAdmitsReads(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "draining", Labels: map[string]string{"zone": "a"}}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "drain", Value: "yes", Effect: corev1.TaintEffectNoExecute}}}},
 	}
 	p := testPlugin(t)
-	p.nodes = nodeLister(t, nodes...)
-	m := &movableIndex{p: p}
+	p.defrag.nodes = nodeLister(t, nodes...)
+	m := &movableIndex{d: p.defrag}
 	for _, n := range nodes {
 		m.nodes = append(m.nodes, &snapshot.Node{Name: n.Name})
 	}

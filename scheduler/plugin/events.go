@@ -116,6 +116,7 @@ func (p *Plugin) forgetDeletedPod(obj any) {
 	defer p.mu.Unlock()
 	delete(p.rejected, pod.UID)
 	delete(p.prebindFailed, pod.UID)
-	delete(p.defragRun.plans, pod.UID)
-	delete(p.defragRun.refused, pod.UID)
+	if p.defrag != nil {
+		p.defrag.forget(pod.UID)
+	}
 }

@@ -213,8 +213,8 @@ func TestForgetDeletedPod(t *testing.T) {
 	p.rejected[pod.UID] = pod
 	p.prebindFailed[pod.UID] = true
 	p.preemptor.putDryRun(pod.UID, "n1", dryPlan{slots: []snapshot.Slot{slot}})
-	p.defragRun.plans = map[types.UID]time.Time{pod.UID: time.Now()}
-	p.addPledge(&pledge{key: "defrag-pledge-1", pending: pod})
+	p.defrag.evictor.run.plans = map[types.UID]time.Time{pod.UID: time.Now()}
+	p.defrag.evictor.addPledge(&pledge{key: "defrag-pledge-1", pending: pod})
 
 	p.forgetDeletedPod(cache.DeletedFinalStateUnknown{Key: "ns/gone", Obj: pod})
 
@@ -224,10 +224,10 @@ func TestForgetDeletedPod(t *testing.T) {
 	if _, ok := p.rejected[pod.UID]; ok {
 		t.Error("the deleted pod is still among the rejected")
 	}
-	if p.prebindFailed[pod.UID] || p.preemptor.dryRun[pod.UID] != nil || !p.defragRun.plans[pod.UID].IsZero() {
+	if p.prebindFailed[pod.UID] || p.preemptor.dryRun[pod.UID] != nil || !p.defrag.evictor.run.plans[pod.UID].IsZero() {
 		t.Error("the deleted pod's PreBind failure, dry run or plan is kept")
 	}
-	if len(p.defragRun.pledges) != 1 {
+	if len(p.defrag.evictor.run.pledges) != 1 {
 		t.Error("the room held for a replacement went with the pending pod")
 	}
 }

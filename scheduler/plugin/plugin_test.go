@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
@@ -71,8 +72,8 @@ func testPlugin(t *testing.T, nas ...*slicerv1alpha1.NodeAccelerator) *Plugin {
 		t.Fatal(err)
 	}
 	// Defragmentation off: the tests that exercise it give the plugin its listers (withDefrag).
-	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, prebindFailed: map[types.UID]bool{}, held: newNominations(),
-		defrag: defragPolicy{mode: slicerv1alpha1.DefragmentationDisabled}}
+	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, prebindFailed: map[types.UID]bool{}, held: newNominations()}
+	p.defrag = testDefragmenter(p, defragPolicy{mode: slicerv1alpha1.DefragmentationDisabled})
 	for _, na := range nas {
 		p.cache.SetNodeAccelerator(na)
 	}
@@ -186,6 +187,7 @@ func BenchmarkFilterScore(b *testing.B) {
 	ctx := context.Background()
 	m, _ := NewMetrics(nil)
 	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), held: newNominations()}
+	p.defrag = testDefragmenter(p, defragPolicy{mode: slicerv1alpha1.DefragmentationDisabled})
 	p.cache.SetNodeAccelerator(accel("n1", 8))
 	pod := migPod("a", "slicer.dev/mig-3g.40gb", "1")
 	cs := framework.NewCycleState()
@@ -243,4 +245,25 @@ func TestAllocationForCarriesTheAgentsFinalizer(t *testing.T) {
 	if a.Status != (slicerv1alpha1.SliceAllocationStatus{}) {
 		t.Errorf("status %+v, want empty: only the agent writes it", a.Status)
 	}
+}
+
+// testDefragmenter is the test plugin's defragmentation with policy pol, without listers (the
+// tests that plan give it theirs: withDefrag).
+func testDefragmenter(p *Plugin, pol defragPolicy) *defragmenter {
+	d := &defragmenter{policy: pol, cache: p.cache, metrics: p.metrics, log: logr.Discard()}
+	d.evictor = &evictor{cache: p.cache, held: p.held, metrics: p.metrics, log: logr.Discard(), policy: pol,
+		replacementTimeout: DefaultDefragReplacementTimeout, now: time.Now,
+		run: defragRun{pledges: map[types.UID]*pledge{}, plans: map[types.UID]time.Time{}}}
+	return d
+}
+
+// setDefragPolicy gives the test plugin's defragmentation (planner and evictor) the policy pol.
+func setDefragPolicy(p *Plugin, pol defragPolicy) {
+	p.defrag.policy, p.defrag.evictor.policy = pol, pol
+}
+
+// setClock gives the test plugin one clock, for the rooms held for plans (Plugin.now) and for
+// the evictor that makes them.
+func setClock(p *Plugin, now func() time.Time) {
+	p.now, p.defrag.evictor.now = now, now
 }

@@ -34,7 +34,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 	p.reject(log, pod, s.freedGen)
 	why := p.explain(pod.Namespace, s)
 	if p.preemptor == nil {
-		res, more := p.defragment(ctx, pod, s)
+		res, more := p.defrag.defragment(ctx, pod, s)
 		if more != "" {
 			why += "; " + more
 		}
@@ -48,7 +48,7 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 		return nil, st
 	}
 	why += "; preemption: " + st.Message()
-	moved, more := p.defragment(ctx, pod, s)
+	moved, more := p.defrag.defragment(ctx, pod, s)
 	if more != "" {
 		why += "; " + more
 	}
