@@ -141,13 +141,7 @@ var _ = Describe("Defragmentation across a scheduler restart", func() {
 		placeAt(s, s.ns, node, "web-1", "1g.20gb", 1, 2, web, "", owned)
 		placeAt(s, s.ns, node, "keep", "1g.10gb", 1, 4, nil, "", nil)
 		placeAt(s, s.ns, node, "web-2", "1g.10gb", 1, 6, web, "", owned)
-		Eventually(func() int {
-			n := 0
-			for _, h := range r.plugin.Cache().Holders(node) {
-				n += len(h)
-			}
-			return n
-		}).Should(Equal(5))
+		Eventually(func() int { return holders(r, node) }).Should(Equal(5))
 		By("the plan is recorded and both replicas evicted; no kubelet finishes them, so their slices stay")
 		big := s.create(s.pod("big", map[string]int64{"4g.40gb": 1}))
 		Eventually(func() int {

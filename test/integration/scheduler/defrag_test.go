@@ -554,13 +554,7 @@ var _ = Describe("Defragmentation", func() {
 		placedAt(node, "web-1", "1g.20gb", 1, 2, true)
 		placedAt(node, "keep", "1g.10gb", 1, 4, false)
 		placedAt(node, "web-2", "1g.10gb", 1, 6, true)
-		Eventually(func() int {
-			n := 0
-			for _, h := range r.plugin.Cache().Holders(node) {
-				n += len(h)
-			}
-			return n
-		}).Should(Equal(5))
+		Eventually(func() int { return holders(r, node) }).Should(Equal(5))
 	}
 
 	It("carries a repack plan out in Evict mode: a replica moves into the room another one leaves, the pod lands where planned", func() {

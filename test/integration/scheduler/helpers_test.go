@@ -205,3 +205,12 @@ func sortedNames(allocs []slicerv1alpha1.SliceAllocation) []string {
 	sort.Strings(out)
 	return out
 }
+
+// holders counts, over the node's GPUs, the pods the scheduler's snapshot shows holding slices.
+func holders(r *running, node string) int {
+	n := 0
+	for _, hs := range r.plugin.Cache().Holders(node) {
+		n += len(hs)
+	}
+	return n
+}

@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -16,9 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
@@ -51,12 +50,9 @@ func editor(ns, user string) client.Client {
 // namespace and the ReplicaSet's controller reference.
 func sharedCluster(s *scenario) (string, metav1.OwnerReference) {
 	GinkgoHelper()
-	nsB := s.ns + "-b"
-	Expect(k8s.Create(ctx, framework.MakeNamespace(nsB))).To(Succeed())
-	s.others = append(s.others, nsB)
+	nsB := otherTenant(s, 0)
 	kctx, stopKubelet := context.WithCancel(ctx)
 	DeferCleanup(stopKubelet)
-	fakeKubelet(kctx, nsB, 0, 0)
 	fakeKubelet(kctx, s.ns, 0, 0)
 	rsRef := createWebReplicaSet(nsB, 1)
 	s.addNode(s.ns+"-n1", 1)
@@ -71,6 +67,19 @@ func sharedCluster(s *scenario) (string, metav1.OwnerReference) {
 	boundTo(nsB, "web-1", n1)
 	s.cordonSeen(n2, false)
 	return nsB, rsRef
+}
+
+// otherTenant creates the namespace of a second tenant of the scenario ("<ns>-b"), cleaned up
+// with it, whose terminating pods a fake kubelet finishes after delay.
+func otherTenant(s *scenario, delay time.Duration) string {
+	GinkgoHelper()
+	ns := s.ns + "-b"
+	Expect(k8s.Create(ctx, framework.MakeNamespace(ns))).To(Succeed())
+	s.others = append(s.others, ns)
+	kctx, stopKubelet := context.WithCancel(ctx)
+	DeferCleanup(stopKubelet)
+	fakeKubelet(kctx, ns, delay, 0)
+	return ns
 }
 
 // boundTo waits until the pod is bound to node.
@@ -251,12 +260,7 @@ var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 
 	It("tells a preemptor how many pods of other tenants it waits for, not which", func() {
 		ensurePriorityClasses()
-		nsB := s.ns + "-b"
-		Expect(k8s.Create(ctx, framework.MakeNamespace(nsB))).To(Succeed())
-		s.others = append(s.others, nsB)
-		kctx, stopKubelet := context.WithCancel(ctx)
-		DeferCleanup(stopKubelet)
-		fakeKubelet(kctx, nsB, 2*time.Second, 0) // the victims terminate after 2 s: the preemptor waits
+		nsB := otherTenant(s, 2*time.Second) // the victims terminate after 2 s: the preemptor waits
 		s.addNode(s.ns+"-n1", 1)
 		var lows []string
 		for i := 0; i < 7; i++ {
@@ -320,12 +324,7 @@ var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 	})
 
 	It("plans no two moves that together take a budget below what it allows", func() {
-		nsB := s.ns + "-b"
-		Expect(k8s.Create(ctx, framework.MakeNamespace(nsB))).To(Succeed())
-		s.others = append(s.others, nsB)
-		kctx, stopKubelet := context.WithCancel(ctx)
-		DeferCleanup(stopKubelet)
-		fakeKubelet(kctx, nsB, 0, 0)
+		nsB := otherTenant(s, 0)
 		// Node a gets tenant b's two 1g.10gb replicas; node b a bare 4g.40gb, so that a 7g.80gb
 		// fits on a only once both replicas have moved to b.
 		a, b := s.ns+"-a", s.ns+"-b"
@@ -364,12 +363,7 @@ var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 
 	It("preempts the victims a budget allows rather than fewer that take it below what it allows", func() {
 		ensurePriorityClasses()
-		nsB := s.ns + "-b"
-		Expect(k8s.Create(ctx, framework.MakeNamespace(nsB))).To(Succeed())
-		s.others = append(s.others, nsB)
-		kctx, stopKubelet := context.WithCancel(ctx)
-		DeferCleanup(stopKubelet)
-		fakeKubelet(kctx, nsB, 0, 0)
+		nsB := otherTenant(s, 0)
 		node := s.ns + "-n1"
 		s.addNode(node, 2)
 		// GPU 0: p1 and p2, both of a budget allowing one disruption; GPU 1: q1, q2, q3 of none.
@@ -381,13 +375,7 @@ var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 		}{{"p1", "3g.40gb", 0, 0, x}, {"p2", "3g.40gb", 0, 4, x}, {"q1", "2g.20gb", 1, 0, nil}, {"q2", "2g.20gb", 1, 2, nil}, {"q3", "3g.40gb", 1, 4, nil}} {
 			placeAt(s, nsB, node, h.name, h.profile, h.gpu, h.start, h.labels, prioLow, nil)
 		}
-		Eventually(func() int {
-			n := 0
-			for _, hs := range r.plugin.Cache().Holders(node) {
-				n += len(hs)
-			}
-			return n
-		}).Should(Equal(5))
+		Eventually(func() int { return holders(r, node) }).Should(Equal(5))
 		tenantB := editor(nsB, "bob")
 		tenantBudget(tenantB, nsB, "x", &metav1.LabelSelector{MatchLabels: x}, 1, 2)
 		tenantA := editor(s.ns, "alice")
