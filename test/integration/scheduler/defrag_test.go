@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
 	"github.com/slicer-operator/slicer/test/builder"
@@ -510,20 +509,11 @@ var _ = Describe("Defragmentation", func() {
 	// scheduler's PreBind would have left it), owned by the ReplicaSet "web" when owned.
 	placedAt := func(node, name, profile string, gpu, start int, owned bool) *corev1.Pod {
 		GinkgoHelper()
-		p := s.pod(name, map[string]int64{profile: 1})
-		p.Spec.NodeName = node
-		if owned {
-			p.Labels = map[string]string{"app": "web"}
-			p.OwnerReferences = []metav1.OwnerReference{rsRef}
+		if !owned {
+			return placeAt(s, s.ns, node, name, profile, gpu, start, nil, "", nil)
 		}
-		s.create(p)
-		prof, err := mig.H100_80GB.Profile(profile)
-		Expect(err).NotTo(HaveOccurred())
-		a := framework.MakeSliceAllocation(s.ns, slicerv1alpha1.AllocationName(p.Name, string(p.UID), 0)).Node(node).
-			GPU(framework.GPUUUID(node, gpu)).Profile(profile, int32(start), int32(prof.MemorySlices)).Pod(p.Name, string(p.UID)).Obj()
-		a.Labels = map[string]string{slicerv1alpha1.LabelNode: node, slicerv1alpha1.LabelPodUID: string(p.UID)}
-		Expect(k8s.Create(ctx, a)).To(Succeed())
-		return p
+		return placeAt(s, s.ns, node, name, profile, gpu, start, map[string]string{"app": "web"}, "",
+			func(p *corev1.Pod) { p.OwnerReferences = []metav1.OwnerReference{rsRef} })
 	}
 	// placementOf is "GPU index@start" of the pod's one allocation, "" while it has none.
 	placementOf := func(name string) string {

@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -213,4 +214,36 @@ func holders(r *running, node string) int {
 		n += len(hs)
 	}
 	return n
+}
+
+// placeAt creates a pod of namespace ns bound to node with its one allocation at GPU gpu, start
+// (as the scheduler's PreBind would have left it), with labels and a PriorityClass ("": none),
+// changed by mutate (nil: unchanged), and returns it once the fake agent has made the
+// allocation Ready. The agent deletes an allocation whose pod its cache does not show (it
+// plays the garbage collector), which a pod created a moment before can be: the allocation is
+// then created again.
+func placeAt(s *scenario, ns, node, name, profile string, gpu, start int, labels map[string]string, class string, mutate func(*corev1.Pod)) *corev1.Pod {
+	GinkgoHelper()
+	p := withPriority(s.pod(name, map[string]int64{profile: 1}), class)
+	p.Namespace, p.Labels, p.Spec.NodeName = ns, labels, node
+	if mutate != nil {
+		mutate(p)
+	}
+	Expect(k8s.Create(ctx, p)).To(Succeed())
+	prof, err := mig.H100_80GB.Profile(profile)
+	Expect(err).NotTo(HaveOccurred())
+	a := framework.MakeSliceAllocation(ns, slicerv1alpha1.AllocationName(p.Name, string(p.UID), 0)).Node(node).
+		GPU(framework.GPUUUID(node, gpu)).Profile(profile, int32(start), int32(prof.MemorySlices)).Pod(p.Name, string(p.UID)).Obj()
+	a.Labels = map[string]string{slicerv1alpha1.LabelNode: node, slicerv1alpha1.LabelPodUID: string(p.UID)}
+	Expect(k8s.Create(ctx, a.DeepCopy())).To(Succeed())
+	Eventually(func(g Gomega) {
+		var got slicerv1alpha1.SliceAllocation
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(a), &got)
+		if apierrors.IsNotFound(err) {
+			g.Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, a.DeepCopy()))).To(Succeed())
+		}
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got.Status.State).To(Equal(slicerv1alpha1.AllocationReady))
+	}).Should(Succeed(), "allocation %s Ready", a.Name)
+	return p
 }

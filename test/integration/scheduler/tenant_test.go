@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
 	"github.com/slicer-operator/slicer/test/framework"
@@ -448,22 +447,3 @@ var _ = Describe("A plan record a tenant writes", func() {
 			ContainElement(ContainSubstring("replacement of")), "a room is held from the tenant's record")
 	})
 })
-
-// placeAt creates a pod of namespace ns bound to node with its one allocation at GPU gpu, start
-// (as the scheduler's PreBind would have left it), with labels and a PriorityClass ("": none),
-// changed by mutate (nil: unchanged).
-func placeAt(s *scenario, ns, node, name, profile string, gpu, start int, labels map[string]string, class string, mutate func(*corev1.Pod)) {
-	GinkgoHelper()
-	p := withPriority(s.pod(name, map[string]int64{profile: 1}), class)
-	p.Namespace, p.Labels, p.Spec.NodeName = ns, labels, node
-	if mutate != nil {
-		mutate(p)
-	}
-	Expect(k8s.Create(ctx, p)).To(Succeed())
-	prof, err := mig.H100_80GB.Profile(profile)
-	Expect(err).NotTo(HaveOccurred())
-	a := framework.MakeSliceAllocation(ns, slicerv1alpha1.AllocationName(p.Name, string(p.UID), 0)).Node(node).
-		GPU(framework.GPUUUID(node, gpu)).Profile(profile, int32(start), int32(prof.MemorySlices)).Pod(p.Name, string(p.UID)).Obj()
-	a.Labels = map[string]string{slicerv1alpha1.LabelNode: node, slicerv1alpha1.LabelPodUID: string(p.UID)}
-	Expect(k8s.Create(ctx, a)).To(Succeed())
-}
