@@ -20,7 +20,7 @@ const (
 	ErrorNotSupported         Return = 3
 	ErrorNoPermission         Return = 4
 	ErrorNotFound             Return = 6
-	ErrorInsufficientResource Return = 7
+	ErrorInsufficientResource Return = 23
 	ErrorDriverNotLoaded      Return = 9
 	ErrorLibraryNotFound      Return = 12
 	ErrorGPUIsLost            Return = 15
