@@ -27,6 +27,10 @@ func New(libraryPath string) *Library {
 	return &Library{lib: gonvml.New(opts...)}
 }
 
+// FromInterface adapts any go-nvml Interface: NVIDIA's pkg/nvml/mock in CI (see the nvidiamock
+// package), or a go-nvml library the caller has built itself.
+func FromInterface(lib gonvml.Interface) *Library { return &Library{lib: lib} }
+
 func wrap(op string, r gonvml.Return) error {
 	if r == gonvml.SUCCESS {
 		return nil
