@@ -131,6 +131,14 @@ func (m Model) PCIDeviceIDs() []uint16 {
 	return nil
 }
 
+// ProductNames lists the names NVIDIA's driver gives the model's parts (nvmlDeviceGetName).
+func (m Model) ProductNames() []string {
+	if s := m.spec(); s != nil {
+		return append([]string(nil), s.productNames...)
+	}
+	return nil
+}
+
 // Profiles lists the model's GPU-instance profiles in table order.
 func (m Model) Profiles() []Profile {
 	t := tableFor(m)
@@ -176,69 +184,6 @@ func ParseModel(name string) (Model, error) {
 		names = append(names, modelTables[m].name)
 	}
 	return 0, fmt.Errorf("unknown GPU model %q (known: %s)", name, strings.Join(names, ", "))
-}
-
-// ModelForDevice identifies a model from what NVML reports: the PCI device id (either the
-// 16-bit device id or NVML's pciDeviceId, device<<16 | 0x10DE), the product name
-// (nvmlDeviceGetName) and the total memory in MiB. Any of them may be zero/empty. The product
-// name wins when it matches; the PCI id next; memory breaks ties between candidates.
-func ModelForDevice(pciDeviceID uint32, productName string, memoryMiB uint64) (Model, error) {
-	if pciDeviceID > 0xFFFF && pciDeviceID&0xFFFF == 0x10DE {
-		pciDeviceID >>= 16
-	}
-	var byName, byID []Model
-	name := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(productName), "Mock "))
-	for m := Model(1); m <= numModels; m++ {
-		s := modelTables[m]
-		for _, n := range s.productNames {
-			if name != "" && strings.EqualFold(n, name) {
-				byName = append(byName, m)
-				break
-			}
-		}
-		for _, id := range s.pciDeviceIDs {
-			if pciDeviceID != 0 && uint32(id) == pciDeviceID {
-				byID = append(byID, m)
-				break
-			}
-		}
-	}
-	cands := byName
-	if len(cands) == 0 {
-		cands = byID
-	}
-	if len(cands) == 0 && name != "" {
-		// Product names carry a memory size in some spellings ("NVIDIA H100 NVL 94GB"):
-		// fall back to a prefix match, disambiguated by memory below.
-		for m := Model(1); m <= numModels; m++ {
-			for _, n := range modelTables[m].productNames {
-				if strings.HasPrefix(strings.ToLower(name), strings.ToLower(n)) {
-					cands = append(cands, m)
-					break
-				}
-			}
-		}
-	}
-	switch {
-	case len(cands) == 0:
-		return 0, fmt.Errorf("no MIG model matches PCI device id %#04x, product name %q", pciDeviceID, productName)
-	case len(cands) == 1 || memoryMiB == 0:
-		if len(cands) > 1 {
-			return 0, fmt.Errorf("product %q / PCI id %#04x is ambiguous (%v); total memory is needed", productName, pciDeviceID, cands)
-		}
-		return cands[0], nil
-	}
-	best, bestDiff := cands[0], uint64(1<<63)
-	for _, m := range cands {
-		d := m.MemoryMiB() - memoryMiB
-		if memoryMiB > m.MemoryMiB() {
-			d = memoryMiB - m.MemoryMiB()
-		}
-		if d < bestDiff {
-			best, bestDiff = m, d
-		}
-	}
-	return best, nil
 }
 
 // LegalProfileName spells a profile name the way Kubernetes allows: "+me" becomes ".me".

@@ -32,9 +32,9 @@ type modelSpec struct {
 	name          string
 	computeSlices int
 	memorySlices  int
-	memoryMiB     uint64   // nominal total memory as NVML reports it (approximate; for disambiguation)
-	pciDeviceIDs  []uint16 // PCI device ids (vendor 0x10DE)
-	productNames  []string // NVML product names (nvmlDeviceGetName), matched case-insensitively
+	memoryMiB     uint64   // nominal total memory as NVML reports it; recognition allows MemoryTolerancePercent
+	pciDeviceIDs  []uint16 // PCI device ids (vendor 0x10DE); pciids_test.go says which source confirms each
+	productNames  []string // NVML product names (nvmlDeviceGetName), exact, matched case-insensitively
 	profiles      []profileSpec
 }
 
@@ -73,7 +73,7 @@ var a30_24GB = modelSpec{
 	computeSlices: 4,
 	memorySlices:  4,
 	memoryMiB:     24576,
-	pciDeviceIDs:  []uint16{0x20B7}, // A30 PCIe (pci.ids: GA100GL [A30 PCIe])
+	pciDeviceIDs:  []uint16{0x20B7},
 	productNames:  []string{"NVIDIA A30"},
 	profiles: []profileSpec{
 		{name: "1g.6gb", nvml: 0, smi: 14, ci: 0, compute: 1, memory: 1, maxCount: 4, starts: []int{0, 1, 2, 3}, memoryGiB: 6},
@@ -90,8 +90,8 @@ var a100_40GB = modelSpec{
 	computeSlices: 7,
 	memorySlices:  8,
 	memoryMiB:     40960,
-	pciDeviceIDs:  []uint16{0x20B0, 0x20F1}, // A100-SXM4-40GB, A100-PCIE-40GB
-	productNames:  []string{"NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 40GB PCIe"},
+	pciDeviceIDs:  []uint16{0x20B0, 0x20B1, 0x20F1, 0x20F6},
+	productNames:  []string{"NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A800 40GB Active"},
 	profiles: []profileSpec{
 		{name: "1g.5gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 5},
 		{name: "1g.5gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 5},
@@ -109,8 +109,8 @@ var a100_80GB = modelSpec{
 	computeSlices: 7,
 	memorySlices:  8,
 	memoryMiB:     81920,
-	pciDeviceIDs:  []uint16{0x20B2, 0x20B5}, // A100-SXM4-80GB, A100-PCIE-80GB
-	productNames:  []string{"NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-80GB"},
+	pciDeviceIDs:  []uint16{0x20B2, 0x20B5, 0x20F3, 0x20F5},
+	productNames:  []string{"NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe", "NVIDIA A800 80GB PCIe LC"},
 	profiles: []profileSpec{
 		{name: "1g.10gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 10},
 		{name: "1g.10gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 10},
@@ -122,14 +122,14 @@ var a100_80GB = modelSpec{
 	},
 }
 
-// H100-80GB (SXM5 and PCIe).
+// H100-80GB (SXM5 and PCIe; H800).
 var h100_80GB = modelSpec{
 	name:          "H100-80GB",
 	computeSlices: 7,
 	memorySlices:  8,
 	memoryMiB:     81559,
-	pciDeviceIDs:  []uint16{0x2330, 0x2331}, // H100 SXM5 80GB, H100 PCIe
-	productNames:  []string{"NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100"},
+	pciDeviceIDs:  []uint16{0x2330, 0x2331, 0x2322, 0x2324},
+	productNames:  []string{"NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H800 PCIe", "NVIDIA H800"},
 	profiles: []profileSpec{
 		{name: "1g.10gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 10},
 		{name: "1g.10gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 10},
@@ -141,14 +141,15 @@ var h100_80GB = modelSpec{
 	},
 }
 
-// H100-94GB (H100 NVL).
+// H100-94GB (H100 NVL, H100 SXM5 94GB, H800 NVL). The driver names the SXM5 94 GB part
+// (0x2339) plain "NVIDIA H100".
 var h100_94GB = modelSpec{
 	name:          "H100-94GB",
 	computeSlices: 7,
 	memorySlices:  8,
 	memoryMiB:     95830,
-	pciDeviceIDs:  []uint16{0x2321}, // H100 NVL; not verified against pci.ids in this repository
-	productNames:  []string{"NVIDIA H100 NVL"},
+	pciDeviceIDs:  []uint16{0x2321, 0x2339, 0x233A},
+	productNames:  []string{"NVIDIA H100 NVL", "NVIDIA H100", "NVIDIA H800 NVL"},
 	profiles: []profileSpec{
 		{name: "1g.12gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 12},
 		{name: "1g.12gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 12},
@@ -160,14 +161,15 @@ var h100_94GB = modelSpec{
 	},
 }
 
-// GH200-96GB (Grace Hopper superchip, 96 GB HBM3 GPU).
+// GH200-96GB: NVIDIA's "H100 96GB" geometry (H100 on GH200), which it also gives the H100 96GB
+// and the PG506-232 (mig-parted's "PG506-96GB").
 var gh200_96GB = modelSpec{
 	name:          "GH200-96GB",
 	computeSlices: 7,
 	memorySlices:  8,
 	memoryMiB:     97871,
-	pciDeviceIDs:  []uint16{0x2342}, // GH200; not verified against pci.ids in this repository
-	productNames:  []string{"NVIDIA GH200 480GB", "NVIDIA GH200 96GB HBM3", "NVIDIA GH200"},
+	pciDeviceIDs:  []uint16{0x2342, 0x233D, 0x20B6},
+	productNames:  []string{"NVIDIA GH200 120GB", "NVIDIA GH200 480GB", "NVIDIA PG506-232"},
 	profiles: []profileSpec{
 		{name: "1g.12gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 12},
 		{name: "1g.12gb+me", nvml: 7, smi: 20, ci: 0, compute: 1, memory: 1, maxCount: 1, starts: []int{0, 1, 2, 3, 4, 5, 6}, media: true, memoryGiB: 12},
@@ -185,7 +187,7 @@ var h200_141GB = modelSpec{
 	computeSlices: 7,
 	memorySlices:  8,
 	memoryMiB:     143771,
-	pciDeviceIDs:  []uint16{0x2335}, // H200 SXM 141GB (pci.ids: GH100 [H200 SXM 141GB])
+	pciDeviceIDs:  []uint16{0x2335, 0x233B},
 	productNames:  []string{"NVIDIA H200", "NVIDIA H200 NVL"},
 	profiles: []profileSpec{
 		{name: "1g.18gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 18},
@@ -204,7 +206,7 @@ var b200_180GB = modelSpec{
 	computeSlices: 7,
 	memorySlices:  8,
 	memoryMiB:     183359,
-	pciDeviceIDs:  []uint16{0x2901}, // pci.ids: GB100 [B200]
+	pciDeviceIDs:  []uint16{0x2901},
 	productNames:  []string{"NVIDIA B200"},
 	profiles: []profileSpec{
 		{name: "1g.23gb", nvml: 0, smi: 19, ci: 0, compute: 1, memory: 1, maxCount: 7, starts: []int{0, 1, 2, 3, 4, 5, 6}, memoryGiB: 23},

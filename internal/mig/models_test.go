@@ -72,38 +72,6 @@ func TestModelTablesMatchDesign(t *testing.T) {
 	}
 }
 
-func TestModelForDevice(t *testing.T) {
-	cases := []struct {
-		id     uint32
-		name   string
-		memMiB uint64
-		want   Model
-	}{
-		{0x20B0, "", 0, A100_40GB},
-		{0x20B010DE, "", 0, A100_40GB},
-		{0, "NVIDIA A100-SXM4-40GB", 0, A100_40GB},
-		{0, "Mock NVIDIA A100-SXM4-40GB", 0, A100_40GB},
-		{0x20B5, "", 0, A100_80GB},
-		{0, "NVIDIA H100 80GB HBM3", 0, H100_80GB},
-		{0x2331, "NVIDIA H100 PCIe", 81559, H100_80GB},
-		{0, "NVIDIA H100 NVL", 95830, H100_94GB},
-		{0, "NVIDIA GH200 480GB", 0, GH200_96GB},
-		{0, "NVIDIA H200", 0, H200_141GB},
-		{0x2335, "", 0, H200_141GB},
-		{0, "NVIDIA B200", 0, B200_180GB},
-		{0x20B7, "NVIDIA A30", 0, A30_24GB},
-	}
-	for _, tc := range cases {
-		got, err := ModelForDevice(tc.id, tc.name, tc.memMiB)
-		if err != nil || got != tc.want {
-			t.Errorf("ModelForDevice(%#x, %q, %d) = %v, %v; want %v", tc.id, tc.name, tc.memMiB, got, err, tc.want)
-		}
-	}
-	if _, err := ModelForDevice(0x1EB8, "Tesla T4", 15360); err == nil {
-		t.Error("a T4 is not a MIG model")
-	}
-}
-
 func TestProfileNames(t *testing.T) {
 	for _, in := range []string{"1g.10gb+me", "1g.10gb.me"} {
 		got, err := ParseProfileName(in)
