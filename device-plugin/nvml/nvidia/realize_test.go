@@ -9,6 +9,8 @@ import (
 
 	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/device-plugin/nvml/nvidia"
+	"github.com/slicer-operator/slicer/device-plugin/nvml/nvidia/nvidiamock"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
 
@@ -154,5 +156,39 @@ func TestRealizeOnNVIDIAMock(t *testing.T) {
 				t.Errorf("%d GPU instances left on the mock", n)
 			}
 		})
+	}
+}
+
+// A GPU whose PCI id is an A100-40GB's but whose memory is not is no model: the agent observes
+// it, says why, and makes nothing there; the A100 beside it is served.
+func TestObserveLeavesAnUnrecognizedGPUAlone(t *testing.T) {
+	odd := nvidiamock.Configs["A100-40GB"]
+	odd.Name, odd.MemoryMB = "NVIDIA A100-SXM4-64GB", 65536
+	m, err := nvidiamock.New(nvidiamock.Configs["A100-40GB"], odd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Mock(0).EnableMIG()
+	m.Mock(1).EnableMIG()
+	lib := nvidia.FromInterface(m)
+	if err := lib.Init(); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := engine.Observe(lib, engine.NewMetrics(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, bad := obs.GPUs[0], obs.GPUs[1]
+	if !good.MIGReady() || good.Unrecognized != nil {
+		t.Errorf("the A100-40GB: %+v", good)
+	}
+	if bad.Model.Valid() || bad.MIGReady() || bad.Unrecognized == nil || bad.Unrecognized.Reason != mig.MemoryMismatch || !bad.MIGSupported {
+		t.Errorf("the 64 GB part: model %v, unrecognized %v, MIG %v", bad.Model, bad.Unrecognized, bad.MIGSupported)
+	}
+	if _, err := obs.CreateSlice(mig.Slot{GPU: bad.UUID, Profile: "1g.5gb", Placement: mig.Placement{Start: 0, Size: 1}}, engine.NewMetrics(prometheus.NewRegistry())); err == nil {
+		t.Error("created a slice on a GPU that is no model")
+	}
+	if n := m.Mock(1).Instances(); n != 0 {
+		t.Errorf("%d GPU instances on the unrecognised GPU", n)
 	}
 }
