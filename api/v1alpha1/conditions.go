@@ -105,6 +105,9 @@ const (
 	// ReasonGPUMemoryMismatch: a GPU's PCI device id or name is a model's, its memory is not
 	// (UnrecognizedGPU).
 	ReasonGPUMemoryMismatch = "GPUMemoryMismatch"
+	// ReasonProfileNotSupported: the node's GPU or driver has no such MIG profile (a profile
+	// newer than the driver, mig.Profile.MinDriver); the allocation fails.
+	ReasonProfileNotSupported = "ProfileNotSupported"
 	// ReasonWaitingForPods: the Slicer's deletion waits for the pods that hold MIG slices
 	// (uninstall policy Wait).
 	ReasonWaitingForPods = "WaitingForPods"

@@ -15,7 +15,7 @@ import (
 // the first; a GPU without MIG (a T4) is not one Slicer could slice, and is not named.
 func TestRenderUnrecognizedGPU(t *testing.T) {
 	_, mismatch := mig.ModelForDevice(0x2909, "NVIDIA B200", 172032)
-	_, unknown := mig.ModelForDevice(0x2348, "NVIDIA GH200 144G HBM3e", 146831)
+	_, unknown := mig.ModelForDevice(0x232C, "NVIDIA H20-3e", 143771)
 	_, t4 := mig.ModelForDevice(0x1EB8, "Tesla T4", 15360)
 	gpu := func(i int, migCapable bool, err error) *GPU {
 		g := &GPU{Index: i, Healthy: true, MIGSupported: migCapable}
@@ -32,7 +32,7 @@ func TestRenderUnrecognizedGPU(t *testing.T) {
 	}{
 		{"all known", []*GPU{known, gpu(1, false, t4)}, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, nil},
 		{"memory mismatch first", []*GPU{known, gpu(1, true, mismatch), gpu(2, true, unknown)}, metav1.ConditionTrue,
-			slicerv1alpha1.ReasonGPUMemoryMismatch, []string{"GPU 1: ", "not a B200-180GB", "GPU 2: ", "GH200 144G"}},
+			slicerv1alpha1.ReasonGPUMemoryMismatch, []string{"GPU 1: ", "not a B200-180GB", "GPU 2: ", "H20-3e"}},
 		{"unknown model", []*GPU{gpu(0, true, unknown)}, metav1.ConditionTrue, slicerv1alpha1.ReasonUnknownGPUModel, []string{"is not a MIG model Slicer knows"}},
 	} {
 		st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, NodeView{Obs: &Observation{GPUs: tc.gpus}})

@@ -51,7 +51,7 @@ func (t *modelTable) buildBounds() *boundTable {
 	fams = append(fams, w)
 	for p, ps := range t.spec.profiles {
 		w[p] = 0
-		if ps.media {
+		if ps.media() {
 			w[p] = 1
 		}
 	}
@@ -330,8 +330,8 @@ func StaticOrder(m Model, items []RequestItem) ([]string, error) {
 	}
 	sort.SliceStable(order, func(i, j int) bool {
 		a, b := &t.spec.profiles[order[i]], &t.spec.profiles[order[j]]
-		if a.media != b.media {
-			return a.media
+		if a.media() != b.media() {
+			return a.media()
 		}
 		if a.compute != b.compute {
 			return a.compute > b.compute
@@ -344,7 +344,7 @@ func StaticOrder(m Model, items []RequestItem) ([]string, error) {
 	for _, p := range order {
 		ps := &t.spec.profiles[p]
 		switch {
-		case ps.media, ps.memory > half:
+		case ps.media(), ps.memory > half:
 			out = append(out, p)
 		case ps.memory == half && len(ps.starts) == 1:
 			out = append(out, p)

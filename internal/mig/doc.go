@@ -6,7 +6,8 @@
 // Models and profiles (models.go is the only place geometry is written down):
 //
 //	Models() []Model; ParseModel(name) (Model, error)
-//	ModelForDevice(pciDeviceID uint32, productName string, memoryMiB uint64) (Model, error)
+//	ModelForDevice(pciDeviceID uint32, productName string, memoryMiB uint64) (Model, error)   // id, then name; memory ±5 %
+//	Profile.SupportedBy(driverVersion) bool    // Profile.MinDriver: "R525" profiles
 //	Model.Profiles() []Profile; Model.Profile(name) (Profile, error)   // either spelling
 //	ParseProfileName(name) (string, error)   // "1g.10gb.me" or "1g.10gb+me" -> "1g.10gb+me"
 //	LegalProfileName(name) string            // "1g.10gb+me" -> "1g.10gb.me"
@@ -17,9 +18,9 @@
 //	Profile.StepDown() (Profile, bool)         // the next smaller profile in memory (right-sizing)
 //	Profile.SmallestFit(peakBytes) (Profile, bool)
 //
-// Kubernetes resource names cannot hold '+': the one legal spelling of a +me profile in
-// resource names and CRD enums is the ".me" suffix (slicer.dev/mig-1g.10gb.me). Profile.Name
-// keeps the NVIDIA spelling.
+// Kubernetes resource names cannot hold '+': the legal spelling of an option in resource names
+// and CRD enums has '.' for '+' (slicer.dev/mig-1g.10gb.me, 1g.24gb.me.all; "-me" stays).
+// Profile.Name keeps the NVIDIA spelling.
 //
 // Occupancy: GPUState is a 4-byte comparable value (model + index into the model's table of
 // the legal states: 2,319 on 8-slice GPUs, 76 on A30). Every question is a table lookup:

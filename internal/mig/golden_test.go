@@ -177,7 +177,7 @@ func TestTablesMatchNVIDIAsPublishedProfiles(t *testing.T) {
 				continue
 			}
 			got := goldenProfile{Name: p.Name, SMIProfileID: p.SMIProfileID, MaxCount: p.MaxCount, MemorySlices: p.MemorySlices,
-				ComputeSlices: p.ComputeSlices, Starts: p.Starts, MinDriver: want.MinDriver,
+				ComputeSlices: p.ComputeSlices, Starts: p.Starts, MinDriver: p.MinDriver,
 				TableSource: want.TableSource, ListingSource: want.ListingSource}
 			if want.SMIProfileID < 0 {
 				got.SMIProfileID = -1

@@ -43,6 +43,11 @@ func TestModelTablesMatchDesign(t *testing.T) {
 		{GH200_96GB, eightSlice("1g.12gb", "1g.24gb", "24gb", "48gb", "96gb"), 2319},
 		{H200_141GB, eightSlice("1g.18gb", "1g.35gb", "35gb", "71gb", "141gb"), 2319},
 		{B200_180GB, eightSlice("1g.23gb", "1g.45gb", "45gb", "90gb", "180gb"), 2319},
+		{GB200_186GB, eightSlice("1g.23gb", "1g.47gb", "47gb", "93gb", "186gb"), 2319},
+		{GH200_144GB, eightSlice("1g.18gb", "1g.36gb", "36gb", "72gb", "144gb"), 2319},
+		{H20_96GB, eightSlice("1g.12gb", "1g.24gb", "24gb", "48gb", "96gb"), 2319},
+		{B300_288GB, eightSlice("1g.34gb", "1g.67gb", "67gb", "135gb", "269gb"), 2319},
+		{GB300_288GB, eightSlice("1g.35gb", "1g.70gb", "70gb", "139gb", "278gb"), 2319},
 		{A30_24GB, []profileRow{
 			{"1g.6gb", 0, 14, 0, 1, 1, 4, []int{0, 1, 2, 3}, false},
 			{"1g.6gb+me", 7, 21, 0, 1, 1, 1, []int{0, 1, 2, 3}, true},
@@ -101,7 +106,7 @@ func TestProfileNames(t *testing.T) {
 			t.Errorf("known name %q is not legal in a resource name", n)
 		}
 	}
-	if known[0] != "1g.5gb" || known[len(known)-1] != "7g.180gb" {
+	if known[0] != "1g.5gb" || known[len(known)-1] != "7g.278gb" {
 		t.Errorf("KnownProfileNames order: %v", known)
 	}
 	if diff := cmp.Diff([]Model{A100_80GB, H100_80GB}, ModelsSupporting("3g.40gb")); diff != "" {

@@ -92,6 +92,11 @@ var pciSources = []struct {
 	{0x2335, mig.H200_141GB, "GH100 [H200 SXM 141GB]", "NVIDIA H200", "MIG guide (H200-SXM5 141GB); mig-parted H200-141GB"},
 	{0x233B, mig.H200_141GB, "GH100 [H200 NVL]", "NVIDIA H200 NVL", "MIG guide (H200 NVL 141GB); mig-parted H200 NVL"},
 	{0x2901, mig.B200_180GB, "GB100 [B200]", "NVIDIA B200", "MIG guide (B200 180GB); mig-parted B200"},
+	{0x2941, mig.GB200_186GB, "GB100 [HGX GB200]", "NVIDIA GB200", "MIG guide (GB200 186GB); mig-parted GB200 HGX device-filter"},
+	{0x2348, mig.GH200_144GB, "GH100 [GH200 144G HBM3e]", "NVIDIA GH200 144G HBM3e", "mig-parted GH200 144G HBM3e device-filter"},
+	{0x2329, mig.H20_96GB, "GH100 [H20]", "NVIDIA H20", "MIG guide (H20 96GB); mig-parted H20 in the 96 GB device-filter"},
+	{0x3182, mig.B300_288GB, "GB110 [B300 SXM6 AC]", "NVIDIA B300 SXM6 AC", "mig-parted B300 device-filter"},
+	{0x31C2, mig.GB300_288GB, "GB110 [GB300]", "NVIDIA GB300", "mig-parted GB300 device-filter"},
 }
 
 // Product names NVIDIA's driver gives a model's parts under a PCI id already listed above

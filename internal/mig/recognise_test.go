@@ -41,8 +41,16 @@ func TestModelForDevice(t *testing.T) {
 		{what: "H100 96GB", id: 0x233D, memMiB: 97871, want: GH200_96GB},
 		{what: "PG506-232", id: 0x20B6, name: "NVIDIA PG506-232", memMiB: 97871, want: GH200_96GB},
 		// was GH200-96GB by a name prefix: a 144 GB GPU is not the 96 GB model
-		{what: "GH200 144G HBM3e", id: 0x2348, name: "NVIDIA GH200 144G HBM3e", memMiB: 146831, reason: UnknownGPU},
-		{what: "GH200 144G HBM3e by name", name: "NVIDIA GH200 144G HBM3e", memMiB: 146831, reason: UnknownGPU},
+		{what: "GH200 144G HBM3e", id: 0x2348, name: "NVIDIA GH200 144G HBM3e", memMiB: 146831, want: GH200_144GB},
+		{what: "GH200 144G HBM3e by name", name: "NVIDIA GH200 144G HBM3e", memMiB: 146831, want: GH200_144GB},
+		{what: "GH200 144G HBM3e with 96 GB", id: 0x2348, memMiB: 97871, reason: MemoryMismatch},
+		{what: "a GH200 name Slicer does not list", name: "NVIDIA GH200 96GB HBM3", memMiB: 97871, reason: UnknownGPU},
+		// were unrecognised: the models added from NVIDIA's mig-parted
+		{what: "GB200", id: 0x2941, name: "NVIDIA GB200", memMiB: 189000, want: GB200_186GB},
+		{what: "H20", id: 0x2329, name: "NVIDIA H20", memMiB: 97871, want: H20_96GB},
+		{what: "B300", id: 0x3182, name: "NVIDIA B300 SXM6 AC", memMiB: 275000, want: B300_288GB},
+		{what: "GB300", id: 0x31C2, name: "NVIDIA GB300", memMiB: 284000, want: GB300_288GB},
+		{what: "H20-3e, no MIG table published", id: 0x232C, name: "NVIDIA H20-3e", memMiB: 143771, reason: UnknownGPU},
 		// was B200: the name matched; the 168 GB part is not the 180 GB model
 		{what: "HGX B200 168GB", id: 0x2909, name: "NVIDIA B200", memMiB: 172032, reason: MemoryMismatch},
 		// was H200: memory was checked only between two candidates

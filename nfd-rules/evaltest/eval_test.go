@@ -57,10 +57,9 @@ func TestRuleAgainstRecordedNodes(t *testing.T) {
 		"b200":           mig("B200-180GB"),
 		"h200-nvl":       mig("H200-141GB"),
 		"h100-sxm5-94gb": mig("H100-94GB"),
-		// NVIDIA's HGX B200 168GB is not the 180 GB part (no MIG geometry is published for it),
-		// and the GH200 144G has no model in internal/mig's tables.
+		"gh200-144g":     mig("GH200-144GB"),
+		// NVIDIA's HGX B200 168GB is not the 180 GB part: no MIG geometry is published for it.
 		"b200-168gb":            {},
-		"gh200-144g":            {},
 		"l4-no-mig":             {},
 		"intel-vga":             {},
 		"nvidia-audio-function": {},

@@ -192,3 +192,19 @@ func TestObserveLeavesAnUnrecognizedGPUAlone(t *testing.T) {
 		t.Errorf("%d GPU instances on the unrecognised GPU", n)
 	}
 }
+
+// A profile newer than the node's driver is refused before NVML is asked (ERROR_NOT_SUPPORTED,
+// which the device-plugin agent turns into a Failed allocation): A100-40GB 1g.10gb needs R525.
+func TestRealizeRefusesAProfileTheDriverLacks(t *testing.T) {
+	lib, mock := mockLibrary(t, "A100-40GB")
+	mock.Server().DriverVersion = "470.256.02"
+	metrics := engine.NewMetrics(prometheus.NewRegistry())
+	obs, g := observe(t, lib, metrics)
+	_, err := obs.CreateSlice(mig.Slot{GPU: g.UUID, Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 2}}, metrics)
+	if nvml.ReturnOf(err) != nvml.ErrorNotSupported || mock.Mock(0).Instances() != 0 {
+		t.Fatalf("1g.10gb on R470: %v (%d instances), want ERROR_NOT_SUPPORTED and none", err, mock.Mock(0).Instances())
+	}
+	if _, err := obs.CreateSlice(mig.Slot{GPU: g.UUID, Profile: "1g.5gb", Placement: mig.Placement{Start: 0, Size: 1}}, metrics); err != nil {
+		t.Fatalf("1g.5gb on R470: %v", err)
+	}
+}
