@@ -107,6 +107,8 @@ func (d *device) GPUInstanceProfileInfo(profile int) (nvml.GPUInstanceProfileInf
 	return nvml.GPUInstanceProfileInfo{
 		Profile: profile, ID: int(i.Id), SliceCount: int(i.SliceCount), InstanceCount: int(i.InstanceCount),
 		MemorySizeMB: i.MemorySizeMB, MultiprocessorCount: int(i.MultiprocessorCount),
+		CopyEngineCount: int(i.CopyEngineCount), DecoderCount: int(i.DecoderCount), EncoderCount: int(i.EncoderCount),
+		JpegCount: int(i.JpegCount), OfaCount: int(i.OfaCount),
 	}, nil
 }
 

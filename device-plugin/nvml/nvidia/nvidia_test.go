@@ -119,6 +119,10 @@ func TestLibraryCallsOnNVIDIAMock(t *testing.T) {
 	if cur, pend, err := dev.MIGMode(); err != nil || cur != nvml.MIGEnabled || pend != nvml.MIGEnabled {
 		t.Errorf("MIGMode = %v, %v, %v", cur, pend, err)
 	}
+	// NVIDIA's mock: the +me profile has the GPU's one OFA and JPEG engine.
+	if info, err := dev.GPUInstanceProfileInfo(7); err != nil || info.OfaCount != 1 || info.JpegCount != 1 || info.DecoderCount != 1 || info.CopyEngineCount != 1 {
+		t.Errorf("1g.5gb+me profile info = %+v, %v; want one copy engine, decoder, JPEG and OFA", info, err)
+	}
 	// A GPU_INSTANCE_PROFILE_* value the A100 does not have (the 1-slice graphics profile).
 	if _, err := dev.GPUInstanceProfileInfo(10); nvml.ReturnOf(err) != nvml.ErrorNotSupported {
 		t.Errorf("GPUInstanceProfileInfo(1_SLICE_GFX) on an A100: %v, want ERROR_NOT_SUPPORTED", err)
