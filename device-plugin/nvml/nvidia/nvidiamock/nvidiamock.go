@@ -52,6 +52,25 @@ type Library struct {
 	devices []*Device
 }
 
+// Forbid makes every call that changes a GPU (MIG mode, creating or destroying a GPU or
+// compute instance) report itself to forbidden and fail with ERROR_NO_PERMISSION: for tools
+// that must only read. The mock implements no other mutating call: any other one panics.
+func (l *Library) Forbid(forbidden func(call string)) {
+	for _, d := range l.devices {
+		d.mu.Lock()
+		d.forbidden = forbidden
+		d.mu.Unlock()
+		d.mock.SetMigModeFunc = func(int) (gonvml.Return, gonvml.Return) {
+			forbidden("DeviceSetMigMode")
+			return gonvml.ERROR_NO_PERMISSION, gonvml.ERROR_NO_PERMISSION
+		}
+		d.mock.CreateGpuInstanceFunc = func(*gonvml.GpuInstanceProfileInfo) (gonvml.GpuInstance, gonvml.Return) {
+			forbidden("DeviceCreateGpuInstance")
+			return nil, gonvml.ERROR_NO_PERMISSION
+		}
+	}
+}
+
 // New returns a mock machine with one GPU per config, MIG mode off (as after installation).
 func New(configs ...gpus.Config) (*Library, error) {
 	srv, err := server.New(server.WithGPUs(configs...), server.WithDriverVersion(DriverVersion),
@@ -89,10 +108,20 @@ type Device struct {
 	gonvml.Device
 	mock *server.Device
 
-	mu    sync.Mutex
-	live  map[*GPUInstance]bool
-	order int // creation counter of compute instances, for MIG device indexes
-	inUse map[string]bool
+	mu        sync.Mutex
+	live      map[*GPUInstance]bool
+	order     int // creation counter of compute instances, for MIG device indexes
+	inUse     map[string]bool
+	forbidden func(call string) // set by Library.Forbid
+}
+
+// refuse reports a mutating call when Forbid is in effect (d.mu held).
+func (d *Device) refuse(call string) bool {
+	if d.forbidden == nil {
+		return false
+	}
+	d.forbidden(call)
+	return true
 }
 
 // EnableMIG sets MIG mode on, as an administrator does before Slicer runs.
@@ -151,6 +180,12 @@ func (d *Device) profileOf(gi *GPUInstance) gonvml.GpuInstanceProfileInfo {
 
 // CreateGpuInstanceWithPlacement creates a GPU instance when the driver would.
 func (d *Device) CreateGpuInstanceWithPlacement(info *gonvml.GpuInstanceProfileInfo, pl *gonvml.GpuInstancePlacement) (gonvml.GpuInstance, gonvml.Return) {
+	d.mu.Lock()
+	refused := d.refuse("DeviceCreateGpuInstanceWithPlacement")
+	d.mu.Unlock()
+	if refused {
+		return nil, gonvml.ERROR_NO_PERMISSION
+	}
 	if info == nil || pl == nil {
 		return nil, gonvml.ERROR_INVALID_ARGUMENT
 	}
@@ -281,6 +316,9 @@ func (g *GPUInstance) CreateComputeInstance(info *gonvml.ComputeInstanceProfileI
 	}
 	g.dev.mu.Lock()
 	defer g.dev.mu.Unlock()
+	if g.dev.refuse("GpuInstanceCreateComputeInstance") {
+		return nil, gonvml.ERROR_NO_PERMISSION
+	}
 	if g.destroyed {
 		return nil, gonvml.ERROR_INVALID_ARGUMENT
 	}
@@ -335,6 +373,8 @@ func (g *GPUInstance) Destroy() gonvml.Return {
 	g.dev.mu.Lock()
 	defer g.dev.mu.Unlock()
 	switch {
+	case g.dev.refuse("GpuInstanceDestroy"):
+		return gonvml.ERROR_NO_PERMISSION
 	case g.destroyed:
 		return gonvml.ERROR_INVALID_ARGUMENT
 	case len(g.live) > 0:
@@ -377,6 +417,8 @@ func (c *ComputeInstance) Destroy() gonvml.Return {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
+	case d.refuse("ComputeInstanceDestroy"):
+		return gonvml.ERROR_NO_PERMISSION
 	case c.destroyed:
 		return gonvml.ERROR_INVALID_ARGUMENT
 	case d.inUse[c.uuid]:
