@@ -6,8 +6,9 @@
 // Models and profiles (models.go is the only place geometry is written down):
 //
 //	Models() []Model; ParseModel(name) (Model, error)
-//	ModelForDevice(pciDeviceID uint32, productName string, memoryMiB uint64) (Model, error)   // id, then name; memory ±5 %
-//	Profile.SupportedBy(driverVersion) bool    // Profile.MinDriver: "R525" profiles
+//	ModelForDevice(pciDeviceID uint32, productName string, memoryMiB uint64) (Model, error)
+//	                                           // PCI id first, exact name second, memory within 5 %
+//	Profile.SupportedBy(driverVersion) bool    // the driver's branch is at least Profile.MinDriver
 //	Model.Profiles() []Profile; Model.Profile(name) (Profile, error)   // either spelling
 //	ParseProfileName(name) (string, error)   // "1g.10gb.me" or "1g.10gb+me" -> "1g.10gb+me"
 //	LegalProfileName(name) string            // "1g.10gb+me" -> "1g.10gb.me"
