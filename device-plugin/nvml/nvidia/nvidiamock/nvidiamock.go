@@ -113,6 +113,7 @@ type Device struct {
 	order     int // creation counter of compute instances, for MIG device indexes
 	inUse     map[string]bool
 	forbidden func(call string) // set by Library.Forbid
+	known     []gonvml.GpuInstanceProfileInfo
 }
 
 // refuse reports a mutating call when Forbid is in effect (d.mu held).
@@ -149,15 +150,17 @@ func (d *Device) Instances() int {
 	return len(d.live)
 }
 
-// profiles lists every GPU instance profile the mock device has.
+// profiles lists every GPU instance profile the mock device has, read from its data once
+// (d.mu held).
 func (d *Device) profiles() []gonvml.GpuInstanceProfileInfo {
-	var out []gonvml.GpuInstanceProfileInfo
-	for p := 0; p < gonvml.GPU_INSTANCE_PROFILE_COUNT; p++ {
-		if info, r := d.mock.GetGpuInstanceProfileInfo(p); r == gonvml.SUCCESS {
-			out = append(out, info)
+	if d.known == nil {
+		for p := 0; p < gonvml.GPU_INSTANCE_PROFILE_COUNT; p++ {
+			if info, ok := d.mock.Config.MIGProfiles.GpuInstanceProfiles[p]; ok {
+				d.known = append(d.known, info)
+			}
 		}
 	}
-	return out
+	return d.known
 }
 
 // whole is the largest count of each resource any one profile has: the GPU's totals.
@@ -258,6 +261,8 @@ func (d *Device) GetGpuInstances(info *gonvml.GpuInstanceProfileInfo) ([]gonvml.
 
 // GetMaxMigDeviceCount is the largest number of MIG devices the GPU can hold.
 func (d *Device) GetMaxMigDeviceCount() (int, gonvml.Return) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	n := uint32(0)
 	for _, p := range d.profiles() {
 		n = max(n, p.InstanceCount)
