@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -19,7 +20,7 @@ func TestRenderUnrecognizedGPU(t *testing.T) {
 	_, t4 := mig.ModelForDevice(0x1EB8, "Tesla T4", 15360)
 	gpu := func(i int, migCapable bool, err error) *GPU {
 		g := &GPU{Index: i, Healthy: true, MIGSupported: migCapable}
-		g.Unrecognized, _ = err.(*mig.RecognitionError)
+		errors.As(err, &g.Unrecognized)
 		return g
 	}
 	known := &GPU{Index: 0, Model: mig.H100_80GB, MIGSupported: true, Healthy: true}

@@ -126,7 +126,9 @@ func (d *Device) refuse(call string) bool {
 }
 
 // EnableMIG sets MIG mode on, as an administrator does before Slicer runs.
-func (d *Device) EnableMIG() { d.mock.SetMigMode(gonvml.DEVICE_MIG_ENABLE) }
+func (d *Device) EnableMIG() {
+	_, _ = d.mock.SetMigMode(gonvml.DEVICE_MIG_ENABLE) // the mock's SetMigMode cannot fail
+}
 
 // Raw is go-nvml's mock device under the wrapper: a test replaces one of its functions to make
 // the driver fail a call.
