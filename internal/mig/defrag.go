@@ -253,6 +253,8 @@ type defragRun struct {
 	hosts map[[2]int][]chainHost
 
 	present  [numModels + 1]bool
+	tabs     [numModels + 1]*modelTable           // the tables of the models present
+	dts      [numModels + 1]*defragTable          // of those that have the request's profile
 	hist     [numModels + 1][]int32               // usable GPUs per state index
 	fitCount [numModels + 1][maxProfiles]int      // usable GPUs where the profile fits now
 	fitList  [numModels + 1][maxProfiles][]gpuRef // those GPUs, built only for scarce profiles
@@ -315,7 +317,6 @@ type destInfo struct {
 
 // survey counts the usable GPUs per state and answers the cheap outcomes.
 func (r *defragRun) survey() DefragOutcome {
-	var tabs [numModels + 1]*modelTable
 	var want [numModels + 1]int
 	ngpus := 0
 	for n := range r.nodes {
@@ -327,24 +328,24 @@ func (r *defragRun) survey() DefragOutcome {
 			if !g.Usable || m == 0 || m > numModels {
 				continue
 			}
-			t := tabs[m]
+			t := r.tabs[m]
 			if t == nil {
 				t = tableFor(m)
-				tabs[m] = t
+				r.tabs[m] = t
 				r.present[m] = true
 				r.hist[m] = make([]int32, len(t.states))
 				want[m] = int(r.req.prof[m][0])
 			}
 			idx := int(g.State.idx)
 			r.hist[m][idx]++
-			if p := want[m]; p >= 0 && t.nvmlSlot[idx*t.nprof()+p] != noSlot {
+			if p := want[m]; p >= 0 && t.fits(idx, p) {
 				return DefragFitsNow
 			}
 		}
 	}
 	room := false
 	for m := Model(1); m <= numModels; m++ {
-		t := tabs[m]
+		t := r.tabs[m]
 		if t == nil {
 			continue
 		}
@@ -357,7 +358,7 @@ func (r *defragRun) survey() DefragOutcome {
 			freeC += int(c) * (t.spec.computeSlices - int(t.compute[st]))
 			freeM += int(c) * (t.spec.memorySlices - bits.OnesCount16(t.used[st]))
 			for q := 0; q < np; q++ {
-				if t.nvmlSlot[st*np+q] != noSlot {
+				if t.fits(st, q) {
 					r.fitCount[m][q] += int(c)
 				}
 			}
@@ -370,12 +371,17 @@ func (r *defragRun) survey() DefragOutcome {
 		return DefragNoCapacity
 	}
 	r.memo = make([]gpuMemo, ngpus)
+	for m := Model(1); m <= numModels; m++ {
+		if r.tabs[m] != nil && want[m] >= 0 {
+			r.dts[m] = defragTableFor(m)
+		}
+	}
 	if !r.noPrune {
 		for m := Model(1); m <= numModels; m++ {
-			if tabs[m] != nil && want[m] >= 0 {
-				r.keep[m] = r.stuck(m, tabs[m], want[m])
+			if r.dts[m] != nil {
+				r.keep[m] = r.stuck(m, r.tabs[m], want[m])
 				if r.dest == nil {
-					r.opens[m] = make([]uint8, len(tabs[m].states))
+					r.opens[m] = make([]uint8, len(r.tabs[m].states))
 				}
 			}
 		}
@@ -383,18 +389,31 @@ func (r *defragRun) survey() DefragOutcome {
 	return ""
 }
 
-// reqGPU is one GPU of requestGPUs: its index in node then GPU order (over all GPUs), node
-// and GPU indexes, model and state index.
-type reqGPU struct {
+// site is one GPU as the search looks at it: its index in node then GPU order over all GPUs
+// (gi, the key of the per-GPU memo), its node and GPU indexes, its model and that model's
+// tables, its state index, and the request's profile index on the model.
+type site struct {
 	gi, n, g int
 	m        Model
+	t        *modelTable
+	dt       *defragTable
 	st       int
+	p        int
+}
+
+// ref is the site's GPU as a gpuRef.
+func (s *site) ref() gpuRef { return gpuRef{int32(s.n), int32(s.g)} }
+
+// slice is the slice of slot sl on the site's GPU.
+func (s *site) slice(sl int) SliceAt {
+	x := s.t.slots[sl]
+	return SliceAt{Node: s.n, GPU: s.g, Profile: s.t.profiles[x.prof], Placement: Placement{Start: int(x.start), Size: int(x.size)}}
 }
 
 // requestGPUs walks the usable GPUs of the models present that have the request's profile, in
 // node then GPU order: the GPUs a plan may target.
-func (r *defragRun) requestGPUs() iter.Seq[reqGPU] {
-	return func(yield func(reqGPU) bool) {
+func (r *defragRun) requestGPUs() iter.Seq[site] {
+	return func(yield func(site) bool) {
 		gi := -1
 		for n := range r.nodes {
 			for g := range r.nodes[n].GPUs {
@@ -404,7 +423,7 @@ func (r *defragRun) requestGPUs() iter.Seq[reqGPU] {
 				if !gpu.Usable || m == 0 || m > numModels || !r.present[m] || r.req.prof[m][0] < 0 {
 					continue
 				}
-				if !yield(reqGPU{gi: gi, n: n, g: g, m: m, st: int(gpu.State.idx)}) {
+				if !yield(r.siteOf(gi, n, g)) {
 					return
 				}
 			}
@@ -412,180 +431,8 @@ func (r *defragRun) requestGPUs() iter.Seq[reqGPU] {
 	}
 }
 
-// scan examines level r.k: every GPU that k removals may open, every k-set of its movable
-// slices, every placement of the request they open.
-func (r *defragRun) scan(budget int) {
-	r.examined, r.stopped = 0, false
-	var tabs [numModels + 1]*modelTable
-	var dts [numModels + 1]*defragTable
-	visit := false // some GPU is not passed over by its state alone
-	for m := Model(1); m <= numModels; m++ {
-		if r.present[m] && r.req.prof[m][0] >= 0 {
-			tabs[m], dts[m] = tableFor(m), defragTableFor(m)
-			visit = r.visitStates(m, tabs[m], dts[m]) || visit
-		}
-	}
-	if !visit {
-		return // the walk below would pass over every GPU
-	}
-	for u := range r.requestGPUs() {
-		gi, n, g, m, st := u.gi, u.n, u.g, u.m, u.st
-		keep := r.visit[m][st]
-		if keep&movHopeless != 0 {
-			continue
-		}
-		p := int(r.req.prof[m][0])
-		t := tabs[m]
-		if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
-			continue
-		}
-		if r.maxAsks > 0 && r.asks >= r.maxAsks && r.memo[gi].mov&movKnown == 0 {
-			r.stopped = true
-			return
-		}
-		if !r.noPrune && !r.noOpen && r.memo[gi].mov&movKnown == 0 && !r.mayOpen(gi, n, g, m, t, st, p, keep&movSlots) {
-			continue
-		}
-		mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
-		if mov&(movHopeless|movStuck) != 0 || bits.OnesCount32(mov&keep&movSlots) < r.k {
-			continue
-		}
-		use := mov & keep & movSlots
-		if r.class != nil && !r.noPrune {
-			if use = r.destStuck(gi, n, g, t, dts[m], st, p, use); bits.OnesCount32(use) < r.k {
-				continue
-			}
-		}
-		pos, npos := setBits(use)
-		// Every k-subset of the npos movable slots, as a bitmask over pos (Gosper's hack).
-		for c := uint32(1)<<r.k - 1; c < 1<<npos; {
-			if r.examined >= budget {
-				r.stopped = true
-				return
-			}
-			r.examined++
-			if r.tryRemoval(gi, n, g, t, st, p, c, pos[:npos]) {
-				return
-			}
-			c = nextSubset(c)
-		}
-	}
-}
-
-// visitStates fills r.visit[m] for level r.k: per state index that usable GPUs of model m are
-// in, the slots keep keeps (every slot with the pruning rules off), or movHopeless when the
-// search passes over every GPU in that state at this level: the fewest removals for the
-// request's profile (a table lookup that ignores movability) exceed r.k, or keep is hopeless.
-// It is the per-GPU test of scan, made once per state and level. It reports whether some state
-// is not passed over.
-func (r *defragRun) visitStates(m Model, t *modelTable, dt *defragTable) bool {
-	if r.visit[m] == nil {
-		r.visit[m] = make([]uint32, len(t.states))
-	}
-	p, np := int(r.req.prof[m][0]), t.nprof()
-	some := false
-	for st, c := range r.hist[m] {
-		if c == 0 {
-			continue
-		}
-		keep := uint32(movSlots)
-		if ks := r.keep[m]; ks != nil {
-			keep = ks[st]
-		}
-		if int(dt.minRemovals[st*np+p]) > r.k {
-			keep = movHopeless
-		}
-		r.visit[m][st] = keep
-		some = some || keep&movHopeless == 0
-	}
-	return some
-}
-
-const (
-	movSlots    = 1<<29 - 1 // the slot bits of a gpuMemo.mov or keep entry
-	movStuck    = 1 << 29   // movHopeless, counting only the movable slots keep keeps
-	movKnown    = 1 << 30   // gpuMemo.mov (or .dest) entry computed
-	movHopeless = 1 << 31   // the profile does not fit even with every movable slice gone
-)
-
-// movableSlots is the slot mask of GPU gi's movable instances, asked of the callback once per
-// call and kept in r.memo[gi].mov, with movHopeless set when removing all of them would not
-// open the profile, movStuck when removing those of them that are not stuck would not.
-func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, st, p int) uint32 {
-	if e := r.memo[gi].mov; e&movKnown != 0 {
-		return e
-	}
-	mask := t.states[st]
-	var mov uint32
-	for rest := mask; rest != 0; rest &= rest - 1 {
-		if s := bits.TrailingZeros32(rest); r.slotMovable(gi, n, g, t, s) {
-			mov |= 1 << s
-		}
-	}
-	e := mov | movKnown
-	switch {
-	case mov == 0: // the GPU as it is, which does not fit the profile
-		e |= movHopeless
-	case mov != mask: // mov == mask: the empty GPU fits every profile
-		if fixed := dt.index[mask&^mov]; t.nvmlSlot[int(fixed)*t.nprof()+p] == noSlot {
-			e |= movHopeless
-		}
-	}
-	if ks := r.keep[r.nodes[n].GPUs[g].State.model]; ks != nil && e&movHopeless == 0 {
-		if use := mov & ks[st]; use != mov && t.nvmlSlot[int(dt.index[mask&^use])*t.nprof()+p] == noSlot {
-			e |= movStuck
-		}
-	}
-	r.memo[gi].mov = e
-	return e
-}
-
-// tryRemoval checks one removal set (c over pos) on GPU (n, g). It returns true when enough
-// feasible candidates were seen at this level.
-func (r *defragRun) tryRemoval(gi, n, g int, t *modelTable, st, p int, c uint32, pos []int) bool {
-	ns, np := t.nslots(), t.nprof()
-	var sub uint32
-	cur := st
-	compute := 0
-	var forbid uint16
-	k := 0
-	for rest := c; rest != 0; rest &= rest - 1 {
-		s := pos[bits.TrailingZeros32(rest)]
-		sub |= 1 << s
-		cur = int(t.release[cur*ns+s])
-		compute += t.spec.profiles[t.slots[s].prof].compute
-		forbid |= t.slots[s].mem
-		r.moved[k] = s
-		k++
-	}
-	if t.nvmlSlot[cur*np+p] == noSlot {
-		return false
-	}
-	for _, start := range t.profiles[p].Starts {
-		slot := int(t.slotOf[p][start])
-		next := t.take[cur*ns+slot]
-		if next == noState {
-			continue
-		}
-		cost := t.value[cur] - t.value[next]
-		cand := defragCandidate{found: true, node: n, gpu: g, gi: gi, sub: sub, slot: slot, compute: compute, cost: cost}
-		if !r.feasible(gi, n, g, t, st, uint16(next), forbid, false) {
-			continue
-		}
-		if !r.best.found || cand.better(r.best) {
-			r.best = cand
-		}
-		r.ties++
-		if r.ties >= defragTies {
-			return true
-		}
-	}
-	return false
-}
-
-func (c defragCandidate) better(o defragCandidate) bool {
-	if c.compute != o.compute {
-		return c.compute < o.compute
-	}
-	return c.cost < o.cost
+// siteOf is GPU (n, g), gi in node then GPU order, of a model present.
+func (r *defragRun) siteOf(gi, n, g int) site {
+	st := r.nodes[n].GPUs[g].State
+	return site{gi: gi, n: n, g: g, m: st.model, t: r.tabs[st.model], dt: r.dts[st.model], st: int(st.idx), p: int(r.req.prof[st.model][0])}
 }

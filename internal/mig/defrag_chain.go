@@ -40,7 +40,6 @@ func (r *defragRun) chainHosts(m Model, q int) []chainHost {
 	}
 	t, dt := tableFor(m), defragTableFor(m)
 	np := t.nprof()
-	p := int(r.req.prof[m][0])
 	var out []chainHost
 	// The targets every host so far fails (all of them before the first host).
 	var unserved [2]gpuRef
@@ -48,7 +47,7 @@ func (r *defragRun) chainHosts(m Model, q int) []chainHost {
 	fail := func(h *chainHost) (f [2]gpuRef, nf int) {
 		f[0], nf = h.ref, 1
 		if qb := int(t.slots[h.b].prof); h.selfE < 0 && r.fitCount[m][qb]-b2i(h.fitsQb) == 1 {
-			for _, z := range r.fits(m, qb) {
+			for _, z := range r.gpusFitting(m, qb) {
 				if z != h.ref {
 					f[1], nf = z, 2
 				}
@@ -75,7 +74,7 @@ scan:
 		if x.m != m {
 			continue
 		}
-		gi, n, g, st := x.gi, x.n, x.g, x.st
+		n, g, st := x.n, x.g, x.st
 		if dt.minRemovals[st*np+q] != 1 {
 			continue
 		}
@@ -98,7 +97,7 @@ scan:
 		if !maybe {
 			continue
 		}
-		mov := r.movableSlots(gi, n, g, t, dt, st, p) & movSlots
+		mov := r.movableSlots(&x) & movSlots
 		for i := range tmpl[st] {
 			h := tmpl[st][i]
 			h.ref = ref
@@ -130,7 +129,7 @@ scan:
 // hostsOf lists the hosts for profile q a GPU in state st would have were all its slices
 // movable (ref unset), in slot then start order; a non-nil empty slice when none.
 func (r *defragRun) hostsOf(t *modelTable, st, q int) []chainHost {
-	ns, np := t.nslots(), t.nprof()
+	ns := t.nslots()
 	m := t.profiles[q].Model
 	out := []chainHost{}
 	for rest := t.states[st]; rest != 0; rest &= rest - 1 {
@@ -143,7 +142,7 @@ func (r *defragRun) hostsOf(t *modelTable, st, q int) []chainHost {
 			if next == noState {
 				continue
 			}
-			h := chainHost{b: b, d: d, after: uint16(next), selfE: -1, fitsQb: t.nvmlSlot[st*np+qb] != noSlot}
+			h := chainHost{b: b, d: d, after: uint16(next), selfE: -1, fitsQb: t.fits(st, qb)}
 			for _, e := range t.profiles[qb].Starts {
 				es := int(t.slotOf[qb][e])
 				if t.slots[es].mem&t.used[st] == 0 && t.take[int(next)*ns+es] != noState {
@@ -165,14 +164,13 @@ func (r *defragRun) hostsOf(t *modelTable, st, q int) []chainHost {
 // moved slice has somewhere to go (its own GPU first, else the untouched GPU of best fit).
 func (r *defragRun) chain() (DefragPlan, bool) {
 	for u := range r.requestGPUs() {
-		gi, n, g, m, st := u.gi, u.n, u.g, u.m, u.st
-		t, dt := tableFor(m), defragTableFor(m)
+		n, g, m, st, p := u.n, u.g, u.m, u.st, u.p
+		t, dt := u.t, u.dt
 		ns, np := t.nslots(), t.nprof()
-		p := int(r.req.prof[m][0])
 		if dt.minRemovals[st*np+p] != 1 {
 			continue
 		}
-		mov := r.movableSlots(gi, n, g, t, dt, st, p)
+		mov := r.movableSlots(&u)
 		if mov&movHopeless != 0 {
 			continue
 		}
@@ -194,7 +192,7 @@ func (r *defragRun) chain() (DefragPlan, bool) {
 				switch {
 				case h.selfE >= 0:
 					to = r.sliceOf(h.ref, t, h.selfE)
-				case r.fitCount[m][qb]-b2i(t.nvmlSlot[st*np+qb] != noSlot)-b2i(h.fitsQb) >= 1:
+				case r.fitCount[m][qb]-b2i(t.fits(st, qb))-b2i(h.fitsQb) >= 1:
 					r.nover = 2
 					r.overlay[0].ref, r.overlay[1].ref = target, h.ref
 					to = r.bestUntouched(m, qb, nil)

@@ -73,7 +73,7 @@ func (r *defragRun) classFitsOf(ci *classInfo, m Model, q int) []gpuRef {
 	ci.built[m][q] = true
 	var out []gpuRef
 	last, lastOK := int32(-1), false
-	for _, ref := range r.fits(m, q) {
+	for _, ref := range r.gpusFitting(m, q) {
 		if ref.node != last {
 			last, lastOK = ref.node, ci.allowed(int(ref.node))
 		}
