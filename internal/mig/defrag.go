@@ -153,37 +153,33 @@ type DefragResult struct {
 // profile holds a slice that may not move or has nowhere to go (defrag_open.go) are passed over
 // unexamined.
 func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions) DefragResult {
-	return planDefrag(nodes, req, movable, opt, false)
-}
-
-// planDefrag is PlanDefrag; noPrune turns off the stuck-slice rule (keep), which must not
-// change any answer, for the tests and benchmarks that compare the two.
-func planDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune bool) DefragResult {
-	return planDefragRules(nodes, req, movable, opt, noPrune, noPrune)
-}
-
-// planDefragRules is planDefrag with the opening-set rule (defrag_open.go) turned off on its
-// own by noOpen, for the tests and benchmarks that compare it with the search without it.
-func planDefragRules(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune, noOpen bool) DefragResult {
 	if req == nil || req.n != 1 {
 		return DefragResult{Outcome: DefragUnsupported}
 	}
+	return newDefragRun(nodes, req, movable, opt).plan(opt)
+}
+
+// newDefragRun is one PlanDefrag call's search state, with every pruning rule on.
+func newDefragRun(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions) *defragRun {
 	maxMoves := opt.MaxMoves
 	if maxMoves <= 0 {
 		maxMoves = DefaultDefragMoves
 	}
-	maxMoves = min(maxMoves, MaxDefragMoves)
+	return &defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, class: opt.DestinationClass,
+		maxMoves: min(maxMoves, MaxDefragMoves), maxAsks: opt.MaxSliceQuestions}
+}
+
+// plan is PlanDefrag's search, level by level.
+func (r *defragRun) plan(opt DefragOptions) DefragResult {
 	budget := opt.MaxRemovalSets
 	if budget <= 0 {
 		budget = DefaultDefragRemovalSets
 	}
-	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, class: opt.DestinationClass, maxMoves: maxMoves, noPrune: noPrune, noOpen: noOpen,
-		maxAsks: opt.MaxSliceQuestions}
 	if out := r.survey(); out != "" {
 		return DefragResult{Outcome: out}
 	}
 	res := DefragResult{Outcome: DefragNoPlan}
-	for k := 1; k <= maxMoves; k++ {
+	for k := 1; k <= r.maxMoves; k++ {
 		r.k = k
 		r.best = defragCandidate{}
 		r.ties = 0
@@ -205,8 +201,8 @@ func planDefragRules(nodes []Node, req *Request, movable MovableFunc, opt Defrag
 				return res
 			}
 		}
-		if k == min(2, maxMoves) && opt.RepackGPUs > 0 {
-			rp := PlanRepack(nodes, req, movable, RepackOptions{MaxGPUs: opt.RepackGPUs, MaxMoves: maxMoves, Destinations: opt.Destinations})
+		if k == min(2, r.maxMoves) && opt.RepackGPUs > 0 {
+			rp := PlanRepack(r.nodes, r.req, r.movable, RepackOptions{MaxGPUs: opt.RepackGPUs, MaxMoves: r.maxMoves, Destinations: opt.Destinations})
 			res.Bounded = res.Bounded || rp.Bounded
 			if rp.Outcome == DefragPlanned {
 				res.Outcome, res.Plan = DefragPlanned, rp.Plan
@@ -236,8 +232,11 @@ type defragRun struct {
 	dest    DestinationFunc
 
 	maxMoves int
-	noPrune  bool
-	noOpen   bool // the opening-set rule off (on only with the others)
+	// noPrune turns the exact pruning rules off (defrag_prune.go, defrag_open.go), noOpen the
+	// opening-set rule alone: only the tests and benchmarks that compare the search with and
+	// without them set them (planDefragRules in defrag_prune_test.go).
+	noPrune bool
+	noOpen  bool
 	// maxAsks is DefragOptions.MaxSliceQuestions (0: none); asks counts the movability
 	// callback's calls.
 	maxAsks, asks int

@@ -126,6 +126,23 @@ func TestPlanDefragPruneAlikeGPUs(t *testing.T) {
 	}
 }
 
+// planDefrag is PlanDefrag with every exact pruning rule turned off (noPrune), which must not
+// change any answer, for the tests and benchmarks that compare the two.
+func planDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune bool) DefragResult {
+	return planDefragRules(nodes, req, movable, opt, noPrune, noPrune)
+}
+
+// planDefragRules is planDefrag with the opening-set rule (defrag_open.go) turned off on its
+// own by noOpen, for the tests and benchmarks that compare the search with and without it.
+func planDefragRules(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune, noOpen bool) DefragResult {
+	if req == nil || req.n != 1 {
+		return DefragResult{Outcome: DefragUnsupported}
+	}
+	r := newDefragRun(nodes, req, movable, opt)
+	r.noPrune, r.noOpen = noPrune, noOpen
+	return r.plan(opt)
+}
+
 // benchPlans calls plan(i, false), the planner as it is, and plan(i, true), the search without
 // the stuck-slice rule, alternately on the benchmark's locked thread, so both see the same
 // machine, and reports the first's wall and thread-CPU percentiles, the second's CPU
