@@ -52,13 +52,6 @@ type DefragOptions struct {
 	// two-move chain (defrag_chain.go): an Ordered plan whose second move goes into the room the
 	// first one leaves. Ignored with Destinations.
 	Chains bool
-	// MaxSliceQuestions, when positive, also bounds the work by the slices the movability
-	// callback is asked about: once that many were asked, the search stops before the next GPU
-	// it has not looked at in full, and the result is Bounded. 0: no such bound. On a crowded cluster where
-	// moved slices may go almost nowhere the questions, one or two per GPU that k removals
-	// could open, are most of the cost (docs/design/defragmentation.md); a plan on a GPU the
-	// search does not reach is then missed.
-	MaxSliceQuestions int
 	// RepackGPUs, when positive, also looks for a repack plan over at most that many GPUs
 	// (PlanRepack, within MaxMoves and Destinations) once no plan of at most two independent
 	// moves exists, before plans of three or more (defrag_repack.go). 0: no repack plans.
@@ -166,7 +159,7 @@ func newDefragRun(nodes []Node, req *Request, movable MovableFunc, opt DefragOpt
 		maxMoves = DefaultDefragMoves
 	}
 	return &defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, class: opt.DestinationClass,
-		maxMoves: min(maxMoves, MaxDefragMoves), maxAsks: opt.MaxSliceQuestions}
+		maxMoves: min(maxMoves, MaxDefragMoves)}
 }
 
 // plan is PlanDefrag's search, level by level.
@@ -237,9 +230,6 @@ type defragRun struct {
 	// without them set them (planDefragRules in defrag_prune_test.go).
 	noPrune bool
 	noOpen  bool
-	// maxAsks is DefragOptions.MaxSliceQuestions (0: none); asks counts the movability
-	// callback's calls.
-	maxAsks, asks int
 	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
 	// may go; only with dest set.
 	dests map[int]*destInfo

@@ -145,7 +145,6 @@ func (r *defragRun) slotMovable(s *site, sl int) bool {
 	e := r.memo[s.gi].slots >> sh
 	if e&memoMovAsked == 0 {
 		e = memoMovAsked
-		r.asks++
 		if r.movable != nil && r.movable(s.n, s.g, s.t.profiles[x.prof], Placement{Start: int(x.start), Size: int(x.size)}) {
 			e |= memoMovable
 		}

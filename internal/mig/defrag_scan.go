@@ -28,10 +28,6 @@ func (r *defragRun) scan(budget int) {
 		if r.opens[s.m] != nil && r.hist[s.m][s.st] > 1 && !r.stateOpens(s, keep&movSlots) {
 			continue
 		}
-		if r.maxAsks > 0 && r.asks >= r.maxAsks && r.memo[s.gi].mov&movKnown == 0 {
-			r.stopped = true
-			return
-		}
 		if !r.noPrune && !r.noOpen && r.memo[s.gi].mov&movKnown == 0 && !r.mayOpen(s, keep&movSlots) {
 			continue
 		}

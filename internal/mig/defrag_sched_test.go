@@ -116,10 +116,9 @@ func (x *schedIndex) class(from SliceAt) int {
 
 // plan is PlanDefrag as the plugin calls it (noOpen: the search without the opening-set rule,
 // as it was before it), with classes also naming each moved slice's destination class.
-func (c *schedCluster) plan(req *Request, noOpen, classes bool, maxQuestions, maxMoves int) DefragResult {
+func (c *schedCluster) plan(req *Request, noOpen, classes bool, maxMoves int) DefragResult {
 	x := c.index()
-	opt := DefragOptions{MaxMoves: maxMoves, Destinations: x.destinations, MaxSliceQuestions: maxQuestions,
-		RepackGPUs: DefaultRepackGPUs}
+	opt := DefragOptions{MaxMoves: maxMoves, Destinations: x.destinations, RepackGPUs: DefaultRepackGPUs}
 	if classes {
 		opt.DestinationClass = x.class
 	}
@@ -200,12 +199,9 @@ func (c *schedCluster) roomNodes() []int {
 // Each case runs as the plugin calls the planner today and, "+classes", with
 // DefragOptions.DestinationClass naming each pod's node selector and toleration. benchPlans'
 // old-cpu-* here is the planner without the opening-set rule (defrag_open.go), run alternately
-// on the same thread: the planner before the rule. DEFRAG_BENCH_MAX_QUESTIONS=N runs the planner
-// (not the one without the rule) with DefragOptions.MaxSliceQuestions N;
-// DEFRAG_BENCH_MAX_MOVES=N runs both with DefragOptions.MaxMoves N (default DefaultDefragMoves,
+// on the same thread: the planner before the rule. DEFRAG_BENCH_MAX_MOVES=N runs both with DefragOptions.MaxMoves N (default DefaultDefragMoves,
 // as the scheduler's maxMovesPerPlan).
 func BenchmarkPlanDefragScheduler(b *testing.B) {
-	maxQuestions, _ := strconv.Atoi(os.Getenv("DEFRAG_BENCH_MAX_QUESTIONS"))
 	maxMoves, _ := strconv.Atoi(os.Getenv("DEFRAG_BENCH_MAX_MOVES"))
 	if maxMoves <= 0 {
 		maxMoves = DefaultDefragMoves
@@ -245,9 +241,9 @@ func BenchmarkPlanDefragScheduler(b *testing.B) {
 				}
 				results := benchPlans(b, func(i int, old bool) DefragResult {
 					if old {
-						return sc[i%len(sc)].plan(req, true, classes, 0, maxMoves)
+						return sc[i%len(sc)].plan(req, true, classes, maxMoves)
 					}
-					return sc[i%len(sc)].plan(req, false, classes, maxQuestions, maxMoves)
+					return sc[i%len(sc)].plan(req, false, classes, maxMoves)
 				})
 				planned, bounded, sets, late := 0, 0, 0, 0
 				for _, res := range results {
