@@ -47,7 +47,7 @@ func main() {
 	loadList := flag.String("loads", "0.7,0.9,1.1,1.2", "offered loads of the loss-mode traces")
 	sections := flag.String("sections", "online,elastic,static,dra", "which tables to print")
 	moves := flag.Int("moves", 2, "also replay the online traces with the Slicer policy and up to this many moves per placement (defragmentation; 0: not)")
-	chains := flag.Bool("chains", false, "with -moves 2 or more, also replay them allowing two-move chains (mig.DefragOptions.Chains)")
+	chains := flag.Bool("chains", false, "with -moves 2 or more, also replay them allowing two-move chains (migsim.PlanDefragChains)")
 	repackGPUs := flag.Int("repack-gpus", mig.DefaultRepackGPUs, "also replay the online traces allowing repack plans over up to this many GPUs (mig.DefragOptions.RepackGPUs; 0: not)")
 	repackMoves := flag.Int("repack-moves", mig.MaxDefragMoves, "the move bound of the replay with repack plans (spec.defragmentation.maxMovesPerPlan)")
 	flag.Parse()

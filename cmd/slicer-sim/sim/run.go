@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migsim"
 )
 
 // Options change how a trace is replayed.
@@ -28,7 +29,7 @@ type Options struct {
 	// to that many running slices (mig.PlanDefrag; every running pod counts as movable, and a
 	// moved pod keeps its departure time). Slicer scheduler frontend only, not elastic.
 	DefragMoves int
-	// DefragChains also allows two-move chains (mig.DefragOptions.Chains) when no plan of
+	// DefragChains also allows two-move chains (migsim.PlanDefragChains) when no plan of
 	// independent moves exists; with DefragMoves of 2 or more.
 	DefragChains bool
 	// RepackGPUs, when positive (with DefragMoves), also allows repack plans over up to that
@@ -374,7 +375,11 @@ func defrag(nodes []mig.Node, req *mig.Request, where map[sliceKey]string, activ
 		_, ok := where[sliceKey{n, g, pl.Start}]
 		return ok
 	}
-	out := mig.PlanDefrag(nodes, req, movable, mig.DefragOptions{MaxMoves: opt.DefragMoves, Chains: opt.DefragChains, RepackGPUs: opt.RepackGPUs})
+	planner := mig.PlanDefrag
+	if opt.DefragChains {
+		planner = migsim.PlanDefragChains
+	}
+	out := planner(nodes, req, movable, mig.DefragOptions{MaxMoves: opt.DefragMoves, RepackGPUs: opt.RepackGPUs})
 	if out.Outcome == mig.DefragPlanned && out.Plan.Repack {
 		res.Repacks++
 	}
