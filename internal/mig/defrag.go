@@ -48,10 +48,6 @@ type DefragOptions struct {
 	// (a number is found without hashing), large ones in a map. It changes no answer when the
 	// classes are true.
 	DestinationClass func(from SliceAt) int
-	// Chains also looks, when no plan of one or two moves exists and MaxMoves allows two, for a
-	// two-move chain (defrag_chain.go): an Ordered plan whose second move goes into the room the
-	// first one leaves. Ignored with Destinations.
-	Chains bool
 	// RepackGPUs, when positive, also looks for a repack plan over at most that many GPUs
 	// (PlanRepack, within MaxMoves and Destinations) once no plan of at most two independent
 	// moves exists, before plans of three or more (defrag_repack.go). 0: no repack plans.
@@ -92,8 +88,7 @@ type DefragPlan struct {
 	Moves  []Move
 	Target SliceAt
 	// Ordered: each move's destination is free only once the slices of the moves before it are
-	// gone (a chain, DefragOptions.Chains, or a repack plan); otherwise every destination is
-	// free now.
+	// gone (a repack plan, or migsim's chains); otherwise every destination is free now.
 	Ordered bool
 	// Repack: a repack plan (PlanRepack), which may move slices within their GPU.
 	Repack bool
@@ -188,12 +183,6 @@ func (r *defragRun) plan(opt DefragOptions) DefragResult {
 			res.Bounded = true
 			break
 		}
-		if k == 2 && opt.Chains && r.dest == nil {
-			if plan, ok := r.chain(); ok {
-				res.Outcome, res.Plan = DefragPlanned, plan
-				return res
-			}
-		}
 		if k == min(2, r.maxMoves) && opt.RepackGPUs > 0 {
 			rp := PlanRepack(r.nodes, r.req, r.movable, RepackOptions{MaxGPUs: opt.RepackGPUs, MaxMoves: r.maxMoves, Destinations: opt.Destinations})
 			res.Bounded = res.Bounded || rp.Bounded
@@ -238,8 +227,6 @@ type defragRun struct {
 	class    func(from SliceAt) int
 	classes  []*classInfo       // per class number below maxDenseClass
 	classMap map[int]*classInfo // the larger ones
-	// hosts caches chainHosts per (model, profile).
-	hosts map[[2]int][]chainHost
 
 	present  [numModels + 1]bool
 	tabs     [numModels + 1]*modelTable           // the tables of the models present

@@ -55,3 +55,10 @@ func (t *modelTable) fits(st, p int) bool { return t.nvmlSlot[st*len(t.profiles)
 func (d *defragTable) fitsWith(t *modelTable, mask uint32, p int) bool {
 	return t.fits(int(d.index[mask]), p)
 }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
