@@ -20,6 +20,7 @@ import (
 
 	"github.com/slicer-operator/slicer/cmd/slicer-sim/sim"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migsim"
 )
 
 type mixSpec struct {
@@ -67,7 +68,7 @@ func main() {
 	for _, s := range strings.Split(*sections, ",") {
 		want[strings.TrimSpace(s)] = true
 	}
-	pols := []mig.PolicyKind{mig.Slicer, mig.FirstFit, mig.DASLike}
+	pols := []migsim.PolicyKind{migsim.Slicer, migsim.FirstFit, migsim.DASLike}
 	if want["online"] {
 		online(m, pols, loads, *seed, *events, onlineMoves{*moves, *chains, *repackGPUs, *repackMoves}, *out)
 	}
@@ -92,7 +93,7 @@ func dra(m mig.Model, loads []float64, seed uint64, events int) {
 	fmt.Println("| trace | load | frontend | acceptance | accepted (count) | GPUs/LB | frag | slice writes/event |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	opts := []sim.Options{
-		{Policy: mig.Slicer},
+		{Policy: migsim.Slicer},
 		{Frontend: sim.StockDRA, Order: mig.NameOrder, Seed: seed},
 		{Frontend: sim.StockDRA, Order: mig.PreferredOrder, Seed: seed},
 	}
@@ -135,7 +136,7 @@ type onlineMoves struct {
 	repackMoves int
 }
 
-func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, events int, mv onlineMoves, out string) {
+func online(m mig.Model, pols []migsim.PolicyKind, loads []float64, seed uint64, events int, mv onlineMoves, out string) {
 	fmt.Printf("Online, loss mode: %s, %d nodes × %d GPUs, %d arrivals per trace, seed %d.\n", model, nodes, gpusPerNode, events, seed)
 	fmt.Println("acceptance = accepted slice-time ÷ offered; pool = the same trace on one pool of the cluster's compute and memory slices with no MIG geometry (a reference for the headroom, not a strict bound); GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use; + moves = a request that fits nowhere may move running slices (mig.PlanDefrag, every pod movable); + repack = also by re-placing the slices of a few GPUs (mig.PlanRepack); moves/acc = moves per accepted request.")
 	fmt.Println()
@@ -152,13 +153,13 @@ func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, ev
 				opts = append(opts, sim.Options{Policy: p})
 			}
 			if mv.moves > 0 {
-				opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: mv.moves})
+				opts = append(opts, sim.Options{Policy: migsim.Slicer, DefragMoves: mv.moves})
 				if mv.chains && mv.moves >= 2 {
-					opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: mv.moves, DefragChains: true})
+					opts = append(opts, sim.Options{Policy: migsim.Slicer, DefragMoves: mv.moves, DefragChains: true})
 				}
 			}
 			if mv.repackGPUs > 0 {
-				opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: mv.repackMoves, RepackGPUs: mv.repackGPUs})
+				opts = append(opts, sim.Options{Policy: migsim.Slicer, DefragMoves: mv.repackMoves, RepackGPUs: mv.repackGPUs})
 			}
 			for _, o := range opts {
 				res, err := sim.Run(tr, o)
@@ -174,7 +175,7 @@ func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, ev
 	fmt.Println()
 }
 
-func elastic(m mig.Model, pols []mig.PolicyKind, seed uint64, events int) {
+func elastic(m mig.Model, pols []migsim.PolicyKind, seed uint64, events int) {
 	fmt.Printf("Online, elastic mode (unbounded nodes), load 1.1: GPUs in use ÷ lower bound.\n\n")
 	fmt.Println("| trace | policy | mean GPUs in use | mean LB | GPUs/LB |")
 	fmt.Println("|---|---|---|---|---|")
@@ -191,7 +192,7 @@ func elastic(m mig.Model, pols []mig.PolicyKind, seed uint64, events int) {
 	fmt.Println()
 }
 
-func static(m mig.Model, pols []mig.PolicyKind, seed uint64, batches int) {
+func static(m mig.Model, pols []migsim.PolicyKind, seed uint64, batches int) {
 	fmt.Printf("Static batches: %d random batches of 1–30 slices per mix, GPUs used vs exact optimum.\n\n", batches)
 	fmt.Println("| batch mix | policy | at optimum | mean GPUs/OPT | LB = OPT |")
 	fmt.Println("|---|---|---|---|---|")
@@ -224,7 +225,7 @@ func static(m mig.Model, pols []mig.PolicyKind, seed uint64, batches int) {
 				fail(err)
 			}
 			for i, p := range pols {
-				used, err := mig.PackStatic(p, m, items)
+				used, err := migsim.PackStatic(p, m, items)
 				if err != nil {
 					fail(err)
 				}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/slicer-operator/slicer/cmd/slicer-sim/sim"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migsim"
 )
 
 func main() {
@@ -35,7 +36,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	fs := flag.NewFlagSet("slicer-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	policy := fs.String("policy", "slicer", "placement policy: "+strings.Join(mig.PolicyNames(), "|"))
+	policy := fs.String("policy", "slicer", "placement policy: "+strings.Join(migsim.PolicyNames(), "|"))
 	decisions := fs.String("decisions", "", "write one JSON line per arrival to this file")
 	elastic := fs.Bool("elastic", false, "add nodes when a request fits nowhere (measures consolidation instead of loss)")
 	draOrder := fs.String("dra-order", "", "replay through the stock scheduler's DRA allocator with devices published in this order ("+mig.NameOrder.Name()+"|"+mig.PreferredOrder.Name()+") instead of --policy")
@@ -48,7 +49,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 1 {
 		return fmt.Errorf("usage: slicer-sim [--policy P] [--decisions FILE] [--elastic] TRACE.jsonl | slicer-sim pack --model M --requests P:N[,P:N]")
 	}
-	pol, err := mig.ParsePolicy(*policy)
+	pol, err := migsim.ParsePolicy(*policy)
 	if err != nil {
 		return err
 	}
@@ -107,7 +108,7 @@ func pack(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	model := fs.String("model", "H100-80GB", "GPU model")
 	requests := fs.String("requests", "", "profile:count,... e.g. 1g.10gb:3,3g.40gb:2")
-	policy := fs.String("policy", "slicer", "placement policy: "+strings.Join(mig.PolicyNames(), "|"))
+	policy := fs.String("policy", "slicer", "placement policy: "+strings.Join(migsim.PolicyNames(), "|"))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -115,7 +116,7 @@ func pack(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pol, err := mig.ParsePolicy(*policy)
+	pol, err := migsim.ParsePolicy(*policy)
 	if err != nil {
 		return err
 	}
@@ -123,7 +124,7 @@ func pack(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	used, err := mig.PackStatic(pol, m, items)
+	used, err := migsim.PackStatic(pol, m, items)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 
 // Options change how a trace is replayed.
 type Options struct {
-	Policy mig.Policy
+	Policy migsim.Policy
 	// Elastic adds a node whenever a request fits nowhere (measures consolidation, not loss).
 	Elastic bool
 	// Decisions, when set, receives one JSON line per arrival.
@@ -99,7 +99,7 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 	}
 	pol := opt.Policy
 	if pol == nil {
-		pol = mig.Slicer
+		pol = migsim.Slicer
 	}
 	newNode := func() mig.Node {
 		n := mig.Node{GPUs: make([]mig.GPU, tr.Cluster.GPUsPerNode)}
@@ -213,7 +213,7 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 					idx, as = dra.place(nodes, ev.Profile)
 				}
 			} else {
-				idx = mig.SelectNode(pol, nodes, req)
+				idx = migsim.SelectNode(pol, nodes, req)
 				if idx < 0 && opt.Elastic {
 					nodes = append(nodes, newNode())
 					idx = len(nodes) - 1

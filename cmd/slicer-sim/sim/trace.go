@@ -1,5 +1,5 @@
 // Package sim replays a MIG request trace through a placement policy of internal/mig, using
-// exactly the functions the scheduler plugin uses (Policy.Score through mig.SelectNode, then
+// exactly the functions the scheduler plugin uses (Policy.Score through migsim.SelectNode, then
 // Policy.Place and mig.Apply).
 package sim
 
