@@ -7,15 +7,9 @@ import (
 
 // Defragmentation planning: a pending single-slice request fits the cluster's free compute and
 // memory but no legal placement is left. PlanDefrag finds the fewest moves of movable slices,
-// each re-created at a placement that is free now, after which a legal placement is open for
-// the request. See docs/design/defragmentation.md.
-//
-// The model: a move destroys a slice (its pod is evicted) and re-creates it at its destination
-// (its replacement lands there). Destinations must be free in the current state (they overlap
-// no existing instance, moved or not) and legal together with the other destinations and the
-// request's placement, so every reservation of a plan can be taken before anything is evicted.
-// Under that model moving a slice off a GPU other than the request's target never helps (its
-// freed space may not be used), so a plan moves slices off one GPU only.
+// each re-created at a placement that is free now (so that every room of a plan can be held
+// before anything is evicted), after which a legal placement is open for the request; such a
+// plan moves slices off one GPU only (docs/design/defragmentation.md, Planner).
 
 // MaxDefragMoves is the most moves one plan may have.
 const MaxDefragMoves = 4
@@ -127,19 +121,14 @@ type DefragResult struct {
 // which the single-slice request has a legal placement. It is exact while fewer than
 // opt.MaxRemovalSets removal sets are examined.
 //
-// Search: for k = 1, 2, ... it looks at every usable GPU whose fewest removals for the profile
-// (a table lookup that ignores movability) is at most k and which the removal of all its
-// movable slices would open, in node then GPU order; at each set of k of its movable slices
-// whose removal makes the profile fit; at each legal placement of the profile there. A set is feasible when its slices can all be re-created elsewhere:
-// exactly decided by trying every destination of the slices whose profile fits on fewer than k
-// other GPUs (there are few), the others then always finding an untouched GPU. Among the first
-// 16 feasible candidates with k moves it takes the one moving the fewest compute slices, then
-// the one whose request placement loses the least future placeability on the target GPU, then
-// the first found; slices moved to untouched GPUs go to the one of best fit (Slicer policy).
-// Removal sets that hold a slice with nowhere to go, without destinations the GPUs whose state
-// no removal set opens (defrag_prune.go), and the GPUs where every set whose removal opens the
-// profile holds a slice that may not move or has nowhere to go (defrag_open.go) are passed over
-// unexamined.
+// For k = 1, 2, ... it looks at every usable GPU that k removals could open (a table lookup),
+// in node then GPU order, at every set of k of its movable slices whose removal opens the
+// request, and at every placement of the request there; a set is feasible when its slices can
+// all be re-created at placements free now. Among the first 16 feasible candidates with k moves
+// it takes the one moving the fewest compute slices, then the one whose placement loses the
+// least future placeability on its GPU, then the first found. With opt.RepackGPUs, repack plans
+// are tried after two moves (PlanRepack). The search, its exact pruning rules and why they
+// change no answer: docs/design/defragmentation.md, Planner.
 func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions) DefragResult {
 	if req == nil || req.n != 1 {
 		return DefragResult{Outcome: DefragUnsupported}

@@ -3,18 +3,13 @@ package mig
 import "math/bits"
 
 // The opening-set rule of PlanDefrag's search (defrag.go; the other pruning rules are in
-// defrag_prune.go), exact: before a GPU's movability is asked slice by slice, the search looks
-// at the sets it could examine there that matter. At level k a GPU yields a candidate only
-// through a set of k of its candidate slots (keep) whose removal opens the request, each of
-// whose slots is movable and, with destination classes, not stuck (destStuck's test, slotGone):
-// every other set fails tryRemoval's fit test. Those opening sets depend on the GPU's state
-// only (openingSets, once per state and level), and are few: on a full H100 one or two pairs
-// of slots open a 4g.40gb. The rule asks about one slot at a time, the one in the most sets
-// still open, and passes the GPU over as soon as every set holds a slot that is not movable or
-// has nowhere to go; a GPU where some set survives goes on to the full search, unchanged. On a
-// crowded cluster where moved slices may go almost nowhere, most GPUs are passed over after one
-// or two slots, where the search asked about every slice of the GPU (movableSlots) and every
-// movable one's destinations (destStuck).
+// defrag_prune.go), exact (docs/design/defragmentation.md, "Why the search is exact"): at level
+// k a GPU yields a candidate only through an opening set, k of its candidate slots whose
+// removal opens the request, all movable and, with destination classes, with somewhere to go.
+// The opening sets depend on the GPU's state alone (openingSets, once per state and level);
+// the rule asks about one slot at a time, the one in the most sets still alive, and passes the
+// GPU over once every set holds a slot that fails (mayOpen). A GPU where some set survives
+// goes on to the full search, unchanged.
 
 // maxOpeningSets bounds the k-subsets of one GPU's slots: at most 8 instances, k <= 4.
 const maxOpeningSets = 70

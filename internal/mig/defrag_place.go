@@ -283,8 +283,8 @@ func (r *defragRun) bestUntouched(m Model, q int, allow func(int) bool) SliceAt 
 			best, bestCost = ref, t.bestCost[k]
 		}
 	}
-	// best.node >= 0 always: a plentiful slice fits on more untouched GPUs than there are
-	// touched ones (see feasible).
+	// best.node >= 0 always: a plentiful slice fits on more GPUs than the plan touches
+	// (docs/design/defragmentation.md, "Why the search is exact").
 	idx := int(r.nodes[best.node].GPUs[best.gpu].State.idx)
 	slot := int(t.best[idx*np+q])
 	r.overlay[r.nover].ref, r.overlay[r.nover].idx = best, uint16(t.take[idx*t.nslots()+slot])

@@ -2,19 +2,16 @@ package mig
 
 import "math/bits"
 
-// Pruning of PlanDefrag's search (defrag.go), exact: a slice with nowhere to go is in no
-// feasible removal set (stuck; destStuck with destination classes), and GPUs in one state are
-// alike to the search when no destination is restricted, so a level's removal sets are tried
-// once per state before its GPUs are (stateOpens); the opening-set rule (defrag_open.go) asks
-// about a GPU's slots one at a time. planDefrag's noPrune turns them off, for the tests that
-// compare.
+// Pruning of PlanDefrag's search (defrag.go), exact (docs/design/defragmentation.md, "Why the
+// search is exact"): a slice with nowhere to go is dropped from the candidates (stuck;
+// destStuck with destination classes), and without destinations a level's removal sets are
+// tried once per GPU state before its GPUs are (stateOpens). The opening-set rule is in
+// defrag_open.go. defragRun.noPrune turns them off, for the tests that compare.
 
-// stuck computes keep for model m and the request's profile p. A slice is stuck on its GPU X
-// when its profile fits now on no usable GPU but X, and no placement of it on X is clear of
-// X's instances now: every destination of a moved slice is free now, on X (the target) or on
-// another GPU where its profile fits now (feasible, place), so a stuck slice is in no feasible
-// removal set, and a GPU that the removal of its other slices cannot open is no target. Only
-// the states that usable GPUs are in are filled in.
+// stuck computes keep for model m and the request's profile p: per state that usable GPUs are
+// in, its slots but the stuck ones (a slice whose profile fits now on no usable GPU but its
+// own, and on its own GPU at no placement clear of the GPU's instances), with movHopeless when
+// the removal of the others cannot open p.
 func (r *defragRun) stuck(m Model, t *modelTable, p int) []uint32 {
 	dt := defragTableFor(m)
 	out := make([]uint32, len(t.states))
@@ -53,16 +50,10 @@ func roomFor(t *modelTable, used uint16, q int) bool {
 }
 
 // destStuck is stuck for one GPU under DefragOptions.Destinations: of the candidate slots use
-// of GPU (n, g) (gi in node then GPU order, state st), those whose slice may be re-created on
-// no allowed GPU but its own where its profile fits now (destOf: others 0) and not on its own
-// GPU either (its node not allowed, or no placement there clear of the GPU's instances now)
-// are in no feasible removal set and are dropped; none are kept when the removal of the rest
-// cannot open the request (profile p). Exact for the same reason as stuck: every destination
-// is free now, on the target GPU or on another allowed one where the profile fits now
-// (feasible, place). Computed once per GPU and call, only with DefragOptions.DestinationClass:
-// it asks destOf about every candidate slot, which is cheap with classes (defrag_class.go) but
-// costs a pass over the GPUs where the slice's profile fits per slice without them, for slots
-// the search might never have asked about.
+// of the site's GPU, it drops those that may go nowhere (nowhere), and keeps none when the
+// removal of the rest cannot open the request. Once per GPU and call, and only with
+// DefragOptions.DestinationClass: it asks about every candidate slot, cheap from a class's
+// list, a pass over the nodes with room per slice without one.
 func (r *defragRun) destStuck(s *site, use uint32) uint32 {
 	if e := r.memo[s.gi].dest; e&movKnown != 0 {
 		return e & movSlots
@@ -111,12 +102,10 @@ const (
 	stateShut = 2
 )
 
-// stateOpens says whether some set of r.k of the slots keep keeps opens the request (profile
-// p) on GPU (n, g), whose state is st, with every moved slice placed: the GPUs in one state are
-// alike to the search when no destination is restricted (each sees the others of its state as
-// GPUs of that state), so this is asked once per state and level. A GPU whose state it shuts
-// has no feasible removal set among its movable slots. Its work is bounded per state, not per
-// GPU, and is not counted in RemovalSets.
+// stateOpens says whether some set of r.k of the slots keep keeps opens the request on the
+// site's GPU with every moved slice placed, movability aside: asked once per state and level
+// (without destinations the GPUs of one state are alike to the search), and a GPU whose state
+// it shuts has no feasible removal set. Its work is not counted in RemovalSets.
 func (r *defragRun) stateOpens(s *site, keep uint32) bool {
 	if v := r.opens[s.m][s.st]; int(v>>2) == r.k {
 		return v&stateOpen != 0
