@@ -38,6 +38,16 @@ const (
 	DefragmentationEvict DefragmentationMode = "Evict"
 )
 
+// The defaults of spec.defragmentation that Go code applies to a configuration without them
+// (slicer-sim; the scheduler's maxMovesPerPlan default is internal/mig's DefaultDefragMoves).
+// The +kubebuilder:default markers below carry the same values, and
+// TestDefragmentationDefaultsMatchCRD keeps them in step.
+const (
+	DefaultDefragmentationMode   = DefragmentationRecommend
+	DefaultMaxEvictions          = 10
+	DefaultEvictionWindowSeconds = 3600
+)
+
 // DefragmentationSpec is the policy for moving movable pods so a pending pod
 // fits. A pod is movable only when a controller owns it, it is not annotated
 // slicer.dev/movable: "false", no PodDisruptionBudget forbids its eviction,
