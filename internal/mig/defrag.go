@@ -20,6 +20,15 @@ const DefaultDefragMoves = 2
 // DefaultDefragRemovalSets is the work bound when DefragOptions.MaxRemovalSets is zero.
 const DefaultDefragRemovalSets = 1 << 15
 
+// ShallowDefragMoves is the most moves of the shallow search, always searched to the end
+// (within MaxRemovalSets); the levels above it are the deeper search, bounded by DeepWork.
+const ShallowDefragMoves = 2
+
+// DefaultDefragDeepWork is the deeper search's work bound when DefragOptions.DeepWork is zero:
+// on a cluster of fewer GPUs it is exact (docs/benchmarks.md has its cost and its misses at
+// 5,000 nodes × 8 GPUs).
+const DefaultDefragDeepWork = 4096
+
 // defragTies is how many feasible plans of the fewest moves are compared before the best is
 // taken (see PlanDefrag's tie-break).
 const defragTies = 16
@@ -31,6 +40,11 @@ type DefragOptions struct {
 	// MaxRemovalSets bounds the work: how many (GPU, set of its movable slices) pairs the
 	// planner examines before it gives up (0: DefaultDefragRemovalSets).
 	MaxRemovalSets int
+	// DeepWork bounds the deeper search, the plans of more than ShallowDefragMoves moves,
+	// which runs only once the shallow search and the repack plans found nothing: how many
+	// GPUs its levels may look at, together, past the table test of their state (0:
+	// DefaultDefragDeepWork; negative: no bound). When it runs out the result is Bounded.
+	DeepWork int
 	// Destinations, when set, restricts where each moved slice may be re-created (nil: any
 	// usable GPU of its model).
 	Destinations DestinationFunc
@@ -142,8 +156,15 @@ func newDefragRun(nodes []Node, req *Request, movable MovableFunc, opt DefragOpt
 	if maxMoves <= 0 {
 		maxMoves = DefaultDefragMoves
 	}
+	deep := opt.DeepWork
+	switch {
+	case deep == 0:
+		deep = DefaultDefragDeepWork
+	case deep < 0:
+		deep = -1
+	}
 	return &defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, class: opt.DestinationClass,
-		maxMoves: min(maxMoves, MaxDefragMoves)}
+		maxMoves: min(maxMoves, MaxDefragMoves), deepLeft: deep}
 }
 
 // plan is PlanDefrag's search, level by level.
@@ -172,7 +193,7 @@ func (r *defragRun) plan(opt DefragOptions) DefragResult {
 			res.Bounded = true
 			break
 		}
-		if k == min(2, r.maxMoves) && opt.RepackGPUs > 0 {
+		if k == min(ShallowDefragMoves, r.maxMoves) && opt.RepackGPUs > 0 {
 			rp := PlanRepack(r.nodes, r.req, r.movable, RepackOptions{MaxGPUs: opt.RepackGPUs, MaxMoves: r.maxMoves, Destinations: opt.Destinations})
 			res.Bounded = res.Bounded || rp.Bounded
 			if rp.Outcome == DefragPlanned {
@@ -242,6 +263,9 @@ type defragRun struct {
 	k        int
 	examined int
 	stopped  bool
+	// deepLeft is how many more GPUs the levels above ShallowDefragMoves may look at (-1: no
+	// bound).
+	deepLeft int
 	best     defragCandidate
 	ties     int
 

@@ -25,6 +25,13 @@ func (r *defragRun) scan(budget int) {
 		if keep&movHopeless != 0 {
 			continue
 		}
+		if r.k > ShallowDefragMoves && r.deepLeft >= 0 {
+			if r.deepLeft == 0 {
+				r.stopped = true
+				return
+			}
+			r.deepLeft--
+		}
 		if r.opens[s.m] != nil && r.hist[s.m][s.st] > 1 && !r.stateOpens(s, keep&movSlots) {
 			continue
 		}
