@@ -14,8 +14,9 @@ import (
 // MaxDefragMoves is the most moves one plan may have.
 const MaxDefragMoves = 4
 
-// DefaultDefragMoves is the move bound when DefragOptions.MaxMoves is zero.
-const DefaultDefragMoves = 2
+// DefaultDefragMoves is the move bound when DefragOptions.MaxMoves is zero, and the API's
+// default maxMovesPerPlan (api/v1alpha1's test pins the two together).
+const DefaultDefragMoves = 4
 
 // DefaultDefragRemovalSets is the work bound when DefragOptions.MaxRemovalSets is zero.
 const DefaultDefragRemovalSets = 1 << 15
