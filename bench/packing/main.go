@@ -210,7 +210,7 @@ func (mv onlineMoves) trace(m mig.Model, mi int, load float64, events int, seed 
 
 func online(m mig.Model, pols []migsim.PolicyKind, loads []float64, seed uint64, events int, mv onlineMoves, out string) {
 	fmt.Printf("Online, loss mode: %s, %d nodes × %d GPUs, %d arrivals per trace, seed %d.\n", model, nodes, gpusPerNode, events, seed)
-	fmt.Println("acceptance = accepted slice-time ÷ offered (less what moved pods lost restarting); pool = the same trace on one pool of the cluster's compute and memory slices with no MIG geometry (a reference for the headroom, not a strict bound); GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use; + moves = a request that fits nowhere may move running slices (mig.PlanDefrag with repack plans, as the scheduler asks it); moves/acc = moves per accepted request; capped = plans the eviction cap refused; restart = slice-time lost restarting, points.")
+	fmt.Println("acceptance = accepted slice-time ÷ offered (less what moved pods lost restarting); pool = the same trace on one pool of the cluster's compute and memory slices with no MIG geometry (a reference for the headroom, not a strict bound); GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use; + moves = a request that fits nowhere may move running slices (mig.PlanDefrag with repack plans, as the scheduler asks it); moves/acc = moves per accepted request; capped = plans the eviction cap refused; restart = slice-time lost restarting, points. A work bound never stopped a search here (slicer-sim counts it, defragBounded).")
 	o := mv.opt
 	fmt.Printf("Defragmentation: %.0f %% of the pods bare, %.0f %% annotated unmovable; mean pod lifetime %s; restart %s; cap %s.\n\n",
 		100*mv.bare, 100*mv.annotated, o.TimeUnit, o.RestartTime, capWords(o))
@@ -253,11 +253,11 @@ func goals(m mig.Model, loads []float64, seeds []uint64, events int, mv onlineMo
 	o := mv.opt
 	fmt.Printf("Online, loss mode, mean of seeds %v: %s, %d nodes × %d GPUs, %d arrivals per trace; %.0f %% of the pods bare, %.0f %% annotated unmovable; mean pod lifetime %s; restart %s; cap %s; %s.\n\n",
 		seeds, model, nodes, gpusPerNode, events, 100*mv.bare, 100*mv.annotated, o.TimeUnit, o.RestartTime, capWords(o), mv.name(&sim.Result{Policy: "moves"}, o))
-	fmt.Println("| trace | load | slicer | + defrag | pool | defrag − pool (points) | worst seed (points) | moves/acc | capped | restart (points) | goal |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| trace | load | slicer | + defrag | pool | defrag − pool (points) | worst seed (points) | moves/acc | capped | bounded | restart (points) | goal |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for mi, mx := range mixes {
 		for _, load := range loads {
-			var plain, moved, pool, moves, restart, capped float64
+			var plain, moved, pool, moves, restart, capped, bounded float64
 			worst := math.Inf(1)
 			for _, seed := range seeds {
 				tr := mv.trace(m, mi, load, events, seed)
@@ -276,6 +276,7 @@ func goals(m mig.Model, loads []float64, seeds []uint64, events int, mv onlineMo
 				moves += d.MovesPerAccepted
 				restart += d.RestartLoss
 				capped += float64(d.DefragCapped)
+				bounded += float64(d.DefragBounded)
 				worst = min(worst, 100*(d.Acceptance-pl))
 			}
 			n := float64(len(seeds))
@@ -284,8 +285,8 @@ func goals(m mig.Model, loads []float64, seeds []uint64, events int, mv onlineMo
 			if gap < -1 || perAcc > 0.2 {
 				met = "**not met**"
 			}
-			fmt.Printf("| %s | %.1f | %.2f%% | %.2f%% | %.2f%% | %+.2f | %+.2f | %.3f | %.1f | %.2f | %s |\n", mx.name, load,
-				100*plain/n, 100*moved/n, 100*pool/n, gap, worst, perAcc, capped/n, 100*restart/n, met)
+			fmt.Printf("| %s | %.1f | %.2f%% | %.2f%% | %.2f%% | %+.2f | %+.2f | %.3f | %.1f | %.1f | %.2f | %s |\n", mx.name, load,
+				100*plain/n, 100*moved/n, 100*pool/n, gap, worst, perAcc, capped/n, bounded/n, 100*restart/n, met)
 		}
 	}
 	fmt.Println()

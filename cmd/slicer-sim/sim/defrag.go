@@ -81,6 +81,9 @@ func (e *evictor) place(nodes []mig.Node, req *mig.Request, now float64, where m
 		return -1, nil, nil, nil
 	default:
 		res.DefragNoPlan++
+		if out.Bounded {
+			res.DefragBounded++
+		}
 		return -1, nil, nil, nil
 	}
 	plan := out.Plan

@@ -100,8 +100,10 @@ type Result struct {
 	// Repacks counts the arrivals placed by a repack plan (RepackGPUs only; among DefragPlans,
 	// their moves among Moves).
 	Repacks int `json:"repacks,omitempty"`
-	// DefragCapped counts the arrivals whose plan the eviction cap refused.
-	DefragCapped int `json:"defragCapped,omitempty"`
+	// DefragCapped counts the arrivals whose plan the eviction cap refused, DefragBounded
+	// those whose search a work bound stopped without a plan (a plan it may have missed).
+	DefragCapped  int `json:"defragCapped,omitempty"`
+	DefragBounded int `json:"defragBounded,omitempty"`
 	// RestartLoss is the slice-time moved pods lost while they restarted, as a share of the
 	// offered slice-time (already taken off Acceptance).
 	RestartLoss float64 `json:"restartLoss,omitempty"`
