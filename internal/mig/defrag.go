@@ -1,9 +1,6 @@
 package mig
 
-import (
-	"iter"
-	"math/bits"
-)
+import "math/bits"
 
 // Defragmentation planning: a pending single-slice request fits the cluster's free compute and
 // memory but no legal placement is left. PlanDefrag finds the fewest moves of movable slices,
@@ -398,27 +395,6 @@ func (s *site) ref() gpuRef { return gpuRef{int32(s.n), int32(s.g)} }
 func (s *site) slice(sl int) SliceAt {
 	x := s.t.slots[sl]
 	return SliceAt{Node: s.n, GPU: s.g, Profile: s.t.profiles[x.prof], Placement: Placement{Start: int(x.start), Size: int(x.size)}}
-}
-
-// requestGPUs walks the usable GPUs of the models present that have the request's profile, in
-// node then GPU order: the GPUs a plan may target.
-func (r *defragRun) requestGPUs() iter.Seq[site] {
-	return func(yield func(site) bool) {
-		gi := -1
-		for n := range r.nodes {
-			for g := range r.nodes[n].GPUs {
-				gi++
-				gpu := &r.nodes[n].GPUs[g]
-				m := gpu.State.model
-				if !gpu.Usable || m == 0 || m > numModels || !r.present[m] || r.req.prof[m][0] < 0 {
-					continue
-				}
-				if !yield(r.siteOf(gi, n, g)) {
-					return
-				}
-			}
-		}
-	}
 }
 
 // siteOf is GPU (n, g), gi in node then GPU order, of a model present.

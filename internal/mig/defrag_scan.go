@@ -19,49 +19,71 @@ func (r *defragRun) scan(budget int) {
 	if !visit {
 		return // the walk below would pass over every GPU
 	}
-	for x := range r.requestGPUs() {
-		s := &x
-		keep := r.visit[s.m][s.st]
-		if keep&movHopeless != 0 {
-			continue
-		}
-		if r.k > ShallowDefragMoves && r.deepLeft >= 0 {
-			if r.deepLeft == 0 {
-				r.stopped = true
-				return
-			}
-			r.deepLeft--
-		}
-		if r.opens[s.m] != nil && r.hist[s.m][s.st] > 1 && !r.stateOpens(s, keep&movSlots) {
-			continue
-		}
-		if !r.noPrune && !r.noOpen && r.memo[s.gi].mov&movKnown == 0 && !r.mayOpen(s, keep&movSlots) {
-			continue
-		}
-		mov := r.movableSlots(s)
-		if mov&(movHopeless|movStuck) != 0 || bits.OnesCount32(mov&keep&movSlots) < r.k {
-			continue
-		}
-		use := mov & keep & movSlots
-		if r.class != nil && !r.noPrune {
-			if use = r.destStuck(s, use); bits.OnesCount32(use) < r.k {
+	// The usable GPUs of the models that have the request's profile, in node then GPU order:
+	// the GPUs a plan may target. Their site is built only past the state's table test.
+	gi := -1
+	for n := range r.nodes {
+		gpus := r.nodes[n].GPUs
+		for g := range gpus {
+			gi++
+			gpu := &gpus[g]
+			m := gpu.State.model
+			if !gpu.Usable || m == 0 || m > numModels || r.dts[m] == nil {
 				continue
 			}
-		}
-		pos, npos := setBits(use)
-		// Every k-subset of the npos movable slots, as a bitmask over pos (Gosper's hack).
-		for c := uint32(1)<<r.k - 1; c < 1<<npos; {
-			if r.examined >= budget {
-				r.stopped = true
+			keep := r.visit[m][gpu.State.idx]
+			if keep&movHopeless != 0 {
+				continue
+			}
+			s := &site{gi: gi, n: n, g: g, m: m, t: r.tabs[m], dt: r.dts[m], st: int(gpu.State.idx), p: int(r.req.prof[m][0])}
+			if r.visitSite(s, keep, budget) {
 				return
 			}
-			r.examined++
-			if r.tryRemoval(s, c, pos[:npos]) {
-				return
-			}
-			c = nextSubset(c)
 		}
 	}
+}
+
+// visitSite is scan's work on one GPU past its state's table test: the other pruning rules,
+// then every k-set of its movable slots keep keeps. It returns true when the level is done:
+// enough candidates seen, or a work bound reached (r.stopped).
+func (r *defragRun) visitSite(s *site, keep uint32, budget int) bool {
+	if r.k > ShallowDefragMoves && r.deepLeft >= 0 {
+		if r.deepLeft == 0 {
+			r.stopped = true
+			return true
+		}
+		r.deepLeft--
+	}
+	if r.opens[s.m] != nil && r.hist[s.m][s.st] > 1 && !r.stateOpens(s, keep&movSlots) {
+		return false
+	}
+	if !r.noPrune && !r.noOpen && r.memo[s.gi].mov&movKnown == 0 && !r.mayOpen(s, keep&movSlots) {
+		return false
+	}
+	mov := r.movableSlots(s)
+	if mov&(movHopeless|movStuck) != 0 || bits.OnesCount32(mov&keep&movSlots) < r.k {
+		return false
+	}
+	use := mov & keep & movSlots
+	if r.class != nil && !r.noPrune {
+		if use = r.destStuck(s, use); bits.OnesCount32(use) < r.k {
+			return false
+		}
+	}
+	pos, npos := setBits(use)
+	// Every k-subset of the npos movable slots, as a bitmask over pos (Gosper's hack).
+	for c := uint32(1)<<r.k - 1; c < 1<<npos; {
+		if r.examined >= budget {
+			r.stopped = true
+			return true
+		}
+		r.examined++
+		if r.tryRemoval(s, c, pos[:npos]) {
+			return true
+		}
+		c = nextSubset(c)
+	}
+	return false
 }
 
 // visitStates fills r.visit[m] for level r.k: per state index that usable GPUs of model m are
