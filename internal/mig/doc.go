@@ -61,7 +61,12 @@
 //	PlanDefrag(nodes, req, movable, DefragOptions) DefragResult
 //	    // the fewest moves of movable slices, each to a placement free now, that open a legal
 //	    // placement for a pending single-slice request; DefragOptions: MaxMoves, MaxRemovalSets,
-//	    // Destinations and DestinationClass (where a moved slice may go), RepackGPUs
+//	    // DeepWork (the bound on plans of more than ShallowDefragMoves), Destinations and
+//	    // DestinationClass (where a moved slice may go), RepackGPUs
 //	PlanRepack(nodes, req, movable, RepackOptions) DefragResult
 //	    // re-place the slices of a few GPUs with the request (PlanDefrag asks it after two moves)
+//	PodMove{ControllerKind, AnnotatedUnmovable, Deleting, Slices}.Check() Immovable
+//	    // Evict mode's movability rules that read the pod alone (the scheduler and slicer-sim)
+//	EvictionCap{Max, Window}.Admit(past, now, n) ([]time.Time, bool)
+//	    // spec.defragmentation's cap of maxEvictions per windowSeconds
 package mig
