@@ -184,7 +184,7 @@ func TestPreferredSliceOrder(t *testing.T) {
 				continue
 			}
 			p, _ := h100.Profile(*sl.Devices[0].Attributes[AttrProfile].StringValue)
-			as, err := mig.Slicer.Place(node, mig.MustRequest(mig.RequestItem{Profile: p.Name, Count: 1}))
+			as, err := mig.Place(node, mig.MustRequest(mig.RequestItem{Profile: p.Name, Count: 1}))
 			for _, d := range sl.Devices {
 				g := int(*d.Attributes[AttrGPUIndex].IntValue)
 				pl := mig.Placement{Start: int(*d.Attributes[AttrPlacementStart].IntValue), Size: p.MemorySlices}
