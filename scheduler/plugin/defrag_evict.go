@@ -200,14 +200,9 @@ func (e *evictor) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapsho
 	}
 	e.mu.Lock()
 	window := time.Duration(e.policy.windowSeconds) * time.Second
-	kept := e.run.evictions[:0]
-	for _, t := range e.run.evictions {
-		if now.Sub(t) < window {
-			kept = append(kept, t)
-		}
-	}
-	e.run.evictions = kept
-	capped := len(kept)+len(plan.Moves) > e.policy.maxEvictions
+	var admitted bool
+	e.run.evictions, admitted = mig.EvictionCap{Max: e.policy.maxEvictions, Window: window}.Admit(e.run.evictions, now, len(plan.Moves))
+	capped := !admitted
 	e.mu.Unlock()
 	if capped {
 		e.metrics.DefragRefused.WithLabelValues(DefragRefusedEvictionCap).Inc()

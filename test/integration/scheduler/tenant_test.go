@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
 	"github.com/slicer-operator/slicer/test/framework"
@@ -311,7 +312,7 @@ var _ = Describe("Defragmentation on a cluster shared by tenants", func() {
 		big := s.pod("big", map[string]int64{"7g.80gb": 1})
 		Expect(tenantA.Create(ctx, big)).To(Succeed())
 		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
-			ContainSubstring("defragmentation found no plan of at most 2 moves of movable pods"))
+			ContainSubstring(fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", mig.DefaultDefragMoves)))
 		Consistently(func() *metav1.Time {
 			var p corev1.Pod
 			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: nsB, Name: "web-1"}, &p)).To(Succeed())
