@@ -35,13 +35,6 @@ import (
 // its Pending reason; in Recommend mode nothing is evicted, in Evict mode it is carried out
 // (defrag_evict.go).
 
-// The CRD's defaults of maxEvictions and windowSeconds (api/v1alpha1/defragmentation_types.go),
-// for a configuration that carries none.
-const (
-	defaultMaxEvictions          = 10
-	defaultEvictionWindowSeconds = 3600
-)
-
 // defragmenter is defragmentation at PostFilter: the policy, the planner's memo and the
 // informer-fed inputs it reads, and in Evict mode the evictor that carries plans out. The
 // extension points call sweep and claim (PreFilter), defragment (PostFilter) and forget
@@ -114,10 +107,11 @@ type defragPolicy struct {
 	namespaces labels.Selector
 }
 
-// newDefragPolicy reads the plugin's arguments; empty fields take the API's defaults.
+// newDefragPolicy reads the plugin's arguments; a missing spec or empty field takes the API's
+// default (api/v1alpha1/defragmentation_types.go; maxMovesPerPlan's is mig.DefaultDefragMoves).
 func newDefragPolicy(spec *slicerv1alpha1.DefragmentationSpec) (defragPolicy, error) {
-	pol := defragPolicy{mode: slicerv1alpha1.DefragmentationRecommend, maxMoves: mig.DefaultDefragMoves,
-		maxEvictions: defaultMaxEvictions, windowSeconds: defaultEvictionWindowSeconds}
+	pol := defragPolicy{mode: slicerv1alpha1.DefaultDefragmentationMode, maxMoves: mig.DefaultDefragMoves,
+		maxEvictions: slicerv1alpha1.DefaultMaxEvictions, windowSeconds: slicerv1alpha1.DefaultEvictionWindowSeconds}
 	if spec == nil {
 		return pol, nil
 	}

@@ -36,7 +36,7 @@ func crowdedPlugin(b *testing.B, nodes int) *Plugin {
 	}
 	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, held: newNominations(),
 		prebindFailed: map[types.UID]bool{}}
-	pol, err := newDefragPolicy(nil)
+	pol, err := newDefragPolicy(recommend)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -39,6 +39,9 @@ func newMemoFixture(t *testing.T, gpus int, spec *slicerv1alpha1.Defragmentation
 	f.pdbs = cache.NewIndexer(cache.MetaNamespaceKeyFunc, byNS)
 	f.nodes = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	f.nss = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if spec == nil {
+		spec = recommend
+	}
 	pol, err := newDefragPolicy(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +189,7 @@ func TestDefragMemoForgetsOnAnyInputChange(t *testing.T) {
 		edit(n)
 		return n
 	}
-	selector := &slicerv1alpha1.DefragmentationSpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}}
+	selector := &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationRecommend, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}}
 	for _, tc := range []struct {
 		name   string
 		spec   *slicerv1alpha1.DefragmentationSpec

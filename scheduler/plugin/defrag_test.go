@@ -80,12 +80,12 @@ func TestDefragmentRecommends(t *testing.T) {
 			return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
 		}, want: "found no plan"},
 		{name: "namespace outside the selector",
-			spec: &slicerv1alpha1.DefragmentationSpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}},
+			spec: &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationRecommend, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}},
 			pods: func() (*corev1.Pod, *corev1.Pod) {
 				return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
 			}, want: "found no plan"},
 		{name: "namespace inside the selector", nsLbls: map[string]string{"defrag": "yes"},
-			spec: &slicerv1alpha1.DefragmentationSpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}},
+			spec: &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationRecommend, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}},
 			pods: func() (*corev1.Pod, *corev1.Pod) {
 				return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
 			}, want: "1 move(s)", event: true},
@@ -184,8 +184,8 @@ func TestNewDefragPolicy(t *testing.T) {
 		maxMoves int
 		err      bool
 	}{
-		{nil, slicerv1alpha1.DefragmentationRecommend, mig.DefaultDefragMoves, false},
-		{&slicerv1alpha1.DefragmentationSpec{}, slicerv1alpha1.DefragmentationRecommend, mig.DefaultDefragMoves, false},
+		{nil, slicerv1alpha1.DefaultDefragmentationMode, mig.DefaultDefragMoves, false},
+		{&slicerv1alpha1.DefragmentationSpec{}, slicerv1alpha1.DefaultDefragmentationMode, mig.DefaultDefragMoves, false},
 		{&slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationDisabled, MaxMovesPerPlan: 3}, slicerv1alpha1.DefragmentationDisabled, 3, false},
 		{&slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict, MaxMovesPerPlan: 9}, slicerv1alpha1.DefragmentationEvict, 4, false},
 		{&slicerv1alpha1.DefragmentationSpec{Mode: "Always"}, "", 0, true},
@@ -194,7 +194,8 @@ func TestNewDefragPolicy(t *testing.T) {
 		if (err != nil) != tc.err {
 			t.Fatalf("%+v: err %v", tc.spec, err)
 		}
-		if err == nil && (pol.mode != tc.mode || pol.maxMoves != tc.maxMoves) {
+		if err == nil && (pol.mode != tc.mode || pol.maxMoves != tc.maxMoves ||
+			pol.maxEvictions != slicerv1alpha1.DefaultMaxEvictions || pol.windowSeconds != slicerv1alpha1.DefaultEvictionWindowSeconds) {
 			t.Fatalf("%+v: got %+v", tc.spec, pol)
 		}
 	}
@@ -229,11 +230,18 @@ func nodeLister(t *testing.T, nodes ...*corev1.Node) corelisters.NodeLister {
 	return corelisters.NewNodeLister(idx)
 }
 
-// withDefrag gives the test plugin a policy, a recorder, listers holding pods, PDBs and the
-// namespace "ns" with nsLabels, and a node informer holding node n1.
+// recommend is the policy of the tests of the planner's answers, which evict nothing (the
+// API's default is Evict; its tests are defrag_evict_test.go's and the integration specs').
+var recommend = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationRecommend}
+
+// withDefrag gives the test plugin a policy (spec; nil: recommend), a recorder, listers holding
+// pods, PDBs and the namespace "ns" with nsLabels, and a node informer holding node n1.
 func withDefrag(t *testing.T, p *Plugin, spec *slicerv1alpha1.DefragmentationSpec, rec events.EventRecorder,
 	pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string) {
 	t.Helper()
+	if spec == nil {
+		spec = recommend
+	}
 	pol, err := newDefragPolicy(spec)
 	if err != nil {
 		t.Fatal(err)

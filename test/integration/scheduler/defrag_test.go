@@ -186,6 +186,12 @@ var _ = Describe("Defragmentation", func() {
 	evictMode := func(o *config.Options) {
 		o.Defragmentation = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict}
 	}
+	// startRecommend starts a scheduler that plans and evicts nothing (Evict is the default).
+	startRecommend := func() {
+		r = startSchedulerWith(ctx, plugin.Options{}, timeout, func(o *config.Options) {
+			o.Defragmentation = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationRecommend}
+		})
+	}
 	startEvict := func(opts plugin.Options) {
 		r = startSchedulerWith(ctx, opts, timeout, evictMode)
 		var c context.Context
@@ -202,7 +208,7 @@ var _ = Describe("Defragmentation", func() {
 	}
 
 	It("names the one move that opens a placement, on the pod's Event and reason, and evicts nothing", func() {
-		r = startScheduler(ctx, plugin.Options{}, timeout)
+		startRecommend()
 		twoBlockedGPUs(nil)
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() []string { return plans(big) }, 30*time.Second).Should(ContainElement(
@@ -215,7 +221,7 @@ var _ = Describe("Defragmentation", func() {
 	})
 
 	It("plans nothing for pods annotated slicer.dev/movable: \"false\", and says so", func() {
-		r = startScheduler(ctx, plugin.Options{}, timeout)
+		startRecommend()
 		twoBlockedGPUs(map[string]string{slicerv1alpha1.AnnotationMovable: "false"})
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
@@ -224,7 +230,7 @@ var _ = Describe("Defragmentation", func() {
 	})
 
 	It("does not move a replica whose nodeSelector pins it to its node: the plan moves the other one", func() {
-		r = startScheduler(ctx, plugin.Options{}, timeout)
+		startRecommend()
 		twoBlockedGPUs(nil, 1)
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() []string { return plans(big) }, 30*time.Second).Should(ContainElement(
@@ -234,7 +240,7 @@ var _ = Describe("Defragmentation", func() {
 	})
 
 	It("plans nothing when every blocking replica is pinned to its node, and says so", func() {
-		r = startScheduler(ctx, plugin.Options{}, timeout)
+		startRecommend()
 		twoBlockedGPUs(nil, 1, 2)
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
@@ -243,7 +249,7 @@ var _ = Describe("Defragmentation", func() {
 	})
 
 	It("plans again once a node is uncordoned, though an answer without a plan is kept for the same request", func() {
-		r = startScheduler(ctx, plugin.Options{}, timeout)
+		startRecommend()
 		twoBlockedGPUs(nil)
 		// Both nodes cordoned: neither replica has anywhere to go.
 		s.cordonSeen(s.nodes[0], true)
