@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -201,7 +202,7 @@ func (d *defragmenter) defragment(ctx context.Context, pod *corev1.Pod, s *podSt
 	}
 	start := time.Now()
 	nodes := d.cache.Nodes()
-	res, movable, spared, err := d.planWithinBudgets(nodes, s.req)
+	res, movable, spared, err := d.planWithinBudgets(nodes, s)
 	if err != nil {
 		d.log.Error(err, "defragmentation skipped", "pod", klog.KObj(pod))
 		return nil, "defragmentation skipped: " + err.Error()
@@ -237,12 +238,20 @@ const maxBudgetReplans = 8
 // allows its eviction (movablePod); when a plan's moves together take a budget below what it
 // allows, the pod refused is spared (not movable) and the planner asked again, as
 // DefaultPreemption reprieves victims pod by pod. After maxBudgetReplans the answer is NoPlan,
-// Bounded. It returns the answer, the movability index of the plan's search and how many pods
-// were spared.
-func (d *defragmenter) planWithinBudgets(nodes []*snapshot.Node, req *mig.Request) (mig.DefragResult, *movableIndex, int, error) {
+// Bounded. A node whose driver lacks the pod's profile (driverLacks) is shown to the planner
+// with no usable GPU: the room opened must be one Filter accepts. It returns the answer, the
+// movability index of the plan's search and how many pods were spared.
+func (d *defragmenter) planWithinBudgets(nodes []*snapshot.Node, s *podState) (mig.DefragResult, *movableIndex, int, error) {
+	req := s.req
 	in := make([]mig.Node, len(nodes))
 	for i, n := range nodes {
 		in[i] = n.MIG
+		if driverLacks(n, s) != "" {
+			in[i] = mig.Node{GPUs: slices.Clone(n.MIG.GPUs)}
+			for g := range in[i].GPUs {
+				in[i].GPUs[g].Usable = false
+			}
+		}
 	}
 	spared := map[types.UID]bool{}
 	for {
@@ -294,6 +303,9 @@ type movableIndex struct {
 	pdbs  []*policyv1.PodDisruptionBudget
 	// spared pods are not movable (planWithinBudgets).
 	spared map[types.UID]bool
+	// lacks: some node's driver lacks a profile (snapshot.Node.Lacks), so a moved slice's
+	// destinations depend on its profile too (defrag_dest.go).
+	lacks bool
 	// pods remembers the movable pods found at the slices asked about (for destinations,
 	// destinationClass and the plan's words): a list per node threaded through one slice
 	// (head: per node index, 1 + the index of its last pod found, 0 when none), read back
@@ -335,8 +347,12 @@ func (d *defragmenter) movableSlices(nodes []*snapshot.Node, spared map[types.UI
 	if err != nil {
 		return nil, fmt.Errorf("list PodDisruptionBudgets: %w", err)
 	}
-	return &movableIndex{d: d, nodes: nodes, pdbs: pdbs, spared: spared, head: make([]int32, len(nodes)),
-		classes: map[*corev1.Pod]int{}, classIDs: map[string]int{}}, nil
+	m := &movableIndex{d: d, nodes: nodes, pdbs: pdbs, spared: spared, head: make([]int32, len(nodes)),
+		classes: map[*corev1.Pod]int{}, classIDs: map[string]int{}}
+	for _, n := range nodes {
+		m.lacks = m.lacks || n.Lacks != nil
+	}
+	return m, nil
 }
 
 // at implements mig.MovableFunc: the slice is held by an allocation (not a reservation being

@@ -25,15 +25,17 @@ import (
 // on it would then be kept under a generation that claims the change (defrag_memo.go).
 
 // destinations implements mig.DestinationFunc for the plan being made: a moved slice's pod (the
-// one the movability callback found there) may go to the nodes it passes the node filters for.
+// one the movability callback found there) may go to the nodes it passes the node filters for
+// and whose driver has its profile (snapshot.Node.Lacks, as Filter reads it).
 func (m *movableIndex) destinations(from mig.SliceAt) func(int) bool {
 	pod := m.podAt(from)
 	if pod == nil {
 		return func(int) bool { return false } // not asked: the planner moves only movable slices
 	}
 	aff := nodeaffinity.GetRequiredNodeAffinity(pod)
+	prof := from.Profile.Name
 	// The planner asks about each node once (mig.DestinationFunc): no memo here.
-	return func(n int) bool { return m.nodeAdmits(pod, aff, n) }
+	return func(n int) bool { return m.nodes[n].Lacks[prof] == "" && m.nodeAdmits(pod, aff, n) }
 }
 
 // destinationClass implements mig.DefragOptions.DestinationClass: moved pods whose specs agree
@@ -42,7 +44,9 @@ func (m *movableIndex) destinations(from mig.SliceAt) func(int) bool {
 // about each node once per class instead of once per slice. Classes are numbered from 1 in the
 // order the plan meets them (destinationClassOf's encoding, interned once per plan), so the
 // planner finds a class without hashing its encoding; 0 (a class of its own) for a slice whose
-// pod is not known. Each pod's class is computed once per plan.
+// pod is not known. When some node's driver lacks a profile, the slice's profile is part of its
+// class (destinations reads it). Each pod's class is computed once per plan (a movable pod has
+// one slice).
 func (m *movableIndex) destinationClass(from mig.SliceAt) int {
 	pod := m.podAt(from)
 	if pod == nil {
@@ -50,7 +54,11 @@ func (m *movableIndex) destinationClass(from mig.SliceAt) int {
 	}
 	c, ok := m.classes[pod]
 	if !ok {
-		if key := destinationClassOf(pod); key != "" {
+		key := destinationClassOf(pod)
+		if key != "" && m.lacks {
+			key = from.Profile.Name + " " + key
+		}
+		if key != "" {
 			if c, ok = m.classIDs[key]; !ok {
 				c = len(m.classIDs) + 1
 				m.classIDs[key] = c

@@ -198,7 +198,7 @@ func TestRejectedPodRetriedWhenSnapshotCatchesUp(t *testing.T) {
 		p.cache.DeleteAllocation("ns", "unknown")
 		// The agent rewrites the NodeAccelerator with nothing freed.
 		same := accel("n1", 1)
-		same.Status.DriverVersion = "580.1"
+		same.ResourceVersion = "42"
 		p.cache.SetNodeAccelerator(same)
 		if got := h.take(); len(got) != 0 {
 			t.Errorf("activated %v, want none", got)
@@ -241,8 +241,11 @@ func TestMayFreeRoom(t *testing.T) {
 		{name: "slice released", old: full, new: oneSlice, frees: true},
 		{name: "slice added", old: oneSlice, new: full},
 		{name: "nothing that frees room changed", old: full, new: accelWith(func(na *slicerv1alpha1.NodeAccelerator) {
-			na.ResourceVersion, na.Status.DriverVersion = "42", "580.1"
+			na.ResourceVersion = "42"
 		}, withCondition("SomethingElse", metav1.ConditionTrue))},
+		{name: "another driver, which may have profiles the older lacked", old: full, new: accelWith(func(na *slicerv1alpha1.NodeAccelerator) {
+			na.Status.DriverVersion = "580.1"
+		}), frees: true},
 		{name: "GPU healthy again", old: unhealthy, new: full, frees: true},
 		{name: "GPU unhealthy", old: full, new: unhealthy},
 		{name: "MIG mode enabled", old: accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].MIGMode = "Disabled" }), new: full, frees: true},

@@ -61,16 +61,23 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 }
 
 // explain names the closest node: the one with the most free compute slices
-// on usable GPUs (ties: by name); on it, the GPU with the most, and the pods that hold it (those
-// of namespace ns by name, the others counted: podsFor).
+// on usable GPUs (ties: by name) whose driver has the pod's profiles; on it, the GPU with the
+// most, and the pods that hold it (those of namespace ns by name, the others counted: podsFor).
 func (p *Plugin) explain(ns string, s *podState) string {
 	var best *snapshot.Node
 	bestGPU, bestFree := -1, -1
 	usable := 0
+	lacking := "" // why the first node skipped for its driver was skipped
 	slices := s.req.Slices()
 	offers := map[mig.Model]bool{} // offersAll per model: asked once per model, not per GPU
 	for _, n := range p.cache.Nodes() {
 		if s.adoptedNode != "" && n.Name != s.adoptedNode {
+			continue
+		}
+		if why := driverLacks(n, s); why != "" {
+			if lacking == "" {
+				lacking = "node " + n.Name + ": " + why
+			}
 			continue
 		}
 		for i, g := range n.GPUs {
@@ -94,6 +101,9 @@ func (p *Plugin) explain(ns string, s *podState) string {
 		}
 	}
 	first := mig.LegalProfileName(s.req.Slices()[0])
+	if best == nil && lacking != "" {
+		return fmt.Sprintf("no node whose NVIDIA driver has %s has a usable MIG GPU for it; %s", describe(s.slices), lacking)
+	}
 	if best == nil && usable > 0 {
 		var models []string
 		for _, m := range mig.ModelsSupporting(first) {

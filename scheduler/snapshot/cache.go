@@ -39,6 +39,10 @@ type Node struct {
 	GPUs []GPU
 	// Reason is non-empty when no GPU of the node can take a slice, and says why.
 	Reason string
+	// Lacks maps each profile (NVIDIA spelling) the node's driver does not have on one of its
+	// GPUs' models to the reason Filter gives (driver.go); nil when it lacks none. Shared by
+	// the node's snapshots and never modified.
+	Lacks map[string]string
 }
 
 // Slot is one slice of a pod placed on a GPU: where (mig.Slot, shared with the agent) and
@@ -102,6 +106,7 @@ type Cache struct {
 	mu           sync.RWMutex
 	nodes        map[string]*Node                           // published snapshots
 	accels       map[string]*slicerv1alpha1.NodeAccelerator // by node name
+	lacks        map[string]map[string]string               // Node.Lacks by node name, set with accels
 	allocs       map[types.NamespacedName]*Allocation
 	nodeAllocs   map[string]map[types.NamespacedName]*Allocation
 	podAllocs    map[types.UID]map[types.NamespacedName]*Allocation
@@ -127,6 +132,7 @@ func New(log logr.Logger, events Events) *Cache {
 		log: log, events: events,
 		nodes:        map[string]*Node{},
 		accels:       map[string]*slicerv1alpha1.NodeAccelerator{},
+		lacks:        map[string]map[string]string{},
 		allocs:       map[types.NamespacedName]*Allocation{},
 		nodeAllocs:   map[string]map[types.NamespacedName]*Allocation{},
 		podAllocs:    map[types.UID]map[types.NamespacedName]*Allocation{},
@@ -201,6 +207,9 @@ func (c *Cache) SetNodeAccelerator(na *slicerv1alpha1.NodeAccelerator) {
 	c.mu.Lock()
 	old := c.accels[na.Name]
 	c.accels[na.Name] = na
+	if old == nil || old.Status.DriverVersion != na.Status.DriverVersion || !sameModels(old, na) {
+		c.lacks[na.Name] = driverLacks(na)
+	}
 	c.rebuild(na.Name)
 	c.mu.Unlock()
 	if old == nil || MayFreeRoom(old, na) != "" {
@@ -213,6 +222,7 @@ func (c *Cache) DeleteNodeAccelerator(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.accels, name)
+	delete(c.lacks, name)
 	c.rebuild(name)
 }
 
@@ -535,7 +545,7 @@ func (c *Cache) rebuildNode(name string) {
 		delete(c.nodes, name)
 		return
 	}
-	n := &Node{Name: name}
+	n := &Node{Name: name, Lacks: c.lacks[name]}
 	n.Reason = migapi.NodeBlocked(na)
 
 	gpus := append([]slicerv1alpha1.GPUStatus(nil), na.Status.GPUs...)
