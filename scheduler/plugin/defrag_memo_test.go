@@ -15,7 +15,6 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
@@ -92,14 +91,7 @@ func (f *memoFixture) blocker(name string, gpu, start int, bare bool, edit func(
 // attempt runs PreFilter and the defragmentation step of PostFilter for a pending pod.
 func (f *memoFixture) attempt(pod *corev1.Pod) string {
 	f.t.Helper()
-	cs := framework.NewCycleState()
-	if _, st := f.p.PreFilter(context.Background(), cs, pod, nil); !st.IsSuccess() {
-		f.t.Fatal(st)
-	}
-	s, err := readState(cs)
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	_, s := preFilter(f.t, f.p, pod)
 	_, words := f.p.defrag.defragment(context.Background(), pod, s)
 	return words
 }

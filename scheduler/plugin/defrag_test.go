@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
@@ -133,14 +132,7 @@ func TestDefragmentRecommends(t *testing.T) {
 			p.defrag.nodes = nodeLister(t, n1)
 
 			pending := migPod("big", "slicer.dev/mig-7g.80gb", "1")
-			cs := framework.NewCycleState()
-			if _, st := p.PreFilter(context.Background(), cs, pending, nil); !st.IsSuccess() {
-				t.Fatal(st)
-			}
-			s, err := readState(cs)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, s := preFilter(t, p, pending)
 			_, got := p.defrag.defragment(context.Background(), pending, s)
 			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 				t.Fatalf("words %q, want %q", got, tc.want)
@@ -167,11 +159,7 @@ func TestDefragmentOnlyOneSlice(t *testing.T) {
 	p := testPlugin(t, accel("n1", 1))
 	withDefrag(t, p, nil, events.NewFakeRecorder(1), nil, nil, nil)
 	pending := migPod("two", "slicer.dev/mig-1g.10gb", "2")
-	cs := framework.NewCycleState()
-	if _, st := p.PreFilter(context.Background(), cs, pending, nil); !st.IsSuccess() {
-		t.Fatal(st)
-	}
-	s, _ := readState(cs)
+	_, s := preFilter(t, p, pending)
 	if _, got := p.defrag.defragment(context.Background(), pending, s); got != "defragmentation plans for pods of one slice only" {
 		t.Fatalf("got %q", got)
 	}

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
@@ -57,14 +56,7 @@ func TestFilterRefusesAProfileTheDriverLacks(t *testing.T) {
 	ctx := context.Background()
 	p := testPlugin(t, a100s("n1", 1, oldDriver))
 	judge := func(pod *corev1.Pod) (*fwk.Status, *podState) {
-		cs := framework.NewCycleState()
-		if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
-			t.Fatalf("PreFilter: %v", st)
-		}
-		s, err := readState(cs)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cs, s := preFilter(t, p, pod)
 		return p.Filter(ctx, cs, pod, nodeInfo("n1", nil)), s
 	}
 	st, s := judge(migPod("new", "slicer.dev/mig-1g.10gb", "1"))
@@ -133,14 +125,7 @@ func TestDefragmentOpensNoRoomTheDriverLacks(t *testing.T) {
 			p.defrag.nodes = nodeLister(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
 				&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
 			pending := migPod("big", mig.ResourceName(tc.pending), "1")
-			cs := framework.NewCycleState()
-			if _, st := p.PreFilter(context.Background(), cs, pending, nil); !st.IsSuccess() {
-				t.Fatal(st)
-			}
-			s, err := readState(cs)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, s := preFilter(t, p, pending)
 			_, got := p.defrag.defragment(context.Background(), pending, s)
 			if planned := strings.Contains(got, "1 move(s)"); planned != tc.plan {
 				t.Fatalf("words %q: a one-move plan %v, want %v", got, planned, tc.plan)

@@ -89,6 +89,20 @@ func accel(node string, gpus int) *slicerv1alpha1.NodeAccelerator {
 	return na
 }
 
+// preFilter runs PreFilter for the pod, which must succeed, and returns the cycle state it wrote.
+func preFilter(t *testing.T, p *Plugin, pod *corev1.Pod) (fwk.CycleState, *podState) {
+	t.Helper()
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	s, err := readState(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, s
+}
+
 // migPod is a pod with one container whose limits are the name, value pairs.
 func migPod(name string, limits ...string) *corev1.Pod {
 	return builder.Pod("ns", name).UID("uid-0000"+name).Container("c", builder.Limits(limits...)).Obj()
