@@ -18,19 +18,19 @@ func (d *device) gpu() *gpu { return d.b.gpus[d.index] }
 func (d *device) UUID() (string, error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	return d.gpu().uuid, d.b.checkInit("DeviceGetUUID")
+	return d.gpu().uuid, d.b.call("DeviceGetUUID")
 }
 
 func (d *device) Name() (string, error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	return "Emulated NVIDIA " + d.gpu().model.String(), d.b.checkInit("DeviceGetName")
+	return "Emulated NVIDIA " + d.gpu().model.String(), d.b.call("DeviceGetName")
 }
 
 func (d *device) MemoryMiB() (uint64, error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	return d.gpu().model.MemoryMiB(), d.b.checkInit("DeviceGetMemoryInfo")
+	return d.gpu().model.MemoryMiB(), d.b.call("DeviceGetMemoryInfo")
 }
 
 func (d *device) PCIDeviceID() (uint32, error) {
@@ -38,16 +38,16 @@ func (d *device) PCIDeviceID() (uint32, error) {
 	defer d.b.mu.Unlock()
 	ids := d.gpu().model.PCIDeviceIDs()
 	if len(ids) == 0 {
-		return 0, d.b.checkInit("DeviceGetPciInfo")
+		return 0, d.b.call("DeviceGetPciInfo")
 	}
-	return uint32(ids[0])<<16 | 0x10DE, d.b.checkInit("DeviceGetPciInfo")
+	return uint32(ids[0])<<16 | 0x10DE, d.b.call("DeviceGetPciInfo")
 }
 
 func (d *device) MIGMode() (current, pending nvml.MIGMode, err error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
 	m := d.gpu().migMode
-	return m, m, d.b.checkInit("DeviceGetMigMode")
+	return m, m, d.b.call("DeviceGetMigMode")
 }
 
 func (d *device) profile(op string, nvmlProfile int) (mig.Profile, error) {
@@ -64,7 +64,7 @@ func (d *device) GPUInstanceProfileInfo(profile int) (nvml.GPUInstanceProfileInf
 	const op = "DeviceGetGpuInstanceProfileInfo"
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	if err := d.b.checkInit(op); err != nil {
+	if err := d.b.call(op); err != nil {
 		return nvml.GPUInstanceProfileInfo{}, err
 	}
 	if d.gpu().migMode != nvml.MIGEnabled {
@@ -84,7 +84,7 @@ func (d *device) GPUInstancePossiblePlacements(info nvml.GPUInstanceProfileInfo)
 	const op = "DeviceGetGpuInstancePossiblePlacements"
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	if err := d.b.checkInit(op); err != nil {
+	if err := d.b.call(op); err != nil {
 		return nil, err
 	}
 	p, err := d.profile(op, info.Profile)
@@ -122,7 +122,7 @@ func (d *device) GPUInstances(info nvml.GPUInstanceProfileInfo) ([]nvml.GPUInsta
 	const op = "DeviceGetGpuInstances"
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	if err := d.b.checkInit(op); err != nil {
+	if err := d.b.call(op); err != nil {
 		return nil, err
 	}
 	var ids []int
@@ -142,7 +142,7 @@ func (d *device) GPUInstances(info nvml.GPUInstanceProfileInfo) ([]nvml.GPUInsta
 func (d *device) MIGDevices() ([]nvml.MIGDevice, error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	if err := d.b.checkInit("DeviceGetMigDeviceHandleByIndex"); err != nil {
+	if err := d.b.call("DeviceGetMigDeviceHandleByIndex"); err != nil {
 		return nil, err
 	}
 	var out []nvml.MIGDevice
@@ -165,10 +165,9 @@ type gpuInstanceHandle struct {
 	id int
 }
 
+// get is the GPU instance behind the handle; op (already counted by call or begin) names
+// the call in the error.
 func (h *gpuInstanceHandle) get(op string) (*gpuInstance, error) {
-	if err := h.d.b.checkInit(op); err != nil {
-		return nil, err
-	}
 	gi := h.d.gpu().gis[h.id]
 	if gi == nil {
 		return nil, nvml.NewError(op, nvml.ErrorNotFound, fmt.Sprintf("GPU instance %d is gone", h.id))
@@ -179,6 +178,9 @@ func (h *gpuInstanceHandle) get(op string) (*gpuInstance, error) {
 func (h *gpuInstanceHandle) Info() (nvml.GPUInstanceInfo, error) {
 	h.d.b.mu.Lock()
 	defer h.d.b.mu.Unlock()
+	if err := h.d.b.call("GpuInstanceGetInfo"); err != nil {
+		return nvml.GPUInstanceInfo{}, err
+	}
 	gi, err := h.get("GpuInstanceGetInfo")
 	if err != nil {
 		return nvml.GPUInstanceInfo{}, err
@@ -190,6 +192,9 @@ func (h *gpuInstanceHandle) ComputeInstanceProfileInfo(profile int) (nvml.Comput
 	const op = "GpuInstanceGetComputeInstanceProfileInfo"
 	h.d.b.mu.Lock()
 	defer h.d.b.mu.Unlock()
+	if err := h.d.b.call(op); err != nil {
+		return nvml.ComputeInstanceProfileInfo{}, err
+	}
 	gi, err := h.get(op)
 	if err != nil {
 		return nvml.ComputeInstanceProfileInfo{}, err
@@ -224,6 +229,9 @@ func (h *gpuInstanceHandle) CreateComputeInstance(info nvml.ComputeInstanceProfi
 func (h *gpuInstanceHandle) ComputeInstances(info nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstance, error) {
 	h.d.b.mu.Lock()
 	defer h.d.b.mu.Unlock()
+	if err := h.d.b.call("GpuInstanceGetComputeInstances"); err != nil {
+		return nil, err
+	}
 	gi, err := h.get("GpuInstanceGetComputeInstances")
 	if err != nil {
 		return nil, err
@@ -289,6 +297,9 @@ func (h *computeInstanceHandle) Info() (nvml.ComputeInstanceInfo, error) {
 	b := h.gi.d.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err := b.call("ComputeInstanceGetInfo"); err != nil {
+		return nvml.ComputeInstanceInfo{}, err
+	}
 	_, ci, err := h.get("ComputeInstanceGetInfo")
 	if err != nil {
 		return nvml.ComputeInstanceInfo{}, err

@@ -93,6 +93,7 @@ type Backend struct {
 	inUse       map[string]bool
 	calls       map[string]int
 	initFail    nvml.Return
+	sets        []*eventSet
 }
 
 type gpu struct {
@@ -102,6 +103,8 @@ type gpu struct {
 	migMode nvml.MIGMode
 	state   mig.GPUState
 	gis     map[int]*gpuInstance
+	// recovery is the recovery action the driver reports (events.go).
+	recovery nvml.RecoveryAction
 }
 
 type gpuInstance struct {
@@ -197,13 +200,15 @@ func (b *Backend) Calls(op string) int {
 	return b.calls[op]
 }
 
-// Reboot empties every GPU, as a node reboot does (MIG mode is kept).
+// Reboot empties every GPU, as a node reboot does (MIG mode is kept), and clears the
+// recovery actions the GPUs asked for.
 func (b *Backend) Reboot() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, g := range b.gpus {
 		g.gis = map[int]*gpuInstance{}
 		g.state = mig.EmptyGPU(g.model)
+		g.recovery = nvml.RecoveryNone
 	}
 	b.inUse = map[string]bool{}
 	return b.saveLocked()
@@ -307,9 +312,11 @@ func (b *Backend) fault(op string) error {
 	return nil
 }
 
-// checkInit fails a query when NVML is not initialized, or with a fault injected for op (e.g.
-// "DeviceGetMigMode", which makes the agent see that GPU as unhealthy). Called with b.mu held.
-func (b *Backend) checkInit(op string) error {
+// call counts a query, fails it when NVML is not initialized, or with a fault injected for op
+// (e.g. "DeviceGetMigMode", which makes the agent see that GPU as unhealthy). Called with
+// b.mu held.
+func (b *Backend) call(op string) error {
+	b.calls[op]++
 	if !b.initialized {
 		return nvml.NewError(op, nvml.ErrorUninitialized, "")
 	}
@@ -345,7 +352,7 @@ func (b *Backend) Shutdown() error {
 func (b *Backend) DriverVersion() (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.checkInit("SystemGetDriverVersion"); err != nil {
+	if err := b.call("SystemGetDriverVersion"); err != nil {
 		return "", err
 	}
 	return DriverVersion, nil
@@ -355,7 +362,7 @@ func (b *Backend) DriverVersion() (string, error) {
 func (b *Backend) DeviceCount() (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.checkInit("DeviceGetCount"); err != nil {
+	if err := b.call("DeviceGetCount"); err != nil {
 		return 0, err
 	}
 	return len(b.gpus), nil
@@ -365,7 +372,7 @@ func (b *Backend) DeviceCount() (int, error) {
 func (b *Backend) Device(index int) (nvml.Device, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.checkInit("DeviceGetHandleByIndex"); err != nil {
+	if err := b.call("DeviceGetHandleByIndex"); err != nil {
 		return nil, err
 	}
 	if index < 0 || index >= len(b.gpus) {
@@ -439,6 +446,8 @@ type persistedGPU struct {
 	UUID      string        `json:"uuid"`
 	Model     string        `json:"model"`
 	Instances []persistedGI `json:"instances"`
+	// RecoveryAction is what the driver asks of the GPU after an XID (events.go).
+	RecoveryAction nvml.RecoveryAction `json:"recoveryAction,omitempty"`
 }
 
 type persistedGI struct {
@@ -475,6 +484,7 @@ func (b *Backend) load() error {
 		if pg.UUID != g.uuid || pg.Model != g.model.String() {
 			return fmt.Errorf("emulated NVML state %s: GPU %d is %s %s, configured %s %s", b.opts.StateFile, i, pg.Model, pg.UUID, g.model, g.uuid)
 		}
+		g.recovery = pg.RecoveryAction
 		for _, pgi := range pg.Instances {
 			prof, err := g.model.Profile(pgi.Profile)
 			if err != nil {
@@ -502,7 +512,7 @@ func (b *Backend) saveLocked() error {
 	}
 	p := persisted{Seq: b.seq}
 	for _, g := range b.gpus {
-		pg := persistedGPU{UUID: g.uuid, Model: g.model.String(), Instances: []persistedGI{}}
+		pg := persistedGPU{UUID: g.uuid, Model: g.model.String(), Instances: []persistedGI{}, RecoveryAction: g.recovery}
 		ids := make([]int, 0, len(g.gis))
 		for id := range g.gis {
 			ids = append(ids, id)
