@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -182,9 +184,10 @@ func (d *Driver) poke() {
 }
 
 // Sync destroys the orphans whose grace has passed (never one in use: NVML refuses, and it
-// is tried again next time), removes the CDI specs of claims no longer allocated after the
-// same grace, republishes the pool when the rule in republish says so, and writes the
-// NodeAccelerator status (a write the status writer coalesces waits for Run's next sync).
+// is tried again next time), releases the records of claims no longer allocated whose pods
+// are done (record.go; a record naming no pod after the same grace), republishes the pool
+// when the rule in republish says so, and writes the NodeAccelerator status (a write the
+// status writer coalesces waits for Run's next sync).
 func (d *Driver) Sync(ctx context.Context) error {
 	_, err := d.sync(ctx)
 	return err
@@ -211,26 +214,30 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 		return wait, errors.Join(err, serr)
 	}
 	held := explained(claims, pool)
-	keys := orphans(obs, held)
 	live := map[string]bool{}
 	for _, c := range claims {
 		if c.Status.Allocation != nil {
 			live[string(c.UID)] = true
 		}
 	}
-	specs, err := d.opts.CDI.ListClaims()
+	recs, err := d.records()
 	if err != nil {
 		return 0, err
 	}
-	for _, uid := range specs {
-		if !live[uid] {
+	kept, released, errs := d.sweepRecords(ctx, obs, recs, live, conflict.Present())
+	keys := orphans(obs, held, kept)
+	for uid, r := range recs {
+		if !live[uid] && len(r.Claim.Pods) == 0 && !released[uid] {
 			keys = append(keys, "spec:"+uid)
 		}
 	}
-	var errs []error
 	for _, k := range d.orphanSince.Pass(keys, d.opts.Now(), d.opts.OrphanGrace) {
 		if uid, ok := cutSpec(k); ok {
-			errs = append(errs, d.opts.CDI.RemoveClaim(uid))
+			if conflict.Present() {
+				errs = append(errs, d.opts.CDI.RemoveClaim(uid))
+			} else {
+				errs = append(errs, d.release(obs, recs, recs[uid]))
+			}
 			d.opts.Log.Info("CDI spec of a claim no longer allocated removed", "claim", uid)
 			continue
 		}
@@ -248,13 +255,18 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
-	if len(keys) > 0 {
+	if len(keys) > 0 || len(released) > 0 {
 		// Re-read what the sweep changed before deciding on the order.
 		if obs, err = engine.Observe(d.opts.Library, d.opts.Metrics); err != nil {
 			return 0, fmt.Errorf("observe GPUs: %w", err)
 		}
 	}
 	hs := holders(claims, pool)
+	for uid, r := range recs {
+		if !released[uid] {
+			recordHolders(hs, obs, r)
+		}
+	}
 	recordMetrics(d.opts.Metrics, obs, hs)
 	d.health.set(deviceHealth(obs, held, pool, d.opts.Now(), healthTimeout))
 	perr := d.publish(ctx, obs, held, conflict.Present())
@@ -271,6 +283,45 @@ func (d *Driver) writeStatus(ctx context.Context, v engine.ClaimView) (time.Dura
 }
 
 func cutSpec(k string) (string, bool) { return strings.CutPrefix(k, "spec:") }
+
+// sweepRecords goes through the node's records: each of a live claim is kept; each of a
+// claim no longer allocated whose pods are not all done is kept, and one whose pods are done
+// is released (record.go; while another tool owns the node only its spec is removed). It
+// returns the device names the kept records hold (no orphans), the records released, and
+// the errors met (a record whose pods cannot be read is kept).
+func (d *Driver) sweepRecords(ctx context.Context, obs *engine.Observation, recs map[string]record, live map[string]bool, foreign bool) (map[string]bool, map[string]bool, []error) {
+	kept, released := map[string]bool{}, map[string]bool{}
+	var errs []error
+	for _, uid := range slices.Sorted(maps.Keys(recs)) {
+		r := recs[uid]
+		if !live[uid] && len(r.Claim.Pods) > 0 {
+			done, err := d.podsDone(ctx, r.Claim)
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case done && foreign:
+				errs = append(errs, d.opts.CDI.RemoveClaim(uid))
+				released[uid] = true
+				continue
+			case done:
+				if err := d.release(obs, recs, r); err != nil {
+					errs = append(errs, err)
+					break
+				}
+				released[uid] = true
+				d.opts.Metrics.OrphansReclaim.WithLabelValues("pod_gone").Inc()
+				d.opts.Log.Info("released a claim no longer allocated: its pods are done", "claim", claimRef(r.Claim.Namespace, r.Claim.Name, types.UID(uid)))
+				continue
+			}
+		}
+		for _, s := range recordedSlices(obs, r) {
+			if name, ok := sliceDevice(obs.GPUByUUID(s.GPU), s); ok {
+				kept[name] = true
+			}
+		}
+	}
+	return kept, released, errs
+}
 
 // destroyDevice destroys the observed instance at a device name.
 func (d *Driver) destroyDevice(obs *engine.Observation, name string) error {

@@ -98,7 +98,7 @@ func TestOrphansAreInstancesNoClaimHolds(t *testing.T) {
 		{Slot: slot("1g.10gb", 3, 1), CI: 0, MIGUUID: "MIG-1"},
 		{Slot: slot("3g.40gb", 4, 4), CI: -1},
 	}}}}
-	got := orphans(obs, map[string][]string{"gpu-0-1g-10gb-at-3": {"uid-a"}})
+	got := orphans(obs, map[string][]string{"gpu-0-1g-10gb-at-3": {"uid-a"}}, nil)
 	if !cmp.Equal(got, []string{"gpu-0-3g-40gb-at-4"}) {
 		t.Fatalf("orphans = %v", got)
 	}

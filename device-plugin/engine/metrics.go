@@ -84,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "slicer_agent_orphan_instances_reclaimed_total", Help: "MIG instances the agent destroyed because no allocation held them (no_allocation) or their allocation was released (pod_gone).",
 		}, []string{"reason"}),
 		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "slicer_agent_allocation_conflicts_total", Help: "Allocations refused because their slot overlaps a slice another allocation holds (must stay 0).",
+			Name: "slicer_agent_allocation_conflicts_total", Help: "Allocations refused because their slot overlaps a slice another allocation holds; in DRA mode, claims refused because their device overlaps an instance the node prepared for another claim (must stay 0).",
 		}),
 		PodGone: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slicer_agent_allocations_pod_gone_total", Help: "Allocations the agent released because their pod does not exist (no pod of that name, or one with another UID), as read from the API server.",

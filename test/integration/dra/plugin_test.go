@@ -16,9 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,6 +75,10 @@ type harness struct {
 	clock        *clock
 	grace        time.Duration
 	plugin       *plugin
+	// events records the plugin's Events through the events API (tests read them back).
+	events events.EventRecorder
+	// cfg reaches the apiserver as its admin.
+	cfg *rest.Config
 }
 
 func (h *harness) start() {
@@ -78,7 +86,7 @@ func (h *harness) start() {
 	// The plugin's clock only moves when the test moves it, so status writes are not
 	// coalesced (a deferred write would wait for a time that never comes).
 	metrics := engine.NewMetrics(prometheus.NewRegistry())
-	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Emulated: true, Client: h.cs, Status: h.status, PublishInterval: -1,
+	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Emulated: true, Client: h.cs, Status: h.status, Events: h.events, PublishInterval: -1,
 		CDI: h.cdi, Metrics: metrics, OrphanGrace: h.grace, Resync: time.Hour,
 		Now: h.clock.Now, Log: testr.New(h.t)})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -132,12 +140,24 @@ func waitFor(t *testing.T, what string, cond func() (bool, error)) {
 // allocation as the scheduler would.
 func (h *harness) allocate(name string, devices ...string) *resourceapi.ResourceClaim {
 	h.t.Helper()
+	return h.allocateFor(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default"}}, name, devices...)
+}
+
+// allocateFor is allocate in pod's namespace; a pod with a name is the claim's consumer
+// (status.reservedFor, as the scheduler writes it before binding the pod), and the claim
+// carries the finalizer the scheduler adds.
+func (h *harness) allocateFor(pod *corev1.Pod, name string, devices ...string) *resourceapi.ResourceClaim {
+	h.t.Helper()
 	ctx := context.Background()
-	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+	ns := pod.Namespace
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "mig.slicer.dev", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(len(devices))},
 		}}}}}
-	c, err := h.cs.ResourceV1().ResourceClaims("default").Create(ctx, c, metav1.CreateOptions{})
+	if pod.Name != "" {
+		c.Finalizers = []string{resourceapi.Finalizer}
+	}
+	c, err := h.cs.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -146,7 +166,10 @@ func (h *harness) allocate(name string, devices ...string) *resourceapi.Resource
 		res = append(res, resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: migdra.DriverName, Pool: nodeName, Device: d})
 	}
 	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: res}}
-	c, err = h.cs.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, c, metav1.UpdateOptions{})
+	if pod.Name != "" {
+		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	}
+	c, err = h.cs.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, c, metav1.UpdateOptions{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -240,8 +263,15 @@ func newHarness(t *testing.T) *harness {
 	if err := os.Mkdir(filepath.Join(dir, "registry"), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	eventsCtx, stopEvents := context.WithCancel(context.Background())
+	if err := broadcaster.StartRecordingToSinkWithContext(eventsCtx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopEvents(); broadcaster.Shutdown() })
 	h := &harness{t: t, cs: cs, lib: lib, dir: dir, cdi: &cdi.Writer{Dir: filepath.Join(dir, "cdi")},
-		clock: &clock{now: time.Unix(1_000_000, 0)}, grace: 5 * time.Minute}
+		clock: &clock{now: time.Unix(1_000_000, 0)}, grace: 5 * time.Minute,
+		events: broadcaster.NewRecorder(scheme.Scheme, "slicer-agent"), cfg: env.Config}
 	direct, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -345,17 +375,24 @@ func TestKubeletPrepareUnprepare(t *testing.T) {
 		t.Fatalf("instances after unprepare without a spec: %v", inst)
 	}
 
-	// d's device is handed on to e (d deallocated, e allocated the same device) before the
-	// kubelet unprepares d: e's instance survives d's Unprepare.
+	// d's device is allocated to e (d deallocated) before the kubelet unprepares d: e is not
+	// prepared onto d's instance while the node's record keeps it for d; d's Unprepare
+	// destroys it, and e gets an instance of its own.
 	d := h.allocate("d", "gpu-0-4g-40gb-at-0")
 	h.prepare(d)
+	dInstance := h.instances()["gpu-0-4g-40gb-at-0"]
 	h.deleteClaim(d)
 	e := h.allocate("e", "gpu-0-4g-40gb-at-0")
-	h.prepare(e)
-	held := h.instances()
+	if r := h.prepareResult(e); r.Error == "" {
+		t.Fatalf("e was prepared onto d's instance before d was unprepared: %+v", r)
+	}
 	h.unprepare(d)
-	if !mapsEqualS(held, h.instances()) || len(held) != 1 {
-		t.Fatalf("unprepare of d touched e's instance: %v, then %v", held, h.instances())
+	if inst := h.instances(); len(inst) != 0 {
+		t.Fatalf("instances after d's unprepare: %v", inst)
+	}
+	h.prepare(e)
+	if inst := h.instances(); len(inst) != 1 || inst["gpu-0-4g-40gb-at-0"] == dInstance {
+		t.Fatalf("e's instance: %v, d's was %s", inst, dInstance)
 	}
 	h.unprepare(e)
 	if inst := h.instances(); len(inst) != 0 {
