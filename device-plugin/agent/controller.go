@@ -175,7 +175,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			if _, perr := r.status.Publish(ctx, engine.NodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict, Bypass: bypass}); perr != nil {
 				return ctrl.Result{}, perr
 			}
-			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+			// Backoff from half a second to 30 s: a driver that is loading comes back soon,
+			// one that is not there is asked twice a minute.
+			r.retries++
+			return ctrl.Result{RequeueAfter: min(250*time.Millisecond<<min(r.retries, 7), 30*time.Second)}, nil
 		}
 		r.initialized = true
 	}
@@ -216,6 +219,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		runJobs(obs, r.opts.Metrics, d.Jobs)
 	}
 	o := settle(w, d, log)
+	if o.Mutated {
+		if obs, err = engine.Observe(r.opts.Library, r.opts.Metrics); err != nil {
+			r.record(allocs, o.Notes)
+			return ctrl.Result{}, fmt.Errorf("observe GPUs after changes: %w", err)
+		}
+		o.confirm(obs, d.Jobs)
+	}
 	for _, k := range o.Forget {
 		r.orphanSince.Forget(k)
 	}
@@ -224,11 +234,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	r.opts.Metrics.Conflicts.Add(float64(o.Conflicts))
 	r.record(allocs, o.Notes)
-	if o.Mutated {
-		if obs, err = engine.Observe(r.opts.Library, r.opts.Metrics); err != nil {
-			return ctrl.Result{}, fmt.Errorf("observe GPUs after changes: %w", err)
-		}
-	}
 
 	// CDI specs, then the kubelet, then Ready once the kubelet has the device.
 	retry, readyIDs := r.writeDevices(ctx, w, obs, o)

@@ -55,6 +55,7 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 			}
 			if !g.Healthy {
 				gs.Health = slicerv1alpha1.GPUUnhealthy
+				gs.HealthMessage = utilstrings.ShortenString(g.Unusable(), 256)
 			}
 			switch {
 			case !g.MIGSupported:

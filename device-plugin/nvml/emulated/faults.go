@@ -190,6 +190,13 @@ func (b *Backend) sleep(d time.Duration) {
 	b.mu.Lock()
 }
 
+// ClearFaults drops the faults still queued for op.
+func (b *Backend) ClearFaults(op string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.faults, op)
+}
+
 // FaultsLeft is how many queued faults op has not consumed yet.
 func (b *Backend) FaultsLeft(op string) int {
 	b.mu.Lock()
