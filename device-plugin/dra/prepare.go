@@ -245,14 +245,16 @@ func (d *Driver) unprepareClaim(ctx context.Context, obs *engine.Observation, re
 }
 
 // findRecorded is the observed instance a claim's spec recorded: the same MIG device at the
-// same placement of the same GPU.
+// same placement of the same GPU, or what is left of it there, a GPU instance whose compute
+// instance is gone (an Unprepare killed between the two destroys). No other claim can have
+// made that one: the record keeps the placement from every other claim's Prepare.
 func findRecorded(obs *engine.Observation, r cdi.Slice) (engine.Slice, bool) {
 	g := obs.GPUByUUID(r.GPUUUID)
 	if g == nil {
 		return engine.Slice{}, false
 	}
 	for _, s := range g.Slices {
-		if s.MIGUUID == r.MIGUUID && s.Placement.Start == r.PlacementStart && s.Placement.Size == r.PlacementSize {
+		if (s.MIGUUID == r.MIGUUID || s.MIGUUID == "") && s.Placement.Start == r.PlacementStart && s.Placement.Size == r.PlacementSize {
 			return s, true
 		}
 	}

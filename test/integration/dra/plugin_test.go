@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -66,19 +68,25 @@ type plugin struct {
 type harness struct {
 	t  *testing.T
 	cs kubernetes.Interface
-	// status is the plugin's NodeAccelerator client; statusWrites counts its status writes.
+	// status reads the NodeAccelerator; statusWrites counts the plugin's status writes.
 	status       client.Client
 	statusWrites atomic.Int64
-	lib          *emulated.Backend
-	dir          string
-	cdi          *cdi.Writer
-	clock        *clock
-	grace        time.Duration
-	plugin       *plugin
+	scheme       *k8sruntime.Scheme
+	// dead cuts the running plugin off the apiserver: a plugin killed at a crash point
+	// (emulated.Backend.CrashAfter) sends no request any more.
+	dead   atomic.Bool
+	lib    *emulated.Backend
+	dir    string
+	cdi    *cdi.Writer
+	clock  *clock
+	grace  time.Duration
+	plugin *plugin
 	// events records the plugin's Events through the events API (tests read them back).
 	events events.EventRecorder
 	// cfg reaches the apiserver as its admin.
 	cfg *rest.Config
+	// nvmlOpts make the emulated NVML of a new process (its state file kept).
+	nvmlOpts emulated.Options
 }
 
 func (h *harness) start() {
@@ -86,7 +94,31 @@ func (h *harness) start() {
 	// The plugin's clock only moves when the test moves it, so status writes are not
 	// coalesced (a deferred write would wait for a time that never comes).
 	metrics := engine.NewMetrics(prometheus.NewRegistry())
-	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Emulated: true, Client: h.cs, Status: h.status, Events: h.events, PublishInterval: -1,
+	h.dead.Store(false)
+	cfg := rest.CopyConfig(h.cfg)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			if h.dead.Load() {
+				return nil, errors.New("the plugin was killed")
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	direct, err := client.NewWithWatch(cfg, client.Options{Scheme: h.scheme})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	status := interceptor.NewClient(direct, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			h.statusWrites.Add(1)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Emulated: true, Client: cs, Status: status, Events: h.events, PublishInterval: -1,
 		CDI: h.cdi, Metrics: metrics, OrphanGrace: h.grace, Resync: time.Hour,
 		Now: h.clock.Now, Log: testr.New(h.t)})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -118,6 +150,10 @@ func (h *harness) stop() {
 	}
 	h.plugin = nil
 }
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // waitFor polls until cond holds (the plugin and the ResourceSlice controller work in the
 // background); it gives up after a minute, long past any expected delay.
@@ -250,16 +286,17 @@ func newHarness(t *testing.T) *harness {
 	if _, err := cs.CoreV1().Nodes().Create(context.Background(), builder.Node(nodeName).Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h100, _ := mig.ParseModel("H100-80GB")
-	lib, err := emulated.New(emulated.Options{Node: nodeName, GPUs: []mig.Model{h100, h100}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir, err := os.MkdirTemp("", "dra") // short: unix socket paths are limited
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	h100, _ := mig.ParseModel("H100-80GB")
+	nvmlOpts := emulated.Options{Node: nodeName, GPUs: []mig.Model{h100, h100}, StateFile: filepath.Join(dir, "nvml.json")}
+	lib, err := emulated.New(nvmlOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Mkdir(filepath.Join(dir, "registry"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -271,17 +308,13 @@ func newHarness(t *testing.T) *harness {
 	t.Cleanup(func() { stopEvents(); broadcaster.Shutdown() })
 	h := &harness{t: t, cs: cs, lib: lib, dir: dir, cdi: &cdi.Writer{Dir: filepath.Join(dir, "cdi")},
 		clock: &clock{now: time.Unix(1_000_000, 0)}, grace: 5 * time.Minute,
-		events: broadcaster.NewRecorder(scheme.Scheme, "slicer-agent"), cfg: env.Config}
+		events: broadcaster.NewRecorder(scheme.Scheme, "slicer-agent"), cfg: env.Config, nvmlOpts: nvmlOpts}
+	h.scheme = env.Scheme
 	direct, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.status = interceptor.NewClient(direct, interceptor.Funcs{
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			h.statusWrites.Add(1)
-			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-		},
-	})
+	h.status = direct
 	h.start()
 	t.Cleanup(func() {
 		if h.plugin != nil {
