@@ -109,6 +109,13 @@ func (b *Backend) CrashAfter(op string, n int, then func()) {
 	b.crashes[op] = &crashPoint{left: n, then: then}
 }
 
+// ClearCrashPoints disarms every crash point that has not fired.
+func (b *Backend) ClearCrashPoints() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.crashes = map[string]*crashPoint{}
+}
+
 // Crashed reports whether a crash point killed the backend.
 func (b *Backend) Crashed() bool {
 	b.mu.Lock()
