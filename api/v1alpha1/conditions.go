@@ -95,6 +95,10 @@ const (
 	ReasonNVMLError          = "NVMLError"
 	ReasonGPUNotFound        = "GPUNotFound"
 	ReasonInUse              = "InUse"
+	// ReasonGPUUnhealthy: the GPU (or the MIG instance) is unhealthy: an NVML error, an XID
+	// that means it is broken, or a recovery action the driver asks for. An allocation on it
+	// waits; a pod holding a device on it gets an Event with this reason.
+	ReasonGPUUnhealthy = "GPUUnhealthy"
 	// ReasonWaitingForPods: the Slicer's deletion waits for the pods that hold MIG slices
 	// (uninstall policy Wait).
 	ReasonWaitingForPods = "WaitingForPods"

@@ -124,6 +124,17 @@ type MIGSlice struct {
 	// claim holding the slice, if any (DRA frontend).
 	// +optional
 	Claim *ClaimReference `json:"claim,omitempty"`
+
+	// health of the slice: Unhealthy after an XID the driver confined to its GPU instance,
+	// until the instance is destroyed; empty while healthy (the GPU's health covers its
+	// slices too).
+	// +optional
+	Health GPUHealth `json:"health,omitempty"`
+
+	// healthMessage says why the slice is Unhealthy.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	HealthMessage string `json:"healthMessage,omitempty"`
 }
 
 // GPUStatus is one physical GPU of the node.

@@ -127,6 +127,13 @@ func decide(w world) decision {
 		return d
 	}
 	for k, slot := range p.Create {
+		if g := w.Obs.GPUByUUID(slot.GPU); g != nil && !g.Healthy {
+			// No new slice on an unhealthy GPU (the scheduler places none there either): it
+			// waits until the GPU recovers.
+			delete(p.Create, k)
+			d.Statuses[k] = pending(w.Allocs[k], slicerv1alpha1.ReasonGPUUnhealthy, g.Unusable())
+			continue
+		}
 		// No status before the work: the first one this slice gets is Ready (or, when the work
 		// fails, Creating with the reason), one write per slice. A crash in between leaves an
 		// allocation with an empty status and an instance at its slot, which the next plan
@@ -134,6 +141,11 @@ func decide(w world) decision {
 		d.Jobs = append(d.Jobs, &job{key: k, kind: jobCreate, slot: slot})
 	}
 	for k, s := range p.Finish {
+		if g := w.Obs.GPUByUUID(s.GPU); g != nil && !g.Healthy {
+			delete(p.Finish, k)
+			d.Statuses[k] = pending(w.Allocs[k], slicerv1alpha1.ReasonGPUUnhealthy, g.Unusable())
+			continue
+		}
 		d.Jobs = append(d.Jobs, &job{key: k, kind: jobFinish, slot: s.Slot, slice: s})
 	}
 	for k, s := range p.Release {

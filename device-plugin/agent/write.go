@@ -319,6 +319,6 @@ func deviceFor(obs *engine.Observation, s engine.Slice) plugin.Device {
 	g := obs.GPUByUUID(s.GPU)
 	return plugin.Device{
 		ID: s.DeviceID(), MIGUUID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.DeviceID()),
-		Healthy: g.Unusable() == "",
+		Healthy: g.Unusable() == "" && s.Unhealthy == "",
 	}
 }

@@ -73,6 +73,10 @@ type Driver struct {
 	claimLister resourcelisters.ResourceClaimLister
 	health      *healthBook
 	kick        chan struct{}
+	// gpuHealth is what NVML's events say of the GPUs (engine.Health, watched while Run runs).
+	gpuHealth *engine.Health
+	// told is, per claim UID, the unhealthy reason its pods were last told in an Event.
+	told map[types.UID]string
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -86,7 +90,8 @@ func New(opts Options) *Driver {
 		opts.Resync = time.Minute
 	}
 	d := &Driver{opts: opts, orphanSince: engine.OrphanClock{}, kick: make(chan struct{}, 1),
-		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook()}
+		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook(), told: map[types.UID]string{}}
+	d.gpuHealth = engine.NewHealth(d.poke)
 	if opts.Status != nil {
 		d.status = engine.NewStatusWriter(opts.Status, opts.Events, opts.NodeName, opts.PublishInterval, opts.Now)
 	}
@@ -127,6 +132,13 @@ func (d *Driver) Run(ctx context.Context, helperOpts ...kubeletplugin.Option) er
 			log.Error(err, "NVML shutdown")
 		}
 	}()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		d.gpuHealth.Watch(watchCtx, d.opts.Library, d.opts.Metrics, log.WithName("health"))
+	}()
+	defer func() { stopWatch(); <-watching }()
 	opts := append([]kubeletplugin.Option{
 		kubeletplugin.DriverName(migdra.DriverName),
 		kubeletplugin.NodeName(d.opts.NodeName),
@@ -206,7 +218,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	obs, err := engine.Observe(d.opts.Library, d.opts.Metrics)
+	obs, err := d.observe()
 	if err != nil {
 		err = fmt.Errorf("observe GPUs: %w", err)
 		d.health.set(deviceHealth(nil, explained(claims, pool), pool, d.opts.Now(), healthTimeout))
@@ -257,7 +269,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	}
 	if len(keys) > 0 || len(released) > 0 {
 		// Re-read what the sweep changed before deciding on the order.
-		if obs, err = engine.Observe(d.opts.Library, d.opts.Metrics); err != nil {
+		if obs, err = d.observe(); err != nil {
 			return 0, fmt.Errorf("observe GPUs: %w", err)
 		}
 	}
@@ -269,9 +281,17 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	}
 	recordMetrics(d.opts.Metrics, obs, hs)
 	d.health.set(deviceHealth(obs, held, pool, d.opts.Now(), healthTimeout))
+	d.tellUnhealthy(obs, claims)
 	perr := d.publish(ctx, obs, held, conflict.Present())
 	wait, serr := d.writeStatus(ctx, engine.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Conflict: conflict, Bypass: bypass, Obs: obs, Claim: claimView(hs)})
 	return wait, errors.Join(perr, serr)
+}
+
+// observe reads the GPUs and marks what NVML's events made unhealthy.
+func (d *Driver) observe() (*engine.Observation, error) {
+	obs, err := engine.Observe(d.opts.Library, d.opts.Metrics)
+	d.gpuHealth.Apply(obs)
+	return obs, err
 }
 
 // writeStatus writes the NodeAccelerator status when the driver has a status writer.
@@ -345,10 +365,11 @@ func (d *Driver) publish(ctx context.Context, obs *engine.Observation, held map[
 		return nil
 	}
 	var gpus []migdra.GPU
+	sick := unhealthy{}
 	if !conflict { // another tool owns the node: an empty pool, so nothing is allocated here
-		gpus = poolGPUs(obs, held)
+		gpus, sick = poolGPUs(obs, held), unhealthyOf(obs)
 	}
-	write, next := republish(d.last, gpus)
+	write, next := republish(d.last, gpus, sick)
 	if !write {
 		return nil
 	}
@@ -356,6 +377,7 @@ func (d *Driver) publish(ctx context.Context, obs *engine.Observation, held map[
 	if err != nil {
 		return fmt.Errorf("render pool: %w", err)
 	}
+	taint(&pool, sick)
 	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.opts.NodeName: pool}}
 	if err := d.publisher.PublishResources(ctx, res); err != nil {
 		return fmt.Errorf("publish pool: %w", err)

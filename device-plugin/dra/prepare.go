@@ -88,7 +88,7 @@ func (d *Driver) prepareClaim(ctx context.Context, obs *engine.Observation, all 
 			return nil, d.refuseConflict(c, a.Device, other)
 		}
 		g := obs.GPUByUUID(slot.GPU)
-		s, err := d.realize(obs, g, slot)
+		s, err := d.realize(obs, g, slot, recs[string(c.UID)])
 		if err != nil {
 			return nil, fmt.Errorf("device %s: %w", a.Device, err)
 		}
@@ -116,15 +116,23 @@ func result(err error) string {
 	return "success"
 }
 
-// realize makes the instance at slot exist and be complete (see PrepareResourceClaims).
-func (d *Driver) realize(obs *engine.Observation, g *engine.GPU, slot mig.Slot) (engine.Slice, error) {
+// realize makes the instance at slot exist and be complete (see PrepareResourceClaims); own
+// is the claim's record, if it was prepared before.
+func (d *Driver) realize(obs *engine.Observation, g *engine.GPU, slot mig.Slot, own record) (engine.Slice, error) {
 	st, s := decide(g.Slices, slot)
-	switch st {
-	case stepReuse:
+	switch {
+	case st == stepReuse && s.Unhealthy != "" && !recordsMIG(own, s.MIGUUID):
+		// An instance an XID broke is not handed out to a claim that did not have it: it
+		// goes, and a new one is made (the claim that had it keeps it, unhealthy).
+		if err := obs.DestroySlice(s, d.opts.Metrics); err != nil {
+			return engine.Slice{}, fmt.Errorf("the instance at %s is unhealthy (%s) and could not be destroyed: %w", slot, s.Unhealthy, err)
+		}
+		return obs.CreateSlice(slot, d.opts.Metrics)
+	case st == stepReuse:
 		return s, nil
-	case stepFinish:
+	case st == stepFinish:
 		return obs.FinishSlice(s, d.opts.Metrics)
-	case stepBlocked:
+	case st == stepBlocked:
 		return engine.Slice{}, fmt.Errorf("placement %s is taken by the instance at %s", slot, s.Slot)
 	}
 	return obs.CreateSlice(slot, d.opts.Metrics)
@@ -158,7 +166,7 @@ func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClai
 	if err != nil {
 		return nil, nil, migapi.Foreign{}, err
 	}
-	obs, err := engine.Observe(d.opts.Library, d.opts.Metrics)
+	obs, err := d.observe()
 	if err != nil {
 		return nil, nil, migapi.Foreign{}, fmt.Errorf("observe GPUs: %w", err)
 	}

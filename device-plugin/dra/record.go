@@ -166,3 +166,13 @@ func recordedMIGs(recs map[string]record) map[string][]string {
 	}
 	return out
 }
+
+// recordsMIG reports whether record r keeps the MIG device u.
+func recordsMIG(r record, u string) bool {
+	for _, s := range r.Slices {
+		if s.MIGUUID == u {
+			return true
+		}
+	}
+	return false
+}

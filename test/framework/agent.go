@@ -51,6 +51,17 @@ func (a *RecordingAdvertiser) IDs() map[string]string {
 	return out
 }
 
+// Health returns whether each advertised device ID is reported healthy to the kubelet.
+func (a *RecordingAdvertiser) Health() map[string]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]bool{}
+	for _, d := range a.devs {
+		out[d.ID] = d.Healthy
+	}
+	return out
+}
+
 // StaticUsage is a settable UsageSource (device ID → "namespace/name" of the pod).
 type StaticUsage struct {
 	mu  sync.Mutex

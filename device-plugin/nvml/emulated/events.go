@@ -24,6 +24,8 @@ const (
 	OpRecoveryAction      = "DeviceGetFieldValues"
 	supportedEvents       = nvml.EventXidCriticalError | nvml.EventGPUUnavailable | nvml.EventGPURecoveryAction
 	maxQueuedEvents       = 1024
+	// controlPoll is how often a waiting event set looks for a control file (statefile.go).
+	controlPoll = 200 * time.Millisecond
 )
 
 // XID is an XID a test raises on an emulated GPU.
@@ -150,7 +152,12 @@ func (s *eventSet) Wait(timeout time.Duration) (nvml.Event, error) {
 	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	poll := time.NewTicker(controlPoll)
+	defer poll.Stop()
 	for {
+		if err := s.b.applyControl(); err != nil {
+			return nvml.Event{}, nvml.NewError(OpEventSetWait, nvml.ErrorUnknown, err.Error())
+		}
 		s.mu.Lock()
 		if s.freed {
 			s.mu.Unlock()
@@ -165,6 +172,7 @@ func (s *eventSet) Wait(timeout time.Duration) (nvml.Event, error) {
 		s.mu.Unlock()
 		select {
 		case <-s.wake:
+		case <-poll.C:
 		case <-deadline.C:
 			return nvml.Event{}, nvml.NewError(OpEventSetWait, nvml.ErrorTimeout, "")
 		}

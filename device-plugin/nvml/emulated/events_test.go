@@ -100,3 +100,43 @@ func TestEvents(t *testing.T) {
 		t.Fatal("wait on a freed set succeeded")
 	}
 }
+
+// A control file written next to the state file (what e2e writes on the node) raises its XIDs
+// and recovers its GPUs at the backend's next event wait, once.
+func TestControlFile(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "nvml.json")
+	b := newBackend(t, emulated.Options{Node: "n1", GPUs: []mig.Model{mig.H100_80GB}, StateFile: state})
+	set, err := b.EventSetCreate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, _ := b.Device(0)
+	if err := gpu.RegisterEvents(nvml.EventXidCriticalError|nvml.EventGPURecoveryAction, set); err != nil {
+		t.Fatal(err)
+	}
+	if err := emulated.SendControl(state, emulated.Control{XIDs: []emulated.ControlXID{{GPU: 0, XID: 79, RecoveryAction: nvml.RecoveryNodeReboot}}}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := set.Wait(2 * time.Second)
+	if err != nil || ev.Type != nvml.EventXidCriticalError || ev.Data != 79 || ev.GPUInstanceID != nvml.NoInstance {
+		t.Fatalf("event %+v, %v", ev, err)
+	}
+	if emulated.ControlPending(state) {
+		t.Fatal("the control file is still there once applied")
+	}
+	if a, _ := gpu.RecoveryAction(); a != nvml.RecoveryNodeReboot {
+		t.Fatalf("recovery action %v", a)
+	}
+	if err := emulated.SendControl(state, emulated.Control{Recover: []int{0}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := set.Wait(2 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == nvml.EventGPURecoveryAction && ev.Data == uint64(nvml.RecoveryNone) {
+			break
+		}
+	}
+}

@@ -31,17 +31,11 @@ var faultCodes = []nvml.Return{
 // slowCall is how long an injected slow call takes.
 const slowCall = 300 * time.Millisecond
 
-// agentOps are the emulated operations the device-plugin agent calls: every one Ops lists
-// but the possible-placements query (the conformance suite's, not the agent's).
+// agentOps are the emulated operations the device-plugin agent calls (its reconciler and its
+// health watcher): every one Ops lists but the possible-placements query (the conformance
+// suite's, not the agent's).
 func agentOps() []string {
-	return slices.DeleteFunc(emulated.Ops(), func(op string) bool {
-		switch op {
-		case emulated.OpPossiblePlacements, emulated.OpEventSetCreate, emulated.OpEventSetWait, emulated.OpRegisterEvents,
-			emulated.OpSupportedEventTypes, emulated.OpRecoveryAction:
-			return true
-		}
-		return false
-	})
+	return slices.DeleteFunc(emulated.Ops(), func(op string) bool { return op == emulated.OpPossiblePlacements })
 }
 
 // history records every status an agent wrote, for the node's allocations and its
@@ -106,16 +100,29 @@ type faultCase struct {
 func (c faultCase) String() string { return c.op + " " + c.fault.String() }
 
 // inject queues the fault for the next call of c.op; a fault on Init also makes the agent
-// initialise NVML again (a driver that reports itself unloaded).
+// initialise NVML again (a driver that reports itself unloaded), and one on a call the health
+// watcher makes when it subscribes makes it subscribe again (its event set fails first).
 func (c faultCase) inject(b *emulated.Backend) {
-	if c.op == emulated.OpInit {
+	switch c.op {
+	case emulated.OpInit:
 		b.InjectFault(emulated.OpDriverVersion, nvml.ErrorUninitialized, 1)
+	case emulated.OpEventSetCreate, emulated.OpSupportedEventTypes, emulated.OpRegisterEvents:
+		b.InjectFault(emulated.OpEventSetWait, nvml.ErrorUnknown, 1)
 	}
 	if c.fault.Delay > 0 {
 		b.InjectSlow(c.op, c.fault.Delay, 1)
 		return
 	}
 	b.InjectFault(c.op, c.fault.Return, 1)
+}
+
+// watcher reports whether c.op is called by the health watcher alone.
+func (c faultCase) watcher() bool {
+	switch c.op {
+	case emulated.OpEventSetCreate, emulated.OpEventSetWait, emulated.OpSupportedEventTypes, emulated.OpRegisterEvents:
+		return true
+	}
+	return false
 }
 
 // told reports whether some status written since the fault names its return code: the
@@ -126,6 +133,11 @@ func (c faultCase) told(lines []string) bool {
 		return true
 	}
 	if c.fault.Return == nvml.ErrorNotFound {
+		return true
+	}
+	if c.op == emulated.OpEventSetCreate || c.op == emulated.OpEventSetWait {
+		// The health watcher makes a new event set (counted in slicer_agent_nvml_errors_total);
+		// nothing the node does changes meanwhile.
 		return true
 	}
 	for _, l := range lines {
@@ -168,10 +180,19 @@ var _ = Describe("NVML failures at every call", func() {
 					c := cases[i]
 					_, mark := hist.since(0)
 					GinkgoWriter.Printf("%s: %s\n", n.name, c)
+					injected := 2
 					c.inject(n.backend)
+					if c.watcher() {
+						// The health watcher calls it when it subscribes, on its own schedule:
+						// the fault is taken before the slice is asked for, and once.
+						injected = 1
+						Eventually(func() int { return n.backend.FaultsLeft(c.op) }).WithTimeout(30*time.Second).Should(BeZero(), "%s: the watcher never called it", c)
+					}
 					a := n.allocate(0, "3g.40gb", 4, 4)
 					ready := n.waitReady(a)
-					c.inject(n.backend)
+					if !c.watcher() {
+						c.inject(n.backend)
+					}
 					n.release(a)
 					n.waitGone(a)
 					n.invariants()
@@ -183,8 +204,8 @@ var _ = Describe("NVML failures at every call", func() {
 						}
 					}
 					left := n.backend.FaultsLeft(c.op)
-					consumed[c.op] += 2 - left
-					if left == 2 {
+					consumed[c.op] += injected - left
+					if left == injected {
 						untouched = append(untouched, c.String())
 					} else if !c.told(lines) {
 						failures = append(failures, fmt.Sprintf("%s: no status said what happened: %q", c, lines))
@@ -196,6 +217,7 @@ var _ = Describe("NVML failures at every call", func() {
 					// A fault not consumed by now must not leak into the next case.
 					n.backend.ClearFaults(c.op)
 					n.backend.ClearFaults(emulated.OpDriverVersion)
+					n.backend.ClearFaults(emulated.OpEventSetWait)
 				}
 			}()
 		}
