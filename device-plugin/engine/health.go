@@ -106,6 +106,7 @@ func (h *Health) handle(ev nvml.Event, dev nvml.Device, uuid string, i int, m *M
 	case nvml.EventXidCriticalError:
 		scope := ClassifyXID(ev)
 		m.XIDs.WithLabelValues(gpuLabel(i), xidLabel(ev.Data), string(scope)).Inc()
+		m.XIDLast.WithLabelValues(gpuLabel(i), xidLabel(ev.Data), string(scope)).SetToCurrentTime()
 		log.Info("XID", "gpu", i, "uuid", uuid, "xid", ev.Data, "scope", scope, "gpuInstance", ev.GPUInstanceID, "computeInstance", ev.ComputeInstanceID)
 		switch scope {
 		case XIDApplication:

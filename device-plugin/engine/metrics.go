@@ -57,6 +57,7 @@ type Metrics struct {
 	Fragmentation   *prometheus.GaugeVec
 	RealizeDuration prometheus.Histogram
 	XIDs            *prometheus.CounterVec
+	XIDLast         *prometheus.GaugeVec
 	GPUHealthy      *prometheus.GaugeVec
 }
 
@@ -124,6 +125,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		XIDs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slicer_agent_gpu_xid_errors_total", Help: "XID errors NVML reported, by GPU index, XID (1-255, else other) and scope: gpu (the GPU is unhealthy), instance (one MIG instance is), application (an application's fault; nothing is).",
 		}, []string{"gpu", "xid", "scope"}),
+		XIDLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_gpu_xid_last_timestamp_seconds", Help: "When the last XID of each GPU index, XID and scope (as in slicer_agent_gpu_xid_errors_total) was reported, in Unix seconds (SlicerGPUXIDError fires for 10 minutes after).",
+		}, []string{"gpu", "xid", "scope"}),
 		GPUHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "slicer_agent_gpu_healthy", Help: "1 when the GPU is healthy, 0 when it is not (an NVML error, an XID that means it is broken, a recovery action the driver asks for), per GPU.",
 		}, []string{"gpu"}),
@@ -144,7 +148,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Instances, m.SliceInfo, m.StepDown, m.Operations, m.OpDuration, m.NVMLErrors, m.OrphansReclaim,
 		m.Conflicts, m.PodGone, m.PodFinished, m.Registrations, m.AllocateResults, m.DRARequests, m.CDIWrites, m.FreeCompute, m.FreeMemory,
-		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration, m.XIDs, m.GPUHealthy}
+		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration, m.XIDs, m.XIDLast, m.GPUHealthy}
 }
 
 func (m *Metrics) migOp(op string, d time.Duration, err error) {
