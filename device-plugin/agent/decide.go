@@ -339,7 +339,7 @@ func (o *outcome) confirm(obs *engine.Observation, jobs []*job) {
 			}
 		}
 		o.Notes = slices.DeleteFunc(o.Notes, func(n note) bool {
-			return n.Key == j.key && n.Reason == reason && strings.Contains(n.Message, j.slice.Slot.String())
+			return n.Key == j.key && n.Reason == reason && strings.Contains(n.Message, j.slice.String())
 		})
 	}
 }
