@@ -100,7 +100,7 @@ type Reconciler struct {
 	health     *engine.Health
 	healthKick chan event.GenericEvent
 	// noted is, per allocation UID, the unhealthy reason its pod was last told in an Event.
-	noted map[types.UID]string
+	noted engine.Told
 }
 
 // New returns a reconciler.
@@ -121,7 +121,7 @@ func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconcil
 		opts.Metrics = engine.NewMetrics(nil)
 	}
 	r := &Reconciler{client: c, recorder: recorder, opts: opts, orphanSince: engine.OrphanClock{},
-		firstSeen: map[types.NamespacedName]time.Time{}, noted: map[types.UID]string{},
+		firstSeen: map[types.NamespacedName]time.Time{}, noted: engine.Told{},
 		status:     engine.NewStatusWriter(c, recorder, opts.NodeName, opts.PublishInterval, opts.Now),
 		healthKick: make(chan event.GenericEvent, 1)}
 	r.health = engine.NewHealth(func() {

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
@@ -22,35 +21,20 @@ func unhealthyReason(obs *engine.Observation, s engine.Slice) string {
 }
 
 // tellUnhealthy records a Warning Event on each pod whose slice turned unhealthy (once per
-// reason), and forgets the pods whose slice is healthy again or gone. The kubelet learns it
-// from ListAndWatch (the device's health); the Event tells the pod's owner.
+// reason, engine.Told), and forgets the pods whose slice is healthy again or gone. The kubelet
+// learns it from ListAndWatch (the device's health); the Event tells the pod's owner.
 func (r *Reconciler) tellUnhealthy(w world, obs *engine.Observation, o outcome) {
-	seen := map[types.UID]bool{}
+	why := map[types.UID]string{}
+	slice := map[types.UID]engine.Slice{}
+	byUID := map[types.UID]*slicerv1alpha1.SliceAllocation{}
 	for k, s := range o.Bound {
-		a := w.Allocs[k]
-		if a == nil {
-			continue
+		if a := w.Allocs[k]; a != nil {
+			why[a.UID], slice[a.UID], byUID[a.UID] = unhealthyReason(obs, s), s, a
 		}
-		seen[a.UID] = true
-		why := unhealthyReason(obs, s)
-		if why == "" {
-			delete(r.noted, a.UID)
-			continue
-		}
-		if r.noted[a.UID] == why {
-			continue
-		}
-		r.noted[a.UID] = why
-		if r.recorder == nil {
-			continue
-		}
-		pod := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: a.Namespace, Name: a.Spec.PodName, UID: types.UID(a.Spec.PodUID)}
-		r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, slicerv1alpha1.ReasonGPUUnhealthy, "Reconcile",
-			"MIG device %s (%s) of this pod is unhealthy: %s; the kubelet is told, and no new pod is placed on it", s.MIGUUID, s.Slot, why)
 	}
-	for uid := range r.noted {
-		if !seen[uid] {
-			delete(r.noted, uid)
-		}
+	for _, uid := range r.noted.Pass(why) {
+		a, s := byUID[uid], slice[uid]
+		engine.TellPod(r.recorder, a.Namespace, a.Spec.PodName, types.UID(a.Spec.PodUID),
+			"MIG device %s (%s) of this pod is unhealthy: %s; the kubelet is told, and no new pod is placed on it", s.MIGUUID, s.Slot, why[uid])
 	}
 }

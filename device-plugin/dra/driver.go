@@ -76,7 +76,7 @@ type Driver struct {
 	// gpuHealth is what NVML's events say of the GPUs (engine.Health, watched while Run runs).
 	gpuHealth *engine.Health
 	// told is, per claim UID, the unhealthy reason its pods were last told in an Event.
-	told map[types.UID]string
+	told engine.Told
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -90,7 +90,7 @@ func New(opts Options) *Driver {
 		opts.Resync = time.Minute
 	}
 	d := &Driver{opts: opts, orphanSince: engine.OrphanClock{}, kick: make(chan struct{}, 1),
-		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook(), told: map[types.UID]string{}}
+		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook(), told: engine.Told{}}
 	d.gpuHealth = engine.NewHealth(d.poke)
 	if opts.Status != nil {
 		d.status = engine.NewStatusWriter(opts.Status, opts.Events, opts.NodeName, opts.PublishInterval, opts.Now)

@@ -6,12 +6,9 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-
-	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 
 	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
@@ -68,50 +65,35 @@ func deviceUnhealthy(obs *engine.Observation, i int, name string) string {
 }
 
 // tellUnhealthy records a Warning Event on the pods of each allocated claim of this pool one
-// of whose devices turned unhealthy (once per claim and reason: an XID, the GPU's health; a
-// GPU that could not be observed on this pass is not told), and forgets claims healthy again
-// or gone. Called with d.mu held.
+// of whose devices turned unhealthy (once per claim and reason, engine.Told: an XID, the GPU's
+// health; a GPU that could not be observed on this pass is not told), and forgets claims
+// healthy again or gone. Called with d.mu held.
 func (d *Driver) tellUnhealthy(obs *engine.Observation, claims []*resourceapi.ResourceClaim) {
-	seen := map[types.UID]bool{}
+	why := map[types.UID]string{}
+	byUID := map[types.UID]*resourceapi.ResourceClaim{}
 	for _, c := range claims {
 		devs, err := claimDevices(c, d.opts.NodeName)
 		if err != nil || len(devs) == 0 {
 			continue
 		}
-		seen[c.UID] = true
-		why := ""
+		byUID[c.UID] = c
+		why[c.UID] = ""
 		for _, a := range devs {
 			if g := gpuByIndex(obs, a.Ref.GPU); g != nil && g.Err != nil {
 				continue
 			}
-			if why = deviceUnhealthy(obs, a.Ref.GPU, a.Device); why != "" {
-				why = "device " + a.Device + ": " + why
+			if w := deviceUnhealthy(obs, a.Ref.GPU, a.Device); w != "" {
+				why[c.UID] = "device " + a.Device + ": " + w
 				break
 			}
 		}
-		if why == "" {
-			delete(d.told, c.UID)
-			continue
-		}
-		if d.told[c.UID] == why {
-			continue
-		}
-		d.told[c.UID] = why
-		if d.opts.Events == nil {
-			continue
-		}
-		for _, ref := range c.Status.ReservedFor {
-			if ref.Resource != "pods" || ref.APIGroup != "" {
-				continue
-			}
-			pod := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: c.Namespace, Name: ref.Name, UID: ref.UID}
-			d.opts.Events.Eventf(pod, nil, corev1.EventTypeWarning, slicerv1alpha1.ReasonGPUUnhealthy, "Reconcile",
-				"claim %s: %s; the kubelet is told, and no new claim is allocated it", c.Name, why)
-		}
 	}
-	for uid := range d.told {
-		if !seen[uid] {
-			delete(d.told, uid)
+	for _, uid := range d.told.Pass(why) {
+		c := byUID[uid]
+		for _, ref := range c.Status.ReservedFor {
+			if ref.Resource == "pods" && ref.APIGroup == "" {
+				engine.TellPod(d.opts.Events, c.Namespace, ref.Name, ref.UID, "claim %s: %s; the kubelet is told, and no new claim is allocated it", c.Name, why[uid])
+			}
 		}
 	}
 }

@@ -3,11 +3,16 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 )
 
@@ -318,4 +323,38 @@ func register(dev nvml.Device, set nvml.EventSet) error {
 		return fmt.Errorf("register events: %w", err)
 	}
 	return nil
+}
+
+// Told remembers, per holder (an allocation's or a claim's UID), the unhealthy reason its pods
+// were last told, so each is told once per reason; both frontends keep one. The zero value is
+// not usable: make it.
+type Told map[types.UID]string
+
+// Pass records this pass's reasons (why by holder, "" for healthy) and returns the holders
+// to tell now: those whose reason is new. Holders not in why are forgotten.
+func (t Told) Pass(why map[types.UID]string) []types.UID {
+	var out []types.UID
+	for uid := range t {
+		if why[uid] == "" {
+			delete(t, uid)
+		}
+	}
+	for uid, w := range why {
+		if w != "" && t[uid] != w {
+			t[uid] = w
+			out = append(out, uid)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TellPod records a GPUUnhealthy Warning Event on a pod (namespace, name, UID); nothing
+// without a recorder.
+func TellPod(rec events.EventRecorder, namespace, name string, uid types.UID, format string, args ...any) {
+	if rec == nil {
+		return
+	}
+	pod := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: name, UID: uid}
+	rec.Eventf(pod, nil, corev1.EventTypeWarning, slicerv1alpha1.ReasonGPUUnhealthy, "Reconcile", format, args...)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
@@ -208,5 +209,23 @@ func TestHealthRegistrationFailure(t *testing.T) {
 	obs = observeAfter(t, b, h, &changes, 1)
 	if !obs.GPUs[0].Healthy {
 		t.Fatalf("after a registration that works: %s", obs.GPUs[0].Unusable())
+	}
+}
+
+// Each holder is told once per reason; healthy again, it is forgotten and told anew next time.
+func TestToldOncePerReason(t *testing.T) {
+	told := Told{}
+	if got := told.Pass(map[types.UID]string{"a": "XID 79", "b": ""}); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("first pass tells %v", got)
+	}
+	if got := told.Pass(map[types.UID]string{"a": "XID 79"}); len(got) != 0 {
+		t.Fatalf("the same reason told again: %v", got)
+	}
+	if got := told.Pass(map[types.UID]string{"a": "the driver asks for a GPU reset"}); len(got) != 1 {
+		t.Fatalf("a new reason not told: %v", got)
+	}
+	told.Pass(map[types.UID]string{"a": ""})
+	if got := told.Pass(map[types.UID]string{"a": "XID 79"}); len(got) != 1 {
+		t.Fatalf("unhealthy again after recovering, not told: %v", got)
 	}
 }

@@ -1,15 +1,11 @@
 package agent_test
 
 import (
-	"errors"
-	"net/http"
 	"os"
-	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/client-go/rest"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
@@ -18,34 +14,14 @@ import (
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
-// killSwitch is the agent's way to the apiserver, cut when the agent is killed: from then on
-// none of its requests goes out, as none leaves a killed process. With the emulated NVML dead
-// at the same moment (emulated.Backend.CrashAfter), the old agent changes nothing any more;
-// it is stopped, and a new agent on the state file is the restarted process.
-type killSwitch struct{ dead atomic.Bool }
-
-func (k *killSwitch) config() *rest.Config {
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(r *http.Request) (*http.Response, error) {
-			if k.dead.Load() {
-				return nil, errors.New("the agent was killed")
-			}
-			return rt.RoundTrip(r)
-		})
-	}
-	return cfg
-}
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 // killAt arms n's NVML to kill the agent right after the next successful call of op.
-func (n *node) killAt(op string, ks *killSwitch) <-chan struct{} {
+// With the emulated NVML dead and the apiserver cut at the same moment (framework.KillSwitch),
+// the old agent changes nothing any more; it is stopped, and a new agent on the state file is
+// the restarted process.
+func (n *node) killAt(op string, ks *framework.KillSwitch) <-chan struct{} {
 	killed := make(chan struct{})
 	n.backend.CrashAfter(op, 1, func() {
-		ks.dead.Store(true)
+		ks.Dead.Store(true)
 		close(killed)
 	})
 	return killed
@@ -65,8 +41,8 @@ var _ = Describe("Agent killed at a crash point", func() {
 		func(op string, onRelease bool, atCrash func(in []emulated.Instance, specs []string, a *slicerv1alpha1.SliceAllocation)) {
 			n := newNode("n-crash-"+map[bool]string{false: "c", true: "r"}[onRelease]+"-"+opShort(op), mig.H100_80GB)
 			DeferCleanup(n.cleanup)
-			ks := &killSwitch{}
-			n.cfg = ks.config()
+			ks := &framework.KillSwitch{}
+			n.cfg = ks.Config(env.Config)
 			var killed <-chan struct{}
 			if !onRelease {
 				killed = n.killAt(op, ks)

@@ -83,7 +83,7 @@ type randomNode struct {
 	*node
 	r         *rand.Rand
 	tally     *faultTally
-	ks        *killSwitch
+	ks        *framework.KillSwitch
 	live      []*slicerv1alpha1.SliceAllocation
 	state     []mig.GPUState
 	created   int
@@ -107,8 +107,8 @@ func (rn *randomNode) boot(fresh bool) {
 	if !rn.faultsOff {
 		rn.backend.SetFaultPolicy(rn.tally.policy(rn.r))
 	}
-	rn.ks = &killSwitch{}
-	rn.cfg = rn.ks.config()
+	rn.ks = &framework.KillSwitch{}
+	rn.cfg = rn.ks.Config(env.Config)
 	rn.start()
 }
 
@@ -187,7 +187,7 @@ func (rn *randomNode) gpuUUIDs() []string {
 func (rn *randomNode) settle(gone []*slicerv1alpha1.SliceAllocation) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
-		if rn.ks.dead.Load() {
+		if rn.ks.Dead.Load() {
 			rn.crashes++
 			rn.boot(false)
 		}

@@ -63,7 +63,7 @@ func TestCrashPointsConverge(t *testing.T) {
 			if tc.unprepare {
 				h.prepare(c)
 			}
-			h.lib.CrashAfter(tc.op, 1, func() { h.dead.Store(true) })
+			h.lib.CrashAfter(tc.op, 1, func() { h.kill.Dead.Store(true) })
 			if tc.unprepare {
 				if e := h.unprepareErr(string(c.UID), c.Namespace, c.Name); e == "" {
 					t.Fatalf("unprepare through the crash point answered success")

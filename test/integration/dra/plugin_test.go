@@ -3,7 +3,6 @@ package dra
 import (
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,6 +36,7 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 	"github.com/slicer-operator/slicer/test/builder"
+	"github.com/slicer-operator/slicer/test/framework"
 )
 
 const nodeName = "node-a"
@@ -72,9 +72,9 @@ type harness struct {
 	status       client.Client
 	statusWrites atomic.Int64
 	scheme       *k8sruntime.Scheme
-	// dead cuts the running plugin off the apiserver: a plugin killed at a crash point
+	// kill cuts the running plugin off the apiserver: a plugin killed at a crash point
 	// (emulated.Backend.CrashAfter) sends no request any more.
-	dead   atomic.Bool
+	kill   *framework.KillSwitch
 	lib    *emulated.Backend
 	dir    string
 	cdi    *cdi.Writer
@@ -94,16 +94,8 @@ func (h *harness) start() {
 	// The plugin's clock only moves when the test moves it, so status writes are not
 	// coalesced (a deferred write would wait for a time that never comes).
 	metrics := engine.NewMetrics(prometheus.NewRegistry())
-	h.dead.Store(false)
-	cfg := rest.CopyConfig(h.cfg)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(r *http.Request) (*http.Response, error) {
-			if h.dead.Load() {
-				return nil, errors.New("the plugin was killed")
-			}
-			return rt.RoundTrip(r)
-		})
-	}
+	h.kill = &framework.KillSwitch{}
+	cfg := h.kill.Config(h.cfg)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		h.t.Fatal(err)
@@ -150,10 +142,6 @@ func (h *harness) stop() {
 	}
 	h.plugin = nil
 }
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // waitFor polls until cond holds (the plugin and the ResourceSlice controller work in the
 // background); it gives up after a minute, long past any expected delay.
