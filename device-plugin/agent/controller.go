@@ -205,6 +205,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			return ctrl.Result{RequeueAfter: min(250*time.Millisecond<<min(r.retries, 7), 30*time.Second)}, nil
 		}
 		r.initialized = true
+		r.health.Initialized()
 	}
 	allocs, needFinalizer, err := r.allocations(ctx, now)
 	if err != nil {

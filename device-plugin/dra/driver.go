@@ -132,6 +132,7 @@ func (d *Driver) Run(ctx context.Context, helperOpts ...kubeletplugin.Option) er
 			log.Error(err, "NVML shutdown")
 		}
 	}()
+	d.gpuHealth.Initialized()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watching := make(chan struct{})
 	go func() {

@@ -39,6 +39,11 @@ type Health struct {
 	// instances marks MIG devices (by UUID) made unhealthy by an XID in their instance.
 	instances map[string]instanceMark
 	changed   func()
+	// ready is closed once the frontend has initialised NVML (Initialized): the real
+	// library must not be called before (go-nvml's calls crash the process when
+	// libnvidia-ml was never loaded).
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 type instanceMark struct {
@@ -60,8 +65,11 @@ func NewHealth(changed func()) *Health {
 	if changed == nil {
 		changed = func() {}
 	}
-	return &Health{gpus: map[string]*gpuMark{}, instances: map[string]instanceMark{}, changed: changed}
+	return &Health{gpus: map[string]*gpuMark{}, instances: map[string]instanceMark{}, changed: changed, ready: make(chan struct{})}
 }
+
+// Initialized tells Watch that the frontend has initialised NVML: it starts calling it.
+func (h *Health) Initialized() { h.readyOnce.Do(func() { close(h.ready) }) }
 
 // Apply marks obs's GPUs and slices unhealthy as the events and the observed recovery
 // actions say, and forgets the instance marks of MIG devices gone from fully observed GPUs.
@@ -180,11 +188,16 @@ const (
 )
 
 // Watch subscribes every GPU of lib to the XID, GPU-unavailable and recovery-action events and
-// records them until ctx ends (lib is initialised by the frontend; until it is, and whenever
-// NVML fails, Watch starts over with a new event set after a backoff). A GPU whose events
+// records them until ctx ends. It calls lib only once the frontend says it initialised it
+// (Initialized); whenever NVML fails it starts over with a new event set after a backoff. A GPU whose events
 // cannot be registered is marked unhealthy (NVIDIA's device plugin does the same), one whose
 // driver supports none of them is not watched.
 func (h *Health) Watch(ctx context.Context, lib nvml.Library, m *Metrics, log logr.Logger) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-h.ready:
+	}
 	backoff := watchBackoffMin
 	for ctx.Err() == nil {
 		complete, err := h.watchOnce(ctx, lib, m, log, backoff)

@@ -76,6 +76,7 @@ func TestHealthWatch(t *testing.T) {
 	m := NewMetrics(nil)
 	var changes atomic.Int64
 	h := NewHealth(func() { changes.Add(1) })
+	h.Initialized()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); h.Watch(ctx, b, m, testr.New(t)) }()
@@ -198,6 +199,7 @@ func TestHealthRegistrationFailure(t *testing.T) {
 	b.InjectFault(emulated.OpRegisterEvents, nvml.ErrorUnknown, 1)
 	var changes atomic.Int64
 	h := NewHealth(func() { changes.Add(1) })
+	h.Initialized()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); h.Watch(ctx, b, NewMetrics(nil), testr.New(t)) }()
@@ -227,5 +229,36 @@ func TestToldOncePerReason(t *testing.T) {
 	told.Pass(map[types.UID]string{"a": ""})
 	if got := told.Pass(map[types.UID]string{"a": "XID 79"}); len(got) != 1 {
 		t.Fatalf("unhealthy again after recovering, not told: %v", got)
+	}
+}
+
+// The watcher calls nothing before the frontend has initialised NVML: the real library
+// crashes the process on a call when libnvidia-ml was never loaded (a node without a driver).
+func TestHealthWaitsForInitialized(t *testing.T) {
+	b, err := emulated.New(emulated.Options{Node: "n1", GPUs: []mig.Model{mig.A30_24GB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHealth(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.Watch(ctx, b, NewMetrics(nil), testr.New(t)) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(200 * time.Millisecond)
+	for _, op := range emulated.Ops() {
+		if n := b.Calls(op); n != 0 {
+			t.Fatalf("%s called %d times before NVML was initialised", op, n)
+		}
+	}
+	if err := b.Init(); err != nil {
+		t.Fatal(err)
+	}
+	h.Initialized()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Calls(emulated.OpRegisterEvents) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher did not start once NVML was initialised")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
