@@ -344,11 +344,15 @@ func (o *outcome) confirm(obs *engine.Observation, jobs []*job) {
 	}
 }
 
-// stillThere reports whether obs has the GPU instance of s (same GPU, slot and id).
+// stillThere reports whether obs has the GPU instance of s (same GPU, slot and id), or may
+// have it: a GPU whose instances could not be listed confirms nothing.
 func stillThere(obs *engine.Observation, s engine.Slice) bool {
 	g := obs.GPUByUUID(s.GPU)
 	if g == nil {
 		return false
+	}
+	if g.Err != nil {
+		return true
 	}
 	for _, o := range g.Slices {
 		if o.Slot == s.Slot && o.GI == s.GI {

@@ -346,3 +346,17 @@ func TestConfirmDestroys(t *testing.T) {
 		t.Fatalf("reclaimed %v", o.Reclaimed)
 	}
 }
+
+// An observation after the destroy that could not list the GPU's instances confirms nothing:
+// the allocation keeps its finalizer until the GPU is observed without its instance.
+func TestConfirmNeedsTheGPUObserved(t *testing.T) {
+	k := types.NamespacedName{Namespace: "ns", Name: "a"}
+	s := engine.Slice{Slot: mig.Slot{GPU: testGPU, Profile: "1g.10gb", Placement: mig.Placement{Start: 2, Size: 1}}, GI: 3, CI: -1}
+	o := outcome{Released: map[types.NamespacedName]bool{k: true}, Reclaimed: map[string]int{"pod_gone": 1}}
+	obs := h100()
+	obs.GPUs[0].Healthy, obs.GPUs[0].Err = false, errors.New("nvml DeviceGetGpuInstances: ERROR_UNKNOWN")
+	o.confirm(obs, []*job{{key: k, kind: jobDestroy, slot: s.Slot, slice: s}})
+	if o.Released[k] || !o.Retry {
+		t.Fatalf("released on an observation that could not see the GPU's instances: %+v", o)
+	}
+}
