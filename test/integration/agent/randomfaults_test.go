@@ -47,8 +47,12 @@ type faultTally struct {
 	total   int
 }
 
+// policy faults calls at random with its own generator (the calls come from the agent's
+// goroutines, under the backend's lock and the tally's).
 func (t *faultTally) policy(r *rand.Rand) func(string) emulated.Fault {
 	return func(op string) emulated.Fault {
+		t.mu.Lock()
+		defer t.mu.Unlock()
 		rate := randomFaultRate
 		switch op {
 		case emulated.OpInit:
@@ -63,8 +67,6 @@ func (t *faultTally) policy(r *rand.Rand) func(string) emulated.Fault {
 		if i := r.IntN(len(faultCodes) + 1); i < len(faultCodes) {
 			f = emulated.Fault{Return: faultCodes[i]}
 		}
-		t.mu.Lock()
-		defer t.mu.Unlock()
 		t.byOp[op]++
 		t.byFault[f.String()]++
 		t.total++
@@ -82,6 +84,7 @@ func (t *faultTally) count() int {
 type randomNode struct {
 	*node
 	r         *rand.Rand
+	faultRand *rand.Rand
 	tally     *faultTally
 	ks        *framework.KillSwitch
 	live      []*slicerv1alpha1.SliceAllocation
@@ -105,7 +108,7 @@ func (rn *randomNode) boot(fresh bool) {
 		rn.newBackend()
 	}
 	if !rn.faultsOff {
-		rn.backend.SetFaultPolicy(rn.tally.policy(rn.r))
+		rn.backend.SetFaultPolicy(rn.tally.policy(rn.faultRand))
 	}
 	rn.ks = &framework.KillSwitch{}
 	rn.cfg = rn.ks.Config(env.Config)
@@ -236,7 +239,8 @@ var _ = Describe("Randomised NVML faults", func() {
 		)
 		for w := range randomNodes {
 			rn := &randomNode{node: newNode(fmt.Sprintf("n-random-%d", w), mig.H100_80GB, mig.A100_40GB),
-				r: rand.New(rand.NewPCG(uint64(w)+1, 41)), tally: &faultTally{byOp: map[string]int{}, byFault: map[string]int{}}}
+				r: rand.New(rand.NewPCG(uint64(w)+1, 41)), faultRand: rand.New(rand.NewPCG(uint64(w)+1, 42)),
+				tally: &faultTally{byOp: map[string]int{}, byFault: map[string]int{}}}
 			rn.state = []mig.GPUState{mig.EmptyGPU(mig.H100_80GB), mig.EmptyGPU(mig.A100_40GB)}
 			all = append(all, rn)
 			wg.Add(1)
