@@ -411,7 +411,13 @@ func (c *Cache) rebuildNode(name string) {
 		gpu := GPU{Index: g.Index, UUID: g.UUID}
 		var state mig.GPUState
 		model, err := mig.ParseModel(string(g.Model))
-		_, gpu.Reason = migapi.GPUBlocked(na, &g)
+		var blocked migapi.Blocked
+		blocked, gpu.Reason = migapi.GPUBlocked(na, &g)
+		if blocked == migapi.BlockedHealth && g.HealthMessage != "" {
+			// Say why (an NVML error, an XID, a reset the driver asks for): the Pending
+			// reason of a pod that fits only there names it.
+			gpu.Reason += " (" + g.HealthMessage + ")"
+		}
 		if err == nil && g.Model != "" {
 			gpu.Model = model
 			state, occ, err = c.gpuState(name, &g, model, claims[g.UUID], occ)

@@ -404,3 +404,24 @@ func TestGenerationCountsEveryVisibleChange(t *testing.T) {
 	step("an allocation deleted", true, func() { c.DeleteAllocation("ns", "a") })
 	step("a NodeAccelerator removed", true, func() { c.DeleteNodeAccelerator("n1") })
 }
+
+// A GPU the agent reports unhealthy takes no new slice, and its reason says why (the agent's
+// health message: an XID, a reset the driver asks for); once healthy again it is usable.
+func TestUnhealthyGPUSaysWhy(t *testing.T) {
+	c := New(logr.Discard(), &countEvents{})
+	c.SetNodeAccelerator(accel("n1", 2, func(na *slicerv1alpha1.NodeAccelerator) {
+		na.Status.GPUs[0].Health = slicerv1alpha1.GPUUnhealthy
+		na.Status.GPUs[0].HealthMessage = "GPU 0 is unhealthy: the driver asks for a GPU reset"
+	}))
+	n := c.Node("n1")
+	if diff := cmp.Diff([]int{-1, 7}, free(n)); diff != "" {
+		t.Fatalf("free compute slices (-want +got):\n%s", diff)
+	}
+	if want := "GPU is Unhealthy (GPU 0 is unhealthy: the driver asks for a GPU reset)"; n.GPUs[0].Reason != want {
+		t.Fatalf("reason %q, want %q", n.GPUs[0].Reason, want)
+	}
+	c.SetNodeAccelerator(accel("n1", 2))
+	if got := free(c.Node("n1")); got[0] != 7 {
+		t.Fatalf("healthy again: %v", got)
+	}
+}

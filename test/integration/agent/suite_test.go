@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -69,6 +70,8 @@ type node struct {
 	metrics *engine.Metrics
 	grace   time.Duration
 	seq     int
+	// cfg, when set, is how the agent reaches the apiserver (default the Env's).
+	cfg *rest.Config
 }
 
 func newNode(name string, models ...mig.Model) *node {
@@ -90,7 +93,7 @@ func (n *node) newBackend() {
 func (n *node) start() {
 	n.metrics = engine.NewMetrics(prometheus.NewRegistry())
 	a, err := env.StartAgent(framework.AgentOptions{Node: n.name, Library: n.backend, CDIDir: n.cdiDir, OrphanGrace: n.grace,
-		Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics, PodGone: true}, zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+		Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics, PodGone: true, Config: n.cfg}, zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	Expect(err).NotTo(HaveOccurred())
 	n.agent = a
 }
