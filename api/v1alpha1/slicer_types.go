@@ -347,6 +347,62 @@ type NetworkSpec struct {
 	ListenAddress string `json:"listenAddress,omitempty"`
 }
 
+// AvoidGPUNodes says how firmly Slicer's control plane (its scheduler, webhook and operator)
+// keeps off the GPU nodes Slicer manages, the nodes labelled slicer.dev/mig-capable=true:
+// root on such a node holds the tokens of the pods there.
+// +kubebuilder:validation:Enum=Preferred;Required
+type AvoidGPUNodes string
+
+const (
+	// AvoidGPUNodesPreferred: the pods prefer other nodes and run on a GPU node only when no
+	// other node fits them.
+	AvoidGPUNodesPreferred AvoidGPUNodes = "Preferred"
+	// AvoidGPUNodesRequired: the pods never run on a GPU node; they stay Pending when no other
+	// node fits them.
+	AvoidGPUNodesRequired AvoidGPUNodes = "Required"
+)
+
+// ControlPlaneSpec places Slicer's scheduler and webhook. The operator's own Deployment is
+// installed with the same rule by its manifests (config/manager, the Helm chart, the OLM
+// bundle), which the operator does not rewrite: docs/install.md says how to make it required
+// there too.
+// +kubebuilder:validation:XValidation:rule="!(has(self.avoidGPUNodes) && self.avoidGPUNodes == 'Required' && has(self.nodeSelector) && 'slicer.dev/mig-capable' in self.nodeSelector && self.nodeSelector['slicer.dev/mig-capable'] == 'true')",message="nodeSelector selects the GPU nodes (slicer.dev/mig-capable=true) that avoidGPUNodes: Required keeps the control plane off: no pod could run",fieldPath=".nodeSelector"
+type ControlPlaneSpec struct {
+	// avoidGPUNodes: Preferred (the default) lets the scheduler and webhook pods run on a GPU
+	// node only when no other node fits; Required never does.
+	// +optional
+	// +kubebuilder:default=Preferred
+	AvoidGPUNodes AvoidGPUNodes `json:"avoidGPUNodes,omitempty"`
+
+	// nodeSelector the scheduler and webhook pods must match (e.g. the cluster's
+	// infrastructure nodes).
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && size(self[k]) <= 63)",message="label keys have at most 317 characters, values at most 63"
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// tolerations added to the scheduler and webhook pods (e.g. of tainted infrastructure
+	// nodes).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// PrioritySpec is about the priority classes Slicer's pods run at (docs/install.md,
+// "Critical priority classes").
+type PrioritySpec struct {
+	// criticalPriorityQuota: Enabled renders, in the operator's and the agent's namespaces, a
+	// ResourceQuota that admits pods at system-node-critical and system-cluster-critical there
+	// (Slicer's own pods run at system-node-critical, so that no other pod can preempt them).
+	// Enable it where the kube-apiserver admits those classes only in namespaces holding such a
+	// quota (the ResourceQuota admission plugin's limitedResources), the guard that keeps
+	// tenants from them. Disabled (the default) renders none, and removes one rendered before.
+	// +optional
+	// +kubebuilder:default=Disabled
+	CriticalPriorityQuota FeatureState `json:"criticalPriorityQuota,omitempty"`
+}
+
 // Frontend is how pods reach their MIG slices.
 // +kubebuilder:validation:Enum=DevicePlugin;DRA
 type Frontend string
@@ -414,6 +470,18 @@ type SlicerSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Defragmentation DefragmentationSpec `json:"defragmentation,omitempty"`
+
+	// controlPlane places the scheduler and webhook pods: off the GPU nodes by preference
+	// (the default) or by requirement.
+	// +optional
+	// +kubebuilder:default={}
+	ControlPlane ControlPlaneSpec `json:"controlPlane,omitempty"`
+
+	// priority: what the install needs where the kube-apiserver keeps the critical priority
+	// classes from tenants.
+	// +optional
+	// +kubebuilder:default={}
+	Priority PrioritySpec `json:"priority,omitempty"`
 
 	// uninstall says what deleting the Slicer does while pods hold MIG slices: wait for
 	// them (the default) or delete them first (docs/uninstall.md).

@@ -36,6 +36,10 @@ var operatorClusterWrites = []string{
 	// pods/eviction: granted to the scheduler, whose defragmentation (Evict mode) moves pods
 	// through the Eviction API, PodDisruptionBudgets enforced (scheduler/plugin/defrag_evict.go).
 	"/pods delete", "/pods/eviction create", "/pods/binding create", "/pods/finalizers update", "/pods/status patch", "/pods/status update",
+	// ResourceQuotas: the agent namespace's that admits its pods at their critical priority
+	// (spec.priority.criticalPriorityQuota; render/placement.go); the namespace is the
+	// operator's --agent-namespace, not known to a Role's markers.
+	"/resourcequotas create", "/resourcequotas delete", "/resourcequotas patch", "/resourcequotas update",
 	"/serviceaccounts create", "/serviceaccounts delete", "/serviceaccounts patch", "/serviceaccounts update",
 	"/services create", "/services delete", "/services patch", "/services update",
 	"admissionregistration.k8s.io/mutatingwebhookconfigurations create", "admissionregistration.k8s.io/mutatingwebhookconfigurations delete [slicer-agent-node-guard,slicer-allocation-guard,slicer-device-access,slicer-mig-pods,slicer-operator-node-guard]",

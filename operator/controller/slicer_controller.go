@@ -110,6 +110,7 @@ type SlicerReconciler struct {
 // +kubebuilder:rbac:groups="",resources=serviceaccounts;services;configmaps;namespaces,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=slicer-system,resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups="",resources=resourcequotas,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch;update
@@ -164,6 +165,7 @@ func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.Namespace{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&corev1.ResourceQuota{}).
 		Owns(&rbacv1.ClusterRole{}).
 		Owns(&rbacv1.ClusterRoleBinding{}).
 		Owns(&rbacv1.Role{}).
@@ -286,6 +288,7 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	supported := r.reconcileVersion(opts, st, res)
 	r.reconcileNFD(ctx, opts, st, res, apply)
 	driverOK := r.reconcileDriver(ctx, opts, st, res, apply)
+	r.reconcilePriority(ctx, opts, res, apply)
 	// Next to the NVIDIA GPU operator: its device plugin and MIG manager off Slicer's nodes,
 	// before the agent runs there.
 	// Nodes outside the manager's cache raise no event, hence the recheck.

@@ -112,6 +112,7 @@ func Options(c Config) ctrl.Options {
 				&corev1.ServiceAccount{}:        byManaged,
 				&corev1.Namespace{}:             byManaged,
 				&policyv1.PodDisruptionBudget{}: byManaged,
+				&corev1.ResourceQuota{}:         byManaged,
 				&rbacv1.ClusterRole{}:           byManaged,
 				&rbacv1.ClusterRoleBinding{}:    byManaged,
 				&rbacv1.Role{}:                  byManaged,

@@ -166,7 +166,7 @@ func Agent(o Options) ([]client.Object, error) {
 	tolerations := append([]corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}, a.Tolerations...)
 	pod := corev1.PodSpec{
 		ServiceAccountName: AgentName,
-		PriorityClassName:  "system-node-critical",
+		PriorityClassName:  PriorityClass,
 		HostNetwork:        o.hostNetwork(),
 		Affinity:           &corev1.Affinity{NodeAffinity: AgentNodeAffinity(o)},
 		Tolerations:        tolerations,

@@ -107,11 +107,6 @@ func TestWebhook(t *testing.T) {
 	if tmpl.Spec.HostNetwork || tmpl.Labels[slicerv1alpha1.LabelComponent] != ComponentWebhook {
 		t.Errorf("pod network template = %+v", tmpl)
 	}
-	// MIG pods are refused while no webhook replica answers (W1): it must not be the first
-	// pod a full node evicts or preempts.
-	if tmpl.Spec.PriorityClassName != "system-cluster-critical" {
-		t.Errorf("webhook priorityClassName = %q, want system-cluster-critical", tmpl.Spec.PriorityClassName)
-	}
 	if WebhookURL(testOptions()) != "" {
 		t.Error("URL in PodNetwork mode")
 	}

@@ -25,6 +25,33 @@ var _ = Describe("Slicer validation", func() {
 		Entry("named default", func(*slicerv1alpha1.Slicer) {}, nil),
 		Entry("named other", func(s *slicerv1alpha1.Slicer) { s.Name = "other" },
 			rejected(rootField, "cluster singleton")),
+		// control plane placement (docs/install.md, "The control plane off the GPU nodes")
+		Entry("control plane required off the GPU nodes, on infrastructure nodes", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.ControlPlane = slicerv1alpha1.ControlPlaneSpec{AvoidGPUNodes: slicerv1alpha1.AvoidGPUNodesRequired,
+				NodeSelector: map[string]string{"node-role.kubernetes.io/infra": ""},
+				Tolerations:  []corev1.Toleration{{Key: "node-role.kubernetes.io/infra", Operator: corev1.TolerationOpExists}}}
+		}, nil),
+		Entry("control plane preferred off the GPU nodes but selecting them", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.ControlPlane = slicerv1alpha1.ControlPlaneSpec{NodeSelector: map[string]string{slicerv1alpha1.LabelMIGCapable: "true"}}
+		}, nil),
+		Entry("control plane required off the GPU nodes but selecting them", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.ControlPlane = slicerv1alpha1.ControlPlaneSpec{AvoidGPUNodes: slicerv1alpha1.AvoidGPUNodesRequired,
+				NodeSelector: map[string]string{slicerv1alpha1.LabelMIGCapable: "true"}}
+		}, rejected("spec.controlPlane.nodeSelector", "no pod could run")),
+		Entry("control plane placement unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.ControlPlane.AvoidGPUNodes = "Always" },
+			rejected("spec.controlPlane.avoidGPUNodes", "Unsupported value")),
+		Entry("control plane node selector of 17 labels", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.ControlPlane.NodeSelector = map[string]string{}
+			for i := range 17 {
+				s.Spec.ControlPlane.NodeSelector[string(rune('a'+i))] = "x"
+			}
+		}, rejected("spec.controlPlane.nodeSelector", "must have at most 16 items")),
+		// priority (docs/install.md, "Critical priority classes")
+		Entry("critical priority quota Enabled", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Priority.CriticalPriorityQuota = slicerv1alpha1.FeatureEnabled
+		}, nil),
+		Entry("critical priority quota unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.Priority.CriticalPriorityQuota = "Yes" },
+			rejected("spec.priority.criticalPriorityQuota", "Unsupported value")),
 		// uninstall (docs/uninstall.md)
 		Entry("uninstall policy Force", func(s *slicerv1alpha1.Slicer) { s.Spec.Uninstall.Policy = slicerv1alpha1.UninstallForce }, nil),
 		Entry("uninstall policy unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.Uninstall.Policy = "Orphan" },
@@ -256,6 +283,8 @@ var _ = Describe("Slicer validation", func() {
 		Expect(s.Spec.Defragmentation.WindowSeconds).To(Equal(int32(3600)))
 		Expect(s.Spec.Defragmentation.NamespaceSelector).To(BeNil())
 		Expect(s.Spec.Uninstall.Policy).To(Equal(slicerv1alpha1.UninstallWait))
+		Expect(s.Spec.ControlPlane.AvoidGPUNodes).To(Equal(slicerv1alpha1.AvoidGPUNodesPreferred))
+		Expect(s.Spec.Priority.CriticalPriorityQuota).To(Equal(slicerv1alpha1.FeatureDisabled))
 	})
 
 	It("rejects unknown fields under strict field validation", func() {
