@@ -141,6 +141,12 @@ type DriverSpec struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9_-]+$`
 	// +kubebuilder:default={nouveau}
 	InTreeModulesToRemove []string `json:"inTreeModulesToRemove,omitempty"`
+
+	// upgrade says how a change of the driver reaches the nodes in mode KMM: node by node,
+	// their MIG pods drained first (docs/driver-upgrade.md).
+	// +optional
+	// +kubebuilder:default={}
+	Upgrade DriverUpgradeSpec `json:"upgrade,omitempty"`
 }
 
 // NodeFeatureOperator is an NFD match-expression operator.
@@ -524,6 +530,10 @@ type SlicerStatus struct {
 	// summary counts nodes, GPUs and slices.
 	// +optional
 	Summary SlicerSummary `json:"summary,omitempty"`
+
+	// driverUpgrade is where the driver stands on the nodes (mode KMM).
+	// +optional
+	DriverUpgrade *DriverUpgradeStatus `json:"driverUpgrade,omitempty"`
 }
 
 // Slicer is the whole Slicer installation: one cluster-scoped object named

@@ -89,6 +89,9 @@ type SlicerReconciler struct {
 	VersionRecheck time.Duration
 	// DeletionTimeout bounds how long deletion waits for cluster-scoped objects.
 	DeletionTimeout time.Duration
+	// UpgradePoll is how often a driver rollout under way is observed again
+	// (DefaultUpgradePoll when zero).
+	UpgradePoll time.Duration
 	// CertValidity of self-managed webhook certificates.
 	CertValidity time.Duration
 }
@@ -179,7 +182,7 @@ func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&slicerv1alpha1.NodeAccelerator{}, toSlicer, builder.WithPredicates(acceleratorFactsChanged())).
 		// The GPU models of the nodes decide the DeviceClasses (DRA frontend); Slicer's node
 		// label and the GPU operator's deploy labels, where those go (gpuoperator.go).
-		Watches(&corev1.Node{}, toSlicer, builder.WithPredicates(predicate.Or(gpuModelChanged(), gpuOperatorLabelsChanged()))).
+		Watches(&corev1.Node{}, toSlicer, builder.WithPredicates(predicate.Or(gpuModelChanged(), gpuOperatorLabelsChanged(), driverUpgradeLabelsChanged(r.AgentNamespace)))).
 		// An agent pod that ran the DRA plugin is gone: its driver's ResourceSlices may go.
 		Watches(&corev1.Pod{}, toSlicer, builder.WithPredicates(draAgentGone())).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, toSlicer, builder.WithPredicates(predicate.NewPredicateFuncs(isOptionalCRD))).

@@ -77,7 +77,8 @@ func AgentNamespace(o Options) *corev1.Namespace {
 }
 
 // AgentNodeAffinity selects the nodes the agent runs on: NFD's MIG-capable
-// label and, in KMM mode, KMM's ready label for the driver Module.
+// label and, in KMM mode, KMM's ready label for the driver Module and no driver upgrade at
+// its Driver step (docs/driver-upgrade.md).
 func AgentNodeAffinity(o Options) *corev1.NodeAffinity {
 	reqs := []corev1.NodeSelectorRequirement{{
 		Key: slicerv1alpha1.LabelMIGCapable, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"},
@@ -86,6 +87,9 @@ func AgentNodeAffinity(o Options) *corev1.NodeAffinity {
 		reqs = append(reqs, corev1.NodeSelectorRequirement{
 			Key: KMMReadyLabel(o.AgentNamespace, ModuleName), Operator: corev1.NodeSelectorOpExists,
 		})
+	}
+	if OrderedUpgrade(o) {
+		reqs = append(reqs, agentOffDuringUpgrade())
 	}
 	return &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}},

@@ -169,6 +169,8 @@ func TestAgent(t *testing.T) {
 		{Key: slicerv1alpha1.LabelMIGCapable, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}},
 		// KMM's label names the Module's namespace, the agent's.
 		{Key: "kmm.node.kubernetes.io/slicer-agent.slicer-nvidia.ready", Operator: corev1.NodeSelectorOpExists},
+		// Off a node while KMM swaps its driver (docs/driver-upgrade.md).
+		{Key: slicerv1alpha1.LabelDriverUpgrade, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"Driver"}},
 	}
 	if diff := cmp.Diff(want, reqs); diff != "" {
 		t.Errorf("KMM affinity:\n%s", diff)
