@@ -114,6 +114,8 @@ type Cache struct {
 	// the slots of created allocations the informer has not shown yet (unseen.go).
 	written map[types.UID]*written
 	unseen  map[types.NamespacedName]unseenClaim
+	// fences are the nodes under a driver upgrade, by name, with their step (fence.go).
+	fences map[string]string
 }
 
 // New returns an empty cache.
@@ -489,6 +491,9 @@ func (c *Cache) rebuild(name string) {
 	}
 	n := &Node{Name: name}
 	n.Reason = migapi.NodeBlocked(na)
+	if n.Reason == "" {
+		n.Reason = c.fenceReason(name)
+	}
 
 	gpus := append([]slicerv1alpha1.GPUStatus(nil), na.Status.GPUs...)
 	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Index < gpus[j].Index })
@@ -516,6 +521,9 @@ func (c *Cache) rebuild(name string) {
 		var state mig.GPUState
 		model, err := mig.ParseModel(string(g.Model))
 		_, gpu.Reason = migapi.GPUBlocked(na, &g)
+		if gpu.Reason == "" {
+			gpu.Reason = c.fenceReason(name)
+		}
 		if err == nil && g.Model != "" {
 			gpu.Model = model
 			state, occ, err = c.gpuState(name, &g, model, claims[g.UUID], occ)
