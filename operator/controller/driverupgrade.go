@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	kmmv1beta1 "github.com/rh-ecosystem-edge/kernel-module-management/api/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -486,7 +488,13 @@ func (r *SlicerReconciler) finishUpgrade(ctx context.Context, o render.Options, 
 		res.fail(fmt.Errorf("driver upgrade: %w", err))
 	}
 	d := round.decision
+	if err := r.fenceDRA(ctx, o, d); err != nil {
+		res.fail(fmt.Errorf("driver upgrade: %w", err))
+	}
 	status, reason, msg := d.Condition(round.facts.Target, round.facts.Policy)
+	if render.UsesDRA(o) && !o.Platform.DeviceTaintRules && len(d.InProgress) > 0 {
+		msg += "; the apiserver serves no DeviceTaintRule (resource.k8s.io/v1, Kubernetes 1.37), so new claims may still get devices on the nodes under way"
+	}
 	st.set(slicerv1alpha1.ConditionDriverUpgraded, status, reason, msg)
 	st.next.DriverUpgrade = d.Status(round.facts.Target)
 	steps := map[string]int{}
@@ -529,4 +537,39 @@ func (r *SlicerReconciler) removeUpgradeLabels(ctx context.Context, o render.Opt
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// fenceDRA keeps a DeviceTaintRule on each node under way in the DRA frontend (the stock
+// scheduler reads no node label of Slicer's), and deletes the others. Without the
+// DeviceTaintRule API (Kubernetes 1.36) there is no such fence: the condition says so.
+func (r *SlicerReconciler) fenceDRA(ctx context.Context, o render.Options, d driverupgrade.Decision) error {
+	if !o.Platform.DeviceTaintRules {
+		return nil
+	}
+	want := map[string]bool{}
+	var objs []client.Object
+	if render.UsesDRA(o) {
+		for _, n := range d.InProgress {
+			rule := render.DriverUpgradeTaintRule(n.Node)
+			want[rule.Name] = true
+			objs = append(objs, rule)
+		}
+	}
+	ap := applier{c: r.Client, owner: o.Slicer}
+	if _, err := ap.applyAll(ctx, objs); err != nil {
+		return fmt.Errorf("fence the DRA devices of the nodes under way: %w", err)
+	}
+	var rules resourceapi.DeviceTaintRuleList
+	if err := r.Client.List(ctx, &rules, client.MatchingLabels{render.ManagedByLabel: render.ManagedByValue}); err != nil {
+		return fmt.Errorf("list DeviceTaintRules: %w", err)
+	}
+	var stale []client.Object
+	for i := range rules.Items {
+		rule := &rules.Items[i]
+		if strings.HasPrefix(rule.Name, render.DriverUpgradeTaintPrefix) && !want[rule.Name] {
+			rule.SetGroupVersionKind(resourceapi.SchemeGroupVersion.WithKind("DeviceTaintRule"))
+			stale = append(stale, rule)
+		}
+	}
+	return r.removeAll(ctx, stale)
 }

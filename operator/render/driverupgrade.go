@@ -8,8 +8,12 @@ import (
 
 	kmmv1beta1 "github.com/rh-ecosystem-edge/kernel-module-management/api/v1beta1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migdra"
 )
 
 // KMM's ordered upgrade (docs/design/kmm.md, "Ordered upgrade"; in the KMM module
@@ -95,5 +99,32 @@ func agentOffDuringUpgrade() corev1.NodeSelectorRequirement {
 	return corev1.NodeSelectorRequirement{
 		Key: slicerv1alpha1.LabelDriverUpgrade, Operator: corev1.NodeSelectorOpNotIn,
 		Values: []string{string(slicerv1alpha1.DriverUpgradeDriver)},
+	}
+}
+
+// DriverUpgradeTaintPrefix starts the names of the DeviceTaintRules that fence a node under a
+// driver upgrade in the DRA frontend.
+const DriverUpgradeTaintPrefix = "slicer-driver-upgrade-"
+
+// DriverUpgradeTaintRule renders the DeviceTaintRule that keeps the stock scheduler from
+// allocating the devices of Slicer's DRA driver on a node under a driver upgrade (the
+// driver's pool is its node): NoSchedule, so claims already allocated keep their devices until
+// the drain evicts their pods (NoExecute would delete them, past their disruption budgets).
+// The device-plugin frontend's fence is the node label the scheduler reads (scheduler/snapshot).
+func DriverUpgradeTaintRule(node string) *resourceapi.DeviceTaintRule {
+	name := DriverUpgradeTaintPrefix + node
+	if len(name) > 253 {
+		sum := sha256.Sum256([]byte(node))
+		name = name[:253-17] + "-" + hex.EncodeToString(sum[:])[:16]
+	}
+	return &resourceapi.DeviceTaintRule{
+		TypeMeta:   typeMeta(resourceapi.SchemeGroupVersion.WithKind("DeviceTaintRule")),
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels(ComponentDRA)},
+		Spec: resourceapi.DeviceTaintRuleSpec{
+			DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(migdra.DriverName), Pool: ptr.To(node)},
+			Taint: resourceapi.DeviceTaint{
+				Key: slicerv1alpha1.LabelDriverUpgrade, Value: "true", Effect: resourceapi.DeviceTaintEffectNoSchedule,
+			},
+		},
 	}
 }

@@ -10,6 +10,7 @@ import (
 	kmmv1beta1 "github.com/rh-ecosystem-edge/kernel-module-management/api/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -243,7 +244,9 @@ var _ = Describe("driver upgrade", Ordered, func() {
 		budgetWaited := false
 		restarts := 0
 		Eventually(func(g Gomega) {
-			u.pass(g)
+			// Look first, then play: a step that waits for a player (KMM, the DaemonSet) is
+			// seen before the player lets it end.
+			defer u.pass(g)
 			under := 0
 			var changed []seen
 			for _, name := range u.nodes {
@@ -290,13 +293,26 @@ var _ = Describe("driver upgrade", Ordered, func() {
 		}, 3*time.Minute, 200*time.Millisecond).Should(Succeed())
 
 		GinkgoWriter.Printf("steps seen (%d operator restarts): %v\n", restarts, steps)
-		want := []seen{}
-		for _, name := range []string{"upgrade-b", "upgrade-a"} { // the node without MIG pods first
-			for _, step := range []slicerv1alpha1.DriverUpgradeStep{slicerv1alpha1.DriverUpgradeDrain, slicerv1alpha1.DriverUpgradeDriver, slicerv1alpha1.DriverUpgradeVerify, ""} {
-				want = append(want, seen{name, string(step)})
+		// The node without MIG pods first, each node through its steps in order. A step can end
+		// between two looks (upgrade-b, with nothing to drain, may leave Drain at once); Driver and
+		// Verify wait for the players, and upgrade-a's Drain for its budget, so those are seen,
+		// each with a restart.
+		order := map[string]int{string(slicerv1alpha1.DriverUpgradeDrain): 0, string(slicerv1alpha1.DriverUpgradeDriver): 1, string(slicerv1alpha1.DriverUpgradeVerify): 2, "": 3}
+		byNode := map[string][]string{}
+		aStarted := false
+		for _, st := range steps {
+			byNode[st.node] = append(byNode[st.node], st.step)
+			aStarted = aStarted || st.node == "upgrade-a"
+			Expect(aStarted && st.node == "upgrade-b").To(BeFalse(), "upgrade-b under way after upgrade-a started: %v", steps)
+		}
+		for _, name := range u.nodes {
+			got := byNode[name]
+			Expect(got).To(ContainElements(string(slicerv1alpha1.DriverUpgradeDriver), string(slicerv1alpha1.DriverUpgradeVerify), ""), name)
+			for i := 1; i < len(got); i++ {
+				Expect(order[got[i]]).To(BeNumerically(">", order[got[i-1]]), "%s went %v", name, got)
 			}
 		}
-		Expect(steps).To(Equal(want))
+		Expect(byNode["upgrade-a"]).To(HaveExactElements(string(slicerv1alpha1.DriverUpgradeDrain), string(slicerv1alpha1.DriverUpgradeDriver), string(slicerv1alpha1.DriverUpgradeVerify), ""))
 		Expect(budgetWaited).To(BeTrue(), "the PDB-protected pod was not seen waiting for its budget")
 		err := admin.Get(ctx, client.ObjectKey{Namespace: u.tenant, Name: "trainer-0"}, &corev1.Pod{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the pod on upgrade-a was not evicted: %v", err)
@@ -350,6 +366,37 @@ var _ = Describe("driver upgrade", Ordered, func() {
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
 		}, 2*time.Minute, 200*time.Millisecond).Should(Succeed())
 		Expect(testutil.ToFloat64(op.metrics.Upgrade.Stalled)).To(Equal(0.0))
+	})
+
+	It("fences the DRA devices of the node under way with a DeviceTaintRule (DRA frontend)", func() {
+		Eventually(func(g Gomega) {
+			s := getSlicer(g)
+			s.Spec.Frontend = slicerv1alpha1.FrontendDRA
+			g.Expect(admin.Update(ctx, s)).To(Succeed())
+		}).Should(Succeed())
+		bare := u.gpuPod("notebook", "upgrade-a", true, nil) // holds upgrade-a in its drain
+		u.gpuPod("trainer-0", "upgrade-b", false, nil)
+		setDriverImage("reg.test/driver:v2")
+		rule := render.DriverUpgradeTaintRule("upgrade-a")
+		Eventually(func(g Gomega) {
+			u.pass(g)
+			live := &resourceapi.DeviceTaintRule{}
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(rule), live)).To(Succeed())
+			g.Expect(live.Spec.DeviceSelector).To(Equal(rule.Spec.DeviceSelector))
+			g.Expect(live.Spec.Taint.Key).To(Equal(slicerv1alpha1.LabelDriverUpgrade))
+			g.Expect(live.Spec.Taint.Effect).To(Equal(resourceapi.DeviceTaintEffectNoSchedule))
+		}).Should(Succeed())
+		var rules resourceapi.DeviceTaintRuleList
+		Expect(admin.List(ctx, &rules)).To(Succeed())
+		Expect(rules.Items).To(HaveLen(1), "only the node under way is fenced")
+		Expect(admin.Delete(ctx, bare)).To(Succeed())
+		Eventually(func(g Gomega) {
+			u.pass(g)
+			c := condition(getSlicer(g), slicerv1alpha1.ConditionDriverUpgraded)
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+			g.Expect(admin.List(ctx, &rules)).To(Succeed())
+			g.Expect(rules.Items).To(BeEmpty())
+		}, 2*time.Minute, 200*time.Millisecond).Should(Succeed())
 	})
 
 	It("rolls back by editing the spec back: the node under way returns to the old version", func() {
