@@ -271,7 +271,10 @@ type EmulatedGPUs struct {
 
 // AgentSpec configures the node agent DaemonSet.
 type AgentSpec struct {
-	// emulatedGPUs are the GPUs each agent emulates in Emulated driver mode.
+	// emulatedGPUs are the GPUs each agent emulates in Emulated driver mode. In KMM mode
+	// they make the agent emulate GPUs on the nodes where KMM loaded the driver: a test setup
+	// of KMM's driver loading and of the rolling driver upgrade on nodes without GPUs
+	// (hack/kmm/run.sh), not for nodes with GPUs.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=8
@@ -426,7 +429,7 @@ const (
 )
 
 // SlicerSpec is the desired Slicer installation.
-// +kubebuilder:validation:XValidation:rule="!has(self.agent) || !has(self.agent.emulatedGPUs) || size(self.agent.emulatedGPUs) == 0 || (has(self.driver) && has(self.driver.mode) && self.driver.mode == 'Emulated')",message="agent.emulatedGPUs requires driver.mode Emulated"
+// +kubebuilder:validation:XValidation:rule="!has(self.agent) || !has(self.agent.emulatedGPUs) || size(self.agent.emulatedGPUs) == 0 || (has(self.driver) && has(self.driver.mode) && self.driver.mode in ['Emulated', 'KMM'])",message="agent.emulatedGPUs requires driver.mode Emulated (or KMM, to try KMM's driver loading on nodes without GPUs)"
 type SlicerSpec struct {
 	// frontend selects how pods reach their slices: DevicePlugin (Slicer's scheduler, webhook
 	// and kubelet device plugin) or DRA (Dynamic Resource Allocation with the stock

@@ -108,7 +108,9 @@ func EmulateFlag(gpus []slicerv1alpha1.EmulatedGPUs) string {
 // Agent renders the agent's namespace, ServiceAccount and DaemonSet.
 func Agent(o Options) ([]client.Object, error) {
 	a := o.Slicer.Spec.Agent
-	emulated := o.driverMode() == slicerv1alpha1.DriverModeEmulated
+	// Emulated mode, or KMM mode with emulated GPUs (a test of KMM's driver loading without
+	// GPUs: hack/kmm/run.sh).
+	emulated := o.driverMode() == slicerv1alpha1.DriverModeEmulated || (o.driverMode() == slicerv1alpha1.DriverModeKMM && len(a.EmulatedGPUs) > 0)
 	if emulated && len(a.EmulatedGPUs) == 0 {
 		return nil, fmt.Errorf("driver mode %s needs spec.agent.emulatedGPUs", slicerv1alpha1.DriverModeEmulated)
 	}

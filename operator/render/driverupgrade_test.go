@@ -93,3 +93,28 @@ func TestOrderedUpgradeNeedsShortNames(t *testing.T) {
 		}
 	}
 }
+
+// KMM with emulated GPUs (hack/kmm/run.sh): the agent waits for KMM's ready label and leaves
+// a node at the upgrade's Driver step like a real one, and emulates its GPUs, unprivileged.
+func TestAgentKMMEmulated(t *testing.T) {
+	objs, err := Agent(testOptions(func(s *slicerv1alpha1.Slicer) {
+		s.Spec.Agent.EmulatedGPUs = []slicerv1alpha1.EmulatedGPUs{{Model: "H100-80GB", Count: 2}}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := podTemplate(t, objs, "DaemonSet")
+	if !contains(tmpl.Spec.Containers[0].Args, "--emulate=H100-80GB:2") {
+		t.Errorf("args %v lack --emulate", tmpl.Spec.Containers[0].Args)
+	}
+	if p := tmpl.Spec.Containers[0].SecurityContext.Privileged; p != nil && *p {
+		t.Error("an emulating agent is privileged")
+	}
+	keys := map[string]bool{}
+	for _, r := range tmpl.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions {
+		keys[r.Key] = true
+	}
+	if !keys[KMMReadyLabel("slicer-agent", ModuleName)] || !keys[slicerv1alpha1.LabelDriverUpgrade] {
+		t.Errorf("affinity %v: want KMM's ready label and the upgrade's", keys)
+	}
+}
