@@ -431,3 +431,99 @@ var _ = Describe("driver upgrade", Ordered, func() {
 
 // fastUpgradePoll observes a rollout under way every 200 ms.
 func fastUpgradePoll(r *controller.SlicerReconciler) { r.UpgradePoll = 200 * time.Millisecond }
+
+// An install from before ordered upgrades (issue 42, docs/driver-upgrade.md): KMM loaded the
+// driver from a Module without a version. Writing a version would unload every node without
+// KMM's worker label, so the operator labels the nodes KMM loaded first: with the target when
+// the live Module loads what the spec asks (nothing drains), with the live settings' version
+// when it does not (then the nodes are upgraded like any other).
+var _ = Describe("driver upgrade from an unversioned Module", Ordered, func() {
+	var (
+		u  *upgradeCluster
+		op *runningOperator
+	)
+	AfterEach(func() {
+		if op != nil {
+			op.stop()
+		}
+		cleanSlate()
+	})
+
+	// install plays the older operator: the Slicer, the Module it rendered (no version), and
+	// nodes KMM loaded from it (ready label, no version label).
+	install := func(liveImage string) string {
+		GinkgoHelper()
+		u = &upgradeCluster{agentNS: nextAgentNamespace(), nodes: []string{"legacy-a", "legacy-b"}, tenant: "upgrade-tenant"}
+		createNamespace(u.tenant)
+		createNamespace(u.agentNS)
+		_, _, readyL := u.labels()
+		for _, name := range u.nodes {
+			n := builder.Node(name).Label(slicerv1alpha1.LabelMIGCapable, "true").Label(slicerv1alpha1.LabelGPUModel, "H100-80GB").Label(readyL, "").Ready().Obj()
+			Expect(framework.CreateNode(ctx, admin, n)).To(Succeed())
+			DeferCleanup(func() { Expect(client.IgnoreNotFound(admin.Delete(ctx, n))).To(Succeed()) })
+		}
+		Expect(admin.Create(ctx, newSlicer(func(s *slicerv1alpha1.Slicer) {
+			s.Spec.NodeSelection.NodeFeatureRule = slicerv1alpha1.FeatureDisabled
+			s.Spec.Driver.Image = "reg.test/driver:v1"
+		}))).To(Succeed())
+		s := getSlicer(Default)
+		o := render.Options{Slicer: s.DeepCopy(), Namespace: operatorNamespace, AgentNamespace: u.agentNS, Images: render.Images{Driver: "reg.test/driver"}}
+		target, err := render.DriverVersion(o)
+		Expect(err).NotTo(HaveOccurred())
+		o.Slicer.Spec.Driver.Image = liveImage
+		m, err := render.Module(o)
+		Expect(err).NotTo(HaveOccurred())
+		m.Spec.ModuleLoader.Container.Version = ""
+		Expect(admin.Create(ctx, m)).To(Succeed())
+		return target
+	}
+
+	It("labels the nodes KMM loaded with the version they run before it versions the Module; nothing drains", func() {
+		target := install("reg.test/driver:v1")
+		moduleL, workerL, readyL := u.labels()
+		op = startOperator(operatorOptions{agentNamespace: u.agentNS, slicerPatch: fastUpgradePoll})
+		unloaded := map[string]bool{}
+		Eventually(func(g Gomega) {
+			u.pass(g)
+			for _, name := range u.nodes {
+				l := u.node(g, name).Labels
+				if _, ok := l[readyL]; !ok {
+					unloaded[name] = true // KMM unloaded the driver (its ready label went)
+				}
+				g.Expect(l).NotTo(HaveKey(slicerv1alpha1.LabelDriverUpgrade), "%s drained for a driver it runs", name)
+				g.Expect(l).To(HaveKeyWithValue(moduleL, target), name)
+				g.Expect(l).To(HaveKeyWithValue(workerL, target), name)
+			}
+			m := &kmmv1beta1.Module{}
+			g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: u.agentNS, Name: render.ModuleName}, m)).To(Succeed())
+			g.Expect(m.Spec.ModuleLoader.Container.Version).To(Equal(target))
+			c := condition(getSlicer(g), slicerv1alpha1.ConditionDriverUpgraded)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+		}, time.Minute, 200*time.Millisecond).Should(Succeed())
+		Expect(unloaded).To(BeEmpty(), "versioning the Module unloaded the driver under running pods")
+	})
+
+	It("labels them with the live Module's version when the spec asks for another driver, then upgrades them", func() {
+		target := install("reg.test/driver:v0")
+		moduleL, workerL, _ := u.labels()
+		op = startOperator(operatorOptions{agentNamespace: u.agentNS, slicerPatch: fastUpgradePoll})
+		var old string
+		Eventually(func(g Gomega) {
+			l := u.node(g, "legacy-a").Labels
+			old = l[moduleL]
+			g.Expect(old).NotTo(BeEmpty())
+			g.Expect(l).To(HaveKeyWithValue(workerL, old))
+		}).Should(Succeed())
+		Expect(old).NotTo(Equal(target))
+		Eventually(func(g Gomega) {
+			u.pass(g)
+			c := condition(getSlicer(g), slicerv1alpha1.ConditionDriverUpgraded)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+			for _, name := range u.nodes {
+				g.Expect(u.node(g, name).Labels).To(HaveKeyWithValue(workerL, target), name)
+			}
+		}, 2*time.Minute, 200*time.Millisecond).Should(Succeed())
+	})
+})
