@@ -71,6 +71,11 @@ const (
 	// its NVIDIA_VISIBLE_DEVICES environment asks for, past Slicer. Reported, not enforced:
 	// the message says how to close it (docs/install.md).
 	ConditionRuntimeBypass = "RuntimeBypass"
+	// ConditionUnrecognizedGPU is True when NVML reports MIG on a GPU that is no model of
+	// internal/mig's tables (UnknownGPUModel), or whose PCI device id or name is a model's but
+	// whose memory is not (GPUMemoryMismatch); the message names each such GPU. The agent makes
+	// no slice on it, and the node's other GPUs are served as usual.
+	ConditionUnrecognizedGPU = "UnrecognizedGPU"
 	// ConditionReady is True when the agent manages the node's GPUs.
 	ConditionReady = "Ready"
 )
@@ -95,6 +100,14 @@ const (
 	ReasonNVMLError          = "NVMLError"
 	ReasonGPUNotFound        = "GPUNotFound"
 	ReasonInUse              = "InUse"
+	// ReasonUnknownGPUModel: a MIG-capable GPU is no model Slicer knows (UnrecognizedGPU).
+	ReasonUnknownGPUModel = "UnknownGPUModel"
+	// ReasonGPUMemoryMismatch: a GPU's PCI device id or name is a model's, its memory is not
+	// (UnrecognizedGPU).
+	ReasonGPUMemoryMismatch = "GPUMemoryMismatch"
+	// ReasonProfileNotSupported: the node's GPU or driver has no such MIG profile (a profile
+	// newer than the driver, mig.Profile.MinDriver); the allocation fails.
+	ReasonProfileNotSupported = "ProfileNotSupported"
 	// ReasonWaitingForPods: the Slicer's deletion waits for the pods that hold MIG slices
 	// (uninstall policy Wait).
 	ReasonWaitingForPods = "WaitingForPods"

@@ -38,24 +38,35 @@ const (
 	DefragmentationEvict DefragmentationMode = "Evict"
 )
 
+// The defaults of spec.defragmentation that Go code applies to a configuration without them
+// (slicer-sim; the scheduler's maxMovesPerPlan default is internal/mig's DefaultDefragMoves).
+// The +kubebuilder:default markers below carry the same values, and
+// TestDefragmentationDefaultsMatchCRD keeps them in step.
+const (
+	DefaultDefragmentationMode   = DefragmentationEvict
+	DefaultMaxEvictions          = 100
+	DefaultEvictionWindowSeconds = 3600
+)
+
 // DefragmentationSpec is the policy for moving movable pods so a pending pod
 // fits. A pod is movable only when a controller owns it, it is not annotated
 // slicer.dev/movable: "false", no PodDisruptionBudget forbids its eviction,
 // and its namespace matches namespaceSelector.
 // +kubebuilder:validation:XValidation:rule="!has(self.maxMovesPerPlan) || !has(self.maxEvictions) || self.maxMovesPerPlan <= self.maxEvictions",message="maxMovesPerPlan must not exceed maxEvictions: a plan that needs more evictions than one window allows could never run",fieldPath=".maxMovesPerPlan"
 type DefragmentationSpec struct {
-	// mode is Disabled, Recommend (plan and report, evict nothing) or Evict.
+	// mode is Disabled, Recommend (plan and report, evict nothing) or Evict
+	// (the default: the packing it buys is measured in docs/benchmarks.md).
 	// +optional
-	// +kubebuilder:default=Recommend
+	// +kubebuilder:default=Evict
 	Mode DefragmentationMode `json:"mode,omitempty"`
 
 	// maxMovesPerPlan is the most pods one plan may move to open a placement
 	// for one pending pod. Within it the planner looks for the fewest moves of
 	// one or two pods to free places, then for a re-placing of the slices of a
-	// few GPUs (some moved pods taking room others leave), then for three or
-	// four moves to free places.
+	// few GPUs (some moved pods taking room others leave), then, within a
+	// bound on its work, for three or four moves to free places.
 	// +optional
-	// +kubebuilder:default=2
+	// +kubebuilder:default=4
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=4
 	MaxMovesPerPlan int32 `json:"maxMovesPerPlan,omitempty"`
@@ -64,7 +75,7 @@ type DefragmentationSpec struct {
 	// windowSeconds, cluster-wide (Evict mode). A plan that would go over the
 	// cap waits.
 	// +optional
-	// +kubebuilder:default=10
+	// +kubebuilder:default=100
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	MaxEvictions int32 `json:"maxEvictions,omitempty"`

@@ -4,8 +4,17 @@
 // optimum, compares the device-plugin path with the stock scheduler's DRA allocator, and
 // prints Markdown tables.
 //
-//	go run ./bench/packing [-seed 1] [-events 4000] [-batches 1000] [-loads 0.7,0.9,1.1,1.2]
-//	    [-sections online,elastic,static,dra] [-moves 2] [-repack-gpus 4 -repack-moves 4] [-out DIR]
+//	go run ./bench/packing [-seed 1 | -seeds 2,3,4,5,6] [-events 4000] [-batches 1000]
+//	    [-loads 0.7,0.9,1.1,1.2] [-sections online,elastic,static,dra] [-out DIR]
+//	    [-moves N] [-repack-gpus K] [-bare 0.05] [-annotated 0.05] [-lifetime 1h] [-restart 1m]
+//	    [-max-evictions E] [-eviction-window W] [-upper] [-chains]
+//
+// The online table's defragmentation row is the scheduler's Evict mode in its default
+// configuration (sim.Options.DefragMoves): maxMovesPerPlan moves, repack plans over
+// mig.DefaultRepackGPUs GPUs, the API's eviction cap, only pods the scheduler may move (a share
+// of each trace's pods is bare or annotated slicer.dev/movable: "false"), each moved pod gone
+// for its restart time. -upper adds the bound the simulator measured before: every pod movable,
+// no cap, no restart.
 package main
 
 import (
@@ -17,9 +26,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/cmd/slicer-sim/sim"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migsim"
 )
 
 type mixSpec struct {
@@ -46,10 +58,17 @@ func main() {
 	out := flag.String("out", "", "also write the traces as JSONL to this folder")
 	loadList := flag.String("loads", "0.7,0.9,1.1,1.2", "offered loads of the loss-mode traces")
 	sections := flag.String("sections", "online,elastic,static,dra", "which tables to print")
-	moves := flag.Int("moves", 2, "also replay the online traces with the Slicer policy and up to this many moves per placement (defragmentation; 0: not)")
-	chains := flag.Bool("chains", false, "with -moves 2 or more, also replay them allowing two-move chains (mig.DefragOptions.Chains)")
-	repackGPUs := flag.Int("repack-gpus", mig.DefaultRepackGPUs, "also replay the online traces allowing repack plans over up to this many GPUs (mig.DefragOptions.RepackGPUs; 0: not)")
-	repackMoves := flag.Int("repack-moves", mig.MaxDefragMoves, "the move bound of the replay with repack plans (spec.defragmentation.maxMovesPerPlan)")
+	seedList := flag.String("seeds", "", "run the online traces of each of these seeds and print their mean against the goals (instead of -seed's tables)")
+	moves := flag.Int("moves", mig.DefaultDefragMoves, "the defragmentation row's maxMovesPerPlan (0: no such row)")
+	chains := flag.Bool("chains", false, "with -moves 2 or more, also replay allowing two-move chains (migsim.PlanDefragChains; not what the scheduler does)")
+	repackGPUs := flag.Int("repack-gpus", mig.DefaultRepackGPUs, "repack plans over up to this many GPUs in the defragmentation row (the scheduler's mig.DefaultRepackGPUs; 0: none)")
+	bare := flag.Float64("bare", 0.05, "share of each trace's pods that no controller owns (never moved)")
+	annotated := flag.Float64("annotated", 0.05, "share of each trace's pods annotated slicer.dev/movable: \"false\"")
+	lifetime := flag.Duration("lifetime", time.Hour, "mean pod lifetime: one unit of trace time")
+	restart := flag.Duration("restart", time.Minute, "how long a moved pod is gone before its replacement runs")
+	maxEvictions := flag.Int("max-evictions", 0, "the eviction cap per -eviction-window, cluster-wide (0: the API's default; -1: none)")
+	window := flag.Duration("eviction-window", 0, "the eviction cap's window (0: the API's default)")
+	upper := flag.Bool("upper", false, "also replay with every pod movable, no cap and no restart (an upper bound, not the scheduler)")
 	flag.Parse()
 	m, err := mig.ParseModel(model)
 	if err != nil {
@@ -67,9 +86,24 @@ func main() {
 	for _, s := range strings.Split(*sections, ",") {
 		want[strings.TrimSpace(s)] = true
 	}
-	pols := []mig.PolicyKind{mig.Slicer, mig.FirstFit, mig.DASLike}
+	pols := []migsim.PolicyKind{migsim.Slicer, migsim.FirstFit, migsim.DASLike}
+	mv := onlineMoves{moves: *moves, chains: *chains, upper: *upper, bare: *bare, annotated: *annotated,
+		opt: sim.Options{Policy: migsim.Slicer, DefragMoves: *moves, RepackGPUs: *repackGPUs, TimeUnit: *lifetime,
+			RestartTime: *restart, MaxEvictions: *maxEvictions, EvictionWindow: *window}}
+	if *seedList != "" {
+		var seeds []uint64
+		for _, f := range strings.Split(*seedList, ",") {
+			v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				fail(fmt.Errorf("-seeds: %w", err))
+			}
+			seeds = append(seeds, v)
+		}
+		goals(m, loads, seeds, *events, mv)
+		return
+	}
 	if want["online"] {
-		online(m, pols, loads, *seed, *events, onlineMoves{*moves, *chains, *repackGPUs, *repackMoves}, *out)
+		online(m, pols, loads, *seed, *events, mv, *out)
 	}
 	if want["elastic"] {
 		elastic(m, pols, *seed, *events)
@@ -92,7 +126,7 @@ func dra(m mig.Model, loads []float64, seed uint64, events int) {
 	fmt.Println("| trace | load | frontend | acceptance | accepted (count) | GPUs/LB | frag | slice writes/event |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	opts := []sim.Options{
-		{Policy: mig.Slicer},
+		{Policy: migsim.Slicer},
 		{Frontend: sim.StockDRA, Order: mig.NameOrder, Seed: seed},
 		{Frontend: sim.StockDRA, Order: mig.PreferredOrder, Seed: seed},
 	}
@@ -127,54 +161,175 @@ func loadIndex(load float64) int {
 
 var defaultLoads = []float64{0.7, 0.9, 1.1, 1.2}
 
-// onlineMoves are the replays with moves: -moves, -chains, -repack-gpus, -repack-moves.
+// onlineMoves are the replays with moves: the scheduler's defragmentation (opt), and the trace's
+// shares of pods it may not move.
 type onlineMoves struct {
-	moves       int
-	chains      bool
-	repackGPUs  int
-	repackMoves int
+	moves           int
+	chains, upper   bool
+	bare, annotated float64
+	opt             sim.Options
 }
 
-func online(m mig.Model, pols []mig.PolicyKind, loads []float64, seed uint64, events int, mv onlineMoves, out string) {
+// replays lists the defragmentation replays to print: the scheduler's, then -upper's and
+// -chains's.
+func (mv onlineMoves) replays() []sim.Options {
+	if mv.moves <= 0 {
+		return nil
+	}
+	out := []sim.Options{mv.opt}
+	if mv.upper {
+		o := mv.opt
+		o.AllMovable, o.MaxEvictions, o.RestartTime = true, -1, 0
+		out = append(out, o)
+	}
+	if mv.chains && mv.moves >= 2 {
+		o := mv.opt
+		o.DefragChains = true
+		out = append(out, o)
+	}
+	return out
+}
+
+// name is a defragmentation replay's row name.
+func (mv onlineMoves) name(res *sim.Result, o sim.Options) string {
+	switch {
+	case o.AllMovable:
+		return res.Policy + ", every pod movable, no cap, no restart"
+	case o.DefragChains:
+		return res.Policy + " + chains"
+	}
+	return res.Policy + " (Evict, the scheduler's rules)"
+}
+
+// trace is the online trace of mix mi at load with seed.
+func (mv onlineMoves) trace(m mig.Model, mi int, load float64, events int, seed uint64) *sim.Trace {
+	tr := generate(m, mixes[mi], load, events, seed+uint64(mi*100+loadIndex(load)))
+	owners(tr, mv.bare, mv.annotated, seed+uint64(mi*100+loadIndex(load)))
+	return tr
+}
+
+func online(m mig.Model, pols []migsim.PolicyKind, loads []float64, seed uint64, events int, mv onlineMoves, out string) {
 	fmt.Printf("Online, loss mode: %s, %d nodes × %d GPUs, %d arrivals per trace, seed %d.\n", model, nodes, gpusPerNode, events, seed)
-	fmt.Println("acceptance = accepted slice-time ÷ offered; pool = the same trace on one pool of the cluster's compute and memory slices with no MIG geometry (a reference for the headroom, not a strict bound); GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use; + moves = a request that fits nowhere may move running slices (mig.PlanDefrag, every pod movable); + repack = also by re-placing the slices of a few GPUs (mig.PlanRepack); moves/acc = moves per accepted request.")
-	fmt.Println()
-	fmt.Println("| trace | load | policy | acceptance | accepted (count) | GPUs/LB | frag | decision p50/p99 µs | moves/acc |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("acceptance = accepted slice-time ÷ offered (less what moved pods lost restarting); pool = the same trace on one pool of the cluster's compute and memory slices with no MIG geometry (a reference for the headroom, not a strict bound); GPUs/LB = mean GPUs in use ÷ mean lower bound of the accepted work; frag = share of free compute a random request of the mix cannot use; + moves = a request that fits nowhere may move running slices (mig.PlanDefrag with repack plans, as the scheduler asks it); moves/acc = moves per accepted request; capped = plans the eviction cap refused; restart = slice-time lost restarting, points. A work bound never stopped a search here (slicer-sim counts it, defragBounded).")
+	o := mv.opt
+	fmt.Printf("Defragmentation: %.0f %% of the pods bare, %.0f %% annotated unmovable; mean pod lifetime %s; restart %s; cap %s.\n\n",
+		100*mv.bare, 100*mv.annotated, o.TimeUnit, o.RestartTime, capWords(o))
+	fmt.Println("| trace | load | policy | acceptance | accepted (count) | GPUs/LB | frag | decision p50/p99 µs | moves/acc | capped | restart |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for mi, mx := range mixes {
 		for _, load := range loads {
-			tr := generate(m, mx, load, events, seed+uint64(mi*100+loadIndex(load)))
+			tr := mv.trace(m, mi, load, events, seed)
 			if out != "" {
 				writeTrace(out, fmt.Sprintf("%s-%.1f.jsonl", mx.name, load), tr)
 			}
-			opts := make([]sim.Options, 0, len(pols)+1)
+			opts := make([]sim.Options, 0, len(pols)+3)
 			for _, p := range pols {
 				opts = append(opts, sim.Options{Policy: p})
 			}
-			if mv.moves > 0 {
-				opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: mv.moves})
-				if mv.chains && mv.moves >= 2 {
-					opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: mv.moves, DefragChains: true})
-				}
-			}
-			if mv.repackGPUs > 0 {
-				opts = append(opts, sim.Options{Policy: mig.Slicer, DefragMoves: mv.repackMoves, RepackGPUs: mv.repackGPUs})
-			}
+			opts = append(opts, mv.replays()...)
 			for _, o := range opts {
 				res, err := sim.Run(tr, o)
 				if err != nil {
 					fail(err)
 				}
-				fmt.Printf("| %s | %.1f | %s | %.1f%% | %.1f%% | %.3f | %.3f | %.1f / %.1f | %.3f |\n", mx.name, load, res.Policy,
-					100*res.Acceptance, 100*res.AcceptanceCount, res.GPUsOverLB, res.Fragmentation, res.DecisionP50, res.DecisionP99, res.MovesPerAccepted)
+				name := res.Policy
+				if o.DefragMoves > 0 {
+					name = mv.name(res, o)
+				}
+				fmt.Printf("| %s | %.1f | %s | %.1f%% | %.1f%% | %.3f | %.3f | %.1f / %.1f | %.3f | %d | %.2f |\n", mx.name, load, name,
+					100*res.Acceptance, 100*res.AcceptanceCount, res.GPUsOverLB, res.Fragmentation, res.DecisionP50, res.DecisionP99,
+					res.MovesPerAccepted, res.DefragCapped, 100*res.RestartLoss)
 			}
-			fmt.Printf("| %s | %.1f | (pool, no geometry) | %.1f%% | | | | | |\n", mx.name, load, 100*poolAcceptance(m, tr))
+			fmt.Printf("| %s | %.1f | (pool, no geometry) | %.1f%% | | | | | | | |\n", mx.name, load, 100*poolAcceptance(m, tr))
 		}
 	}
 	fmt.Println()
 }
 
-func elastic(m mig.Model, pols []mig.PolicyKind, seed uint64, events int) {
+// goals replays the online traces of every seed with the scheduler's defragmentation and
+// prints, per mix and load, the mean over the seeds against the goals: within 1 point of the
+// pool, at most 0.2 moves per accepted request.
+func goals(m mig.Model, loads []float64, seeds []uint64, events int, mv onlineMoves) {
+	o := mv.opt
+	fmt.Printf("Online, loss mode, mean of seeds %v: %s, %d nodes × %d GPUs, %d arrivals per trace; %.0f %% of the pods bare, %.0f %% annotated unmovable; mean pod lifetime %s; restart %s; cap %s; %s.\n\n",
+		seeds, model, nodes, gpusPerNode, events, 100*mv.bare, 100*mv.annotated, o.TimeUnit, o.RestartTime, capWords(o), mv.name(&sim.Result{Policy: "moves"}, o))
+	fmt.Println("| trace | load | slicer | + defrag | pool | defrag − pool (points) | worst seed (points) | moves/acc | capped | bounded | restart (points) | goal |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for mi, mx := range mixes {
+		for _, load := range loads {
+			var plain, moved, pool, moves, restart, capped, bounded float64
+			worst := math.Inf(1)
+			for _, seed := range seeds {
+				tr := mv.trace(m, mi, load, events, seed)
+				p, err := sim.Run(tr, sim.Options{Policy: migsim.Slicer})
+				if err != nil {
+					fail(err)
+				}
+				d, err := sim.Run(tr, o)
+				if err != nil {
+					fail(err)
+				}
+				pl := poolAcceptance(m, tr)
+				plain += p.Acceptance
+				moved += d.Acceptance
+				pool += pl
+				moves += d.MovesPerAccepted
+				restart += d.RestartLoss
+				capped += float64(d.DefragCapped)
+				bounded += float64(d.DefragBounded)
+				worst = min(worst, 100*(d.Acceptance-pl))
+			}
+			n := float64(len(seeds))
+			gap, perAcc := 100*(moved-pool)/n, moves/n
+			met := "met"
+			if gap < -1 || perAcc > 0.2 {
+				met = "**not met**"
+			}
+			fmt.Printf("| %s | %.1f | %.2f%% | %.2f%% | %.2f%% | %+.2f | %+.2f | %.3f | %.1f | %.1f | %.2f | %s |\n", mx.name, load,
+				100*plain/n, 100*moved/n, 100*pool/n, gap, worst, perAcc, capped/n, bounded/n, 100*restart/n, met)
+		}
+	}
+	fmt.Println()
+}
+
+// capWords is the replay's eviction cap in words.
+func capWords(o sim.Options) string {
+	if o.MaxEvictions < 0 {
+		return "none"
+	}
+	max, window := o.MaxEvictions, o.EvictionWindow
+	if max == 0 {
+		max = slicerv1alpha1.DefaultMaxEvictions
+	}
+	if window <= 0 {
+		window = slicerv1alpha1.DefaultEvictionWindowSeconds * time.Second
+	}
+	return fmt.Sprintf("%d evictions per %s", max, window)
+}
+
+// owners gives each arrival of the trace its pod's controller: none for a bare pod (share bare),
+// a ReplicaSet otherwise, annotated slicer.dev/movable: "false" with share annotated; drawn
+// from a stream of its own, so the trace's arrivals do not change with the shares.
+func owners(tr *sim.Trace, bare, annotated float64, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x0e1))
+	for i := range tr.Events {
+		ev := &tr.Events[i]
+		if ev.Arrive == "" {
+			continue
+		}
+		u := rng.Float64()
+		switch {
+		case u < bare:
+			ev.Controller = ""
+		case u < bare+annotated:
+			ev.Controller, ev.Unmovable = "ReplicaSet", true
+		default:
+			ev.Controller = "ReplicaSet"
+		}
+	}
+}
+
+func elastic(m mig.Model, pols []migsim.PolicyKind, seed uint64, events int) {
 	fmt.Printf("Online, elastic mode (unbounded nodes), load 1.1: GPUs in use ÷ lower bound.\n\n")
 	fmt.Println("| trace | policy | mean GPUs in use | mean LB | GPUs/LB |")
 	fmt.Println("|---|---|---|---|---|")
@@ -191,7 +346,7 @@ func elastic(m mig.Model, pols []mig.PolicyKind, seed uint64, events int) {
 	fmt.Println()
 }
 
-func static(m mig.Model, pols []mig.PolicyKind, seed uint64, batches int) {
+func static(m mig.Model, pols []migsim.PolicyKind, seed uint64, batches int) {
 	fmt.Printf("Static batches: %d random batches of 1–30 slices per mix, GPUs used vs exact optimum.\n\n", batches)
 	fmt.Println("| batch mix | policy | at optimum | mean GPUs/OPT | LB = OPT |")
 	fmt.Println("|---|---|---|---|---|")
@@ -224,7 +379,7 @@ func static(m mig.Model, pols []mig.PolicyKind, seed uint64, batches int) {
 				fail(err)
 			}
 			for i, p := range pols {
-				used, err := mig.PackStatic(p, m, items)
+				used, err := migsim.PackStatic(p, m, items)
 				if err != nil {
 					fail(err)
 				}

@@ -2,12 +2,16 @@ package main
 
 import (
 	"fmt"
+	"slices"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
 
-// Report is what NVML says about the machine. The probe only reads.
+// Report is what NVML says about the machine: everything internal/mig's tables depend on. The
+// probe only reads.
 type Report struct {
 	DriverVersion string   `json:"driverVersion"`
 	Devices       []Device `json:"devices"`
@@ -19,12 +23,14 @@ type Device struct {
 	UUID        string `json:"uuid"`
 	ProductName string `json:"productName"`
 	MemoryMiB   uint64 `json:"memoryMiB"`
+	// PCIDeviceID is NVML's pciDeviceId (device << 16 | vendor), e.g. "0x233010de".
 	PCIDeviceID string `json:"pciDeviceId"`
-	// Model is internal/mig's model for the device ("" when none matches).
-	Model      string `json:"model"`
-	MIGCapable bool   `json:"migCapable"`
-	MIGMode    string `json:"migMode,omitempty"`
-	MIGPending string `json:"migModePending,omitempty"`
+	// Model is internal/mig's model for the device ("" when none matches; Recognition says why).
+	Model       string `json:"model"`
+	Recognition string `json:"recognition,omitempty"`
+	MIGCapable  bool   `json:"migCapable"`
+	MIGMode     string `json:"migMode,omitempty"`
+	MIGPending  string `json:"migModePending,omitempty"`
 	// Profiles are reported only when MIG mode is on.
 	Profiles []Profile `json:"profiles,omitempty"`
 	// Instances are the existing GPU instances (MIG mode on).
@@ -42,6 +48,11 @@ type Profile struct {
 	SliceCount    int              `json:"sliceCount"`
 	InstanceCount int              `json:"instanceCount"`
 	MemorySizeMB  uint64           `json:"memorySizeMB"`
+	CopyEngines   int              `json:"copyEngines"`
+	Decoders      int              `json:"decoders"`
+	Encoders      int              `json:"encoders"`
+	JPEG          int              `json:"jpeg"`
+	OFA           int              `json:"ofa"`
 	Placements    []nvml.Placement `json:"placements"`
 }
 
@@ -53,10 +64,18 @@ type Instance struct {
 	MIGDevices    []string       `json:"migDevices,omitempty"`
 }
 
-// nvmlProfiles are the GPU_INSTANCE_PROFILE_* values the probe asks about.
-var nvmlProfiles = []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}
+// nvmlProfiles and ciProfiles are every GPU_INSTANCE_PROFILE_* and COMPUTE_INSTANCE_PROFILE_*
+// value go-nvml knows (pkg/nvml/const.go): the probe asks about all of them, not only those of
+// the tables.
+var nvmlProfiles, ciProfiles = upTo(gonvml.GPU_INSTANCE_PROFILE_COUNT), upTo(gonvml.COMPUTE_INSTANCE_PROFILE_COUNT)
 
-var ciProfiles = []int{0, 1, 2, 3, 4, 5, 6, 7}
+func upTo(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
 
 func modeName(m nvml.MIGMode) string {
 	if m == nvml.MIGEnabled {
@@ -81,12 +100,12 @@ func probe(lib nvml.Library) (Report, error) {
 		if err != nil {
 			return r, fmt.Errorf("device %d: %w", i, err)
 		}
-		r.Devices = append(r.Devices, probeDevice(i, dev))
+		r.Devices = append(r.Devices, probeDevice(i, dev, r.DriverVersion))
 	}
 	return r, nil
 }
 
-func probeDevice(i int, dev nvml.Device) Device {
+func probeDevice(i int, dev nvml.Device, driver string) Device {
 	d := Device{Index: i}
 	note := func(what string, err error) {
 		if err != nil {
@@ -106,6 +125,8 @@ func probeDevice(i int, dev nvml.Device) Device {
 	model, merr := mig.ModelForDevice(pci, d.ProductName, d.MemoryMiB)
 	if merr == nil {
 		d.Model = model.String()
+	} else {
+		d.Recognition = merr.Error()
 	}
 	cur, pend, err := dev.MIGMode()
 	if nvml.ReturnOf(err) == nvml.ErrorNotSupported {
@@ -124,7 +145,8 @@ func probeDevice(i int, dev nvml.Device) Device {
 		if err != nil {
 			continue // not supported on this GPU
 		}
-		pr := Profile{NVMLProfile: p, ID: info.ID, SliceCount: info.SliceCount, InstanceCount: info.InstanceCount, MemorySizeMB: info.MemorySizeMB}
+		pr := Profile{NVMLProfile: p, ID: info.ID, SliceCount: info.SliceCount, InstanceCount: info.InstanceCount, MemorySizeMB: info.MemorySizeMB,
+			CopyEngines: info.CopyEngineCount, Decoders: info.DecoderCount, Encoders: info.EncoderCount, JPEG: info.JpegCount, OFA: info.OfaCount}
 		pr.Placements, err = dev.GPUInstancePossiblePlacements(info)
 		note(fmt.Sprintf("placements of profile %d", p), err)
 		d.Profiles = append(d.Profiles, pr)
@@ -138,23 +160,24 @@ func probeDevice(i int, dev nvml.Device) Device {
 		}
 		d.Instances = append(d.Instances, in)
 	}
-	if merr == nil {
-		d.TableDiffs = compare(model, d.Profiles)
-		for j := range d.Profiles {
-			for _, tp := range model.Profiles() {
-				if tp.NVMLProfile == d.Profiles[j].NVMLProfile {
-					d.Profiles[j].TableName = tp.Name
-				}
+	if merr != nil {
+		d.TableDiffs = []string{"no internal/mig model matches: " + merr.Error()}
+		return d
+	}
+	d.TableDiffs = compare(model, d.Profiles, driver)
+	for j := range d.Profiles {
+		for _, tp := range model.Profiles() {
+			if tp.NVMLProfile == d.Profiles[j].NVMLProfile {
+				d.Profiles[j].TableName = tp.Name
 			}
 		}
-	} else {
-		d.TableDiffs = []string{"no internal/mig model matches: " + merr.Error()}
 	}
 	return d
 }
 
-// compare lists the differences between NVML's profiles and the model table.
-func compare(m mig.Model, got []Profile) []string {
+// compare lists the differences between NVML's profiles and the model table, for a driver of
+// that version.
+func compare(m mig.Model, got []Profile, driver string) []string {
 	var diffs []string
 	byEnum := map[int]Profile{}
 	for _, p := range got {
@@ -163,7 +186,11 @@ func compare(m mig.Model, got []Profile) []string {
 	for _, tp := range m.Profiles() {
 		p, ok := byEnum[tp.NVMLProfile]
 		if !ok {
-			diffs = append(diffs, fmt.Sprintf("%s (profile %d): in the table, not reported by NVML", tp.Name, tp.NVMLProfile))
+			why := ""
+			if !tp.SupportedBy(driver) {
+				why = fmt.Sprintf(" (the table says it needs R%d; the driver is %s)", tp.MinDriver, driver)
+			}
+			diffs = append(diffs, fmt.Sprintf("%s (profile %d): in the table, not reported by NVML%s", tp.Name, tp.NVMLProfile, why))
 			continue
 		}
 		delete(byEnum, tp.NVMLProfile)
@@ -177,12 +204,20 @@ func compare(m mig.Model, got []Profile) []string {
 		for _, pl := range tp.Placements() {
 			want = append(want, nvml.Placement{Start: pl.Start, Size: pl.Size})
 		}
-		if fmt.Sprint(want) != fmt.Sprint(p.Placements) {
+		if !slices.Equal(want, p.Placements) {
 			diffs = append(diffs, fmt.Sprintf("%s: NVML placements %v, table %v", tp.Name, p.Placements, want))
 		}
+		if tp.MinDriver > 0 && !tp.SupportedBy(driver) {
+			diffs = append(diffs, fmt.Sprintf("%s: reported by driver %s, the table says it needs R%d", tp.Name, driver, tp.MinDriver))
+		}
 	}
+	extra := make([]int, 0, len(byEnum))
 	for e := range byEnum {
-		diffs = append(diffs, fmt.Sprintf("profile %d: reported by NVML, not in the table", e))
+		extra = append(extra, e)
+	}
+	slices.Sort(extra)
+	for _, e := range extra {
+		diffs = append(diffs, fmt.Sprintf("profile %d (nvidia-smi id %d): reported by NVML, not in the table", e, byEnum[e].ID))
 	}
 	return diffs
 }

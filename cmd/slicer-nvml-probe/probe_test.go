@@ -62,7 +62,7 @@ func TestCompareReportsDifferences(t *testing.T) {
 	p, _ := mig.H100_80GB.Profile("3g.40gb")
 	// go-nvml's H100 mock lists 3_SLICE placements of size 3: the probe must say so.
 	got := compare(mig.H100_80GB, []Profile{{NVMLProfile: p.NVMLProfile, ID: p.SMIProfileID, SliceCount: 3, InstanceCount: 2,
-		Placements: []nvml.Placement{{Start: 0, Size: 3}, {Start: 4, Size: 3}}}})
+		Placements: []nvml.Placement{{Start: 0, Size: 3}, {Start: 4, Size: 3}}}}, "580.82.07")
 	joined := strings.Join(got, "\n")
 	if !strings.Contains(joined, "3g.40gb: NVML placements") || !strings.Contains(joined, "1g.10gb (profile 0): in the table, not reported") {
 		t.Errorf("diffs:\n%s", joined)
@@ -74,5 +74,13 @@ func TestNoDriver(t *testing.T) {
 	err := run(lib, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "NVML library not found / driver not loaded") {
 		t.Errorf("without a driver: %v", err)
+	}
+}
+
+// A profile a driver too old for it does not report is not a table error: the diff says why.
+func TestCompareNamesTheDriverAProfileNeeds(t *testing.T) {
+	got := strings.Join(compare(mig.A100_40GB, nil, "470.256.02"), "\n")
+	if !strings.Contains(got, "1g.10gb (profile 9): in the table, not reported by NVML (the table says it needs R525; the driver is 470.256.02)") {
+		t.Errorf("diffs:\n%s", got)
 	}
 }

@@ -222,6 +222,8 @@ func settle(w world, d decision, log logr.Logger) outcome {
 				o.Statuses[k] = releasing(a, reason, msg)
 			case nvml.ReturnOf(j.result.Err) == nvml.ErrorInvalidArgument:
 				o.Statuses[k] = failed(a, slicerv1alpha1.ReasonInvalidPlacement, msg)
+			case nvml.ReturnOf(j.result.Err) == nvml.ErrorNotSupported:
+				o.Statuses[k] = failed(a, slicerv1alpha1.ReasonProfileNotSupported, msg)
 			default:
 				o.Statuses[k] = creating(a, reason, msg)
 			}

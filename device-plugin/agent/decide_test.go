@@ -230,6 +230,14 @@ func TestSettle(t *testing.T) {
 				Retry: true, Mutated: true},
 		},
 		{
+			name: "a profile the driver does not have fails",
+			w:    world{Obs: h100(), Allocs: allocMap(allocation("a", "1g.10gb", 2, 1))},
+			results: func(*job) opResult {
+				return opResult{Err: nvml.NewError("CreateGpuInstanceWithPlacement", nvml.ErrorNotSupported, "driver 470 has no MIG profile")}
+			},
+			want: settled{Statuses: []string{"a=Failed/ProfileNotSupported"}, Notes: []string{"a NVMLError"}, Retry: true, Mutated: true},
+		},
+		{
 			name: "destroyed: the deleting allocation is released, the orphan forgotten, each with its event and count",
 			w: world{Obs: h100(s0, created), Now: now, Grace: time.Minute, OrphanSince: map[string]time.Time{"MIG-new": now.Add(-time.Hour)},
 				Allocs: allocMap(allocation("a", "1g.10gb", 0, 1, deleting, holding("MIG-0")))},

@@ -16,7 +16,7 @@ import (
 func poolGPUs(o *engine.Observation, held map[string][]string) []migdra.GPU {
 	out := make([]migdra.GPU, 0, len(o.GPUs))
 	for _, g := range o.GPUs {
-		mg := migdra.GPU{Index: g.Index, UUID: g.UUID, Healthy: g.Healthy, MIGEnabled: g.MIGMode == nvml.MIGEnabled}
+		mg := migdra.GPU{Index: g.Index, UUID: g.UUID, Healthy: g.Healthy, MIGEnabled: g.MIGMode == nvml.MIGEnabled, Driver: o.DriverVersion}
 		if g.MIGReady() {
 			mg.State = occupancy(g, held)
 		}

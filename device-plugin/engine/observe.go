@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
@@ -35,9 +36,10 @@ type GPU struct {
 	UUID        string
 	ProductName string
 	MemoryMiB   uint64
-	// Model is zero when the GPU is not a MIG model Slicer knows.
-	Model   mig.Model
-	MIGMode nvml.MIGMode
+	// Model is zero when the GPU is not a MIG model Slicer knows; Unrecognized then says why.
+	Model        mig.Model
+	Unrecognized *mig.RecognitionError
+	MIGMode      nvml.MIGMode
 	// MIGSupported is false when NVML reports MIG as not supported.
 	MIGSupported bool
 	Healthy      bool
@@ -175,6 +177,8 @@ func observeGPU(lib nvml.Library, i int) (*GPU, error) {
 	}
 	if m, err := mig.ModelForDevice(pci, name, mem); err == nil {
 		g.Model = m
+	} else {
+		errors.As(err, &g.Unrecognized)
 	}
 	cur, _, err := dev.MIGMode()
 	switch {

@@ -13,11 +13,16 @@ import (
 // goroutine per GPU, the DRA frontend holds its driver's lock); each observation is used for
 // one pass, then read again.
 
-// CreateSlice creates a GPU instance at exactly slot and its full compute instance.
+// CreateSlice creates a GPU instance at exactly slot and its full compute instance. A profile
+// the node's driver is too old for is refused with ERROR_NOT_SUPPORTED before NVML is asked.
 func (o *Observation) CreateSlice(slot mig.Slot, m *Metrics) (Slice, error) {
 	g := o.GPUByUUID(slot.GPU)
 	if g == nil {
 		return Slice{}, fmt.Errorf("no GPU %s", slot.GPU)
+	}
+	if p, err := g.Model.Profile(slot.Profile); err == nil && !p.SupportedBy(o.DriverVersion) {
+		return Slice{}, nvml.NewError("CreateGpuInstanceWithPlacement", nvml.ErrorNotSupported,
+			fmt.Sprintf("driver %s has no MIG profile %s on %s: it needs R%d or later", o.DriverVersion, p.Name, g.Model, p.MinDriver))
 	}
 	return gpuWorker{g: g, m: m}.create(slot)
 }

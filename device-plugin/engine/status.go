@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"fmt"
+	"strings"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -8,6 +11,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
@@ -96,6 +100,7 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 	} else {
 		set(slicerv1alpha1.ConditionMIGDisabled, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "MIG mode is enabled on every MIG-capable GPU")
 	}
+	setUnrecognized(set, v.Obs)
 	if v.Conflict.Present() {
 		set(slicerv1alpha1.ConditionOwnershipConflict, metav1.ConditionTrue, v.Conflict.Reason, utilstrings.ShortenString(v.Conflict.Message, 1024))
 	} else {
@@ -160,4 +165,28 @@ func (v ClaimView) NodeView() NodeView {
 		}
 	}
 	return nv
+}
+
+// setUnrecognized sets UnrecognizedGPU: True, naming them, when NVML reports MIG on GPUs that
+// are no model of internal/mig (the agent leaves those alone).
+func setUnrecognized(set func(t string, s metav1.ConditionStatus, reason, msg string), obs *Observation) {
+	var which []string
+	reason := slicerv1alpha1.ReasonUnknownGPUModel
+	if obs != nil {
+		for _, g := range obs.GPUs {
+			if !g.MIGSupported || g.Unrecognized == nil {
+				continue
+			}
+			if len(which) == 0 && g.Unrecognized.Reason == mig.MemoryMismatch {
+				reason = slicerv1alpha1.ReasonGPUMemoryMismatch
+			}
+			which = append(which, fmt.Sprintf("GPU %d: %v", g.Index, g.Unrecognized))
+		}
+	}
+	if len(which) == 0 {
+		set(slicerv1alpha1.ConditionUnrecognizedGPU, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "every MIG-capable GPU is a model Slicer knows")
+		return
+	}
+	set(slicerv1alpha1.ConditionUnrecognizedGPU, metav1.ConditionTrue, reason,
+		utilstrings.ShortenString(strings.Join(which, "; ")+"; Slicer makes no slice on them", 1024))
 }

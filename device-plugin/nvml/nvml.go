@@ -20,7 +20,7 @@ const (
 	ErrorNotSupported         Return = 3
 	ErrorNoPermission         Return = 4
 	ErrorNotFound             Return = 6
-	ErrorInsufficientResource Return = 7
+	ErrorInsufficientResource Return = 23
 	ErrorDriverNotLoaded      Return = 9
 	ErrorLibraryNotFound      Return = 12
 	ErrorGPUIsLost            Return = 15
@@ -134,6 +134,13 @@ type GPUInstanceProfileInfo struct {
 	InstanceCount       int    `json:"instanceCount"`
 	MemorySizeMB        uint64 `json:"memorySizeMB"`
 	MultiprocessorCount int    `json:"multiprocessorCount"`
+	// The engines an instance of the profile gets: what its media option (+me, +me.all, -me)
+	// means on this GPU. Zero where a backend does not report them.
+	CopyEngineCount int `json:"copyEngineCount"`
+	DecoderCount    int `json:"decoderCount"`
+	EncoderCount    int `json:"encoderCount"`
+	JpegCount       int `json:"jpegCount"`
+	OfaCount        int `json:"ofaCount"`
 }
 
 // ComputeInstanceProfileInfo is the part of nvmlComputeInstanceProfileInfo_t the agent uses.

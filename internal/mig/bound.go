@@ -3,7 +3,6 @@ package mig
 import (
 	"fmt"
 	"math/bits"
-	"sort"
 )
 
 // MaxExactRequests is the largest static instance Optimum accepts.
@@ -51,7 +50,7 @@ func (t *modelTable) buildBounds() *boundTable {
 	fams = append(fams, w)
 	for p, ps := range t.spec.profiles {
 		w[p] = 0
-		if ps.media {
+		if ps.media() {
 			w[p] = 1
 		}
 	}
@@ -268,119 +267,4 @@ func (s *optSearch) bigger(p, q int) bool {
 		return a.compute > b.compute
 	}
 	return a.memory > b.memory
-}
-
-// PackStatic places a static batch with a policy, one slice at a time, on as many empty GPUs
-// of model m as there are slices, and returns how many GPUs it used. The batch is known up
-// front, so it is fed to the policy in the order StaticOrder gives (the same for every policy).
-func PackStatic(pol Policy, m Model, items []RequestItem) (int, error) {
-	order, err := StaticOrder(m, items)
-	if err != nil {
-		return 0, err
-	}
-	node := Node{GPUs: make([]GPU, len(order))}
-	for i := range node.GPUs {
-		node.GPUs[i] = GPU{State: EmptyGPU(m), Usable: true}
-	}
-	for _, name := range order {
-		req, err := NewRequest(RequestItem{Profile: name, Count: 1})
-		if err != nil {
-			return 0, err
-		}
-		as, err := pol.Place(node, req)
-		if err != nil {
-			return 0, err
-		}
-		if err := Apply(node, as); err != nil {
-			return 0, err
-		}
-	}
-	used := 0
-	for _, g := range node.GPUs {
-		if !g.State.IsEmpty() {
-			used++
-		}
-	}
-	return used, nil
-}
-
-// StaticOrder is the order in which PackStatic places a static batch, one profile name per
-// slice:
-//
-//  1. +me slices (each needs a GPU of its own media engines);
-//  2. the rest largest first (compute, then memory slices) up to the half-GPU profiles: whole
-//     GPUs and the halves with a single start (7g, then 4g on 8-slice GPUs);
-//  3. the half-GPU profiles with two starts (3g on 8-slice GPUs): the first ones pair with the
-//     single-start halves of step 2; each later one is followed by the small slices that fill
-//     the other half of its GPU (first fit decreasing into the free compute and memory, skipping
-//     slices that use memory faster than compute, such as 1g.20gb), so the policy completes that
-//     GPU before the next half arrives instead of pairing two halves and stranding a compute
-//     slice;
-//  4. the small slices left, largest first.
-func StaticOrder(m Model, items []RequestItem) ([]string, error) {
-	t, d, _, err := demand(m, items)
-	if err != nil {
-		return nil, err
-	}
-	var order []int
-	for p := range t.profiles {
-		for i := 0; i < d[p]; i++ {
-			order = append(order, p)
-		}
-	}
-	sort.SliceStable(order, func(i, j int) bool {
-		a, b := &t.spec.profiles[order[i]], &t.spec.profiles[order[j]]
-		if a.media != b.media {
-			return a.media
-		}
-		if a.compute != b.compute {
-			return a.compute > b.compute
-		}
-		return a.memory > b.memory
-	})
-	half := t.spec.memorySlices / 2
-	var out, halves, small []int
-	pairs := 0
-	for _, p := range order {
-		ps := &t.spec.profiles[p]
-		switch {
-		case ps.media, ps.memory > half:
-			out = append(out, p)
-		case ps.memory == half && len(ps.starts) == 1:
-			out = append(out, p)
-			pairs++
-		case ps.memory == half:
-			halves = append(halves, p)
-		default:
-			small = append(small, p)
-		}
-	}
-	used := make([]bool, len(small))
-	for i, h := range halves {
-		out = append(out, h)
-		if i < pairs {
-			continue
-		}
-		comp, mem := t.spec.computeSlices-t.spec.profiles[h].compute, half
-		for j, p := range small {
-			ps := &t.spec.profiles[p]
-			// A small slice that uses memory faster than compute would strand a compute slice.
-			if !used[j] && ps.compute <= comp && ps.memory <= mem && mem-ps.memory >= comp-ps.compute {
-				used[j] = true
-				comp -= ps.compute
-				mem -= ps.memory
-				out = append(out, p)
-			}
-		}
-	}
-	for j, p := range small {
-		if !used[j] {
-			out = append(out, p)
-		}
-	}
-	names := make([]string, len(out))
-	for i, p := range out {
-		names[i] = t.profiles[p].Name
-	}
-	return names, nil
 }

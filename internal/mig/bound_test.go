@@ -3,8 +3,6 @@ package mig
 import (
 	"math/rand/v2"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 // bruteForce finds the fewest GPUs by trying every placement of every slice.
@@ -112,12 +110,6 @@ func TestLowerBoundNeverAboveOptimum(t *testing.T) {
 		if d := designBound(H100_80GB, items); lb < d || lb > opt {
 			t.Fatalf("%v: design bound %d <= lower bound %d <= optimum %d does not hold", items, d, lb, opt)
 		}
-		for _, pol := range allPolicies {
-			used, err := PackStatic(pol, H100_80GB, items)
-			if err != nil || used < opt {
-				t.Fatalf("%s %v: used %d < optimum %d (%v)", pol.Name(), items, used, opt, err)
-			}
-		}
 	}
 }
 
@@ -142,78 +134,5 @@ func TestBoundExamples(t *testing.T) {
 	}
 	if _, err := Optimum(H100_80GB, []RequestItem{{"1g.10gb", MaxExactRequests + 1}}); err == nil {
 		t.Error("Optimum accepted an instance over the limit")
-	}
-}
-
-func TestStaticOrder(t *testing.T) {
-	cases := []struct {
-		name  string
-		m     Model
-		items []RequestItem
-		want  []string
-	}{
-		{
-			name:  "3g without a 4g is followed by the smalls that fill its other half",
-			m:     H100_80GB,
-			items: []RequestItem{{"1g.10gb", 3}, {"2g.20gb", 1}, {"3g.40gb", 2}, {"7g.80gb", 1}, {"1g.10gb+me", 1}},
-			want: []string{"1g.10gb+me", "7g.80gb", "3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb",
-				"3g.40gb", "1g.10gb"},
-		},
-		{
-			name:  "3g pairing with a 4g takes no smalls",
-			m:     H100_80GB,
-			items: []RequestItem{{"1g.10gb", 2}, {"3g.40gb", 2}, {"4g.40gb", 1}},
-			want:  []string{"4g.40gb", "3g.40gb", "3g.40gb", "1g.10gb", "1g.10gb"},
-		},
-		{
-			name:  "A30: 2g halves take the 1g smalls",
-			m:     A30_24GB,
-			items: []RequestItem{{"1g.6gb", 3}, {"2g.12gb", 2}, {"4g.24gb", 1}},
-			want:  []string{"4g.24gb", "2g.12gb", "1g.6gb", "1g.6gb", "2g.12gb", "1g.6gb"},
-		},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := StaticOrder(tc.m, tc.items)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("StaticOrder (-want +got):\n%s", diff)
-			}
-		})
-	}
-	if _, err := StaticOrder(H100_80GB, []RequestItem{{"5g.50gb", 1}}); err == nil {
-		t.Error("StaticOrder accepted an unknown profile")
-	}
-}
-
-// StaticOrder is a permutation of the batch, and on the instance where largest-first pairs two
-// 3g (stranding a compute slice) the slicer policy now reaches the optimum.
-func TestPackStaticOrder(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 3))
-	for run := 0; run < 200; run++ {
-		items := randomItems(rng, H100_80GB, 1+rng.IntN(30))
-		order, err := StaticOrder(H100_80GB, items)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := map[string]int{}
-		for _, it := range items {
-			want[it.Profile] += it.Count
-		}
-		got := map[string]int{}
-		for _, name := range order {
-			got[name]++
-		}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Fatalf("%v: order is not a permutation (-want +got):\n%s", items, diff)
-		}
-	}
-	tight := []RequestItem{{"1g.10gb", 8}, {"1g.20gb", 1}, {"2g.20gb", 3}, {"3g.40gb", 3}, {"4g.40gb", 1}, {"7g.80gb", 1}}
-	opt, _ := Optimum(H100_80GB, tight)
-	used, err := PackStatic(Slicer, H100_80GB, tight)
-	if err != nil || used != opt || opt != 5 {
-		t.Errorf("PackStatic = %d, %v; optimum %d, want 5", used, err, opt)
 	}
 }

@@ -1,30 +1,31 @@
 package mig
 
-import (
-	"iter"
-	"math/bits"
-)
+import "math/bits"
 
 // Defragmentation planning: a pending single-slice request fits the cluster's free compute and
 // memory but no legal placement is left. PlanDefrag finds the fewest moves of movable slices,
-// each re-created at a placement that is free now, after which a legal placement is open for
-// the request. See docs/design/defragmentation.md.
-//
-// The model: a move destroys a slice (its pod is evicted) and re-creates it at its destination
-// (its replacement lands there). Destinations must be free in the current state (they overlap
-// no existing instance, moved or not) and legal together with the other destinations and the
-// request's placement, so every reservation of a plan can be taken before anything is evicted.
-// Under that model moving a slice off a GPU other than the request's target never helps (its
-// freed space may not be used), so a plan moves slices off one GPU only.
+// each re-created at a placement that is free now (so that every room of a plan can be held
+// before anything is evicted), after which a legal placement is open for the request; such a
+// plan moves slices off one GPU only (docs/design/defragmentation.md, Planner).
 
 // MaxDefragMoves is the most moves one plan may have.
 const MaxDefragMoves = 4
 
-// DefaultDefragMoves is the move bound when DefragOptions.MaxMoves is zero.
-const DefaultDefragMoves = 2
+// DefaultDefragMoves is the move bound when DefragOptions.MaxMoves is zero, and the API's
+// default maxMovesPerPlan (api/v1alpha1's test pins the two together).
+const DefaultDefragMoves = 4
 
 // DefaultDefragRemovalSets is the work bound when DefragOptions.MaxRemovalSets is zero.
 const DefaultDefragRemovalSets = 1 << 15
+
+// ShallowDefragMoves is the most moves of the shallow search, always searched to the end
+// (within MaxRemovalSets); the levels above it are the deeper search, bounded by DeepWork.
+const ShallowDefragMoves = 2
+
+// DefaultDefragDeepWork is the deeper search's work bound when DefragOptions.DeepWork is zero:
+// on a cluster of fewer GPUs it is exact (docs/benchmarks.md has its cost and its misses at
+// 5,000 nodes × 8 GPUs).
+const DefaultDefragDeepWork = 4096
 
 // defragTies is how many feasible plans of the fewest moves are compared before the best is
 // taken (see PlanDefrag's tie-break).
@@ -37,6 +38,11 @@ type DefragOptions struct {
 	// MaxRemovalSets bounds the work: how many (GPU, set of its movable slices) pairs the
 	// planner examines before it gives up (0: DefaultDefragRemovalSets).
 	MaxRemovalSets int
+	// DeepWork bounds the deeper search, the plans of more than ShallowDefragMoves moves,
+	// which runs only once the shallow search and the repack plans found nothing: how many
+	// GPUs its levels may look at, together, past the table test of their state (0:
+	// DefaultDefragDeepWork; negative: no bound). When it runs out the result is Bounded.
+	DeepWork int
 	// Destinations, when set, restricts where each moved slice may be re-created (nil: any
 	// usable GPU of its model).
 	Destinations DestinationFunc
@@ -48,17 +54,6 @@ type DefragOptions struct {
 	// (a number is found without hashing), large ones in a map. It changes no answer when the
 	// classes are true.
 	DestinationClass func(from SliceAt) int
-	// Chains also looks, when no plan of one or two moves exists and MaxMoves allows two, for a
-	// two-move chain (defrag_chain.go): an Ordered plan whose second move goes into the room the
-	// first one leaves. Ignored with Destinations.
-	Chains bool
-	// MaxSliceQuestions, when positive, also bounds the work by the slices the movability
-	// callback is asked about: once that many were asked, the search stops before the next GPU
-	// it has not looked at in full, and the result is Bounded. 0: no such bound. On a crowded cluster where
-	// moved slices may go almost nowhere the questions, one or two per GPU that k removals
-	// could open, are most of the cost (docs/design/defragmentation.md); a plan on a GPU the
-	// search does not reach is then missed.
-	MaxSliceQuestions int
 	// RepackGPUs, when positive, also looks for a repack plan over at most that many GPUs
 	// (PlanRepack, within MaxMoves and Destinations) once no plan of at most two independent
 	// moves exists, before plans of three or more (defrag_repack.go). 0: no repack plans.
@@ -99,8 +94,7 @@ type DefragPlan struct {
 	Moves  []Move
 	Target SliceAt
 	// Ordered: each move's destination is free only once the slices of the moves before it are
-	// gone (a chain, DefragOptions.Chains, or a repack plan); otherwise every destination is
-	// free now.
+	// gone (a repack plan, or migsim's chains); otherwise every destination is free now.
 	Ordered bool
 	// Repack: a repack plan (PlanRepack), which may move slices within their GPU.
 	Repack bool
@@ -139,51 +133,49 @@ type DefragResult struct {
 // which the single-slice request has a legal placement. It is exact while fewer than
 // opt.MaxRemovalSets removal sets are examined.
 //
-// Search: for k = 1, 2, ... it looks at every usable GPU whose fewest removals for the profile
-// (a table lookup that ignores movability) is at most k and which the removal of all its
-// movable slices would open, in node then GPU order; at each set of k of its movable slices
-// whose removal makes the profile fit; at each legal placement of the profile there. A set is feasible when its slices can all be re-created elsewhere:
-// exactly decided by trying every destination of the slices whose profile fits on fewer than k
-// other GPUs (there are few), the others then always finding an untouched GPU. Among the first
-// 16 feasible candidates with k moves it takes the one moving the fewest compute slices, then
-// the one whose request placement loses the least future placeability on the target GPU, then
-// the first found; slices moved to untouched GPUs go to the one of best fit (Slicer policy).
-// Removal sets that hold a slice with nowhere to go, without destinations the GPUs whose state
-// no removal set opens (defrag_prune.go), and the GPUs where every set whose removal opens the
-// profile holds a slice that may not move or has nowhere to go (defrag_open.go) are passed over
-// unexamined.
+// For k = 1, 2, ... it looks at every usable GPU that k removals could open (a table lookup),
+// in node then GPU order, at every set of k of its movable slices whose removal opens the
+// request, and at every placement of the request there; a set is feasible when its slices can
+// all be re-created at placements free now. Among the first 16 feasible candidates with k moves
+// it takes the one moving the fewest compute slices, then the one whose placement loses the
+// least future placeability on its GPU, then the first found. With opt.RepackGPUs, repack plans
+// are tried after two moves (PlanRepack). The search, its exact pruning rules and why they
+// change no answer: docs/design/defragmentation.md, Planner.
 func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions) DefragResult {
-	return planDefrag(nodes, req, movable, opt, false)
-}
-
-// planDefrag is PlanDefrag; noPrune turns off the stuck-slice rule (keep), which must not
-// change any answer, for the tests and benchmarks that compare the two.
-func planDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune bool) DefragResult {
-	return planDefragRules(nodes, req, movable, opt, noPrune, noPrune)
-}
-
-// planDefragRules is planDefrag with the opening-set rule (defrag_open.go) turned off on its
-// own by noOpen, for the tests and benchmarks that compare it with the search without it.
-func planDefragRules(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune, noOpen bool) DefragResult {
 	if req == nil || req.n != 1 {
 		return DefragResult{Outcome: DefragUnsupported}
 	}
+	return newDefragRun(nodes, req, movable, opt).plan(opt)
+}
+
+// newDefragRun is one PlanDefrag call's search state, with every pruning rule on.
+func newDefragRun(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions) *defragRun {
 	maxMoves := opt.MaxMoves
 	if maxMoves <= 0 {
 		maxMoves = DefaultDefragMoves
 	}
-	maxMoves = min(maxMoves, MaxDefragMoves)
+	deep := opt.DeepWork
+	switch {
+	case deep == 0:
+		deep = DefaultDefragDeepWork
+	case deep < 0:
+		deep = -1
+	}
+	return &defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, class: opt.DestinationClass,
+		maxMoves: min(maxMoves, MaxDefragMoves), deepLeft: deep}
+}
+
+// plan is PlanDefrag's search, level by level.
+func (r *defragRun) plan(opt DefragOptions) DefragResult {
 	budget := opt.MaxRemovalSets
 	if budget <= 0 {
 		budget = DefaultDefragRemovalSets
 	}
-	r := defragRun{nodes: nodes, req: req, movable: movable, dest: opt.Destinations, class: opt.DestinationClass, maxMoves: maxMoves, noPrune: noPrune, noOpen: noOpen,
-		maxAsks: opt.MaxSliceQuestions}
 	if out := r.survey(); out != "" {
 		return DefragResult{Outcome: out}
 	}
 	res := DefragResult{Outcome: DefragNoPlan}
-	for k := 1; k <= maxMoves; k++ {
+	for k := 1; k <= r.maxMoves; k++ {
 		r.k = k
 		r.best = defragCandidate{}
 		r.ties = 0
@@ -199,14 +191,8 @@ func planDefragRules(nodes []Node, req *Request, movable MovableFunc, opt Defrag
 			res.Bounded = true
 			break
 		}
-		if k == 2 && opt.Chains && r.dest == nil {
-			if plan, ok := r.chain(); ok {
-				res.Outcome, res.Plan = DefragPlanned, plan
-				return res
-			}
-		}
-		if k == min(2, maxMoves) && opt.RepackGPUs > 0 {
-			rp := PlanRepack(nodes, req, movable, RepackOptions{MaxGPUs: opt.RepackGPUs, MaxMoves: maxMoves, Destinations: opt.Destinations})
+		if k == min(ShallowDefragMoves, r.maxMoves) && opt.RepackGPUs > 0 {
+			rp := PlanRepack(r.nodes, r.req, r.movable, RepackOptions{MaxGPUs: opt.RepackGPUs, MaxMoves: r.maxMoves, Destinations: opt.Destinations})
 			res.Bounded = res.Bounded || rp.Bounded
 			if rp.Outcome == DefragPlanned {
 				res.Outcome, res.Plan = DefragPlanned, rp.Plan
@@ -236,11 +222,11 @@ type defragRun struct {
 	dest    DestinationFunc
 
 	maxMoves int
-	noPrune  bool
-	noOpen   bool // the opening-set rule off (on only with the others)
-	// maxAsks is DefragOptions.MaxSliceQuestions (0: none); asks counts the movability
-	// callback's calls.
-	maxAsks, asks int
+	// noPrune turns the exact pruning rules off (defrag_prune.go, defrag_open.go), noOpen the
+	// opening-set rule alone: only the tests and benchmarks that compare the search with and
+	// without them set them (planDefragRules in defrag_prune_test.go).
+	noPrune bool
+	noOpen  bool
 	// dests caches, per moved slice (GPU index in node then GPU order × 32 + slot), where it
 	// may go; only with dest set.
 	dests map[int]*destInfo
@@ -249,10 +235,10 @@ type defragRun struct {
 	class    func(from SliceAt) int
 	classes  []*classInfo       // per class number below maxDenseClass
 	classMap map[int]*classInfo // the larger ones
-	// hosts caches chainHosts per (model, profile).
-	hosts map[[2]int][]chainHost
 
 	present  [numModels + 1]bool
+	tabs     [numModels + 1]*modelTable           // the tables of the models present
+	dts      [numModels + 1]*defragTable          // of those that have the request's profile
 	hist     [numModels + 1][]int32               // usable GPUs per state index
 	fitCount [numModels + 1][maxProfiles]int      // usable GPUs where the profile fits now
 	fitList  [numModels + 1][maxProfiles][]gpuRef // those GPUs, built only for scarce profiles
@@ -275,6 +261,9 @@ type defragRun struct {
 	k        int
 	examined int
 	stopped  bool
+	// deepLeft is how many more GPUs the levels above ShallowDefragMoves may look at (-1: no
+	// bound).
+	deepLeft int
 	best     defragCandidate
 	ties     int
 
@@ -315,7 +304,6 @@ type destInfo struct {
 
 // survey counts the usable GPUs per state and answers the cheap outcomes.
 func (r *defragRun) survey() DefragOutcome {
-	var tabs [numModels + 1]*modelTable
 	var want [numModels + 1]int
 	ngpus := 0
 	for n := range r.nodes {
@@ -327,24 +315,24 @@ func (r *defragRun) survey() DefragOutcome {
 			if !g.Usable || m == 0 || m > numModels {
 				continue
 			}
-			t := tabs[m]
+			t := r.tabs[m]
 			if t == nil {
 				t = tableFor(m)
-				tabs[m] = t
+				r.tabs[m] = t
 				r.present[m] = true
 				r.hist[m] = make([]int32, len(t.states))
 				want[m] = int(r.req.prof[m][0])
 			}
 			idx := int(g.State.idx)
 			r.hist[m][idx]++
-			if p := want[m]; p >= 0 && t.nvmlSlot[idx*t.nprof()+p] != noSlot {
+			if p := want[m]; p >= 0 && t.fits(idx, p) {
 				return DefragFitsNow
 			}
 		}
 	}
 	room := false
 	for m := Model(1); m <= numModels; m++ {
-		t := tabs[m]
+		t := r.tabs[m]
 		if t == nil {
 			continue
 		}
@@ -357,7 +345,7 @@ func (r *defragRun) survey() DefragOutcome {
 			freeC += int(c) * (t.spec.computeSlices - int(t.compute[st]))
 			freeM += int(c) * (t.spec.memorySlices - bits.OnesCount16(t.used[st]))
 			for q := 0; q < np; q++ {
-				if t.nvmlSlot[st*np+q] != noSlot {
+				if t.fits(st, q) {
 					r.fitCount[m][q] += int(c)
 				}
 			}
@@ -370,12 +358,17 @@ func (r *defragRun) survey() DefragOutcome {
 		return DefragNoCapacity
 	}
 	r.memo = make([]gpuMemo, ngpus)
+	for m := Model(1); m <= numModels; m++ {
+		if r.tabs[m] != nil && want[m] >= 0 {
+			r.dts[m] = defragTableFor(m)
+		}
+	}
 	if !r.noPrune {
 		for m := Model(1); m <= numModels; m++ {
-			if tabs[m] != nil && want[m] >= 0 {
-				r.keep[m] = r.stuck(m, tabs[m], want[m])
+			if r.dts[m] != nil {
+				r.keep[m] = r.stuck(m, r.tabs[m], want[m])
 				if r.dest == nil {
-					r.opens[m] = make([]uint8, len(tabs[m].states))
+					r.opens[m] = make([]uint8, len(r.tabs[m].states))
 				}
 			}
 		}
@@ -383,209 +376,29 @@ func (r *defragRun) survey() DefragOutcome {
 	return ""
 }
 
-// reqGPU is one GPU of requestGPUs: its index in node then GPU order (over all GPUs), node
-// and GPU indexes, model and state index.
-type reqGPU struct {
+// site is one GPU as the search looks at it: its index in node then GPU order over all GPUs
+// (gi, the key of the per-GPU memo), its node and GPU indexes, its model and that model's
+// tables, its state index, and the request's profile index on the model.
+type site struct {
 	gi, n, g int
 	m        Model
+	t        *modelTable
+	dt       *defragTable
 	st       int
+	p        int
 }
 
-// requestGPUs walks the usable GPUs of the models present that have the request's profile, in
-// node then GPU order: the GPUs a plan may target.
-func (r *defragRun) requestGPUs() iter.Seq[reqGPU] {
-	return func(yield func(reqGPU) bool) {
-		gi := -1
-		for n := range r.nodes {
-			for g := range r.nodes[n].GPUs {
-				gi++
-				gpu := &r.nodes[n].GPUs[g]
-				m := gpu.State.model
-				if !gpu.Usable || m == 0 || m > numModels || !r.present[m] || r.req.prof[m][0] < 0 {
-					continue
-				}
-				if !yield(reqGPU{gi: gi, n: n, g: g, m: m, st: int(gpu.State.idx)}) {
-					return
-				}
-			}
-		}
-	}
+// ref is the site's GPU as a gpuRef.
+func (s *site) ref() gpuRef { return gpuRef{int32(s.n), int32(s.g)} }
+
+// slice is the slice of slot sl on the site's GPU.
+func (s *site) slice(sl int) SliceAt {
+	x := s.t.slots[sl]
+	return SliceAt{Node: s.n, GPU: s.g, Profile: s.t.profiles[x.prof], Placement: Placement{Start: int(x.start), Size: int(x.size)}}
 }
 
-// scan examines level r.k: every GPU that k removals may open, every k-set of its movable
-// slices, every placement of the request they open.
-func (r *defragRun) scan(budget int) {
-	r.examined, r.stopped = 0, false
-	var tabs [numModels + 1]*modelTable
-	var dts [numModels + 1]*defragTable
-	visit := false // some GPU is not passed over by its state alone
-	for m := Model(1); m <= numModels; m++ {
-		if r.present[m] && r.req.prof[m][0] >= 0 {
-			tabs[m], dts[m] = tableFor(m), defragTableFor(m)
-			visit = r.visitStates(m, tabs[m], dts[m]) || visit
-		}
-	}
-	if !visit {
-		return // the walk below would pass over every GPU
-	}
-	for u := range r.requestGPUs() {
-		gi, n, g, m, st := u.gi, u.n, u.g, u.m, u.st
-		keep := r.visit[m][st]
-		if keep&movHopeless != 0 {
-			continue
-		}
-		p := int(r.req.prof[m][0])
-		t := tabs[m]
-		if r.opens[m] != nil && r.hist[m][st] > 1 && !r.stateOpens(gi, n, g, t, st, p, keep&movSlots) {
-			continue
-		}
-		if r.maxAsks > 0 && r.asks >= r.maxAsks && r.memo[gi].mov&movKnown == 0 {
-			r.stopped = true
-			return
-		}
-		if !r.noPrune && !r.noOpen && r.memo[gi].mov&movKnown == 0 && !r.mayOpen(gi, n, g, m, t, st, p, keep&movSlots) {
-			continue
-		}
-		mov := r.movableSlots(gi, n, g, t, dts[m], st, p)
-		if mov&(movHopeless|movStuck) != 0 || bits.OnesCount32(mov&keep&movSlots) < r.k {
-			continue
-		}
-		use := mov & keep & movSlots
-		if r.class != nil && !r.noPrune {
-			if use = r.destStuck(gi, n, g, t, dts[m], st, p, use); bits.OnesCount32(use) < r.k {
-				continue
-			}
-		}
-		pos, npos := setBits(use)
-		// Every k-subset of the npos movable slots, as a bitmask over pos (Gosper's hack).
-		for c := uint32(1)<<r.k - 1; c < 1<<npos; {
-			if r.examined >= budget {
-				r.stopped = true
-				return
-			}
-			r.examined++
-			if r.tryRemoval(gi, n, g, t, st, p, c, pos[:npos]) {
-				return
-			}
-			c = nextSubset(c)
-		}
-	}
-}
-
-// visitStates fills r.visit[m] for level r.k: per state index that usable GPUs of model m are
-// in, the slots keep keeps (every slot with the pruning rules off), or movHopeless when the
-// search passes over every GPU in that state at this level: the fewest removals for the
-// request's profile (a table lookup that ignores movability) exceed r.k, or keep is hopeless.
-// It is the per-GPU test of scan, made once per state and level. It reports whether some state
-// is not passed over.
-func (r *defragRun) visitStates(m Model, t *modelTable, dt *defragTable) bool {
-	if r.visit[m] == nil {
-		r.visit[m] = make([]uint32, len(t.states))
-	}
-	p, np := int(r.req.prof[m][0]), t.nprof()
-	some := false
-	for st, c := range r.hist[m] {
-		if c == 0 {
-			continue
-		}
-		keep := uint32(movSlots)
-		if ks := r.keep[m]; ks != nil {
-			keep = ks[st]
-		}
-		if int(dt.minRemovals[st*np+p]) > r.k {
-			keep = movHopeless
-		}
-		r.visit[m][st] = keep
-		some = some || keep&movHopeless == 0
-	}
-	return some
-}
-
-const (
-	movSlots    = 1<<29 - 1 // the slot bits of a gpuMemo.mov or keep entry
-	movStuck    = 1 << 29   // movHopeless, counting only the movable slots keep keeps
-	movKnown    = 1 << 30   // gpuMemo.mov (or .dest) entry computed
-	movHopeless = 1 << 31   // the profile does not fit even with every movable slice gone
-)
-
-// movableSlots is the slot mask of GPU gi's movable instances, asked of the callback once per
-// call and kept in r.memo[gi].mov, with movHopeless set when removing all of them would not
-// open the profile, movStuck when removing those of them that are not stuck would not.
-func (r *defragRun) movableSlots(gi, n, g int, t *modelTable, dt *defragTable, st, p int) uint32 {
-	if e := r.memo[gi].mov; e&movKnown != 0 {
-		return e
-	}
-	mask := t.states[st]
-	var mov uint32
-	for rest := mask; rest != 0; rest &= rest - 1 {
-		if s := bits.TrailingZeros32(rest); r.slotMovable(gi, n, g, t, s) {
-			mov |= 1 << s
-		}
-	}
-	e := mov | movKnown
-	switch {
-	case mov == 0: // the GPU as it is, which does not fit the profile
-		e |= movHopeless
-	case mov != mask: // mov == mask: the empty GPU fits every profile
-		if fixed := dt.index[mask&^mov]; t.nvmlSlot[int(fixed)*t.nprof()+p] == noSlot {
-			e |= movHopeless
-		}
-	}
-	if ks := r.keep[r.nodes[n].GPUs[g].State.model]; ks != nil && e&movHopeless == 0 {
-		if use := mov & ks[st]; use != mov && t.nvmlSlot[int(dt.index[mask&^use])*t.nprof()+p] == noSlot {
-			e |= movStuck
-		}
-	}
-	r.memo[gi].mov = e
-	return e
-}
-
-// tryRemoval checks one removal set (c over pos) on GPU (n, g). It returns true when enough
-// feasible candidates were seen at this level.
-func (r *defragRun) tryRemoval(gi, n, g int, t *modelTable, st, p int, c uint32, pos []int) bool {
-	ns, np := t.nslots(), t.nprof()
-	var sub uint32
-	cur := st
-	compute := 0
-	var forbid uint16
-	k := 0
-	for rest := c; rest != 0; rest &= rest - 1 {
-		s := pos[bits.TrailingZeros32(rest)]
-		sub |= 1 << s
-		cur = int(t.release[cur*ns+s])
-		compute += t.spec.profiles[t.slots[s].prof].compute
-		forbid |= t.slots[s].mem
-		r.moved[k] = s
-		k++
-	}
-	if t.nvmlSlot[cur*np+p] == noSlot {
-		return false
-	}
-	for _, start := range t.profiles[p].Starts {
-		slot := int(t.slotOf[p][start])
-		next := t.take[cur*ns+slot]
-		if next == noState {
-			continue
-		}
-		cost := t.value[cur] - t.value[next]
-		cand := defragCandidate{found: true, node: n, gpu: g, gi: gi, sub: sub, slot: slot, compute: compute, cost: cost}
-		if !r.feasible(gi, n, g, t, st, uint16(next), forbid, false) {
-			continue
-		}
-		if !r.best.found || cand.better(r.best) {
-			r.best = cand
-		}
-		r.ties++
-		if r.ties >= defragTies {
-			return true
-		}
-	}
-	return false
-}
-
-func (c defragCandidate) better(o defragCandidate) bool {
-	if c.compute != o.compute {
-		return c.compute < o.compute
-	}
-	return c.cost < o.cost
+// siteOf is GPU (n, g), gi in node then GPU order, of a model present.
+func (r *defragRun) siteOf(gi, n, g int) site {
+	st := r.nodes[n].GPUs[g].State
+	return site{gi: gi, n: n, g: g, m: st.model, t: r.tabs[st.model], dt: r.dts[st.model], st: int(st.idx), p: int(r.req.prof[st.model][0])}
 }

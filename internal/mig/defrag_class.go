@@ -1,14 +1,11 @@
 package mig
 
 // Destination classes (DefragOptions.DestinationClass): the moved slices of one class may go to
-// the same nodes, so the planner asks DefragOptions.Destinations once per class and counts a
-// class's allowed GPUs where a profile fits now once per (class, profile) instead of once per
-// slice. On a crowded cluster most slices the search looks at have few allowed GPUs or none,
-// and counting them means asking the predicate about every node with room for the slice's
-// profile; per slice that is the planner's main cost (docs/design/defragmentation.md). A
-// slice's own destInfo (destOf) is then read off its class's list, which gives it the same
-// others, list and order as its own count would, so no answer changes. A class's predicate is
-// asked once per node (classInfo.allowed), whatever the profile.
+// the same nodes, so the planner asks DefragOptions.Destinations once per class, each class's
+// predicate once per node (classInfo.allowed), and counts a class's allowed GPUs where a
+// profile fits now once per (class, profile) instead of once per slice. A slice's own destInfo
+// (destOf) is read off its class's list, with the same count, list and order its own pass would
+// give (docs/design/defragmentation.md, Destination classes).
 
 // classInfo is one non-empty class: its predicate, asked of DefragOptions.Destinations for the
 // first slice of the class, and its allowed GPUs per (model, profile), see classFitsOf.
@@ -73,7 +70,7 @@ func (r *defragRun) classFitsOf(ci *classInfo, m Model, q int) []gpuRef {
 	ci.built[m][q] = true
 	var out []gpuRef
 	last, lastOK := int32(-1), false
-	for _, ref := range r.fits(m, q) {
+	for _, ref := range r.gpusFitting(m, q) {
 		if ref.node != last {
 			last, lastOK = ref.node, ci.allowed(int(ref.node))
 		}

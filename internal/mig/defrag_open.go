@@ -3,18 +3,13 @@ package mig
 import "math/bits"
 
 // The opening-set rule of PlanDefrag's search (defrag.go; the other pruning rules are in
-// defrag_prune.go), exact: before a GPU's movability is asked slice by slice, the search looks
-// at the sets it could examine there that matter. At level k a GPU yields a candidate only
-// through a set of k of its candidate slots (keep) whose removal opens the request, each of
-// whose slots is movable and, with destination classes, not stuck (destStuck's test, slotGone):
-// every other set fails tryRemoval's fit test. Those opening sets depend on the GPU's state
-// only (openingSets, once per state and level), and are few: on a full H100 one or two pairs
-// of slots open a 4g.40gb. The rule asks about one slot at a time, the one in the most sets
-// still open, and passes the GPU over as soon as every set holds a slot that is not movable or
-// has nowhere to go; a GPU where some set survives goes on to the full search, unchanged. On a
-// crowded cluster where moved slices may go almost nowhere, most GPUs are passed over after one
-// or two slots, where the search asked about every slice of the GPU (movableSlots) and every
-// movable one's destinations (destStuck).
+// defrag_prune.go), exact (docs/design/defragmentation.md, "Why the search is exact"): at level
+// k a GPU yields a candidate only through an opening set, k of its candidate slots whose
+// removal opens the request, all movable and, with destination classes, with somewhere to go.
+// The opening sets depend on the GPU's state alone (openingSets, once per state and level);
+// the rule asks about one slot at a time, the one in the most sets still alive, and passes the
+// GPU over once every set holds a slot that fails (mayOpen). A GPU where some set survives
+// goes on to the full search, unchanged.
 
 // maxOpeningSets bounds the k-subsets of one GPU's slots: at most 8 instances, k <= 4.
 const maxOpeningSets = 70
@@ -36,18 +31,18 @@ func (r *defragRun) openingSets(m Model, t *modelTable, st, p int, keep uint32) 
 	if e.k == r.k {
 		return e.sets
 	}
-	ns, np := t.nslots(), t.nprof()
+	ns := t.nslots()
 	pos, npos := setBits(keep)
 	e.k, e.sets = r.k, e.sets[:0]
 	for c := uint32(1)<<r.k - 1; c < 1<<npos; {
 		cur := st
 		var sub uint32
 		for rest := c; rest != 0; rest &= rest - 1 {
-			s := pos[bits.TrailingZeros32(rest)]
-			sub |= 1 << s
-			cur = int(t.release[cur*ns+s])
+			sl := pos[bits.TrailingZeros32(rest)]
+			sub |= 1 << sl
+			cur = int(t.release[cur*ns+sl])
 		}
-		if t.nvmlSlot[cur*np+p] != noSlot {
+		if t.fits(cur, p) {
 			e.sets = append(e.sets, sub)
 		}
 		c = nextSubset(c)
@@ -55,16 +50,15 @@ func (r *defragRun) openingSets(m Model, t *modelTable, st, p int, keep uint32) 
 	return e.sets
 }
 
-// mayOpen is the opening-set rule for GPU (n, g) (gi in node then GPU order, state st, model
-// m) at level r.k: false when every opening set of the slots keep keeps holds a slot that
-// slotGone rules out, so the full search would examine no set that opens the request there.
-// It asks slotGone about as few slots as it can.
-func (r *defragRun) mayOpen(gi, n, g int, m Model, t *modelTable, st, p int, keep uint32) bool {
-	sets := r.openingSets(m, t, st, p, keep)
+// mayOpen is the opening-set rule for the site at level r.k: false when every opening set of
+// the slots keep keeps holds a slot that slotGone rules out, so the full search would examine
+// no set that opens the request there. It asks slotGone about as few slots as it can.
+func (r *defragRun) mayOpen(s *site, keep uint32) bool {
+	sets := r.openingSets(s.m, s.t, s.st, s.p, keep)
 	if len(sets) == 1 {
 		// One set: its slots lowest first, the order the loop below asks them in.
 		for rest := sets[0]; rest != 0; rest &= rest - 1 {
-			if r.slotGone(gi, n, g, t, st, bits.TrailingZeros32(rest)) {
+			if r.slotGone(s, bits.TrailingZeros32(rest)) {
 				return false
 			}
 		}
@@ -82,13 +76,13 @@ func (r *defragRun) mayOpen(gi, n, g int, m Model, t *modelTable, st, p int, kee
 				return true // a set whose slots all may go
 			}
 			for ; rest != 0; rest &= rest - 1 {
-				s := bits.TrailingZeros32(rest)
-				if count[s]++; count[s] > bestCount || (count[s] == bestCount && s < best) {
-					best, bestCount = s, count[s]
+				sl := bits.TrailingZeros32(rest)
+				if count[sl]++; count[sl] > bestCount || (count[sl] == bestCount && sl < best) {
+					best, bestCount = sl, count[sl]
 				}
 			}
 		}
-		if !r.slotGone(gi, n, g, t, st, best) {
+		if !r.slotGone(s, best) {
 			in |= 1 << best
 			continue
 		}
@@ -113,44 +107,43 @@ const (
 	memoGone                  // and found the slice may go nowhere
 )
 
-// slotGone reports whether slot s of GPU (n, g) is in no feasible removal set for a reason of
-// its own: its slice is not movable, or, with destination classes, it may go nowhere (the test
-// destStuck applies to each slot, nowhere). Asked once per slot and call.
-func (r *defragRun) slotGone(gi, n, g int, t *modelTable, st, s int) bool {
-	if !r.slotMovable(gi, n, g, t, s) {
+// slotGone reports whether slot sl of the site's GPU is in no feasible removal set for a reason
+// of its own: its slice is not movable, or, with destination classes, it may go nowhere (the
+// test destStuck applies to each slot, nowhere). Asked once per slot and call.
+func (r *defragRun) slotGone(s *site, sl int) bool {
+	if !r.slotMovable(s, sl) {
 		return true
 	}
-	return r.class != nil && r.slotNowhere(gi, n, g, t, st, s)
+	return r.class != nil && r.slotNowhere(s, sl)
 }
 
-// slotNowhere is nowhere for slot s of GPU (n, g), asked once per slot and call (slotGone and
-// destStuck share the answer), remembered in r.memo[gi].slots.
-func (r *defragRun) slotNowhere(gi, n, g int, t *modelTable, st, s int) bool {
-	sh := 4 * uint(t.slots[s].start)
-	e := r.memo[gi].slots >> sh
+// slotNowhere is nowhere for slot sl of the site's GPU, asked once per slot and call (slotGone
+// and destStuck share the answer), remembered in r.memo[s.gi].slots.
+func (r *defragRun) slotNowhere(s *site, sl int) bool {
+	sh := 4 * uint(s.t.slots[sl].start)
+	e := r.memo[s.gi].slots >> sh
 	if e&memoGoneAsked == 0 {
 		e = memoGoneAsked
-		if r.nowhere(gi, n, g, t, st, s) {
+		if r.nowhere(s, sl) {
 			e |= memoGone
 		}
-		r.memo[gi].slots |= e << sh
+		r.memo[s.gi].slots |= e << sh
 	}
 	return e&memoGone != 0
 }
 
-// slotMovable asks the movability callback about slot s of GPU (n, g) once per call, and
-// remembers the answer in r.memo[gi].slots, which movableSlots reads too.
-func (r *defragRun) slotMovable(gi, n, g int, t *modelTable, s int) bool {
-	sl := t.slots[s]
-	sh := 4 * uint(sl.start)
-	e := r.memo[gi].slots >> sh
+// slotMovable asks the movability callback about slot sl of the site's GPU once per call, and
+// remembers the answer in r.memo[s.gi].slots, which movableSlots reads too.
+func (r *defragRun) slotMovable(s *site, sl int) bool {
+	x := s.t.slots[sl]
+	sh := 4 * uint(x.start)
+	e := r.memo[s.gi].slots >> sh
 	if e&memoMovAsked == 0 {
 		e = memoMovAsked
-		r.asks++
-		if r.movable != nil && r.movable(n, g, t.profiles[sl.prof], Placement{Start: int(sl.start), Size: int(sl.size)}) {
+		if r.movable != nil && r.movable(s.n, s.g, s.t.profiles[x.prof], Placement{Start: int(x.start), Size: int(x.size)}) {
 			e |= memoMovable
 		}
-		r.memo[gi].slots |= e << sh
+		r.memo[s.gi].slots |= e << sh
 	}
 	return e&memoMovable != 0
 }

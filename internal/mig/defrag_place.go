@@ -6,33 +6,26 @@ import "math/bits"
 // removal set's slices can all be re-created at placements free now (feasible, place), where
 // each may go (destOf), and the plan made of the best candidate (materialize, bestUntouched).
 
-// feasible decides whether the r.k slots in r.moved (of GPU (n, g), whose state after the
-// removals and the request's placement is after) can all be re-created at placements free now:
-// not overlapping forbid on the target GPU (gi in node then GPU order), and on GPUs its
-// restriction allows. With record it fills r.choice for the scarce slices and r.overlay with
-// the GPUs they touch.
-//
-// A slice whose profile fits now on at least k allowed GPUs other than the target always finds
-// an untouched one (the other k-1 slices touch at most k-1 GPUs besides the target), so only
-// the others, the scarce ones, are placed by search.
-func (r *defragRun) feasible(gi, n, g int, t *modelTable, st int, after uint16, forbid uint16, record bool) bool {
-	m := r.nodes[n].GPUs[g].State.model
-	np := t.nprof()
+// feasible decides whether the r.k slots in r.moved of the site's GPU, whose state after the
+// removals and the request's placement is after, can all be re-created at placements free now:
+// not overlapping forbid on the target GPU, and on GPUs their restrictions allow. With record it
+// fills r.choice for the scarce slices and r.overlay with the GPUs they touch. Only the scarce
+// slices, whose profile fits now on fewer than k allowed GPUs other than the target, are placed
+// by search; the others always find an untouched GPU (docs/design/defragmentation.md, Search).
+func (r *defragRun) feasible(s *site, after uint16, forbid uint16, record bool) bool {
+	t := s.t
 	nscarce := 0
 	for i := 0; i < r.k; i++ {
 		q := int(t.slots[r.moved[i]].prof)
 		var others int
 		r.info[i] = nil
 		if r.dest != nil {
-			r.info[i] = r.destOf(gi, n, g, t, r.moved[i])
+			r.info[i] = r.destOf(s, r.moved[i])
 		}
 		if in := r.info[i]; in != nil {
 			others = in.others
 		} else {
-			others = r.fitCount[m][q]
-			if t.nvmlSlot[st*np+q] != noSlot {
-				others-- // the target GPU itself is no "other" GPU
-			}
+			others = r.fitCount[s.m][q] - b2i(t.fits(s.st, q)) // the target GPU itself is no "other" GPU
 		}
 		if others < r.k {
 			r.scarce[nscarce] = i
@@ -40,27 +33,28 @@ func (r *defragRun) feasible(gi, n, g int, t *modelTable, st int, after uint16, 
 		}
 	}
 	r.nover = 1
-	r.overlay[0].ref, r.overlay[0].idx = gpuRef{int32(n), int32(g)}, after
+	r.overlay[0].ref, r.overlay[0].idx = s.ref(), after
 	if nscarce == 0 {
 		return true
 	}
-	return r.place(m, t, n, g, forbid, nscarce, 0, record)
+	return r.place(s, forbid, nscarce, 0, record)
 }
 
 // place tries every destination of scarce slice i and the ones after it (backtracking).
-func (r *defragRun) place(m Model, t *modelTable, n, g int, forbid uint16, nscarce, i int, record bool) bool {
+func (r *defragRun) place(s *site, forbid uint16, nscarce, i int, record bool) bool {
 	if i == nscarce {
 		return true
 	}
+	t := s.t
 	mi := r.scarce[i]
 	q := int(t.slots[r.moved[mi]].prof)
-	target := gpuRef{int32(n), int32(g)}
+	target := s.ref()
 	in := r.info[mi]
 	var refs []gpuRef
 	if in != nil {
 		refs = in.list // complete: a restricted slice is scarce only when others < k <= maxMoves
 	} else {
-		refs = r.fits(m, q)
+		refs = r.gpusFitting(s.m, q)
 	}
 	for j := -1; j < len(refs); j++ {
 		ref := target
@@ -93,7 +87,7 @@ func (r *defragRun) place(m Model, t *modelTable, n, g int, forbid uint16, nscar
 				r.choice[mi] = SliceAt{Node: int(ref.node), GPU: int(ref.gpu), Profile: t.profiles[q],
 					Placement: Placement{Start: start, Size: t.profiles[q].MemorySlices}}
 			}
-			if r.place(m, t, n, g, forbid, nscarce, i+1, record) {
+			if r.place(s, forbid, nscarce, i+1, record) {
 				return true
 			}
 			if oi < 0 {
@@ -116,12 +110,12 @@ func (r *defragRun) stateOf(ref gpuRef) (int, int) {
 	return -1, int(r.nodes[ref.node].GPUs[ref.gpu].State.idx)
 }
 
-// fits lists the usable GPUs of model m where profile q fits now. It is built on first use:
+// gpusFitting lists the usable GPUs of model m where profile q fits now. It is built on first use:
 // for scarce profiles (fewer than MaxDefragMoves such GPUs) and for restricted slices (destOf).
 // One walk over the GPUs builds the lists of every profile of m not built yet: the search asks
 // about several profiles (one per moved slice's), each of whose lists would take a walk of its
 // own over a crowded cluster's GPUs.
-func (r *defragRun) fits(m Model, q int) []gpuRef {
+func (r *defragRun) gpusFitting(m Model, q int) []gpuRef {
 	if r.fitBuilt[m][q] {
 		return r.fitList[m][q]
 	}
@@ -150,7 +144,7 @@ func (r *defragRun) fits(m Model, q int) []gpuRef {
 			continue
 		}
 		for rest := need; rest != 0; rest &= rest - 1 {
-			if p := bits.TrailingZeros32(rest); t.nvmlSlot[st*np+p] != noSlot {
+			if p := bits.TrailingZeros32(rest); t.fits(st, p) {
 				want[st] |= 1 << p
 			}
 		}
@@ -173,19 +167,18 @@ scan:
 	return r.fitList[m][q]
 }
 
-// destOf is where the slot s of GPU (n, g) (gi in node then GPU order) may go under r.dest,
-// nil when anywhere. Computed once per slice and call: the allowed GPUs where its profile fits
-// now are counted up to maxMoves (the most a plentiful slice needs), listed in full below that.
-func (r *defragRun) destOf(gi, n, g int, t *modelTable, s int) *destInfo {
-	key := gi*32 + s
+// destOf is where slot sl of the site's GPU may go under r.dest, nil when anywhere. Computed
+// once per slice and call: the allowed GPUs where its profile fits now are counted up to
+// maxMoves (the most a plentiful slice needs), listed in full below that.
+func (r *defragRun) destOf(s *site, sl int) *destInfo {
+	key := s.gi*32 + sl
 	if in, ok := r.dests[key]; ok {
 		return in
 	}
 	if r.dests == nil {
 		r.dests = map[int]*destInfo{}
 	}
-	sl := t.slots[s]
-	from := SliceAt{Node: n, GPU: g, Profile: t.profiles[sl.prof], Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
+	from := s.slice(sl)
 	var ci *classInfo
 	if r.class != nil {
 		ci = r.classOf(r.class(from), from)
@@ -202,15 +195,15 @@ func (r *defragRun) destOf(gi, n, g int, t *modelTable, s int) *destInfo {
 		r.dests[key] = nil
 		return nil
 	}
-	in := &destInfo{allow: allow, target: allow(n)}
-	self := gpuRef{int32(n), int32(g)}
-	m := r.nodes[n].GPUs[g].State.model
-	refs, lastOK := r.fits(m, int(sl.prof)), true
+	in := &destInfo{allow: allow, target: allow(s.n)}
+	self := s.ref()
+	q := int(s.t.slots[sl].prof)
+	refs, lastOK := r.gpusFitting(s.m, q), true
 	if ci != nil {
 		// The class's allowed GPUs, up to maxMoves+1 of them: at most one is self, so a
 		// slice has maxMoves others when the list is that long, and the list is complete
 		// when it is shorter.
-		refs = r.classFitsOf(ci, m, int(sl.prof))
+		refs = r.classFitsOf(ci, s.m, q)
 	}
 	last := int32(-1)
 	for _, ref := range refs {
@@ -237,45 +230,30 @@ func (r *defragRun) destOf(gi, n, g int, t *modelTable, s int) *destInfo {
 // materialize turns the chosen candidate into a plan: the scarce slices where the exhaustive
 // search put them, the others on the untouched GPU of best fit.
 func (r *defragRun) materialize(c defragCandidate) DefragPlan {
-	gpu := r.nodes[c.node].GPUs[c.gpu]
-	m := gpu.State.model
-	t := tableFor(m)
-	ns := t.nslots()
-	st := int(gpu.State.idx)
-	cur := st
-	var forbid uint16
-	k := 0
-	for rest := c.sub; rest != 0; rest &= rest - 1 {
-		s := bits.TrailingZeros32(rest)
-		cur = int(t.release[cur*ns+s])
-		forbid |= t.slots[s].mem
-		r.moved[k] = s
-		k++
-	}
-	r.k = k
-	after := uint16(t.take[cur*ns+c.slot])
+	s := r.siteOf(c.gi, c.node, c.gpu)
+	t := s.t
+	pos, _ := setBits(c.sub)
+	rm := r.remove(t, s.st, 1<<bits.OnesCount32(c.sub)-1, pos[:])
+	r.k = bits.OnesCount32(c.sub)
+	after := uint16(t.take[rm.cur*t.nslots()+c.slot])
 	for i := range r.choice {
 		r.choice[i] = SliceAt{Node: -1}
 	}
-	r.feasible(c.gi, c.node, c.gpu, t, st, after, forbid, true)
-	plan := DefragPlan{Moves: make([]Move, k)}
-	for i := 0; i < k; i++ {
-		sl := t.slots[r.moved[i]]
-		from := SliceAt{Node: c.node, GPU: c.gpu, Profile: t.profiles[sl.prof],
-			Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
+	r.feasible(&s, after, rm.forbid, true)
+	plan := DefragPlan{Moves: make([]Move, r.k)}
+	for i := 0; i < r.k; i++ {
+		from := s.slice(r.moved[i])
 		to := r.choice[i]
 		if to.Node < 0 {
 			var allow func(int) bool
 			if r.info[i] != nil {
 				allow = r.info[i].allow
 			}
-			to = r.bestUntouched(m, int(sl.prof), allow)
+			to = r.bestUntouched(s.m, int(t.slots[r.moved[i]].prof), allow)
 		}
 		plan.Moves[i] = Move{From: from, To: to}
 	}
-	ts := t.slots[c.slot]
-	plan.Target = SliceAt{Node: c.node, GPU: c.gpu, Profile: t.profiles[ts.prof],
-		Placement: Placement{Start: int(ts.start), Size: int(ts.size)}}
+	plan.Target = s.slice(c.slot)
 	return plan
 }
 
@@ -305,8 +283,8 @@ func (r *defragRun) bestUntouched(m Model, q int, allow func(int) bool) SliceAt 
 			best, bestCost = ref, t.bestCost[k]
 		}
 	}
-	// best.node >= 0 always: a plentiful slice fits on more untouched GPUs than there are
-	// touched ones (see feasible).
+	// best.node >= 0 always: a plentiful slice fits on more GPUs than the plan touches
+	// (docs/design/defragmentation.md, "Why the search is exact").
 	idx := int(r.nodes[best.node].GPUs[best.gpu].State.idx)
 	slot := int(t.best[idx*np+q])
 	r.overlay[r.nover].ref, r.overlay[r.nover].idx = best, uint16(t.take[idx*t.nslots()+slot])

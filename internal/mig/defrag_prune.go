@@ -2,21 +2,17 @@ package mig
 
 import "math/bits"
 
-// Pruning of PlanDefrag's search (defrag.go), exact: a slice with nowhere to go is in no
-// feasible removal set (stuck; destStuck with destination classes), and GPUs in one state are
-// alike to the search when no destination is restricted, so a level's removal sets are tried
-// once per state before its GPUs are (stateOpens); the opening-set rule (defrag_open.go) asks
-// about a GPU's slots one at a time. planDefrag's noPrune turns them off, for the tests that
-// compare.
+// Pruning of PlanDefrag's search (defrag.go), exact (docs/design/defragmentation.md, "Why the
+// search is exact"): a slice with nowhere to go is dropped from the candidates (stuck;
+// destStuck with destination classes), and without destinations a level's removal sets are
+// tried once per GPU state before its GPUs are (stateOpens). The opening-set rule is in
+// defrag_open.go. defragRun.noPrune turns them off, for the tests that compare.
 
-// stuck computes keep for model m and the request's profile p. A slice is stuck on its GPU X
-// when its profile fits now on no usable GPU but X, and no placement of it on X is clear of
-// X's instances now: every destination of a moved slice is free now, on X (the target) or on
-// another GPU where its profile fits now (feasible, place), so a stuck slice is in no feasible
-// removal set, and a GPU that the removal of its other slices cannot open is no target. Only
-// the states that usable GPUs are in are filled in.
+// stuck computes keep for model m and the request's profile p: per state that usable GPUs are
+// in, its slots but the stuck ones (a slice whose profile fits now on no usable GPU but its
+// own, and on its own GPU at no placement clear of the GPU's instances), with movHopeless when
+// the removal of the others cannot open p.
 func (r *defragRun) stuck(m Model, t *modelTable, p int) []uint32 {
-	np := t.nprof()
 	dt := defragTableFor(m)
 	out := make([]uint32, len(t.states))
 	for st, c := range r.hist[m] {
@@ -28,14 +24,14 @@ func (r *defragRun) stuck(m Model, t *modelTable, p int) []uint32 {
 		for rest := mask; rest != 0; rest &= rest - 1 {
 			s := bits.TrailingZeros32(rest)
 			q := int(t.slots[s].prof)
-			if r.fitCount[m][q]-b2i(t.nvmlSlot[st*np+q] != noSlot) > 0 {
+			if r.fitCount[m][q]-b2i(t.fits(st, q)) > 0 {
 				continue
 			}
 			if !roomFor(t, used, q) {
 				keep &^= 1 << s
 			}
 		}
-		if keep != mask && t.nvmlSlot[int(dt.index[mask&^keep])*np+p] == noSlot {
+		if keep != mask && !dt.fitsWith(t, mask&^keep, p) {
 			keep |= movHopeless
 		}
 		out[st] = keep
@@ -54,57 +50,51 @@ func roomFor(t *modelTable, used uint16, q int) bool {
 }
 
 // destStuck is stuck for one GPU under DefragOptions.Destinations: of the candidate slots use
-// of GPU (n, g) (gi in node then GPU order, state st), those whose slice may be re-created on
-// no allowed GPU but its own where its profile fits now (destOf: others 0) and not on its own
-// GPU either (its node not allowed, or no placement there clear of the GPU's instances now)
-// are in no feasible removal set and are dropped; none are kept when the removal of the rest
-// cannot open the request (profile p). Exact for the same reason as stuck: every destination
-// is free now, on the target GPU or on another allowed one where the profile fits now
-// (feasible, place). Computed once per GPU and call, only with DefragOptions.DestinationClass:
-// it asks destOf about every candidate slot, which is cheap with classes (defrag_class.go) but
-// costs a pass over the GPUs where the slice's profile fits per slice without them, for slots
-// the search might never have asked about.
-func (r *defragRun) destStuck(gi, n, g int, t *modelTable, dt *defragTable, st, p int, use uint32) uint32 {
-	if e := r.memo[gi].dest; e&movKnown != 0 {
+// of the site's GPU, it drops those that may go nowhere (nowhere), and keeps none when the
+// removal of the rest cannot open the request. Once per GPU and call, and only with
+// DefragOptions.DestinationClass: it asks about every candidate slot, cheap from a class's
+// list, a pass over the nodes with room per slice without one.
+func (r *defragRun) destStuck(s *site, use uint32) uint32 {
+	if e := r.memo[s.gi].dest; e&movKnown != 0 {
 		return e & movSlots
 	}
 	out := use
 	for rest := use; rest != 0; rest &= rest - 1 {
-		if s := bits.TrailingZeros32(rest); r.slotNowhere(gi, n, g, t, st, s) {
-			out &^= 1 << s
+		if sl := bits.TrailingZeros32(rest); r.slotNowhere(s, sl) {
+			out &^= 1 << sl
 		}
 	}
-	if out != use && t.nvmlSlot[int(dt.index[t.states[st]&^out])*t.nprof()+p] == noSlot {
+	if out != use && !s.dt.fitsWith(s.t, s.t.states[s.st]&^out, s.p) {
 		out = 0
 	}
-	r.memo[gi].dest = out | movKnown
+	r.memo[s.gi].dest = out | movKnown
 	return out
 }
 
-// nowhere is destStuck's test for one slot s of GPU (n, g) in state st: its slice may go to no
-// allowed GPU but its own where its profile fits now, and not to its own GPU either.
-func (r *defragRun) nowhere(gi, n, g int, t *modelTable, st, s int) bool {
-	sl := t.slots[s]
-	q := int(sl.prof)
+// nowhere is destStuck's test for slot sl of the site's GPU: its slice may go to no allowed GPU
+// but its own where its profile fits now, and not to its own GPU either.
+func (r *defragRun) nowhere(s *site, sl int) bool {
+	t := s.t
+	q := int(t.slots[sl].prof)
 	if r.class != nil {
 		// Read off the slice's class without its destInfo (destOf): others is the class's
 		// list without its own GPU, target the class's predicate on its own node.
-		from := SliceAt{Node: n, GPU: g, Profile: t.profiles[q], Placement: Placement{Start: int(sl.start), Size: int(sl.size)}}
+		from := s.slice(sl)
 		if ci := r.classOf(r.class(from), from); ci != nil {
 			if ci.allow == nil {
 				return false
 			}
-			self := gpuRef{int32(n), int32(g)}
-			for _, ref := range r.classFitsOf(ci, r.nodes[n].GPUs[g].State.model, q) {
+			self := s.ref()
+			for _, ref := range r.classFitsOf(ci, s.m, q) {
 				if ref != self {
 					return false
 				}
 			}
-			return !roomFor(t, t.used[st], q) || !ci.allowed(n)
+			return !roomFor(t, t.used[s.st], q) || !ci.allowed(s.n)
 		}
 	}
-	in := r.destOf(gi, n, g, t, s)
-	return in != nil && in.others == 0 && (!in.target || !roomFor(t, t.used[st], q))
+	in := r.destOf(s, sl)
+	return in != nil && in.others == 0 && (!in.target || !roomFor(t, t.used[s.st], q))
 }
 
 const (
@@ -112,35 +102,24 @@ const (
 	stateShut = 2
 )
 
-// stateOpens says whether some set of r.k of the slots keep keeps opens the request (profile
-// p) on GPU (n, g), whose state is st, with every moved slice placed: the GPUs in one state are
-// alike to the search when no destination is restricted (each sees the others of its state as
-// GPUs of that state), so this is asked once per state and level. A GPU whose state it shuts
-// has no feasible removal set among its movable slots. Its work is bounded per state, not per
-// GPU, and is not counted in RemovalSets.
-func (r *defragRun) stateOpens(gi, n, g int, t *modelTable, st, p int, keep uint32) bool {
-	m := r.nodes[n].GPUs[g].State.model
-	if v := r.opens[m][st]; int(v>>2) == r.k {
+// stateOpens says whether some set of r.k of the slots keep keeps opens the request on the
+// site's GPU with every moved slice placed, movability aside: asked once per state and level
+// (without destinations the GPUs of one state are alike to the search), and a GPU whose state
+// it shuts has no feasible removal set. Its work is not counted in RemovalSets.
+func (r *defragRun) stateOpens(s *site, keep uint32) bool {
+	if v := r.opens[s.m][s.st]; int(v>>2) == r.k {
 		return v&stateOpen != 0
 	}
-	ns, np := t.nslots(), t.nprof()
+	t := s.t
+	ns := t.nslots()
 	pos, npos := setBits(keep)
 	open := false
 	for c := uint32(1)<<r.k - 1; c < 1<<npos && !open; {
-		cur := st
-		var forbid uint16
-		k := 0
-		for rest := c; rest != 0; rest &= rest - 1 {
-			s := pos[bits.TrailingZeros32(rest)]
-			cur = int(t.release[cur*ns+s])
-			forbid |= t.slots[s].mem
-			r.moved[k] = s
-			k++
-		}
-		if t.nvmlSlot[cur*np+p] != noSlot {
-			for _, start := range t.profiles[p].Starts {
-				next := t.take[cur*ns+int(t.slotOf[p][start])]
-				if next != noState && r.feasible(gi, n, g, t, st, uint16(next), forbid, false) {
+		rm := r.remove(t, s.st, c, pos[:npos])
+		if t.fits(rm.cur, s.p) {
+			for _, start := range t.profiles[s.p].Starts {
+				next := t.take[rm.cur*ns+int(t.slotOf[s.p][start])]
+				if next != noState && r.feasible(s, uint16(next), rm.forbid, false) {
 					open = true
 					break
 				}
@@ -152,6 +131,6 @@ func (r *defragRun) stateOpens(gi, n, g int, t *modelTable, st, p int, keep uint
 	if open {
 		v = uint8(r.k<<2) | stateOpen
 	}
-	r.opens[m][st] = v
+	r.opens[s.m][s.st] = v
 	return open
 }

@@ -12,7 +12,7 @@ import (
 
 // The pruning rules (defragRun.stuck, defragRun.stateOpens) change no answer: on random
 // clusters, nearly full ones and ones of many GPUs alike included, with and without
-// destinations and chains, PlanDefrag gives what the search without them gives, examining no
+// destinations, PlanDefrag gives what the search without them gives, examining no
 // more removal sets, and fewer on some.
 func TestPlanDefragPruneChangesNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(27, 6))
@@ -25,7 +25,7 @@ func TestPlanDefragPruneChangesNothing(t *testing.T) {
 		}
 		profs := models[0].Profiles()
 		req := MustRequest(RequestItem{Profile: profs[rng.IntN(len(profs))].Name, Count: 1})
-		opt := DefragOptions{MaxMoves: 1 + rng.IntN(MaxDefragMoves), Chains: c%3 == 0}
+		opt := DefragOptions{MaxMoves: 1 + rng.IntN(MaxDefragMoves)}
 		if c%3 == 1 {
 			allowed := func(from SliceAt) func(int) bool {
 				return func(n int) bool { return (n+from.GPU)%2 == 0 }
@@ -83,7 +83,7 @@ func alike(rng *rand.Rand, nodes []Node, movable map[sliceKey]bool) {
 	}
 }
 
-// The shape of BenchmarkPlanDefragChain's "none" case: every other GPU opens the 7g.80gb with
+// The shape of BenchmarkPlanDefragAdversarial's "none" case: every other GPU opens the 7g.80gb with
 // two removals, but its 4g.40gb fits on no other GPU and on no free room of its own, so the
 // rule examines no removal set at two moves.
 func TestPlanDefragPruneStuckSlices(t *testing.T) {
@@ -91,22 +91,19 @@ func TestPlanDefragPruneStuckSlices(t *testing.T) {
 	nodes := []Node{{GPUs: []GPU{h100(t, Instance{"2g.20gb", Placement{0, 2}}), other, other}}}
 	req := MustRequest(RequestItem{Profile: "7g.80gb", Count: 1})
 	all := func(int, int, Profile, Placement) bool { return true }
-	for _, chains := range []bool{false, true} {
-		opt := DefragOptions{Chains: chains}
-		res := PlanDefrag(nodes, req, all, opt)
-		old := planDefrag(nodes, req, all, opt, true)
-		if res.Outcome != DefragNoPlan || old.Outcome != DefragNoPlan {
-			t.Fatalf("chains %v: outcomes %s, %s; want NoPlan", chains, res.Outcome, old.Outcome)
-		}
-		// One removal set at one move (the 2g.20gb of GPU 0) either way; at two moves, one per
-		// other GPU without the rule, none with it.
-		if res.RemovalSets != 1 || old.RemovalSets != 3 {
-			t.Fatalf("chains %v: %d removal sets with the rule, %d without; want 1, 3", chains, res.RemovalSets, old.RemovalSets)
-		}
+	res := PlanDefrag(nodes, req, all, DefragOptions{})
+	old := planDefrag(nodes, req, all, DefragOptions{}, true)
+	if res.Outcome != DefragNoPlan || old.Outcome != DefragNoPlan {
+		t.Fatalf("outcomes %s, %s; want NoPlan", res.Outcome, old.Outcome)
+	}
+	// One removal set at one move (the 2g.20gb of GPU 0) either way; at two moves, one per
+	// other GPU without the rule, none with it.
+	if res.RemovalSets != 1 || old.RemovalSets != 3 {
+		t.Fatalf("%d removal sets with the rule, %d without; want 1, 3", res.RemovalSets, old.RemovalSets)
 	}
 }
 
-// The shape of BenchmarkPlanDefragChain's "crowded" case: the others' 4g.40gb and 2g.20gb may
+// The shape of BenchmarkPlanDefragAdversarial's "crowded" case: the others' 4g.40gb and 2g.20gb may
 // each go to GPU 0 (no slice is stuck) but not both, so no removal set of the others' state is
 // feasible, which stateOpens finds once for all four.
 func TestPlanDefragPruneAlikeGPUs(t *testing.T) {
@@ -124,6 +121,23 @@ func TestPlanDefragPruneAlikeGPUs(t *testing.T) {
 	if res.RemovalSets != 1 || old.RemovalSets != 5 {
 		t.Fatalf("%d removal sets with the rule, %d without; want 1, 5", res.RemovalSets, old.RemovalSets)
 	}
+}
+
+// planDefrag is PlanDefrag with every exact pruning rule turned off (noPrune), which must not
+// change any answer, for the tests and benchmarks that compare the two.
+func planDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune bool) DefragResult {
+	return planDefragRules(nodes, req, movable, opt, noPrune, noPrune)
+}
+
+// planDefragRules is planDefrag with the opening-set rule (defrag_open.go) turned off on its
+// own by noOpen, for the tests and benchmarks that compare the search with and without it.
+func planDefragRules(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions, noPrune, noOpen bool) DefragResult {
+	if req == nil || req.n != 1 {
+		return DefragResult{Outcome: DefragUnsupported}
+	}
+	r := newDefragRun(nodes, req, movable, opt)
+	r.noPrune, r.noOpen = noPrune, noOpen
+	return r.plan(opt)
 }
 
 // benchPlans calls plan(i, false), the planner as it is, and plan(i, true), the search without
@@ -176,4 +190,41 @@ func benchPlans(b *testing.B, plan func(i int, noPrune bool) DefragResult) []Def
 		b.ReportMetric(pct(oldCPU, 0.99)/p, "old/new-cpu-p99")
 	}
 	return out
+}
+
+// BenchmarkPlanDefragAdversarial: 5,000 nodes × 8 H100; one GPU holds a movable 2g.20gb that
+// blocks a pending 7g.80gb. "none": the 39,999 others are 4g.40gb@0 + 2g.20gb@4, room for a 1g
+// only: each opens the 7g.80gb with two removals, but its 4g.40gb has nowhere to go, so no
+// plan. "crowded": the others as in "none", the one GPU a 3g.40gb@4: the others' 4g.40gb and
+// 2g.20gb can only go there, not both, and its 3g.40gb nowhere (no plan either). Both levels
+// are searched to the end; benchPlans' old-cpu-* is the search without the pruning rules.
+func BenchmarkPlanDefragAdversarial(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		target Instance
+	}{
+		{"none", Instance{"2g.20gb", Placement{0, 2}}},
+		{"crowded", Instance{"3g.40gb", Placement{4, 4}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			other := h100(b, Instance{"4g.40gb", Placement{0, 4}}, Instance{"2g.20gb", Placement{4, 2}})
+			nodes := make([]Node, 5000)
+			for n := range nodes {
+				nodes[n].GPUs = make([]GPU, 8)
+				for g := range nodes[n].GPUs {
+					nodes[n].GPUs[g] = other
+				}
+			}
+			nodes[2500].GPUs[3] = h100(b, bc.target)
+			req := MustRequest(RequestItem{Profile: "7g.80gb", Count: 1})
+			all := func(int, int, Profile, Placement) bool { return true }
+			for _, res := range benchPlans(b, func(_ int, noPrune bool) DefragResult {
+				return planDefrag(nodes, req, all, DefragOptions{}, noPrune)
+			}) {
+				if res.Outcome != DefragNoPlan {
+					b.Fatalf("%+v, want NoPlan", res)
+				}
+			}
+		})
+	}
 }

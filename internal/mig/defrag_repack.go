@@ -38,13 +38,15 @@ type RepackOptions struct {
 	Work int
 }
 
-// PlanRepack finds a repack plan for the single-slice request: for k = 2 up to opt.MaxGPUs, the
-// k usable GPUs of one model with the most free compute slices (ties: free memory slices, then
-// node and GPU order), then the k with the most free memory slices (ties: compute), models in
-// their table order; the first k for which a set fits the request with the running slices of
-// its GPUs gives the plan, the set of the two whose plan moves fewer slices. A plan never moves
-// a slice movable refuses (a layout that would is passed over) nor more than opt.MaxMoves.
-// Outcomes as PlanDefrag's; Bounded when some set's search ran out of work.
+// PlanRepack finds a repack plan for the single-slice request. For k = 2 up to opt.MaxGPUs it
+// tries sets of k usable GPUs of one model (models in their table order), drawn from the
+// roomiest: the k with the most free compute slices (ties: free memory slices, then node and
+// GPU order), the k with the most free memory slices (ties: compute), the two lists taken in
+// turn, and the same three from the roomiest GPUs whose every slice movable allows; the first
+// k for which a set fits the request with the running slices of its GPUs gives the plan, the
+// set whose plan moves the fewest slices (the first of equals). A plan never moves a slice
+// movable refuses (a layout that would is passed over) nor more than opt.MaxMoves. Outcomes as
+// PlanDefrag's; Bounded when some set's search ran out of work.
 func PlanRepack(nodes []Node, req *Request, movable MovableFunc, opt RepackOptions) DefragResult {
 	if req == nil || req.n != 1 {
 		return DefragResult{Outcome: DefragUnsupported}
@@ -81,7 +83,7 @@ func PlanRepack(nodes []Node, req *Request, movable MovableFunc, opt RepackOptio
 			pm := &per[m]
 			if !pm.seen {
 				pm.seen = true
-				pm.byCompute, pm.byMemory = topGPUs{n: maxGPUs}, topGPUs{n: maxGPUs}
+				pm.byCompute, pm.byMemory = topGPUs{n: repackCandidates * maxGPUs}, topGPUs{n: repackCandidates * maxGPUs}
 			}
 			c := t.spec.computeSlices - int(t.compute[idx])
 			mem := t.spec.memorySlices - bits.OnesCount16(t.used[idx])
@@ -109,10 +111,12 @@ func PlanRepack(nodes []Node, req *Request, movable MovableFunc, opt RepackOptio
 		}
 		r := repackRun{nodes: nodes, movable: movable, model: m, profile: p, work: work, maxMoves: opt.MaxMoves, dest: opt.Destinations}
 		byCompute, byMemory := pm.byCompute.at, pm.byMemory.at
+		allC, allM := r.allMovable(byCompute), r.allMovable(byMemory)
 		for k := 2; k <= min(maxGPUs, pm.gpus); k++ {
-			best, ok := r.plan(byCompute[:k])
-			if !sameGPUs(byCompute[:k], byMemory[:k]) {
-				if other, ok2 := r.plan(byMemory[:k]); ok2 && (!ok || len(other.Moves) < len(best.Moves)) {
+			var best DefragPlan
+			ok := false
+			for _, set := range repackSets(k, byCompute, byMemory, allC, allM) {
+				if other, found := r.plan(set); found && (!ok || len(other.Moves) < len(best.Moves)) {
 					best, ok = other, true
 				}
 			}
@@ -124,6 +128,47 @@ func PlanRepack(nodes []Node, req *Request, movable MovableFunc, opt RepackOptio
 		res.Bounded = res.Bounded || r.bounded
 	}
 	return res
+}
+
+// repackCandidates × the most GPUs of a set is how many of the roomiest GPUs PlanRepack draws
+// its sets from, by either key.
+const repackCandidates = 3
+
+// repackSets lists PlanRepack's sets of k GPUs, each once: the first k of byCompute, of
+// byMemory and of the two in turn, then the same of their GPUs whose every slice may move.
+func repackSets(k int, byCompute, byMemory, allC, allM []SliceAt) [][]SliceAt {
+	var sets [][]SliceAt
+	add := func(set []SliceAt) {
+		if len(set) < k {
+			return
+		}
+		set = set[:k]
+		for _, o := range sets {
+			if sameGPUs(o, set) {
+				return
+			}
+		}
+		sets = append(sets, set)
+	}
+	for _, l := range [][2][]SliceAt{{byCompute, byMemory}, {allC, allM}} {
+		add(l[0])
+		add(l[1])
+		add(inTurn(l[0], l[1], k))
+	}
+	return sets
+}
+
+// inTurn is the first k distinct GPUs of a and b taken in turn.
+func inTurn(a, b []SliceAt, k int) []SliceAt {
+	var out []SliceAt
+	for i := 0; len(out) < k && (i < len(a) || i < len(b)); i++ {
+		for _, l := range [][]SliceAt{a, b} {
+			if i < len(l) && len(out) < k && !slices.ContainsFunc(out, func(h SliceAt) bool { return h.Node == l[i].Node && h.GPU == l[i].GPU }) {
+				out = append(out, l[i])
+			}
+		}
+	}
+	return out
 }
 
 // topGPUs keeps the n GPUs of the highest keys offered, in key order, the earlier offered first
@@ -169,7 +214,35 @@ type repackRun struct {
 	maxMoves int
 	dest     DestinationFunc
 	destMemo map[[3]int]func(int) bool
+	whole    map[[2]int]bool // allMovable's answers per (node, GPU)
 	bounded  bool
+}
+
+// allMovable keeps the GPUs of list whose every slice movable allows, asking it once per GPU
+// and call.
+func (r *repackRun) allMovable(list []SliceAt) []SliceAt {
+	if r.whole == nil {
+		r.whole = map[[2]int]bool{}
+	}
+	var out []SliceAt
+	for _, g := range list {
+		key := [2]int{g.Node, g.GPU}
+		ok, seen := r.whole[key]
+		if !seen {
+			ok = true
+			for _, in := range r.nodes[g.Node].GPUs[g.GPU].State.Instances() {
+				if !r.movable(g.Node, g.GPU, stateProfile(r.model, in.Profile), in.Placement) {
+					ok = false
+					break
+				}
+			}
+			r.whole[key] = ok
+		}
+		if ok {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // allowed is where the slice at from may go (r.dest asked once per slice, its predicate once

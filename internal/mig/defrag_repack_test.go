@@ -234,3 +234,45 @@ func BenchmarkPlanRepack(b *testing.B) {
 		}
 	}
 }
+
+// The sets PlanRepack draws beyond the roomiest by one key: a 1g.10gb fits nowhere on GPUs
+// that have a free compute slice and no free memory (two 3g.40gb) and GPUs that have a free
+// memory slice and no free compute (4g.40gb, 2g.20gb, 1g.10gb); the two roomiest by either key
+// are alike and cannot help, one of each, taken in turn, can (three moves). And when the GPUs
+// roomiest by compute hold a slice that may not move, the roomiest of those whose every slice
+// may move give the plan.
+func TestPlanRepackSets(t *testing.T) {
+	in := func(p string, start int) Instance {
+		q, _ := H100_80GB.Profile(p)
+		return Instance{Profile: p, Placement: Placement{Start: start, Size: q.MemorySlices}}
+	}
+	compute := h100(t, in("3g.40gb", 0), in("3g.40gb", 4))
+	memory := h100(t, in("4g.40gb", 0), in("2g.20gb", 4), in("1g.10gb", 6))
+	nodes := []Node{{GPUs: []GPU{compute, compute, compute, memory, memory, memory}}}
+	req := MustRequest(RequestItem{Profile: "1g.10gb", Count: 1})
+	all := func(int, int, Profile, Placement) bool { return true }
+	res := PlanRepack(nodes, req, all, RepackOptions{MaxGPUs: 2, MaxMoves: 4})
+	if res.Outcome != DefragPlanned || len(res.Plan.Moves) != 3 {
+		t.Fatalf("in turn: %+v, want a plan of three moves", res)
+	}
+	every := map[sliceKey]bool{}
+	for g, gpu := range nodes[0].GPUs {
+		for _, in := range gpu.State.Instances() {
+			every[sliceKey{0, g, in.Placement.Start}] = true
+		}
+	}
+	checkRepackPlan(t, nodes, req, every, nil, 4, res.Plan)
+
+	// GPUs 0-2 (roomiest by compute, first in order) each hold an unmovable 3g.40gb@0.
+	pinned := func(n, g int, _ Profile, pl Placement) bool { return g >= 3 || pl.Start != 0 }
+	nodes = []Node{{GPUs: []GPU{compute, compute, compute, memory, memory, memory, compute}}}
+	res = PlanRepack(nodes, req, pinned, RepackOptions{MaxGPUs: 2, MaxMoves: 4})
+	if res.Outcome != DefragPlanned {
+		t.Fatalf("movable sets: %+v, want a plan", res)
+	}
+	for _, mv := range res.Plan.Moves {
+		if !pinned(mv.From.Node, mv.From.GPU, mv.From.Profile, mv.From.Placement) {
+			t.Fatalf("moves %v, which may not move", mv.From)
+		}
+	}
+}

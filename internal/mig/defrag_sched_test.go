@@ -114,15 +114,13 @@ func (x *schedIndex) class(from SliceAt) int {
 	return 0
 }
 
-// plan is PlanDefrag as the plugin calls it (noOpen: the search without the opening-set rule,
-// as it was before it), with classes also naming each moved slice's destination class.
-func (c *schedCluster) plan(req *Request, noOpen, classes bool, maxQuestions, maxMoves int) DefragResult {
+// plan is PlanDefrag as the plugin calls it, destination classes naming each moved slice's pod's
+// node selector and toleration (noOpen: the search without the opening-set rule, as it was
+// before it; deep: DefragOptions.DeepWork).
+func (c *schedCluster) plan(req *Request, noOpen bool, maxMoves, deep int) DefragResult {
 	x := c.index()
-	opt := DefragOptions{MaxMoves: maxMoves, Destinations: x.destinations, MaxSliceQuestions: maxQuestions,
-		RepackGPUs: DefaultRepackGPUs}
-	if classes {
-		opt.DestinationClass = x.class
-	}
+	opt := DefragOptions{MaxMoves: maxMoves, Destinations: x.destinations, DestinationClass: x.class,
+		RepackGPUs: DefaultRepackGPUs, DeepWork: deep}
 	return planDefragRules(c.nodes, req, x.at, opt, false, noOpen)
 }
 
@@ -184,10 +182,49 @@ func (c *schedCluster) roomNodes() []int {
 	return out
 }
 
+// deepCluster is 5,000 × 8 H100 where a pending 4g.40gb has plans of three moves only, on
+// the last zone's nodes (three quarters of the way through the search): every GPU holds
+// 1g.10gb@0, 1g.10gb@1 and 2g.20gb@2 (movable) beside a 3g.40gb@4 that may not move, and GPU 7 of
+// the last 20 nodes a 4g.40gb@0 that may not move, its upper half free; each movable pod selects
+// its zone.
+func deepCluster() *schedCluster {
+	const nodes = 5000
+	in := func(p string, start int) Instance {
+		q, _ := H100_80GB.Profile(p)
+		return Instance{Profile: p, Placement: Placement{Start: start, Size: q.MemorySlices}}
+	}
+	full, _ := NewGPUState(H100_80GB, []Instance{in("1g.10gb", 0), in("1g.10gb", 1), in("2g.20gb", 2), in("3g.40gb", 4)})
+	room, _ := NewGPUState(H100_80GB, []Instance{in("4g.40gb", 0)})
+	c := &schedCluster{nodes: make([]Node, nodes), attrs: make([]schedNode, nodes), pods: make([][8]*schedPod, nodes*8)}
+	classes := map[string]int{}
+	for n := range c.nodes {
+		zone := "zone-" + strconv.Itoa(n*4/nodes)
+		c.attrs[n] = schedNode{labels: map[string]string{zoneLabel: zone}}
+		if classes[zone] == 0 {
+			classes[zone] = len(classes) + 1
+		}
+		c.nodes[n].GPUs = make([]GPU, 8)
+		for g := range c.nodes[n].GPUs {
+			if g == 7 && n >= nodes-20 {
+				c.nodes[n].GPUs[g] = GPU{State: room, Usable: true}
+				continue
+			}
+			c.nodes[n].GPUs[g] = GPU{State: full, Usable: true}
+			for _, start := range []int{0, 1, 2} {
+				c.pods[n*8+g][start] = &schedPod{selector: map[string]string{zoneLabel: zone}, class: classes[zone]}
+			}
+		}
+	}
+	return c
+}
+
 // BenchmarkPlanDefragScheduler plans on crowded 5,000 × 8 H100 clusters (crowdedCluster) as the
-// scheduler plugin does, for a pending 7g.80gb, 4g.40gb or 3g.40gb; each case has four clusters
-// (fixed seeds) and reports benchPlans' percentiles, the share of calls that found a plan, that
-// the work bound stopped, and the removal sets examined per call.
+// scheduler plugin does (destination classes, repack plans, default bounds), for a pending
+// 7g.80gb, 4g.40gb or 3g.40gb; each case has four clusters (fixed seeds) and reports
+// benchPlans' percentiles, the share of calls that found a plan, that a work bound stopped, the
+// removal sets examined per call, and the share of calls whose plan the deeper search's work
+// bound missed: no plan within the bound, one without it (DefragOptions.DeepWork -1, run after
+// the timed calls).
 //
 //   - "crowded": half the pods select their zone.
 //   - "no-plan": every node that has room for a slice is cordoned (the room is on nodes being
@@ -196,20 +233,18 @@ func (c *schedCluster) roomNodes() []int {
 //   - "late": as "no-plan", but the room on the last 20 nodes is schedulable and every pod
 //     selects its zone: only slices in the last zone (node 3,750 on, three quarters of the way
 //     through the search) can move, to those nodes.
+//   - "deep": deepCluster, whose only plans have three moves, three quarters of the way through.
 //
-// Each case runs as the plugin calls the planner today and, "+classes", with
-// DefragOptions.DestinationClass naming each pod's node selector and toleration. benchPlans'
-// old-cpu-* here is the planner without the opening-set rule (defrag_open.go), run alternately
-// on the same thread: the planner before the rule. DEFRAG_BENCH_MAX_QUESTIONS=N runs the planner
-// (not the one without the rule) with DefragOptions.MaxSliceQuestions N;
-// DEFRAG_BENCH_MAX_MOVES=N runs both with DefragOptions.MaxMoves N (default DefaultDefragMoves,
-// as the scheduler's maxMovesPerPlan).
+// benchPlans' old-cpu-* here is the planner without the opening-set rule (defrag_open.go), run
+// alternately on the same thread. DEFRAG_BENCH_MAX_MOVES=N runs both with DefragOptions.MaxMoves
+// N (default DefaultDefragMoves, as the scheduler's maxMovesPerPlan), DEFRAG_BENCH_DEEP_WORK=N
+// with DefragOptions.DeepWork N (default 0, DefaultDefragDeepWork).
 func BenchmarkPlanDefragScheduler(b *testing.B) {
-	maxQuestions, _ := strconv.Atoi(os.Getenv("DEFRAG_BENCH_MAX_QUESTIONS"))
 	maxMoves, _ := strconv.Atoi(os.Getenv("DEFRAG_BENCH_MAX_MOVES"))
 	if maxMoves <= 0 {
 		maxMoves = DefaultDefragMoves
 	}
+	deep, _ := strconv.Atoi(os.Getenv("DEFRAG_BENCH_DEEP_WORK"))
 	cordonRoom := func(keep int) func(c *schedCluster) {
 		return func(c *schedCluster) {
 			for _, n := range c.roomNodes() {
@@ -229,46 +264,46 @@ func BenchmarkPlanDefragScheduler(b *testing.B) {
 		{"no-plan/7g.80gb", "7g.80gb", 0.5, cordonRoom(0)},
 		{"no-plan/4g.40gb", "4g.40gb", 0.5, cordonRoom(0)},
 		{"late/4g.40gb", "4g.40gb", 1, cordonRoom(20)},
+		{"deep/4g.40gb", "4g.40gb", 0, nil},
 	}
 	for _, bc := range cases {
-		for _, classes := range []bool{false, true} {
-			name := bc.name
-			if classes {
-				name += "+classes"
+		b.Run(bc.name, func(b *testing.B) {
+			pending, _ := H100_80GB.Profile(bc.profile)
+			req := MustRequest(RequestItem{Profile: bc.profile, Count: 1})
+			var sc []*schedCluster
+			for i := uint64(0); i < 4; i++ {
+				if bc.name == "deep/4g.40gb" {
+					sc = append(sc, deepCluster())
+					continue
+				}
+				sc = append(sc, crowdedCluster(5000+i, pending, bc.pZone, bc.shape))
 			}
-			b.Run(name, func(b *testing.B) {
-				pending, _ := H100_80GB.Profile(bc.profile)
-				req := MustRequest(RequestItem{Profile: bc.profile, Count: 1})
-				var sc []*schedCluster
-				for i := uint64(0); i < 4; i++ {
-					sc = append(sc, crowdedCluster(5000+i, pending, bc.pZone, bc.shape))
-				}
-				results := benchPlans(b, func(i int, old bool) DefragResult {
-					if old {
-						return sc[i%len(sc)].plan(req, true, classes, 0, maxMoves)
-					}
-					return sc[i%len(sc)].plan(req, false, classes, maxQuestions, maxMoves)
-				})
-				planned, bounded, sets, late := 0, 0, 0, 0
-				for _, res := range results {
-					sets += res.RemovalSets
-					if res.Bounded {
-						bounded++
-					}
-					if res.Outcome == DefragPlanned {
-						planned++
-						if res.Plan.Target.Node >= 3750 {
-							late++
-						}
-					}
-				}
-				b.ReportMetric(float64(planned)/float64(b.N), "planned")
-				b.ReportMetric(float64(bounded)/float64(b.N), "bounded")
-				b.ReportMetric(float64(sets)/float64(b.N), "sets/call")
-				if planned > 0 {
-					b.ReportMetric(float64(late)/float64(planned), "late-target")
-				}
+			results := benchPlans(b, func(i int, old bool) DefragResult {
+				return sc[i%len(sc)].plan(req, old, maxMoves, deep)
 			})
-		}
+			planned, bounded, sets, late, missed := 0, 0, 0, 0, 0
+			for i, res := range results {
+				sets += res.RemovalSets
+				if res.Bounded {
+					bounded++
+					if res.Outcome != DefragPlanned && sc[i%len(sc)].plan(req, false, maxMoves, -1).Outcome == DefragPlanned {
+						missed++
+					}
+				}
+				if res.Outcome == DefragPlanned {
+					planned++
+					if res.Plan.Target.Node >= 3750 {
+						late++
+					}
+				}
+			}
+			b.ReportMetric(float64(planned)/float64(b.N), "planned")
+			b.ReportMetric(float64(bounded)/float64(b.N), "bounded")
+			b.ReportMetric(float64(missed)/float64(b.N), "missed")
+			b.ReportMetric(float64(sets)/float64(b.N), "sets/call")
+			if planned > 0 {
+				b.ReportMetric(float64(late)/float64(planned), "late-target")
+			}
+		})
 	}
 }

@@ -46,3 +46,19 @@ var defragTables [numModels + 1]struct {
 	once  sync.Once
 	table *defragTable
 }
+
+// fits reports whether profile p has a legal placement on a GPU in state st.
+func (t *modelTable) fits(st, p int) bool { return t.nvmlSlot[st*len(t.profiles)+p] != noSlot }
+
+// fitsWith reports whether profile p has a legal placement on a GPU holding exactly the slots
+// of mask (a subset of a legal state's, so itself one).
+func (d *defragTable) fitsWith(t *modelTable, mask uint32, p int) bool {
+	return t.fits(int(d.index[mask]), p)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

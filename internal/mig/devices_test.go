@@ -22,8 +22,8 @@ func randomNode(rng *rand.Rand, m Model, gpus int) Node {
 	return node
 }
 
-// The stock allocator's first fitting device in PreferredOrder is Slicer's Place for a
-// one-slice request, and in NameOrder it is FirstFit's: the published order carries the policy.
+// The stock allocator's first fitting device in PreferredOrder is Place's for a one-slice
+// request: the published order carries the policy (migsim's test has NameOrder and FirstFit).
 func TestDeviceOrderCarriesThePolicy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	for _, name := range []string{"H100-80GB", "A100-40GB", "H200-141GB"} {
@@ -33,22 +33,20 @@ func TestDeviceOrderCarriesThePolicy(t *testing.T) {
 		}
 		for range 400 {
 			node := randomNode(rng, m, 1+rng.IntN(8))
-			for order, pol := range map[DeviceOrder]PolicyKind{PreferredOrder: Slicer, NameOrder: FirstFit} {
-				devs := Devices(node, order)
-				for _, p := range m.Profiles() {
-					got, ok := FirstFitting(node, devs, p.Name)
-					as, err := pol.Place(node, MustRequest(RequestItem{Profile: p.Name, Count: 1}))
-					if ok != (err == nil) {
-						t.Fatalf("%s %s %s: allocator found %v, %s.Place error %v (node %v)", name, order.Name(), p.Name, ok, pol.Name(), err, node)
-					}
-					if !ok {
-						continue
-					}
-					want := DRADevice{GPU: as[0].GPU, Profile: as[0].Profile, Placement: as[0].Placement}
-					if got.GPU != want.GPU || got.Placement != want.Placement || got.Profile.Name != want.Profile.Name {
-						t.Fatalf("%s %s %s: allocator took GPU %d %v, %s.Place GPU %d %v", name, order.Name(), p.Name,
-							got.GPU, got.Placement, pol.Name(), want.GPU, want.Placement)
-					}
+			devs := Devices(node, PreferredOrder)
+			for _, p := range m.Profiles() {
+				got, ok := FirstFitting(node, devs, p.Name)
+				as, err := Place(node, MustRequest(RequestItem{Profile: p.Name, Count: 1}))
+				if ok != (err == nil) {
+					t.Fatalf("%s %s: allocator found %v, Place error %v (node %v)", name, p.Name, ok, err, node)
+				}
+				if !ok {
+					continue
+				}
+				want := DRADevice{GPU: as[0].GPU, Profile: as[0].Profile, Placement: as[0].Placement}
+				if got.GPU != want.GPU || got.Placement != want.Placement || got.Profile.Name != want.Profile.Name {
+					t.Fatalf("%s %s: allocator took GPU %d %v, Place GPU %d %v", name, p.Name,
+						got.GPU, got.Placement, want.GPU, want.Placement)
 				}
 			}
 		}

@@ -1,12 +1,16 @@
 // Package mig is Slicer's pure MIG core: GPU model tables, profiles, placements, occupancy,
-// the placement policy, the lower bound and the exact optimum. It does no I/O, reads no clock,
-// has no mutable globals and iterates deterministically. The scheduler plugin, the node agent
-// and slicer-sim all call it.
+// the placement policy, preemption victims, the defragmentation planner, the lower bound and
+// the exact optimum. It does no I/O, reads no clock, has no mutable globals, iterates
+// deterministically and imports the standard library only (a depguard rule in .golangci.yml).
+// The scheduler plugin, the node agent, the DRA frontend and slicer-sim all call it; what only
+// the simulator uses (baseline policies, static batches, two-move chains) is in migsim.
 //
 // Models and profiles (models.go is the only place geometry is written down):
 //
 //	Models() []Model; ParseModel(name) (Model, error)
 //	ModelForDevice(pciDeviceID uint32, productName string, memoryMiB uint64) (Model, error)
+//	                                           // PCI id first, exact name second, memory within 5 %
+//	Profile.SupportedBy(driverVersion) bool    // the driver's branch is at least Profile.MinDriver
 //	Model.Profiles() []Profile; Model.Profile(name) (Profile, error)   // either spelling
 //	ParseProfileName(name) (string, error)   // "1g.10gb.me" or "1g.10gb+me" -> "1g.10gb+me"
 //	LegalProfileName(name) string            // "1g.10gb+me" -> "1g.10gb.me"
@@ -17,38 +21,54 @@
 //	Profile.StepDown() (Profile, bool)         // the next smaller profile in memory (right-sizing)
 //	Profile.SmallestFit(peakBytes) (Profile, bool)
 //
-// Kubernetes resource names cannot hold '+': the one legal spelling of a +me profile in
-// resource names and CRD enums is the ".me" suffix (slicer.dev/mig-1g.10gb.me). Profile.Name
-// keeps the NVIDIA spelling.
+// Kubernetes resource names cannot hold '+': the legal spelling of an option in resource names
+// and CRD enums has '.' for '+' (slicer.dev/mig-1g.10gb.me, 1g.24gb.me.all; "-me" stays).
+// Profile.Name keeps the NVIDIA spelling.
 //
 // Occupancy: GPUState is a 4-byte comparable value (model + index into the model's table of
 // the legal states: 2,319 on 8-slice GPUs, 76 on A30). Every question is a table lookup:
 //
 //	EmptyGPU(m); NewGPUState(m, []Instance) (GPUState, error)   // validates, never panics
 //	Occupancy(m, []Occupant, misfits) (GPUState, error)          // instances + claims, each slot once
-//	s.Take(p, pl) / s.Release(p, pl) (GPUState, error)
-//	s.Fits(p) bool; s.Candidates(p) []Placement; s.Count(p); s.WhyNot(p) string
+//	s.Take(p, pl) / s.Release(p, pl) (GPUState, error); s.CanTake(p, pl); s.Has(p, pl)
+//	s.Fits(p) bool; s.Candidates(p) []Placement; s.Count(p); s.WhyNot(p) string; s.Obstacle(p)
+//	Slot{GPU, Profile, Placement}: a slice's identity; Slot.Overlaps, Slot.DeviceID
 //
-// Policy: a Node is a list of GPUs (state + usable). A Request (NewRequest, built once per pod)
-// holds up to MaxRequestSlices slices, placed largest first on one node.
+// Placement policy: a Node is a list of GPUs (state + usable). A Request (NewRequest, built once
+// per pod) holds up to MaxRequestSlices slices, placed largest first on one node.
 //
 //	Score(node, req) (int64, bool)         // [0, MaxNodeScore], feasibility; 0 allocations
 //	Place(node, req) ([]Assignment, error) // same code path as Score
 //	Explain(node, req) string              // why not, for the scheduler's failure message
 //	Apply(node, assignments) error         // take them on a snapshot
 //
-// Score and Place are the Slicer policy (PolicyKind Slicer): each slice goes to the (GPU,
-// start) that loses the least future placeability V(state) = Σ_profiles weight × how many more
-// instances of the profile still fit (weight = compute × memory slices), ties broken by the
-// largest free aligned block and the highest start. This prefers GPUs already in use and
-// keeps 4g/7g starts free. FirstFit and DASLike are baselines implementing the same Policy
-// interface; SelectNode is the simulator's stand-in for kube-scheduler's host selection.
+// Each slice goes to the (GPU, start) that loses the least future placeability V(state) =
+// Σ_profiles weight × how many more instances of the profile still fit (weight = compute ×
+// memory slices), ties broken by the largest free aligned block and the highest start. This
+// prefers GPUs already in use and keeps 4g/7g starts free.
 //
-// Bounds: LowerBound(m, items) (at least docs/design/geometry.md's formula), Optimum(m, items) (exact,
-// up to MaxExactRequests slices), PackStatic(policy, m, items) and StaticOrder(m, items) (the
-// order PackStatic feeds a static batch to the policy in).
+// DRA devices: Devices(node, order) lists every (GPU, profile, placement) in NameOrder or
+// PreferredOrder (the policy's order); FirstFitting(node, devices, profile) is the stock
+// allocator's pick.
 //
-// Defragmentation: PlanDefrag(nodes, req, movable, opts) DefragResult — the fewest moves of
-// movable slices, each to a placement free now, that open a legal placement for a pending
-// single-slice request (docs/design/defragmentation.md).
+// Preemption: ChooseVictims(m, holders, p, preemptor) and PlanPreemption(gpus, req, preemptor),
+// the fewest and lowest-priority victims that open a placement.
+//
+// Bounds: LowerBound(m, items) (at least docs/design/geometry.md's formula), Optimum(m, items)
+// (exact, up to MaxExactRequests slices), PackExact(m, items, gpus, work) (does the batch fit on
+// that many GPUs, no limit on the slices).
+//
+// Defragmentation (docs/design/defragmentation.md):
+//
+//	PlanDefrag(nodes, req, movable, DefragOptions) DefragResult
+//	    // the fewest moves of movable slices, each to a placement free now, that open a legal
+//	    // placement for a pending single-slice request; DefragOptions: MaxMoves, MaxRemovalSets,
+//	    // DeepWork (the bound on plans of more than ShallowDefragMoves), Destinations and
+//	    // DestinationClass (where a moved slice may go), RepackGPUs
+//	PlanRepack(nodes, req, movable, RepackOptions) DefragResult
+//	    // re-place the slices of a few GPUs with the request (PlanDefrag asks it after two moves)
+//	PodMove{ControllerKind, AnnotatedUnmovable, Deleting, Slices}.Check() Immovable
+//	    // Evict mode's movability rules that read the pod alone (the scheduler and slicer-sim)
+//	EvictionCap{Max, Window}.Admit(past, now, n) ([]time.Time, bool)
+//	    // spec.defragmentation's cap of maxEvictions per windowSeconds
 package mig

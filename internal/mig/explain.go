@@ -16,12 +16,12 @@ func Explain(node Node, req *Request) string {
 	if len(node.GPUs) == 0 {
 		return "node has no MIG GPU"
 	}
-	var plan [MaxRequestSlices]Assignment
+	var out [MaxRequestSlices]Assignment
 	// Replay the default policy to find the first slice that fails.
 	for n := 1; n <= req.n; n++ {
 		sub := *req
 		sub.n = n
-		if _, ok := Slicer.plan(node, &sub, &plan); ok {
+		if _, ok := plan(node, &sub, &out); ok {
 			continue
 		}
 		var b strings.Builder
@@ -39,7 +39,7 @@ func Explain(node Node, req *Request) string {
 		for i, g := range node.GPUs {
 			overlay[i] = g.State
 		}
-		for _, a := range plan[:n-1] {
+		for _, a := range out[:n-1] {
 			overlay[a.GPU], _ = overlay[a.GPU].Take(a.Profile, a.Placement)
 		}
 		for i, g := range node.GPUs {

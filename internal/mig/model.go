@@ -13,9 +13,6 @@ const (
 	// NVIDIAResourcePrefix is the prefix of the NVIDIA device plugin's MIG resources, which the
 	// webhook rewrites to ResourcePrefix.
 	NVIDIAResourcePrefix = "nvidia.com/mig-"
-
-	mediaSuffix      = "+me" // NVIDIA spelling of a media-extension profile
-	legalMediaSuffix = ".me" // the spelling that is legal in Kubernetes resource names
 )
 
 // Profile is one GPU-instance profile of one model. Values are copies of the model table;
@@ -25,6 +22,9 @@ type Profile struct {
 	// Name is the NVIDIA spelling, e.g. "1g.10gb+me". Use LegalName or ResourceName for
 	// Kubernetes.
 	Name string
+	// Option is the media or graphics option NVIDIA spells after the size: "" (none), "+me",
+	// "+me.all", "-me" or "+gfx".
+	Option string
 	// NVMLProfile is the GPU_INSTANCE_PROFILE_* enum value.
 	NVMLProfile int
 	// SMIProfileID is the profile id nvidia-smi prints.
@@ -38,10 +38,15 @@ type Profile struct {
 	MaxCount     int
 	// Starts are the legal placement starts, in memory slices, in NVML order.
 	Starts []int
-	// MediaExtensions is true for +me profiles: at most one such instance per GPU.
+	// MediaExtensions is true for the +me and +me.all profiles: they hold media engines no
+	// other such instance shares, so at most one exists per GPU.
 	MediaExtensions bool
 	// MemoryGB is the nominal memory in the profile name.
 	MemoryGB int
+	// MinDriver is the first NVIDIA driver branch that has the profile (525 for "only available
+	// starting with R525 drivers"); 0 when every driver with MIG on the model has it. See
+	// SupportedBy.
+	MinDriver int
 
 	index int8
 }
@@ -131,6 +136,14 @@ func (m Model) PCIDeviceIDs() []uint16 {
 	return nil
 }
 
+// ProductNames lists the names NVIDIA's driver gives the model's parts (nvmlDeviceGetName).
+func (m Model) ProductNames() []string {
+	if s := m.spec(); s != nil {
+		return append([]string(nil), s.productNames...)
+	}
+	return nil
+}
+
 // Profiles lists the model's GPU-instance profiles in table order.
 func (m Model) Profiles() []Profile {
 	t := tableFor(m)
@@ -178,80 +191,25 @@ func ParseModel(name string) (Model, error) {
 	return 0, fmt.Errorf("unknown GPU model %q (known: %s)", name, strings.Join(names, ", "))
 }
 
-// ModelForDevice identifies a model from what NVML reports: the PCI device id (either the
-// 16-bit device id or NVML's pciDeviceId, device<<16 | 0x10DE), the product name
-// (nvmlDeviceGetName) and the total memory in MiB. Any of them may be zero/empty. The product
-// name wins when it matches; the PCI id next; memory breaks ties between candidates.
-func ModelForDevice(pciDeviceID uint32, productName string, memoryMiB uint64) (Model, error) {
-	if pciDeviceID > 0xFFFF && pciDeviceID&0xFFFF == 0x10DE {
-		pciDeviceID >>= 16
-	}
-	var byName, byID []Model
-	name := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(productName), "Mock "))
-	for m := Model(1); m <= numModels; m++ {
-		s := modelTables[m]
-		for _, n := range s.productNames {
-			if name != "" && strings.EqualFold(n, name) {
-				byName = append(byName, m)
-				break
-			}
-		}
-		for _, id := range s.pciDeviceIDs {
-			if pciDeviceID != 0 && uint32(id) == pciDeviceID {
-				byID = append(byID, m)
-				break
-			}
-		}
-	}
-	cands := byName
-	if len(cands) == 0 {
-		cands = byID
-	}
-	if len(cands) == 0 && name != "" {
-		// Product names carry a memory size in some spellings ("NVIDIA H100 NVL 94GB"):
-		// fall back to a prefix match, disambiguated by memory below.
-		for m := Model(1); m <= numModels; m++ {
-			for _, n := range modelTables[m].productNames {
-				if strings.HasPrefix(strings.ToLower(name), strings.ToLower(n)) {
-					cands = append(cands, m)
-					break
-				}
-			}
-		}
-	}
-	switch {
-	case len(cands) == 0:
-		return 0, fmt.Errorf("no MIG model matches PCI device id %#04x, product name %q", pciDeviceID, productName)
-	case len(cands) == 1 || memoryMiB == 0:
-		if len(cands) > 1 {
-			return 0, fmt.Errorf("product %q / PCI id %#04x is ambiguous (%v); total memory is needed", productName, pciDeviceID, cands)
-		}
-		return cands[0], nil
-	}
-	best, bestDiff := cands[0], uint64(1<<63)
-	for _, m := range cands {
-		d := m.MemoryMiB() - memoryMiB
-		if memoryMiB > m.MemoryMiB() {
-			d = memoryMiB - m.MemoryMiB()
-		}
-		if d < bestDiff {
-			best, bestDiff = m, d
-		}
-	}
-	return best, nil
-}
+// LegalProfileName spells a profile name the way Kubernetes allows: the '+' of an option
+// becomes '.' ("1g.10gb+me" -> "1g.10gb.me", "1g.24gb+me.all" -> "1g.24gb.me.all"; "-me" stays).
+// A name that is no profile name is returned as it is.
+func LegalProfileName(name string) string { return respell(name, true) }
 
-// LegalProfileName spells a profile name the way Kubernetes allows: "+me" becomes ".me".
-func LegalProfileName(name string) string {
-	if strings.HasSuffix(name, mediaSuffix) {
-		return strings.TrimSuffix(name, mediaSuffix) + legalMediaSuffix
-	}
-	return name
-}
+// canonicalProfileName is the NVIDIA spelling of a profile name in either spelling.
+func canonicalProfileName(name string) string { return respell(name, false) }
 
-func canonicalProfileName(name string) string {
-	if strings.HasSuffix(name, legalMediaSuffix) {
-		return strings.TrimSuffix(name, legalMediaSuffix) + mediaSuffix
+// respell rewrites the option suffix of a profile name into one spelling. It allocates only
+// when the suffix changes: Occupancy resolves profile names on the scheduler's hot path.
+func respell(name string, legal bool) string {
+	if _, _, opt, ok := parseProfileName(name); ok && opt != optNone {
+		from, to := optionSpelling[opt].nvidia, optionSpelling[opt].legal
+		if !legal {
+			from, to = to, from
+		}
+		if strings.HasSuffix(name, from) && from != to {
+			return strings.TrimSuffix(name, from) + to
+		}
 	}
 	return name
 }
@@ -290,8 +248,9 @@ func ProfileNameFromResource(resource string) (string, bool) {
 // and returns the NVIDIA spelling, or an error when no known model has such a profile.
 func ParseProfileName(name string) (string, error) {
 	canon := canonicalProfileName(strings.TrimSpace(name))
-	if _, _, _, ok := splitProfileName(canon); !ok {
-		return "", fmt.Errorf("%q is not a MIG profile name (want <N>g.<M>gb[.me]; known: %s)", name, strings.Join(KnownProfileNames(), ", "))
+	if _, _, _, ok := parseProfileName(canon); !ok {
+		return "", fmt.Errorf("%q is not a MIG profile name (want <N>g.<M>gb, then .me, .me.all, -me, .gfx or nothing; known: %s)",
+			name, strings.Join(KnownProfileNames(), ", "))
 	}
 	if len(ModelsSupporting(canon)) == 0 {
 		return "", fmt.Errorf("no supported GPU model has MIG profile %q (known: %s)", name, strings.Join(KnownProfileNames(), ", "))
@@ -299,20 +258,11 @@ func ParseProfileName(name string) (string, error) {
 	return canon, nil
 }
 
-// splitProfileName parses "<c>g.<m>gb[+me]".
+// splitProfileName parses "<c>g.<m>gb[option]"; media is true for the options whose media
+// engines no other instance shares (+me, +me.all).
 func splitProfileName(name string) (compute, memGB int, media, ok bool) {
-	media = strings.HasSuffix(name, mediaSuffix)
-	name = strings.TrimSuffix(name, mediaSuffix)
-	c, rest, found := strings.Cut(name, "g.")
-	if !found || !strings.HasSuffix(rest, "gb") {
-		return 0, 0, false, false
-	}
-	ci, err1 := strconv.Atoi(c)
-	mi, err2 := strconv.Atoi(strings.TrimSuffix(rest, "gb"))
-	if err1 != nil || err2 != nil || ci <= 0 || mi <= 0 {
-		return 0, 0, false, false
-	}
-	return ci, mi, media, true
+	c, m, opt, ok := parseProfileName(name)
+	return c, m, opt.exclusiveMedia(), ok
 }
 
 // KnownProfileNames lists every profile name of every model, in the Kubernetes spelling
@@ -335,20 +285,20 @@ func KnownProfileNames() []string {
 	return out
 }
 
-// sortProfileNames sorts NVIDIA-spelled names ascending by compute slices, memory, media
-// extensions, then name (a stable, human order).
+// sortProfileNames sorts NVIDIA-spelled names ascending by compute slices, memory, option
+// (none, +me, +me.all, -me, +gfx), then name (a stable, human order).
 func sortProfileNames(names []string) {
 	sort.Slice(names, func(i, j int) bool {
-		ci, mi, ei, _ := splitProfileName(names[i])
-		cj, mj, ej, _ := splitProfileName(names[j])
+		ci, mi, oi, _ := parseProfileName(names[i])
+		cj, mj, oj, _ := parseProfileName(names[j])
 		if ci != cj {
 			return ci < cj
 		}
 		if mi != mj {
 			return mi < mj
 		}
-		if ei != ej {
-			return !ei
+		if oi != oj {
+			return oi < oj
 		}
 		return names[i] < names[j]
 	})

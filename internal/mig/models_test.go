@@ -43,6 +43,11 @@ func TestModelTablesMatchDesign(t *testing.T) {
 		{GH200_96GB, eightSlice("1g.12gb", "1g.24gb", "24gb", "48gb", "96gb"), 2319},
 		{H200_141GB, eightSlice("1g.18gb", "1g.35gb", "35gb", "71gb", "141gb"), 2319},
 		{B200_180GB, eightSlice("1g.23gb", "1g.45gb", "45gb", "90gb", "180gb"), 2319},
+		{GB200_186GB, eightSlice("1g.23gb", "1g.47gb", "47gb", "93gb", "186gb"), 2319},
+		{GH200_144GB, eightSlice("1g.18gb", "1g.36gb", "36gb", "72gb", "144gb"), 2319},
+		{H20_96GB, eightSlice("1g.12gb", "1g.24gb", "24gb", "48gb", "96gb"), 2319},
+		{B300_288GB, eightSlice("1g.34gb", "1g.67gb", "67gb", "135gb", "269gb"), 2319},
+		{GB300_288GB, eightSlice("1g.35gb", "1g.70gb", "70gb", "139gb", "278gb"), 2319},
 		{A30_24GB, []profileRow{
 			{"1g.6gb", 0, 14, 0, 1, 1, 4, []int{0, 1, 2, 3}, false},
 			{"1g.6gb+me", 7, 21, 0, 1, 1, 1, []int{0, 1, 2, 3}, true},
@@ -69,38 +74,6 @@ func TestModelTablesMatchDesign(t *testing.T) {
 				t.Errorf("legal states = %d, want %d", n, tc.states)
 			}
 		})
-	}
-}
-
-func TestModelForDevice(t *testing.T) {
-	cases := []struct {
-		id     uint32
-		name   string
-		memMiB uint64
-		want   Model
-	}{
-		{0x20B0, "", 0, A100_40GB},
-		{0x20B010DE, "", 0, A100_40GB},
-		{0, "NVIDIA A100-SXM4-40GB", 0, A100_40GB},
-		{0, "Mock NVIDIA A100-SXM4-40GB", 0, A100_40GB},
-		{0x20B5, "", 0, A100_80GB},
-		{0, "NVIDIA H100 80GB HBM3", 0, H100_80GB},
-		{0x2331, "NVIDIA H100 PCIe", 81559, H100_80GB},
-		{0, "NVIDIA H100 NVL", 95830, H100_94GB},
-		{0, "NVIDIA GH200 480GB", 0, GH200_96GB},
-		{0, "NVIDIA H200", 0, H200_141GB},
-		{0x2335, "", 0, H200_141GB},
-		{0, "NVIDIA B200", 0, B200_180GB},
-		{0x20B7, "NVIDIA A30", 0, A30_24GB},
-	}
-	for _, tc := range cases {
-		got, err := ModelForDevice(tc.id, tc.name, tc.memMiB)
-		if err != nil || got != tc.want {
-			t.Errorf("ModelForDevice(%#x, %q, %d) = %v, %v; want %v", tc.id, tc.name, tc.memMiB, got, err, tc.want)
-		}
-	}
-	if _, err := ModelForDevice(0x1EB8, "Tesla T4", 15360); err == nil {
-		t.Error("a T4 is not a MIG model")
 	}
 }
 
@@ -133,7 +106,7 @@ func TestProfileNames(t *testing.T) {
 			t.Errorf("known name %q is not legal in a resource name", n)
 		}
 	}
-	if known[0] != "1g.5gb" || known[len(known)-1] != "7g.180gb" {
+	if known[0] != "1g.5gb" || known[len(known)-1] != "7g.278gb" {
 		t.Errorf("KnownProfileNames order: %v", known)
 	}
 	if diff := cmp.Diff([]Model{A100_80GB, H100_80GB}, ModelsSupporting("3g.40gb")); diff != "" {

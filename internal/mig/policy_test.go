@@ -6,8 +6,6 @@ import (
 	"testing"
 )
 
-var allPolicies = []PolicyKind{Slicer, FirstFit, DASLike}
-
 // checkNode verifies the invariants of every GPU of a node independently of the tables: no
 // overlapping placements, every start legal, count and media limits, compute within the GPU.
 func checkNode(t testing.TB, node Node) {
@@ -59,8 +57,10 @@ type placed struct {
 	as   []Assignment
 }
 
-// arriveDepart drives random arrivals and departures from a byte stream through a policy.
-func arriveDepart(t testing.TB, pol PolicyKind, m Model, ops []byte) {
+// arriveDepart drives random arrivals and departures from a byte stream through the policy
+// (Score, Place, Explain), each arrival to the feasible node of the best score, the first of
+// equals (migsim.SelectNode, as the simulator places).
+func arriveDepart(t testing.TB, m Model, ops []byte) {
 	profiles := m.Profiles()
 	nodes := make([]Node, 2)
 	for i := range nodes {
@@ -92,34 +92,33 @@ func arriveDepart(t testing.TB, pol PolicyKind, m Model, ops []byte) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		best, bestScore := -1, int64(-1)
 		for n := range nodes {
-			_, ok := pol.Score(nodes[n], req)
-			as, err := pol.Place(nodes[n], req)
+			score, ok := Score(nodes[n], req)
+			as, err := Place(nodes[n], req)
 			if ok != (err == nil) {
 				t.Fatalf("node %d: Score feasible=%v but Place err=%v", n, ok, err)
 			}
 			if ok && len(as) != req.Len() {
 				t.Fatalf("node %d: feasible but %d assignments", n, len(as))
 			}
-			// Explain replays the default policy: a multi-slice request a baseline fits can
-			// fail Slicer's greedy order, so Explain agrees with Slicer's Score only.
-			if ok && pol == Slicer && Explain(nodes[n], req) != "" {
-				t.Fatalf("node %d: feasible but Explain says %q", n, Explain(nodes[n], req))
-			}
-			if _, sok := Slicer.Score(nodes[n], req); sok != (Explain(nodes[n], req) == "") {
-				t.Fatalf("node %d: Slicer feasible=%v but Explain says %q", n, sok, Explain(nodes[n], req))
+			if ok != (Explain(nodes[n], req) == "") {
+				t.Fatalf("node %d: feasible=%v but Explain says %q", n, ok, Explain(nodes[n], req))
 			}
 			for _, a := range as {
 				if !nodes[n].GPUs[a.GPU].Usable {
 					t.Fatalf("placed on an unusable GPU")
 				}
 			}
+			if ok && score > bestScore {
+				best, bestScore = n, score
+			}
 		}
-		n := SelectNode(pol, nodes, req)
+		n := best
 		if n < 0 {
 			continue
 		}
-		as, _ := pol.Place(nodes[n], req)
+		as, _ := Place(nodes[n], req)
 		if err := Apply(nodes[n], as); err != nil {
 			t.Fatalf("apply: %v", err)
 		}
@@ -131,25 +130,22 @@ func arriveDepart(t testing.TB, pol PolicyKind, m Model, ops []byte) {
 func TestArriveDepartProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	for _, m := range []Model{A30_24GB, A100_40GB, H100_80GB} {
-		for _, pol := range allPolicies {
-			for run := 0; run < 30; run++ {
-				ops := make([]byte, 400)
-				for i := range ops {
-					ops[i] = byte(rng.IntN(256))
-				}
-				arriveDepart(t, pol, m, ops)
+		for run := 0; run < 30; run++ {
+			ops := make([]byte, 400)
+			for i := range ops {
+				ops[i] = byte(rng.IntN(256))
 			}
+			arriveDepart(t, m, ops)
 		}
 	}
 }
 
-func FuzzArriveDepart(f *testing.F) {
-	f.Add(uint8(0), uint8(3), []byte{1, 6, 1, 0, 1, 0, 0, 0, 1, 4, 1, 5})
-	f.Add(uint8(1), uint8(0), []byte{8, 2, 8, 2, 8, 2, 0, 1, 1, 3, 1, 4, 15, 9, 0, 0})
-	f.Add(uint8(2), uint8(7), []byte{1, 1, 1, 1, 1, 1, 1, 1, 4, 0, 1, 2})
-	f.Fuzz(func(t *testing.T, pol, model uint8, ops []byte) {
-		m := Model(1 + int(model)%numModels)
-		arriveDepart(t, allPolicies[int(pol)%len(allPolicies)], m, ops)
+func FuzzArriveDepartSlicer(f *testing.F) {
+	f.Add(uint8(3), []byte{1, 6, 1, 0, 1, 0, 0, 0, 1, 4, 1, 5})
+	f.Add(uint8(0), []byte{8, 2, 8, 2, 8, 2, 0, 1, 1, 3, 1, 4, 15, 9, 0, 0})
+	f.Add(uint8(7), []byte{1, 1, 1, 1, 1, 1, 1, 1, 4, 0, 1, 2})
+	f.Fuzz(func(t *testing.T, model uint8, ops []byte) {
+		arriveDepart(t, Model(1+int(model)%numModels), ops)
 	})
 }
 
@@ -158,12 +154,10 @@ func TestScoreRange(t *testing.T) {
 	empty := Node{GPUs: []GPU{{State: EmptyGPU(H100_80GB), Usable: true}}}
 	half, _ := NewGPUState(H100_80GB, []Instance{{"3g.40gb", Placement{0, 4}}})
 	used := Node{GPUs: []GPU{{State: half, Usable: true}, {State: EmptyGPU(H100_80GB), Usable: true}}}
-	for _, pol := range allPolicies {
-		for _, n := range []Node{empty, used} {
-			s, ok := pol.Score(n, req)
-			if !ok || s < 0 || s > MaxNodeScore {
-				t.Errorf("%s: score %d, %v", pol.Name(), s, ok)
-			}
+	for _, n := range []Node{empty, used} {
+		s, ok := Score(n, req)
+		if !ok || s < 0 || s > MaxNodeScore {
+			t.Errorf("score %d, %v", s, ok)
 		}
 	}
 	// Best fit: the node with a GPU in use scores higher for a small request.
@@ -200,11 +194,8 @@ func benchNode(tb testing.TB) Node {
 func TestScoreNodeZeroAllocs(t *testing.T) {
 	node := benchNode(t)
 	req := MustRequest(RequestItem{Profile: "2g.20gb", Count: 1})
-	for _, pol := range allPolicies {
-		var p Policy = pol
-		if a := testing.AllocsPerRun(100, func() { p.Score(node, req) }); a != 0 {
-			t.Errorf("%s: Score allocates %v times", pol.Name(), a)
-		}
+	if a := testing.AllocsPerRun(100, func() { Score(node, req) }); a != 0 {
+		t.Errorf("Score allocates %v times", a)
 	}
 	p2, _ := H100_80GB.Profile("3g.40gb")
 	if a := testing.AllocsPerRun(100, func() { node.GPUs[1].State.Fits(p2) }); a != 0 {

@@ -252,7 +252,7 @@ func (s GPUState) Obstacle(p Profile) Obstacle {
 	switch {
 	case bits.OnesCount32(mask&t.profMask[p.index]) >= ps.maxCount:
 		return ObstacleCountLimit
-	case ps.media && mask&t.media != 0:
+	case ps.media() && mask&t.media != 0:
 		return ObstacleMediaEngines
 	case int(t.compute[s.idx])+ps.compute > t.spec.computeSlices,
 		t.spec.memorySlices-bits.OnesCount16(t.used[s.idx]) < ps.memory:

@@ -71,10 +71,10 @@ func buildTable(m Model, spec *modelSpec) *modelTable {
 	t := &modelTable{spec: spec}
 	for pi, ps := range spec.profiles {
 		t.profiles = append(t.profiles, Profile{
-			Model: m, Name: ps.name, NVMLProfile: ps.nvml, SMIProfileID: ps.smi,
+			Model: m, Name: ps.name, Option: ps.option.String(), NVMLProfile: ps.nvml, SMIProfileID: ps.smi,
 			ComputeInstanceProfile: ps.ci, ComputeSlices: ps.compute, MemorySlices: ps.memory,
-			MaxCount: ps.maxCount, Starts: ps.starts, MediaExtensions: ps.media,
-			MemoryGB: ps.memoryGiB, index: int8(pi),
+			MaxCount: ps.maxCount, Starts: ps.starts, MediaExtensions: ps.media(),
+			MemoryGB: ps.memoryGiB, MinDriver: ps.minDriver, index: int8(pi),
 		})
 		for s := range t.slotOf[pi] {
 			t.slotOf[pi][s] = noSlot
@@ -87,7 +87,7 @@ func buildTable(m Model, spec *modelSpec) *modelTable {
 			})
 			t.slotOf[pi][st] = int8(idx)
 			t.profMask[pi] |= 1 << idx
-			if ps.media {
+			if ps.media() {
 				t.media |= 1 << idx
 			}
 		}
@@ -109,7 +109,7 @@ func (t *modelTable) canAdd(mask uint32, mem uint16, compute int, s int) bool {
 		return false
 	case bits.OnesCount32(mask&t.profMask[sl.prof]) >= ps.maxCount:
 		return false
-	case ps.media && mask&t.media != 0:
+	case ps.media() && mask&t.media != 0:
 		return false
 	case compute+ps.compute > t.spec.computeSlices:
 		return false

@@ -4,8 +4,10 @@
 package evaltest
 
 import (
+	"bufio"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -49,10 +51,15 @@ func TestRuleAgainstRecordedNodes(t *testing.T) {
 		return map[string]string{"slicer.dev/mig-capable": "true", "slicer.dev/gpu-model": model}
 	}
 	for node, want := range map[string]map[string]string{
-		"h100-sxm":              mig("H100-80GB"),
-		"a100-pcie-40gb":        mig("A100-40GB"),
-		"a30":                   mig("A30-24GB"),
-		"b200":                  mig("B200-180GB"),
+		"h100-sxm":       mig("H100-80GB"),
+		"a100-pcie-40gb": mig("A100-40GB"),
+		"a30":            mig("A30-24GB"),
+		"b200":           mig("B200-180GB"),
+		"h200-nvl":       mig("H200-141GB"),
+		"h100-sxm5-94gb": mig("H100-94GB"),
+		"gh200-144g":     mig("GH200-144GB"),
+		// NVIDIA's HGX B200 168GB is not the 180 GB part: no MIG geometry is published for it.
+		"b200-168gb":            {},
 		"l4-no-mig":             {},
 		"intel-vga":             {},
 		"nvidia-audio-function": {},
@@ -84,5 +91,48 @@ func TestExtraExpression(t *testing.T) {
 	nf.Spec.Features.Flags = map[string]nfdv1alpha1.FlagFeatureSet{"kernel.loadedmodule": {Elements: map[string]nfdv1alpha1.Nil{"nvidia": {}}}}
 	if got := labelsFor(t, rule, &nf.Spec.Features); got["slicer.dev/mig-capable"] != "true" {
 		t.Errorf("node without vfio_pci not labelled: %v", got)
+	}
+}
+
+// Every device id the rule matches is an NVIDIA device of the PCI ID database: the copy of its
+// NVIDIA section that internal/mig pins (internal/mig/testdata/pci.ids.10de), read as text so
+// that this module stays apart from Slicer's. Which source confirmed each id for its model is
+// said in internal/mig/pciids_test.go.
+func TestDeviceIDsAreInThePCIIDDatabase(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "..", "internal", "mig", "testdata", "pci.ids.10de"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	known := map[string]string{}
+	vendor := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "10de  "):
+			vendor = true
+		case vendor && strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "\t\t"):
+			id, name, _ := strings.Cut(strings.TrimPrefix(line, "\t"), "  ")
+			known[id] = name
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rule := &nfdv1alpha1.NodeFeatureRule{}
+	load(t, filepath.Join("..", "nodefeaturerule.yaml"), rule)
+	for _, r := range rule.Spec.Rules {
+		for _, term := range r.MatchFeatures {
+			me := *term.MatchExpressions
+			if v := me["vendor"]; v == nil || len(v.Value) != 1 || v.Value[0] != "10de" {
+				t.Errorf("rule %q: vendor %v, want 10de", r.Name, v)
+			}
+			for _, id := range me["device"].Value {
+				if _, ok := known[id]; !ok {
+					t.Errorf("rule %q matches device %s, which the PCI ID database does not list for NVIDIA", r.Name, id)
+				}
+			}
+		}
 	}
 }

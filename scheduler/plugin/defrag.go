@@ -78,24 +78,35 @@ func newDefragPolicy(spec *slicerv1alpha1.DefragmentationSpec) (defragPolicy, er
 	return pol, nil
 }
 
-// movablePod says whether defragmentation may move the pod, and why not: a controller that
-// recreates it elsewhere owns it (not a DaemonSet, whose replacement comes back to the same
-// node, nor the kubelet's mirror pod), it is not annotated slicer.dev/movable: "false", it is
-// not being deleted, it asks for one slice, no PodDisruptionBudget forbids its eviction now, and its namespace
-// matches the policy's selector (nsLabels: the namespace's labels).
+// movablePod says whether defragmentation may move the pod, and why not: the pod's own rules
+// (mig.PodMove, which slicer-sim applies too: a controller that recreates it elsewhere owns it,
+// it is not annotated slicer.dev/movable: "false", it is not being deleted, it asks for one
+// slice), then no PodDisruptionBudget forbids its eviction now, and its namespace matches the
+// policy's selector (nsLabels: the namespace's labels).
 func movablePod(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string, namespaces labels.Selector) (bool, string) {
+	rules := mig.PodMove{AnnotatedUnmovable: pod.Annotations[slicerv1alpha1.AnnotationMovable] == "false", Deleting: pod.DeletionTimestamp != nil}
 	owner := metav1.GetControllerOf(pod)
-	switch {
-	case owner == nil:
+	if owner != nil {
+		rules.ControllerKind = owner.Kind
+	}
+	why := rules.Check()
+	if why == mig.ImmovableSlices && singleSlice(pod) { // read last: it parses the pod's resources
+		rules.Slices = 1
+		why = rules.Check()
+	}
+	switch why {
+	case mig.ImmovableBare:
 		return false, "no controller owns it"
-	case owner.Kind == "DaemonSet" || owner.Kind == "Node":
+	case mig.ImmovableSameNode:
 		return false, "its " + owner.Kind + " would recreate it on the same node"
-	case pod.Annotations[slicerv1alpha1.AnnotationMovable] == "false":
+	case mig.ImmovableAnnotated:
 		return false, slicerv1alpha1.AnnotationMovable + " is \"false\""
-	case pod.DeletionTimestamp != nil:
+	case mig.ImmovableDeleting:
 		return false, "it is being deleted"
-	case !singleSlice(pod):
+	case mig.ImmovableSlices:
 		return false, "it holds more than one slice (a plan moves single slices)"
+	}
+	switch {
 	case pdbProtects(pod, pdbs):
 		return false, "a PodDisruptionBudget allows no disruption"
 	case namespaces != nil && !namespaces.Matches(labels.Set(nsLabels)):

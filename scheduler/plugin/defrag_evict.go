@@ -200,14 +200,9 @@ func (p *Plugin) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot
 	}
 	p.mu.Lock()
 	window := time.Duration(p.defrag.windowSeconds) * time.Second
-	kept := p.defragRun.evictions[:0]
-	for _, t := range p.defragRun.evictions {
-		if now.Sub(t) < window {
-			kept = append(kept, t)
-		}
-	}
-	p.defragRun.evictions = kept
-	capped := len(kept)+len(plan.Moves) > p.defrag.maxEvictions
+	var admitted bool
+	p.defragRun.evictions, admitted = mig.EvictionCap{Max: p.defrag.maxEvictions, Window: window}.Admit(p.defragRun.evictions, now, len(plan.Moves))
+	capped := !admitted
 	p.mu.Unlock()
 	if capped {
 		p.metrics.DefragRefused.WithLabelValues(DefragRefusedEvictionCap).Inc()

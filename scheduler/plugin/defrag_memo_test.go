@@ -122,7 +122,7 @@ func TestDefragMemoReusesAnswersWithoutPlan(t *testing.T) {
 	f := newMemoFixture(t, 2, nil)
 	f.blocker("a", 0, 3, true, nil)
 	f.blocker("b", 1, 0, true, nil)
-	const noPlan = "defragmentation found no plan of at most 2 moves of movable pods"
+	noPlan := fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", mig.DefaultDefragMoves)
 
 	first := pendingPod("ns", "big-1", "7g.80gb")
 	if got := f.attempt(first); got != noPlan {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
 	"github.com/slicer-operator/slicer/test/builder"
 )
@@ -59,7 +60,7 @@ func TestDefragmentRecommends(t *testing.T) {
 			}},
 		{name: "bare pods never move", pods: func() (*corev1.Pod, *corev1.Pod) {
 			return replica("a").Obj(), replica("b").Obj()
-		}, want: "defragmentation found no plan of at most 2 moves of movable pods"},
+		}, want: fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", mig.DefaultDefragMoves)},
 		{name: "DaemonSet pods never move", pods: func() (*corev1.Pod, *corev1.Pod) {
 			return ownedBy("DaemonSet", replica("a").Obj()), ownedBy("DaemonSet", replica("b").Obj())
 		}, want: "found no plan"},
@@ -183,8 +184,8 @@ func TestNewDefragPolicy(t *testing.T) {
 		maxMoves int
 		err      bool
 	}{
-		{nil, slicerv1alpha1.DefragmentationRecommend, 2, false},
-		{&slicerv1alpha1.DefragmentationSpec{}, slicerv1alpha1.DefragmentationRecommend, 2, false},
+		{nil, slicerv1alpha1.DefragmentationRecommend, mig.DefaultDefragMoves, false},
+		{&slicerv1alpha1.DefragmentationSpec{}, slicerv1alpha1.DefragmentationRecommend, mig.DefaultDefragMoves, false},
 		{&slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationDisabled, MaxMovesPerPlan: 3}, slicerv1alpha1.DefragmentationDisabled, 3, false},
 		{&slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict, MaxMovesPerPlan: 9}, slicerv1alpha1.DefragmentationEvict, 4, false},
 		{&slicerv1alpha1.DefragmentationSpec{Mode: "Always"}, "", 0, true},

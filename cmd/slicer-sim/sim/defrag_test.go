@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"time"
 )
 
 // Replays with moves keep the bookkeeping of moved requests right (a departure releases the
@@ -83,5 +84,109 @@ func TestRunWithRepack(t *testing.T) {
 		repacked.Repacks, repacked.DefragPlans, repacked.Moves, moved.Acceptance, moved.DefragPlans, moved.Moves)
 	if moved.Repacks != 0 {
 		t.Errorf("%d repack plans without RepackGPUs", moved.Repacks)
+	}
+}
+
+// Only the pods the scheduler's rules let move are moved: none of a trace of bare pods or pods
+// annotated slicer.dev/movable: "false" (AllMovable moves them), and of a mixed trace only
+// pods of a controller without the annotation.
+func TestRunMovesOnlyMovablePods(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		set  func(ev *Event)
+	}{
+		{"bare", func(ev *Event) { ev.Controller = "" }},
+		{"annotated", func(ev *Event) { ev.Unmovable = true }},
+		{"DaemonSet", func(ev *Event) { ev.Controller = "DaemonSet" }},
+	} {
+		tr := busyTrace(2)
+		for i := range tr.Events {
+			if tr.Events[i].Arrive != "" {
+				c.set(&tr.Events[i])
+			}
+		}
+		res, err := Run(tr, Options{DefragMoves: 2, MaxEvictions: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := Run(tr, Options{DefragMoves: 2, MaxEvictions: -1, AllMovable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Moves != 0 || all.Moves == 0 {
+			t.Errorf("%s: %d moves, %d with every pod movable; want 0 and some", c.name, res.Moves, all.Moves)
+		}
+	}
+	tr := busyTrace(2)
+	pinned := map[string]bool{}
+	for i := range tr.Events {
+		if ev := &tr.Events[i]; ev.Arrive != "" && i%3 == 0 {
+			ev.Controller, pinned[ev.Arrive] = "", true
+		}
+	}
+	var buf bytes.Buffer
+	res, err := Run(tr, Options{DefragMoves: 2, MaxEvictions: -1, Decisions: &buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Moves == 0 {
+		t.Fatal("no moves on the mixed trace")
+	}
+	dec := json.NewDecoder(&buf)
+	for dec.More() {
+		var d Decision
+		if err := dec.Decode(&d); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range d.Moved {
+			if pinned[id] {
+				t.Fatalf("%s moved bare pod %s", d.ID, id)
+			}
+		}
+	}
+}
+
+// The eviction cap holds: at most MaxEvictions moves within any EvictionWindow (here the whole
+// trace), the plans over it refused and counted.
+func TestRunEvictionCap(t *testing.T) {
+	tr := busyTrace(2)
+	free, err := Run(tr, Options{DefragMoves: 2, MaxEvictions: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped, err := Run(tr, Options{DefragMoves: 2, MaxEvictions: 3, EvictionWindow: 1000 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if free.Moves <= 3 || capped.Moves > 3 || capped.DefragCapped == 0 {
+		t.Fatalf("%d moves without the cap, %d under a cap of 3 (%d plans refused)", free.Moves, capped.Moves, capped.DefragCapped)
+	}
+	// A window of an hour's hundredth at 40 arrivals an hour refuses fewer plans.
+	short, err := Run(tr, Options{DefragMoves: 2, MaxEvictions: 3, EvictionWindow: 36 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if short.Moves <= capped.Moves || short.DefragCapped >= capped.DefragCapped {
+		t.Errorf("a short window: %d moves, %d refused; the whole trace: %d, %d", short.Moves, short.DefragCapped, capped.Moves, capped.DefragCapped)
+	}
+}
+
+// A moved pod is gone for RestartTime: the same decisions, less accepted slice-time, the loss
+// counted.
+func TestRunRestartTime(t *testing.T) {
+	tr := busyTrace(2)
+	quick, err := Run(tr, Options{DefragMoves: 2, MaxEvictions: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, err := Run(tr, Options{DefragMoves: 2, MaxEvictions: -1, RestartTime: 6 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slow.Moves != quick.Moves || slow.RestartLoss <= 0 || quick.RestartLoss != 0 {
+		t.Fatalf("moves %d and %d, restart loss %v and %v", quick.Moves, slow.Moves, quick.RestartLoss, slow.RestartLoss)
+	}
+	if d := quick.Acceptance - slow.Acceptance - slow.RestartLoss; d > 2e-4 || d < -2e-4 {
+		t.Errorf("acceptance %v without restarts, %v with, loss %v", quick.Acceptance, slow.Acceptance, slow.RestartLoss)
 	}
 }

@@ -19,7 +19,7 @@ func busyTrace(seed uint64) *Trace {
 	for i := range 600 {
 		t += rng.ExpFloat64() / 40
 		id := fmt.Sprintf("p%d", i)
-		tr.Events = append(tr.Events, Event{T: t, Arrive: id, Profile: profiles[rng.IntN(len(profiles))]},
+		tr.Events = append(tr.Events, Event{T: t, Arrive: id, Profile: profiles[rng.IntN(len(profiles))], Controller: "ReplicaSet"},
 			Event{T: t + rng.ExpFloat64(), Depart: id})
 	}
 	SortEvents(tr.Events)

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migsim"
 )
 
 // Options change how a trace is replayed.
 type Options struct {
-	Policy mig.Policy
+	Policy migsim.Policy
 	// Elastic adds a node whenever a request fits nowhere (measures consolidation, not loss).
 	Elastic bool
 	// Decisions, when set, receives one JSON line per arrival.
@@ -25,15 +26,33 @@ type Options struct {
 	// Seed drives the stock scheduler's tie-break among equally scored nodes.
 	Seed uint64
 	// DefragMoves, when positive, lets a request that fits nowhere be placed after moving up
-	// to that many running slices (mig.PlanDefrag; every running pod counts as movable, and a
-	// moved pod keeps its departure time). Slicer scheduler frontend only, not elastic.
+	// to that many running slices as the scheduler's Evict mode does (defrag.go): the planner
+	// (mig.PlanDefrag) asked as the plugin asks it, only the pods the scheduler's rules let move
+	// (mig.PodMove: a controller owns them, not annotated slicer.dev/movable: "false"), within
+	// the eviction cap, each moved pod gone for RestartTime. Slicer scheduler frontend only, not
+	// elastic.
 	DefragMoves int
-	// DefragChains also allows two-move chains (mig.DefragOptions.Chains) when no plan of
-	// independent moves exists; with DefragMoves of 2 or more.
+	// DefragChains also allows two-move chains (migsim.PlanDefragChains) when no plan of
+	// independent moves exists; with DefragMoves of 2 or more. The scheduler has none.
 	DefragChains bool
 	// RepackGPUs, when positive (with DefragMoves), also allows repack plans over up to that
-	// many GPUs (mig.DefragOptions.RepackGPUs).
+	// many GPUs (mig.DefragOptions.RepackGPUs; the scheduler passes mig.DefaultRepackGPUs).
 	RepackGPUs int
+	// TimeUnit is how long one unit of the trace's time is (0: an hour); the eviction window
+	// and the restart time are in real time.
+	TimeUnit time.Duration
+	// MaxEvictions within EvictionWindow cap the moves, cluster-wide, as
+	// spec.defragmentation's maxEvictions and windowSeconds do: a plan that would pass the cap
+	// is refused (loss mode: the request is lost). 0: the API's defaults; MaxEvictions < 0: no
+	// cap.
+	MaxEvictions   int
+	EvictionWindow time.Duration
+	// RestartTime is how long a moved pod is gone before its replacement runs at the
+	// destination (held for it from the move): its slice-time in that span is not accepted.
+	RestartTime time.Duration
+	// AllMovable lets every running pod move, whatever the trace says of it (the upper bound
+	// the simulator measured before it applied the scheduler's rules).
+	AllMovable bool
 }
 
 // Decision is one arrival's outcome.
@@ -44,8 +63,9 @@ type Decision struct {
 	GPU      *int   `json:"gpu,omitempty"`
 	Start    *int   `json:"start,omitempty"`
 	Profile  string `json:"profile"`
-	// Moves is how many running slices were moved to place this one.
-	Moves int `json:"moves,omitempty"`
+	// Moves is how many running slices were moved to place this one, Moved their requests.
+	Moves int      `json:"moves,omitempty"`
+	Moved []string `json:"moved,omitempty"`
 }
 
 // Result is the summary printed as the last line of slicer-sim's output.
@@ -80,6 +100,13 @@ type Result struct {
 	// Repacks counts the arrivals placed by a repack plan (RepackGPUs only; among DefragPlans,
 	// their moves among Moves).
 	Repacks int `json:"repacks,omitempty"`
+	// DefragCapped counts the arrivals whose plan the eviction cap refused, DefragBounded
+	// those whose search a work bound stopped without a plan (a plan it may have missed).
+	DefragCapped  int `json:"defragCapped,omitempty"`
+	DefragBounded int `json:"defragBounded,omitempty"`
+	// RestartLoss is the slice-time moved pods lost while they restarted, as a share of the
+	// offered slice-time (already taken off Acceptance).
+	RestartLoss float64 `json:"restartLoss,omitempty"`
 }
 
 type live struct {
@@ -98,7 +125,7 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 	}
 	pol := opt.Policy
 	if pol == nil {
-		pol = mig.Slicer
+		pol = migsim.Slicer
 	}
 	newNode := func() mig.Node {
 		n := mig.Node{GPUs: make([]mig.GPU, tr.Cluster.GPUsPerNode)}
@@ -162,10 +189,12 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 		dra = newDRAFrontend(opt.Order, opt.Seed)
 		res.Policy = dra.name()
 	}
+	var evict *evictor
 	if opt.DefragMoves > 0 {
 		if dra != nil || opt.Elastic {
 			return nil, fmt.Errorf("moves are modelled only for the Slicer scheduler frontend in loss mode")
 		}
+		evict = newEvictor(opt)
 		res.Policy = fmt.Sprintf("%s + moves ≤%d", res.Policy, opt.DefragMoves)
 		if opt.DefragChains {
 			res.Policy += " + chains"
@@ -184,46 +213,54 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 		enc = json.NewEncoder(opt.Decisions)
 	}
 	var lat []float64
-	var offered, accepted float64
+	var offered, accepted, lost float64
 	var integ struct{ gpus, lb, frag, span float64 }
 	lastT := math.NaN()
 	var curGPUs, curLB, curFrag float64
-	for _, ev := range tr.Events {
-		if !math.IsNaN(lastT) && ev.T > lastT {
-			dt := ev.T - lastT
+	for _, e := range tr.Events {
+		if !math.IsNaN(lastT) && e.T > lastT {
+			dt := e.T - lastT
 			integ.gpus += dt * curGPUs
 			integ.lb += dt * curLB
 			integ.frag += dt * curFrag
 			integ.span += dt
 		}
-		lastT = ev.T
-		if ev.Arrive != "" {
-			req := reqs[ev.Profile]
-			c := computeOf[ev.Profile]
-			offered += float64(c) * duration[ev.Arrive]
+		lastT = e.T
+		if e.Arrive != "" {
+			req := reqs[e.Profile]
+			c := computeOf[e.Profile]
+			offered += float64(c) * duration[e.Arrive]
 			res.Requests++
 			t0 := time.Now()
 			var as []mig.Assignment
 			var idx, moves int
+			var movedIDs []string
 			if dra != nil {
-				idx, as = dra.place(nodes, ev.Profile)
+				idx, as = dra.place(nodes, e.Profile)
 				if idx < 0 && opt.Elastic {
 					nodes = append(nodes, newNode())
-					idx, as = dra.place(nodes, ev.Profile)
+					idx, as = dra.place(nodes, e.Profile)
 				}
 			} else {
-				idx = mig.SelectNode(pol, nodes, req)
+				idx = migsim.SelectNode(pol, nodes, req)
 				if idx < 0 && opt.Elastic {
 					nodes = append(nodes, newNode())
 					idx = len(nodes) - 1
 				}
 				if idx >= 0 {
 					if as, err = pol.Place(nodes[idx], req); err != nil {
-						return nil, fmt.Errorf("request %q: Score said node %d fits but Place failed: %w", ev.Arrive, idx, err)
+						return nil, fmt.Errorf("request %q: Score said node %d fits but Place failed: %w", e.Arrive, idx, err)
 					}
-				} else if opt.DefragMoves > 0 {
-					if idx, as, moves, err = defrag(nodes, req, where, active, opt, res); err != nil {
-						return nil, fmt.Errorf("request %q: %w", ev.Arrive, err)
+				} else if evict != nil {
+					var moved []string
+					if idx, as, moved, err = evict.place(nodes, req, e.T, where, arrivals, active, res); err != nil {
+						return nil, fmt.Errorf("request %q: %w", e.Arrive, err)
+					}
+					moves, movedIDs = len(moved), moved
+					for _, id := range moved {
+						l := active[id]
+						left := arrivals[id].T + duration[id] - e.T
+						lost += float64(l.compute) * min(evict.restart, left)
 					}
 				}
 			}
@@ -231,7 +268,7 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 			decided := time.Since(t0)
 			if idx >= 0 && moves == 0 { // a plan has placed the request already
 				if err := mig.Apply(nodes[idx], as); err != nil {
-					return nil, fmt.Errorf("request %q: %w", ev.Arrive, err)
+					return nil, fmt.Errorf("request %q: %w", e.Arrive, err)
 				}
 				if dra != nil {
 					dra.changed(nodes, idx, +1)
@@ -239,20 +276,20 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 			}
 			events++
 			lat = append(lat, float64(decided.Nanoseconds())/1e3)
-			d := Decision{ID: ev.Arrive, Accepted: idx >= 0, Profile: ev.Profile}
+			d := Decision{ID: e.Arrive, Accepted: idx >= 0, Profile: e.Profile}
 			if idx >= 0 {
 				for _, a := range as {
-					where[sliceKey{idx, a.GPU, a.Placement.Start}] = ev.Arrive
+					where[sliceKey{idx, a.GPU, a.Placement.Start}] = e.Arrive
 				}
 				if moves > 0 {
 					res.Moves += moves
 					res.DefragPlans++
-					d.Moves = moves
+					d.Moves, d.Moved = moves, movedIDs
 				}
 				res.Accepted++
-				accepted += float64(c) * duration[ev.Arrive]
-				active[ev.Arrive] = &live{node: idx, as: as, compute: c, profile: ev.Profile, t: ev.T}
-				activeCount[ev.Profile]++
+				accepted += float64(c) * duration[e.Arrive]
+				active[e.Arrive] = &live{node: idx, as: as, compute: c, profile: e.Profile, t: e.T}
+				activeCount[e.Profile]++
 				node, gpu, start := idx, as[0].GPU, as[0].Placement.Start
 				d.Node, d.GPU, d.Start = &node, &gpu, &start
 			}
@@ -261,17 +298,17 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 					return nil, err
 				}
 			}
-		} else if l, ok := active[ev.Depart]; ok {
+		} else if l, ok := active[e.Depart]; ok {
 			for _, a := range l.as {
 				delete(where, sliceKey{l.node, a.GPU, a.Placement.Start})
 				g := &nodes[l.node].GPUs[a.GPU]
 				next, err := g.State.Release(a.Profile, a.Placement)
 				if err != nil {
-					return nil, fmt.Errorf("depart %q: %w", ev.Depart, err)
+					return nil, fmt.Errorf("depart %q: %w", e.Depart, err)
 				}
 				g.State = next
 			}
-			delete(active, ev.Depart)
+			delete(active, e.Depart)
 			activeCount[l.profile]--
 			events++
 			if dra != nil {
@@ -294,7 +331,8 @@ func Run(tr *Trace, opt Options) (*Result, error) {
 	res.Nodes = len(nodes)
 	res.GPUs = len(nodes) * tr.Cluster.GPUsPerNode
 	if offered > 0 {
-		res.Acceptance = round4(accepted / offered)
+		res.Acceptance = round4((accepted - lost) / offered)
+		res.RestartLoss = round4(lost / offered)
 	}
 	if res.Requests > 0 {
 		res.AcceptanceCount = round4(float64(res.Accepted) / float64(res.Requests))
@@ -363,61 +401,3 @@ func percentile(sorted []float64, q float64) float64 {
 func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
 
 type sliceKey struct{ node, gpu, start int }
-
-// defrag plans moves for a request that fits nowhere (mig.PlanDefrag, then mig.PlanRepack
-// when asked) and, when there is a plan, carries it out on the nodes: every moved slice is
-// released, then the request is placed at the plan's target and each moved slice re-created at
-// its destination (its running request follows it), so an ordered plan needs nothing more. It
-// returns the node and assignments of the request (-1 when no plan), and the number of moves.
-func defrag(nodes []mig.Node, req *mig.Request, where map[sliceKey]string, active map[string]*live, opt Options, res *Result) (int, []mig.Assignment, int, error) {
-	movable := func(n, g int, _ mig.Profile, pl mig.Placement) bool {
-		_, ok := where[sliceKey{n, g, pl.Start}]
-		return ok
-	}
-	out := mig.PlanDefrag(nodes, req, movable, mig.DefragOptions{MaxMoves: opt.DefragMoves, Chains: opt.DefragChains, RepackGPUs: opt.RepackGPUs})
-	if out.Outcome == mig.DefragPlanned && out.Plan.Repack {
-		res.Repacks++
-	}
-	switch out.Outcome {
-	case mig.DefragPlanned:
-	case mig.DefragNoCapacity:
-		res.DefragNoCapacity++
-		return -1, nil, 0, nil
-	default:
-		res.DefragNoPlan++
-		return -1, nil, 0, nil
-	}
-	plan := out.Plan
-	ids := make([]string, len(plan.Moves))
-	for i, mv := range plan.Moves {
-		f := mv.From
-		g := &nodes[f.Node].GPUs[f.GPU]
-		next, err := g.State.Release(f.Profile, f.Placement)
-		if err != nil {
-			return -1, nil, 0, fmt.Errorf("move from %+v: %w", f, err)
-		}
-		g.State = next
-		k := sliceKey{f.Node, f.GPU, f.Placement.Start}
-		ids[i] = where[k]
-		delete(where, k)
-	}
-	tg := plan.Target
-	as := []mig.Assignment{{Slice: 0, GPU: tg.GPU, Profile: tg.Profile, Placement: tg.Placement}}
-	if err := mig.Apply(nodes[tg.Node], as); err != nil {
-		return -1, nil, 0, fmt.Errorf("plan target: %w", err)
-	}
-	for i, mv := range plan.Moves {
-		to := mv.To
-		if err := mig.Apply(nodes[to.Node], []mig.Assignment{{GPU: to.GPU, Profile: to.Profile, Placement: to.Placement}}); err != nil {
-			return -1, nil, 0, fmt.Errorf("move to %+v: %w", to, err)
-		}
-		l := active[ids[i]]
-		if l == nil || len(l.as) != 1 {
-			return -1, nil, 0, fmt.Errorf("moved slice %+v has no single-slice running request", mv.From)
-		}
-		l.node = to.Node
-		l.as = []mig.Assignment{{GPU: to.GPU, Profile: to.Profile, Placement: to.Placement}}
-		where[sliceKey{to.Node, to.GPU, to.Placement.Start}] = ids[i]
-	}
-	return tg.Node, as, len(plan.Moves), nil
-}

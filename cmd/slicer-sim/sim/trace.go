@@ -1,5 +1,5 @@
 // Package sim replays a MIG request trace through a placement policy of internal/mig, using
-// exactly the functions the scheduler plugin uses (Policy.Score through mig.SelectNode, then
+// exactly the functions the scheduler plugin uses (Policy.Score through migsim.SelectNode, then
 // Policy.Place and mig.Apply).
 package sim
 
@@ -18,12 +18,17 @@ type Cluster struct {
 	Model       string `json:"model"`
 }
 
-// Event is one arrival or departure.
+// Event is one arrival or departure. An arrival's pod may be moved by defragmentation only
+// when Controller names its controlling owner's kind (ReplicaSet, Job, ...; "" for a bare pod,
+// which is never moved) and Unmovable (slicer.dev/movable: "false") is not set: the scheduler's
+// rules (mig.PodMove).
 type Event struct {
-	T       float64 `json:"t"`
-	Arrive  string  `json:"arrive,omitempty"`
-	Profile string  `json:"profile,omitempty"`
-	Depart  string  `json:"depart,omitempty"`
+	T          float64 `json:"t"`
+	Arrive     string  `json:"arrive,omitempty"`
+	Profile    string  `json:"profile,omitempty"`
+	Controller string  `json:"controller,omitempty"`
+	Unmovable  bool    `json:"unmovable,omitempty"`
+	Depart     string  `json:"depart,omitempty"`
 }
 
 // Trace is a parsed trace.

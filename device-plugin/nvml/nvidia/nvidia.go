@@ -27,6 +27,10 @@ func New(libraryPath string) *Library {
 	return &Library{lib: gonvml.New(opts...)}
 }
 
+// FromInterface adapts any go-nvml Interface: NVIDIA's pkg/nvml/mock in CI (see the nvidiamock
+// package), or a go-nvml library the caller has built itself.
+func FromInterface(lib gonvml.Interface) *Library { return &Library{lib: lib} }
+
 func wrap(op string, r gonvml.Return) error {
 	if r == gonvml.SUCCESS {
 		return nil
@@ -103,6 +107,8 @@ func (d *device) GPUInstanceProfileInfo(profile int) (nvml.GPUInstanceProfileInf
 	return nvml.GPUInstanceProfileInfo{
 		Profile: profile, ID: int(i.Id), SliceCount: int(i.SliceCount), InstanceCount: int(i.InstanceCount),
 		MemorySizeMB: i.MemorySizeMB, MultiprocessorCount: int(i.MultiprocessorCount),
+		CopyEngineCount: int(i.CopyEngineCount), DecoderCount: int(i.DecoderCount), EncoderCount: int(i.EncoderCount),
+		JpegCount: int(i.JpegCount), OfaCount: int(i.OfaCount),
 	}, nil
 }
 

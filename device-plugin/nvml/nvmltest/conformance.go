@@ -194,3 +194,67 @@ func destroy(t *testing.T, gi nvml.GPUInstance, ci nvml.ComputeInstance) {
 		t.Errorf("destroy GPU instance: %v", err)
 	}
 }
+
+// RunStates walks every legal occupancy of m's table on lib's device index (an empty,
+// MIG-enabled GPU of model m), creating and destroying GPU instances along the way, and checks
+// that in each state NVML accepts exactly the placements the table calls legal and refuses the
+// others with ERROR_INSUFFICIENT_RESOURCES. It makes tens of thousands of calls: it is meant
+// for NVIDIA's mock with the driver's rules (nvidiamock), not for real hardware. It returns
+// the number of states visited.
+func RunStates(t *testing.T, lib nvml.Library, index int, m mig.Model) int {
+	t.Helper()
+	dev, err := lib.Device(index)
+	if err != nil {
+		t.Fatalf("Device(%d): %v", index, err)
+	}
+	infos := map[int]nvml.GPUInstanceProfileInfo{}
+	for _, p := range m.Profiles() {
+		if infos[p.NVMLProfile], err = dev.GPUInstanceProfileInfo(p.NVMLProfile); err != nil {
+			t.Fatalf("%s: profile info: %v", p.Name, err)
+		}
+	}
+	const maxErrors = 20
+	errs := 0
+	report := func(format string, args ...any) {
+		errs++
+		if errs <= maxErrors {
+			t.Errorf(format, args...)
+		}
+	}
+	visited := map[mig.GPUState]bool{}
+	var walk func(s mig.GPUState)
+	walk = func(s mig.GPUState) {
+		visited[s] = true
+		for _, p := range m.Profiles() {
+			for _, pl := range p.Placements() {
+				if errs > maxErrors {
+					return
+				}
+				next, terr := s.Take(p, pl)
+				gi, cerr := dev.CreateGPUInstanceWithPlacement(infos[p.NVMLProfile], nvml.Placement{Start: pl.Start, Size: pl.Size})
+				switch {
+				case terr != nil && cerr == nil:
+					report("on [%s] NVML created %s at %v, which the table refuses (%v)", s, p.Name, pl, terr)
+				case terr == nil && cerr != nil:
+					report("on [%s] NVML refused %s at %v (%v), which the table allows", s, p.Name, pl, cerr)
+				case terr != nil && !nvml.IsInsufficientResources(cerr):
+					report("on [%s] %s at %v: %v, want ERROR_INSUFFICIENT_RESOURCES", s, p.Name, pl, cerr)
+				}
+				if cerr != nil {
+					continue
+				}
+				if terr == nil && !visited[next] {
+					walk(next)
+				}
+				if err := gi.Destroy(); err != nil {
+					t.Fatalf("on [%s] destroying %s at %v: %v", s, p.Name, pl, err)
+				}
+			}
+		}
+	}
+	walk(mig.EmptyGPU(m))
+	if errs > maxErrors {
+		t.Errorf("... %d more differences", errs-maxErrors)
+	}
+	return len(visited)
+}

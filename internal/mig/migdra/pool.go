@@ -59,6 +59,9 @@ type GPU struct {
 	MIGEnabled bool
 	// Healthy GPUs are published; an unhealthy one is left out until it recovers.
 	Healthy bool
+	// Driver is the node's NVIDIA driver version: the devices of a profile it is too old for
+	// (mig.Profile.SupportedBy) are not published.
+	Driver string
 }
 
 // CounterSetName is the counter set of GPU index i.
@@ -115,6 +118,9 @@ func Pool(gpus []GPU, order mig.DeviceOrder) (resourceslice.Pool, error) {
 		cur = nil
 	}
 	for _, d := range mig.Devices(node, order) {
+		if !d.Profile.SupportedBy(migGPUs[d.GPU].Driver) {
+			continue
+		}
 		if d.Profile.Name != curProfile || len(cur) == resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures {
 			flush()
 			curProfile = d.Profile.Name

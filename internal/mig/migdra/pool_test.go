@@ -184,7 +184,7 @@ func TestPreferredSliceOrder(t *testing.T) {
 				continue
 			}
 			p, _ := h100.Profile(*sl.Devices[0].Attributes[AttrProfile].StringValue)
-			as, err := mig.Slicer.Place(node, mig.MustRequest(mig.RequestItem{Profile: p.Name, Count: 1}))
+			as, err := mig.Place(node, mig.MustRequest(mig.RequestItem{Profile: p.Name, Count: 1}))
 			for _, d := range sl.Devices {
 				g := int(*d.Attributes[AttrGPUIndex].IntValue)
 				pl := mig.Placement{Start: int(*d.Attributes[AttrPlacementStart].IntValue), Size: p.MemorySlices}
@@ -195,6 +195,41 @@ func TestPreferredSliceOrder(t *testing.T) {
 					t.Fatalf("%s: first fitting device %s, Slicer places %v (%v)", p.Name, d.Name, as, err)
 				}
 				break
+			}
+		}
+	}
+}
+
+// A profile newer than the node's driver (A100-40GB 1g.10gb needs R525, 1g.5gb+me R470) has
+// no device in the pool; a driver with no version published has them all.
+func TestPoolLeavesOutProfilesTheDriverLacks(t *testing.T) {
+	a100, _ := mig.ParseModel("A100-40GB")
+	profiles := func(driver string) map[string]bool {
+		t.Helper()
+		pool, err := Pool([]GPU{{Index: 0, UUID: "GPU-a", State: mig.EmptyGPU(a100), MIGEnabled: true, Healthy: true, Driver: driver}}, mig.NameOrder)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, sl := range pool.Slices {
+			for _, d := range sl.Devices {
+				if a := d.Attributes[AttrProfile]; a.StringValue != nil {
+					out[*a.StringValue] = true
+				}
+			}
+		}
+		return out
+	}
+	for driver, want := range map[string]map[string]bool{
+		"460.106.00": {"1g.5gb+me": false, "1g.10gb": false, "1g.5gb": true, "7g.40gb": true},
+		"470.256.02": {"1g.5gb+me": true, "1g.10gb": false},
+		"525.85.12":  {"1g.5gb+me": true, "1g.10gb": true},
+		"":           {"1g.5gb+me": true, "1g.10gb": true},
+	} {
+		got := profiles(driver)
+		for p, w := range want {
+			if got[mig.LegalProfileName(p)] != w && got[p] != w {
+				t.Errorf("driver %q: devices of %s published = %v, want %v (published: %v)", driver, p, !w, w, got)
 			}
 		}
 	}

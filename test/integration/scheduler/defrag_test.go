@@ -219,7 +219,7 @@ var _ = Describe("Defragmentation", func() {
 		twoBlockedGPUs(map[string]string{slicerv1alpha1.AnnotationMovable: "false"})
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
-			ContainSubstring("defragmentation found no plan of at most 2 moves of movable pods"))
+			ContainSubstring(fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", mig.DefaultDefragMoves)))
 		Expect(plans(big)).To(BeEmpty())
 	})
 
@@ -238,7 +238,7 @@ var _ = Describe("Defragmentation", func() {
 		twoBlockedGPUs(nil, 1, 2)
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
-			ContainSubstring("defragmentation found no plan of at most 2 moves of movable pods"))
+			ContainSubstring(fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", mig.DefaultDefragMoves)))
 		Expect(plans(big)).To(BeEmpty())
 	})
 
@@ -250,7 +250,7 @@ var _ = Describe("Defragmentation", func() {
 		s.cordonSeen(s.nodes[1], true)
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
-			ContainSubstring("defragmentation found no plan of at most 2 moves of movable pods"))
+			ContainSubstring(fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", mig.DefaultDefragMoves)))
 		By("uncordoning the second node, which the scheduler's node informer counts as a change of the planner's inputs")
 		s.cordonSeen(s.nodes[1], false)
 		// A pod created now is planned for afresh: the kept NoPlan is of an older generation.
