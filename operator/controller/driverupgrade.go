@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -11,7 +9,6 @@ import (
 
 	kmmv1beta1 "github.com/rh-ecosystem-edge/kernel-module-management/api/v1beta1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
@@ -286,118 +282,6 @@ func (r *SlicerReconciler) workerFailure(ctx context.Context, namespace, name st
 	return "", nil
 }
 
-// writeUpgrade carries the decision out: each node's labels and annotation (a JSON merge
-// patch naming only the upgrade's keys), the evictions and the forced deletions. It writes
-// nothing for a node that already shows what is wanted.
-func (r *SlicerReconciler) writeUpgrade(ctx context.Context, o render.Options, round *upgradeRound) error {
-	log := logf.FromContext(ctx)
-	var errs []error
-	// Nodes leaving the rollout first, then the others: a node starting in this round never
-	// shows under way beside the one it replaces (maxUnavailable).
-	order := append([]driverupgrade.NodeDecision(nil), round.decision.Nodes...)
-	sort.SliceStable(order, func(i, j int) bool { return leaving(round, order[i]) && !leaving(round, order[j]) })
-	for _, nd := range order {
-		n := round.nodes[nd.Node]
-		if n == nil {
-			continue
-		}
-		if patch := upgradePatch(o, n, nd.Want); patch != nil {
-			if err := r.Client.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("driver upgrade labels of node %s: %w", n.Name, err))
-				continue
-			}
-			log.Info("driver upgrade", "node", n.Name, "step", nd.Want.Step, "version", nd.Want.ModuleVersion, "why", nd.Message)
-		}
-		for _, p := range nd.Evict {
-			errs = append(errs, r.evict(ctx, p, n.Name))
-		}
-		for _, p := range nd.Delete {
-			uid := p.UID
-			err := r.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}, client.Preconditions{UID: &uid})
-			switch {
-			case err == nil:
-				log.Info("driver upgrade: deleted a pod past the drain timeout", "node", n.Name, "pod", p.NamespacedName)
-			case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
-				errs = append(errs, fmt.Errorf("delete pod %s on node %s: %w", p, n.Name, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// leaving reports whether a decision takes a node under way out of the rollout.
-func leaving(round *upgradeRound, nd driverupgrade.NodeDecision) bool {
-	n := round.nodes[nd.Node]
-	return n != nil && n.Labels[slicerv1alpha1.LabelDriverUpgrade] != "" && nd.Want.Step == ""
-}
-
-// evict evicts a pod through the Eviction API, with a UID precondition. A disruption
-// budget that allows no disruption now (429) is no error: the next round tries again, and the
-// drain timeout decides.
-func (r *SlicerReconciler) evict(ctx context.Context, p driverupgrade.Pod, node string) error {
-	uid := p.UID
-	ev := &policyv1.Eviction{
-		ObjectMeta:    metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
-	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
-	err := r.Client.SubResource("eviction").Create(ctx, pod, ev)
-	switch {
-	case err == nil:
-		logf.FromContext(ctx).Info("driver upgrade: evicted", "node", node, "pod", p.NamespacedName)
-		return nil
-	case apierrors.IsTooManyRequests(err):
-		logf.FromContext(ctx).Info("driver upgrade: eviction refused by a disruption budget; retrying", "node", node, "pod", p.NamespacedName)
-		return nil
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		return nil
-	default:
-		return fmt.Errorf("evict pod %s on node %s: %w", p, node, err)
-	}
-}
-
-// upgradePatch is the JSON merge patch that makes node show want (nil when it does).
-func upgradePatch(o render.Options, n *corev1.Node, want driverupgrade.Want) []byte {
-	moduleLabel := render.KMMModuleVersionLabel(o.AgentNamespace, render.ModuleName)
-	labels, annotations := map[string]any{}, map[string]any{}
-	set := func(m map[string]any, have map[string]string, key, value string) {
-		old, ok := have[key]
-		switch {
-		case value == "" && ok:
-			m[key] = nil
-		case value != "" && old != value:
-			m[key] = value
-		}
-	}
-	set(labels, n.Labels, slicerv1alpha1.LabelDriverUpgrade, string(want.Step))
-	if want.ModuleVersion != "" {
-		set(labels, n.Labels, moduleLabel, want.ModuleVersion)
-	}
-	if want.WorkerVersion != "" {
-		set(labels, n.Labels, render.KMMWorkerVersionLabel(o.AgentNamespace, render.ModuleName), want.WorkerVersion)
-	}
-	since := ""
-	if !want.Since.IsZero() {
-		since = want.Since.UTC().Format(time.RFC3339)
-	}
-	set(annotations, n.Annotations, slicerv1alpha1.AnnotationDriverUpgradeSince, since)
-	if len(labels) == 0 && len(annotations) == 0 {
-		return nil
-	}
-	meta := map[string]any{}
-	if len(labels) > 0 {
-		meta["labels"] = labels
-	}
-	if len(annotations) > 0 {
-		meta["annotations"] = annotations
-	}
-	raw, err := json.Marshal(map[string]any{"metadata": meta})
-	if err != nil {
-		panic("controller: marshal a label patch: " + err.Error()) // plain maps
-	}
-	return raw
-}
-
 func nodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
@@ -514,29 +398,6 @@ func (r *SlicerReconciler) finishUpgrade(ctx context.Context, o render.Options, 
 		res.requeueAfter(orDefault(r.UpgradePoll, DefaultUpgradePoll))
 	}
 	return swapping
-}
-
-// removeUpgradeLabels takes the upgrade's labels and annotation, and the module-version label
-// of Slicer's Module, off every node (the uninstall's last step, once the Module is gone:
-// KMM then drops its own version labels).
-func (r *SlicerReconciler) removeUpgradeLabels(ctx context.Context, o render.Options) error {
-	moduleLabel := render.KMMModuleVersionLabel(o.AgentNamespace, render.ModuleName)
-	var errs []error
-	for _, sel := range []client.ListOption{client.HasLabels{slicerv1alpha1.LabelDriverUpgrade}, client.HasLabels{moduleLabel}} {
-		var list corev1.NodeList
-		if err := r.apiReader().List(ctx, &list, sel); err != nil {
-			return fmt.Errorf("list nodes: %w", err)
-		}
-		for i := range list.Items {
-			n := &list.Items[i]
-			patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:null,%q:null},"annotations":{%q:null}}}`,
-				slicerv1alpha1.LabelDriverUpgrade, moduleLabel, slicerv1alpha1.AnnotationDriverUpgradeSince))
-			if err := r.Client.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("remove the driver upgrade labels of node %s: %w", n.Name, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // fenceDRA keeps a DeviceTaintRule on each node under way in the DRA frontend (the stock

@@ -36,7 +36,7 @@ func KMMModuleVersionLabel(namespace, module string) string {
 
 // KMMWorkerVersionLabel is the node label with which KMM runs a version of the Module
 // (GetWorkerPodVersionLabelName): KMM's. The operator writes it once, when it first versions
-// a Module KMM already loaded on the node (DriverMigrationLabels).
+// a Module KMM already loaded on the node (driverupgrade.Want.WorkerVersion).
 func KMMWorkerVersionLabel(namespace, module string) string {
 	return "beta." + kmmLabelDomain + "version-worker-pod." + namespace + "." + module
 }
@@ -81,9 +81,9 @@ func DriverVersion(o Options) (string, error) {
 	return m.Spec.ModuleLoader.Container.Version, nil
 }
 
-// DriverUpgradeKeys are the node labels and annotations the driver upgrade writes (with JSON
-// merge patches that name each key: controller/driverupgrade.go), for the operator's node
-// guard (OperatorNodeGuard).
+// DriverUpgradeKeys are the node labels and annotations the driver upgrade writes (by
+// server-side apply of these keys alone: controller/driverupgrade_write.go), for the
+// operator's node guard (OperatorNodeGuard).
 func DriverUpgradeKeys(o Options) (labels, annotations []string) {
 	return []string{
 			slicerv1alpha1.LabelDriverUpgrade,

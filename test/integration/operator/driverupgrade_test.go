@@ -1,6 +1,7 @@
 package operator_test
 
 import (
+	"encoding/json"
 	"sort"
 	"time"
 
@@ -333,7 +334,25 @@ var _ = Describe("driver upgrade", Ordered, func() {
 			Expect(n.Labels).NotTo(HaveKey(slicerv1alpha1.LabelDriverUpgrade))
 			Expect(n.Annotations).NotTo(HaveKey(slicerv1alpha1.AnnotationDriverUpgradeSince))
 			Expect(n.Spec.Unschedulable).To(BeFalse(), "the node was cordoned")
+			// Written by server-side apply, under the upgrade's own field manager.
+			Expect(labelManagers(n, moduleL)).To(Equal([]string{controller.DriverUpgradeFieldManager}), name)
 		}
+	})
+
+	It("releases a node someone else labelled under way, once it runs the target", func() {
+		// The step label set by hand (kubectl label), on a node that runs the target: the
+		// operator's apply cannot remove a label it does not own, so it deletes it.
+		n := u.node(Default, "upgrade-b")
+		base := n.DeepCopy()
+		n.Labels[slicerv1alpha1.LabelDriverUpgrade] = string(slicerv1alpha1.DriverUpgradeDrain)
+		Expect(admin.Patch(ctx, n, client.MergeFrom(base))).To(Succeed())
+		Eventually(func(g Gomega) {
+			u.pass(g)
+			g.Expect(u.node(g, "upgrade-b").Labels).NotTo(HaveKey(slicerv1alpha1.LabelDriverUpgrade))
+			g.Expect(u.node(g, "upgrade-b").Annotations).NotTo(HaveKey(slicerv1alpha1.AnnotationDriverUpgradeSince))
+			c := condition(getSlicer(g), slicerv1alpha1.ConditionDriverUpgraded)
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+		}).Should(Succeed())
 	})
 
 	It("stops on a drain that does not finish, touches no other node, and goes on once the pod is gone", func() {
@@ -437,6 +456,23 @@ var _ = Describe("driver upgrade", Ordered, func() {
 		Expect(p.DeletionTimestamp).To(BeNil())
 	})
 })
+
+// labelManagers are the field managers of a node's label key (its managedFields).
+func labelManagers(n *corev1.Node, key string) []string {
+	GinkgoHelper()
+	var out []string
+	for _, mf := range n.ManagedFields {
+		if mf.FieldsV1 == nil {
+			continue
+		}
+		var fields map[string]map[string]map[string]any
+		Expect(json.Unmarshal(mf.FieldsV1.Raw, &fields)).To(Succeed())
+		if _, ok := fields["f:metadata"]["f:labels"]["f:"+key]; ok {
+			out = append(out, mf.Manager)
+		}
+	}
+	return out
+}
 
 // fastUpgradePoll observes a rollout under way every 200 ms.
 func fastUpgradePoll(r *controller.SlicerReconciler) { r.UpgradePoll = 200 * time.Millisecond }
