@@ -141,6 +141,12 @@ type DriverSpec struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9_-]+$`
 	// +kubebuilder:default={nouveau}
 	InTreeModulesToRemove []string `json:"inTreeModulesToRemove,omitempty"`
+
+	// upgrade says how a change of the driver reaches the nodes in mode KMM: node by node,
+	// their MIG pods drained first (docs/driver-upgrade.md).
+	// +optional
+	// +kubebuilder:default={}
+	Upgrade DriverUpgradeSpec `json:"upgrade,omitempty"`
 }
 
 // NodeFeatureOperator is an NFD match-expression operator.
@@ -265,7 +271,10 @@ type EmulatedGPUs struct {
 
 // AgentSpec configures the node agent DaemonSet.
 type AgentSpec struct {
-	// emulatedGPUs are the GPUs each agent emulates in Emulated driver mode.
+	// emulatedGPUs are the GPUs each agent emulates in Emulated driver mode. In KMM mode
+	// they make the agent emulate GPUs on the nodes where KMM loaded the driver: a test setup
+	// of KMM's driver loading and of the rolling driver upgrade on nodes without GPUs
+	// (hack/kmm/run.sh), not for nodes with GPUs.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=8
@@ -347,6 +356,62 @@ type NetworkSpec struct {
 	ListenAddress string `json:"listenAddress,omitempty"`
 }
 
+// AvoidGPUNodes says how firmly Slicer's control plane (its scheduler, webhook and operator)
+// keeps off the GPU nodes Slicer manages, the nodes labelled slicer.dev/mig-capable=true:
+// root on such a node holds the tokens of the pods there.
+// +kubebuilder:validation:Enum=Preferred;Required
+type AvoidGPUNodes string
+
+const (
+	// AvoidGPUNodesPreferred: the pods prefer other nodes and run on a GPU node only when no
+	// other node fits them.
+	AvoidGPUNodesPreferred AvoidGPUNodes = "Preferred"
+	// AvoidGPUNodesRequired: the pods never run on a GPU node; they stay Pending when no other
+	// node fits them.
+	AvoidGPUNodesRequired AvoidGPUNodes = "Required"
+)
+
+// ControlPlaneSpec places Slicer's scheduler and webhook. The operator's own Deployment is
+// installed with the same rule by its manifests (config/manager, the Helm chart, the OLM
+// bundle), which the operator does not rewrite: docs/install.md says how to make it required
+// there too.
+// +kubebuilder:validation:XValidation:rule="!(has(self.avoidGPUNodes) && self.avoidGPUNodes == 'Required' && has(self.nodeSelector) && 'slicer.dev/mig-capable' in self.nodeSelector && self.nodeSelector['slicer.dev/mig-capable'] == 'true')",message="nodeSelector selects the GPU nodes (slicer.dev/mig-capable=true) that avoidGPUNodes: Required keeps the control plane off: no pod could run",fieldPath=".nodeSelector"
+type ControlPlaneSpec struct {
+	// avoidGPUNodes: Preferred (the default) lets the scheduler and webhook pods run on a GPU
+	// node only when no other node fits; Required never does.
+	// +optional
+	// +kubebuilder:default=Preferred
+	AvoidGPUNodes AvoidGPUNodes `json:"avoidGPUNodes,omitempty"`
+
+	// nodeSelector the scheduler and webhook pods must match (e.g. the cluster's
+	// infrastructure nodes).
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && size(self[k]) <= 63)",message="label keys have at most 317 characters, values at most 63"
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// tolerations added to the scheduler and webhook pods (e.g. of tainted infrastructure
+	// nodes).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// PrioritySpec is about the priority classes Slicer's pods run at (docs/install.md,
+// "Critical priority classes").
+type PrioritySpec struct {
+	// criticalPriorityQuota: Enabled renders, in the operator's and the agent's namespaces, a
+	// ResourceQuota that admits pods at system-node-critical and system-cluster-critical there
+	// (Slicer's own pods run at system-node-critical, so that no other pod can preempt them).
+	// Enable it where the kube-apiserver admits those classes only in namespaces holding such a
+	// quota (the ResourceQuota admission plugin's limitedResources), the guard that keeps
+	// tenants from them. Disabled (the default) renders none, and removes one rendered before.
+	// +optional
+	// +kubebuilder:default=Disabled
+	CriticalPriorityQuota FeatureState `json:"criticalPriorityQuota,omitempty"`
+}
+
 // Frontend is how pods reach their MIG slices.
 // +kubebuilder:validation:Enum=DevicePlugin;DRA
 type Frontend string
@@ -364,7 +429,7 @@ const (
 )
 
 // SlicerSpec is the desired Slicer installation.
-// +kubebuilder:validation:XValidation:rule="!has(self.agent) || !has(self.agent.emulatedGPUs) || size(self.agent.emulatedGPUs) == 0 || (has(self.driver) && has(self.driver.mode) && self.driver.mode == 'Emulated')",message="agent.emulatedGPUs requires driver.mode Emulated"
+// +kubebuilder:validation:XValidation:rule="!has(self.agent) || !has(self.agent.emulatedGPUs) || size(self.agent.emulatedGPUs) == 0 || (has(self.driver) && has(self.driver.mode) && self.driver.mode in ['Emulated', 'KMM'])",message="agent.emulatedGPUs requires driver.mode Emulated (or KMM, to try KMM's driver loading on nodes without GPUs)"
 type SlicerSpec struct {
 	// frontend selects how pods reach their slices: DevicePlugin (Slicer's scheduler, webhook
 	// and kubelet device plugin) or DRA (Dynamic Resource Allocation with the stock
@@ -415,6 +480,18 @@ type SlicerSpec struct {
 	// +kubebuilder:default={}
 	Defragmentation DefragmentationSpec `json:"defragmentation,omitempty"`
 
+	// controlPlane places the scheduler and webhook pods: off the GPU nodes by preference
+	// (the default) or by requirement.
+	// +optional
+	// +kubebuilder:default={}
+	ControlPlane ControlPlaneSpec `json:"controlPlane,omitempty"`
+
+	// priority: what the install needs where the kube-apiserver keeps the critical priority
+	// classes from tenants.
+	// +optional
+	// +kubebuilder:default={}
+	Priority PrioritySpec `json:"priority,omitempty"`
+
 	// uninstall says what deleting the Slicer does while pods hold MIG slices: wait for
 	// them (the default) or delete them first (docs/uninstall.md).
 	// +optional
@@ -456,6 +533,10 @@ type SlicerStatus struct {
 	// summary counts nodes, GPUs and slices.
 	// +optional
 	Summary SlicerSummary `json:"summary,omitempty"`
+
+	// driverUpgrade is where the driver stands on the nodes (mode KMM).
+	// +optional
+	DriverUpgrade *DriverUpgradeStatus `json:"driverUpgrade,omitempty"`
 }
 
 // Slicer is the whole Slicer installation: one cluster-scoped object named

@@ -177,6 +177,15 @@ func Generate(root string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	affinity, err := operatorAffinity(objs)
+	if err != nil {
+		return nil, err
+	}
+	quota, err := criticalPriorityQuota(root, ns)
+	if err != nil {
+		return nil, err
+	}
+	files["templates/"+quota.name] = []byte(quota.text)
 	tree := valuesTree(ns, images, defaults, sample["spec"].(obj), crdSpecSchema(slicerCRD))
 	for _, o := range objs {
 		name, text, err := template(o, ns)
@@ -190,7 +199,7 @@ func Generate(root string) (map[string][]byte, error) {
 		return nil, err
 	}
 	files["templates/"+str(sample, "metadata", "name")+"_slicer.yaml"] = []byte(slicerT)
-	files["templates/_helpers.tpl"] = []byte(helpers)
+	files["templates/_helpers.tpl"] = []byte(helpers + affinity)
 	files["templates/NOTES.txt"] = []byte(notes)
 	files["templates/"+uninstallHookFile] = []byte(uninstallHook)
 
@@ -403,6 +412,8 @@ func template(o obj, ns string) (string, string, error) {
 		wrap = ".Values.namespace.create"
 	case "Deployment":
 		pod := dig(o, "spec", "template", "spec").(obj)
+		delete(pod, "affinity")
+		pod[h.add("include", "slicer.operatorAffinity")] = ""
 		pod["nodeSelector"] = h.add("optional", ".Values.operator.nodeSelector")
 		pod["tolerations"] = h.add("optional", ".Values.operator.tolerations")
 		c := asList(pod["containers"])[0].(obj)
@@ -424,6 +435,60 @@ func template(o obj, ns string) (string, string, error) {
 		text = "{{- if " + wrap + " }}\n" + text + "{{- end }}\n"
 	}
 	return name + "_" + strings.ToLower(kind) + ".yaml", header + text, nil
+}
+
+// operatorAffinity is the helper that renders the operator pod's affinity: config/manager's
+// (a preferred node affinity off the GPU nodes) unless the Slicer's spec asks the control
+// plane to keep off them for certain (spec.controlPlane.avoidGPUNodes: Required), which makes
+// the same term required, as config/components/control-plane-off-gpu-nodes does.
+func operatorAffinity(objs []obj) (string, error) {
+	for _, o := range objs {
+		if str(o, "kind") != "Deployment" {
+			continue
+		}
+		a, _ := dig(o, "spec", "template", "spec", "affinity").(obj)
+		terms := asList(dig(a, "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution"))
+		if len(terms) != 1 || len(a) != 1 || len(a["nodeAffinity"].(obj)) != 1 {
+			return "", errors.New("config/manager: the operator's affinity must be one preferred node affinity term (the GPU nodes avoided)")
+		}
+		preferred, err := yaml.Marshal(obj{"affinity": a})
+		if err != nil {
+			return "", err
+		}
+		required, err := yaml.Marshal(obj{"affinity": obj{"nodeAffinity": obj{"requiredDuringSchedulingIgnoredDuringExecution": obj{
+			"nodeSelectorTerms": []any{terms[0].(obj)["preference"]},
+		}}}})
+		if err != nil {
+			return "", err
+		}
+		return "\n{{/* The operator pod's affinity: config/manager's, or its term required (spec.controlPlane.avoidGPUNodes: Required). */}}\n" +
+			"{{- define \"slicer.operatorAffinity\" -}}\n" +
+			"{{- if eq (dig \"controlPlane\" \"avoidGPUNodes\" \"Preferred\" .Values.slicer.spec) \"Required\" -}}\n" +
+			strings.TrimSuffix(string(required), "\n") + "\n{{- else -}}\n" + strings.TrimSuffix(string(preferred), "\n") + "\n{{- end -}}\n{{- end }}\n", nil
+	}
+	return "", errors.New("config/manager: no Deployment")
+}
+
+// quotaTemplate is a template file's name and text.
+type quotaTemplate struct{ name, text string }
+
+// criticalPriorityQuota is config/components/critical-priority's ResourceQuota of the
+// operator's namespace, rendered when the Slicer's spec asks for the quotas
+// (spec.priority.criticalPriorityQuota: Enabled; the operator renders the agent namespace's).
+func criticalPriorityQuota(root, ns string) (quotaTemplate, error) {
+	docs, err := genfiles.ReadDocs(filepath.Join(root, "config/components/critical-priority/quota.yaml"))
+	if err != nil {
+		return quotaTemplate{}, err
+	}
+	if len(docs) != 1 || str(docs[0], "kind") != "ResourceQuota" {
+		return quotaTemplate{}, errors.New("config/components/critical-priority/quota.yaml: want one ResourceQuota")
+	}
+	name, text, err := template(docs[0], ns)
+	if err != nil {
+		return quotaTemplate{}, err
+	}
+	body := strings.TrimPrefix(text, header)
+	return quotaTemplate{name: name, text: header + "{{- if eq (dig \"priority\" \"criticalPriorityQuota\" \"Disabled\" .Values.slicer.spec) \"Enabled\" }}\n" + body + "{{- end }}\n"}, nil
 }
 
 // slicerTemplate is config/samples' Slicer with its spec from values.

@@ -18,7 +18,7 @@ const pageSize = 500
 
 // Fetch lists what Build needs. With node set it reads only that NodeAccelerator (a missing
 // one is not an error: the map then shows the node's allocations under "no NodeAccelerator").
-// SliceAllocations, pods, the scheduler's DefragmentationPlanned Events, ResourceClaims and
+// SliceAllocations, pods, the nodes under a driver upgrade, the scheduler's DefragmentationPlanned Events, ResourceClaims and
 // ResourceClaimTemplates are listed in all namespaces, in pages; the last two only where the apiserver serves resource.k8s.io/v1 (a
 // cluster without DRA has neither, and that is not an error).
 func Fetch(ctx context.Context, r client.Reader, node string) (Input, error) {
@@ -45,6 +45,10 @@ func Fetch(ctx context.Context, r client.Reader, node string) (Input, error) {
 	var pods corev1.PodList
 	if err := listPages(ctx, r, &pods, func() { in.Pods = append(in.Pods, pods.Items...) }); err != nil {
 		return Input{}, fmt.Errorf("list pods: %w", err)
+	}
+	var upgrading corev1.NodeList
+	if err := listPages(ctx, r, &upgrading, func() { in.UpgradingNodes = append(in.UpgradingNodes, upgrading.Items...) }, client.HasLabels{slicerv1alpha1.LabelDriverUpgrade}); err != nil {
+		return Input{}, fmt.Errorf("list the nodes under a driver upgrade: %w", err)
 	}
 	var events corev1.EventList
 	plans := client.MatchingFields{"reason": slicerv1alpha1.EventDefragmentationPlanned}

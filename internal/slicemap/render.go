@@ -50,9 +50,9 @@ func WriteText(w io.Writer, m Map) error {
 func writeNode(ew *errWriter, n *Node) {
 	switch {
 	case n.NoAccelerator:
-		ew.printf("NODE %s  (no NodeAccelerator)\n", n.Name)
+		ew.printf("NODE %s  (no NodeAccelerator)%s\n", n.Name, upgradeText(n.DriverUpgrade))
 	default:
-		ew.printf("NODE %s  driver %s\n", n.Name, joinNonEmpty(dash(n.Driver), n.DriverVersion))
+		ew.printf("NODE %s  driver %s%s\n", n.Name, joinNonEmpty(dash(n.Driver), n.DriverVersion), upgradeText(n.DriverUpgrade))
 	}
 	if len(n.GPUs) == 0 && !n.NoAccelerator {
 		ew.printf("  no GPUs reported\n")

@@ -33,6 +33,8 @@ type Input struct {
 	ResourceClaimTemplates []resourceapi.ResourceClaimTemplate
 	// Events are the Events of reason slicerv1alpha1.EventDefragmentationPlanned.
 	Events []corev1.Event
+	// UpgradingNodes are the nodes under a driver upgrade (slicer.dev/driver-upgrade set).
+	UpgradingNodes []corev1.Node
 }
 
 // Options tune Build.
@@ -57,7 +59,9 @@ type Node struct {
 	NoAccelerator bool   `json:"noAccelerator,omitempty"`
 	Driver        string `json:"driver,omitempty"`
 	DriverVersion string `json:"driverVersion,omitempty"`
-	GPUs          []GPU  `json:"gpus"`
+	// DriverUpgrade is set while the operator upgrades the node's driver.
+	DriverUpgrade *DriverUpgrade `json:"driverUpgrade,omitempty"`
+	GPUs          []GPU          `json:"gpus"`
 	// Unrealized are the SliceAllocations naming this node that no slice in status.gpus
 	// references (Pending, Creating, Failed, or not yet reported by the agent).
 	Unrealized []Allocation `json:"unrealized"`
@@ -276,6 +280,10 @@ func Build(in Input, opts Options) Map {
 		n.Unprepared = append(n.Unprepared, u.claim)
 	}
 
+	upgrades := upgradesOf(in.UpgradingNodes)
+	for name, n := range nodes {
+		n.DriverUpgrade = upgrades[name]
+	}
 	out := Map{Nodes: []Node{}}
 	for _, n := range nodes {
 		slices.SortFunc(n.Unrealized, func(a, b Allocation) int {

@@ -63,6 +63,11 @@ func (r *SlicerReconciler) reconcileNFD(ctx context.Context, o render.Options, s
 // agent may be rolled out.
 func (r *SlicerReconciler) reconcileDriver(ctx context.Context, o render.Options, st *status, res *result, apply applyFunc) bool {
 	const cond = slicerv1alpha1.ConditionDriverReady
+	if o.Slicer.Spec.Driver.Mode != slicerv1alpha1.DriverModeKMM || !o.Platform.KMM {
+		// Nothing to upgrade node by node.
+		st.remove(slicerv1alpha1.ConditionDriverUpgraded)
+		r.Metrics.ForgetUpgrade()
+	}
 	switch o.Slicer.Spec.Driver.Mode {
 	case slicerv1alpha1.DriverModePreinstalled:
 		st.set(cond, metav1.ConditionTrue, slicerv1alpha1.ReasonDriverPreinstalled, "the driver is provided by the host")
@@ -84,6 +89,10 @@ func (r *SlicerReconciler) reconcileDriver(ctx context.Context, o render.Options
 		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonApplyFailed, err.Error())
 		return false
 	}
+	round, held := r.prepareUpgrade(ctx, o, st, res)
+	if held {
+		return false
+	}
 	if !apply("driver", objs) {
 		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonApplyFailed, "KMM Module could not be applied")
 		return false
@@ -102,11 +111,15 @@ func (r *SlicerReconciler) reconcileDriver(ctx context.Context, o render.Options
 	}
 	desired, _, _ := unstructured.NestedInt64(m.Object, "status", "moduleLoader", "desiredNumber")
 	available, _, _ := unstructured.NestedInt64(m.Object, "status", "moduleLoader", "availableNumber")
+	// Nodes whose driver the rollout swaps are expected without it: the others serve.
+	swapping := int64(r.finishUpgrade(ctx, o, round, st, res))
 	switch {
 	case desired == 0:
 		st.set(cond, metav1.ConditionTrue, slicerv1alpha1.ReasonNoNodes, "KMM Module applied; no node matches "+slicerv1alpha1.LabelMIGCapable+" yet")
 	case available >= desired:
 		st.set(cond, metav1.ConditionTrue, slicerv1alpha1.ReasonAsExpected, fmt.Sprintf("driver loaded on %d nodes", available))
+	case swapping > 0 && available+swapping >= desired:
+		st.set(cond, metav1.ConditionTrue, slicerv1alpha1.ReasonAsExpected, fmt.Sprintf("driver loaded on %d of %d nodes; the rollout swaps it on the others (%s)", available, desired, slicerv1alpha1.ConditionDriverUpgraded))
 	default:
 		st.set(cond, metav1.ConditionFalse, slicerv1alpha1.ReasonDriverLoading, fmt.Sprintf("driver loaded on %d of %d nodes", available, desired))
 	}

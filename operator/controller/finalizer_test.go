@@ -39,7 +39,7 @@ func TestTeardownStepOrder(t *testing.T) {
 			t.Errorf("step %q untimed = %v", st.name, st.untimed)
 		}
 	}
-	want := []string{"slices", "agents", "driver", "components", "NodeAccelerators", "DRA ResourceSlices", "GPU operator labels"}
+	want := []string{"slices", "agents", "driver", "components", "NodeAccelerators", "DRA ResourceSlices", "GPU operator labels", "driver upgrade labels"}
 	if len(names) != len(want) {
 		t.Fatalf("steps = %v, want %v", names, want)
 	}

@@ -18,9 +18,10 @@ import (
 )
 
 // GPUOperatorLabelsFieldManager is the server-side-apply field manager of the NVIDIA GPU
-// operator's deploy labels on Slicer's nodes (render.GPUOperatorNodeLabels): the operator's
-// only writes to Nodes, under a manager of their own so that no other field of a Node is
-// ever Slicer's, and so that applying less releases (removes) what Slicer set.
+// operator's deploy labels on Slicer's nodes (render.GPUOperatorNodeLabels), under a manager
+// of their own so that no other field of a Node is ever theirs, and so that applying less
+// releases (removes) what Slicer set. The driver upgrade's keys have theirs
+// (DriverUpgradeFieldManager).
 const GPUOperatorLabelsFieldManager = slicerv1alpha1.OperatorName + "-gpu-operator-labels"
 
 // gpuOperatorGroupVersion is the NVIDIA GPU operator's API (its ClusterPolicy).

@@ -17,6 +17,7 @@ const (
 	monitoringGroupVersion  = "monitoring.coreos.com/v1"
 	certManagerGroupVersion = "cert-manager.io/v1"
 	openShiftGroupVersion   = "security.openshift.io/v1"
+	resourceGroupVersion    = "resource.k8s.io/v1"
 )
 
 // detectPlatform asks discovery which optional APIs are served.
@@ -31,14 +32,24 @@ func detectPlatform(dc discovery.DiscoveryInterface) (render.Platform, error) {
 			served[v.GroupVersion] = true
 		}
 	}
-	return render.Platform{
+	p := render.Platform{
 		OpenShift:   served[openShiftGroupVersion],
 		NFD:         served[nfdGroupVersion],
 		KMM:         served[kmmGroupVersion],
 		Monitoring:  served[monitoringGroupVersion],
 		CertManager: served[certManagerGroupVersion],
 		GPUOperator: served[gpuOperatorGroupVersion],
-	}, nil
+	}
+	if served[resourceGroupVersion] {
+		res, err := dc.ServerResourcesForGroupVersion(resourceGroupVersion)
+		if err != nil {
+			return render.Platform{}, fmt.Errorf("discover %s: %w", resourceGroupVersion, err)
+		}
+		for _, r := range res.APIResources {
+			p.DeviceTaintRules = p.DeviceTaintRules || r.Name == "devicetaintrules"
+		}
+	}
+	return p, nil
 }
 
 // resolveCertProvider picks the certificate source: the one asked for when

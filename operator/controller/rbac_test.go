@@ -36,6 +36,10 @@ var operatorClusterWrites = []string{
 	// pods/eviction: granted to the scheduler, whose defragmentation (Evict mode) moves pods
 	// through the Eviction API, PodDisruptionBudgets enforced (scheduler/plugin/defrag_evict.go).
 	"/pods delete", "/pods/eviction create", "/pods/binding create", "/pods/finalizers update", "/pods/status patch", "/pods/status update",
+	// ResourceQuotas: the agent namespace's that admits its pods at their critical priority
+	// (spec.priority.criticalPriorityQuota; render/placement.go); the namespace is the
+	// operator's --agent-namespace, not known to a Role's markers.
+	"/resourcequotas create", "/resourcequotas delete", "/resourcequotas patch", "/resourcequotas update",
 	"/serviceaccounts create", "/serviceaccounts delete", "/serviceaccounts patch", "/serviceaccounts update",
 	"/services create", "/services delete", "/services patch", "/services update",
 	"admissionregistration.k8s.io/mutatingwebhookconfigurations create", "admissionregistration.k8s.io/mutatingwebhookconfigurations delete [slicer-agent-node-guard,slicer-allocation-guard,slicer-device-access,slicer-mig-pods,slicer-operator-node-guard]",
@@ -61,6 +65,9 @@ var operatorClusterWrites = []string{
 	"rbac.authorization.k8s.io/clusterroles patch [slicer-agent,slicer-scheduler,slicer-webhook]", "rbac.authorization.k8s.io/clusterroles update [slicer-agent,slicer-scheduler,slicer-webhook]",
 	"rbac.authorization.k8s.io/rolebindings create", "rbac.authorization.k8s.io/rolebindings delete", "rbac.authorization.k8s.io/rolebindings patch", "rbac.authorization.k8s.io/rolebindings update",
 	"rbac.authorization.k8s.io/roles create", "rbac.authorization.k8s.io/roles delete", "rbac.authorization.k8s.io/roles patch", "rbac.authorization.k8s.io/roles update",
+	// DeviceTaintRules: the DRA frontend's fence of a node under a driver upgrade, one per node
+	// under way, named slicer-driver-upgrade-<node> (controller/driverupgrade.go, fenceDRA).
+	"resource.k8s.io/devicetaintrules create", "resource.k8s.io/devicetaintrules delete", "resource.k8s.io/devicetaintrules patch", "resource.k8s.io/devicetaintrules update",
 	"resource.k8s.io/deviceclasses create", "resource.k8s.io/deviceclasses delete", "resource.k8s.io/deviceclasses patch", "resource.k8s.io/deviceclasses update",
 	"resource.k8s.io/resourceclaims create", "resource.k8s.io/resourceclaims delete", "resource.k8s.io/resourceclaims patch", "resource.k8s.io/resourceclaims update",
 	"resource.k8s.io/resourceclaims/binding patch", "resource.k8s.io/resourceclaims/binding update",

@@ -89,6 +89,9 @@ type SlicerReconciler struct {
 	VersionRecheck time.Duration
 	// DeletionTimeout bounds how long deletion waits for cluster-scoped objects.
 	DeletionTimeout time.Duration
+	// UpgradePoll is how often a driver rollout under way is observed again
+	// (DefaultUpgradePoll when zero).
+	UpgradePoll time.Duration
 	// CertValidity of self-managed webhook certificates.
 	CertValidity time.Duration
 }
@@ -110,6 +113,7 @@ type SlicerReconciler struct {
 // +kubebuilder:rbac:groups="",resources=serviceaccounts;services;configmaps;namespaces,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=slicer-system,resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups="",resources=resourcequotas,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch;update
@@ -135,6 +139,7 @@ type SlicerReconciler struct {
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=slicer-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses;csinodes;csidrivers;csistoragecapacities;volumeattachments,verbs=get;list;watch
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices;deviceclasses;devicetaintrules,verbs=get;list;watch
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=devicetaintrules,verbs=create;update;patch;delete
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims,verbs=get;list;watch;update;patch;create;delete
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims/status,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims/binding,verbs=update;patch
@@ -164,6 +169,7 @@ func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.Namespace{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&corev1.ResourceQuota{}).
 		Owns(&rbacv1.ClusterRole{}).
 		Owns(&rbacv1.ClusterRoleBinding{}).
 		Owns(&rbacv1.Role{}).
@@ -177,7 +183,7 @@ func (r *SlicerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&slicerv1alpha1.NodeAccelerator{}, toSlicer, builder.WithPredicates(acceleratorFactsChanged())).
 		// The GPU models of the nodes decide the DeviceClasses (DRA frontend); Slicer's node
 		// label and the GPU operator's deploy labels, where those go (gpuoperator.go).
-		Watches(&corev1.Node{}, toSlicer, builder.WithPredicates(predicate.Or(gpuModelChanged(), gpuOperatorLabelsChanged()))).
+		Watches(&corev1.Node{}, toSlicer, builder.WithPredicates(predicate.Or(gpuModelChanged(), gpuOperatorLabelsChanged(), driverUpgradeLabelsChanged(r.AgentNamespace)))).
 		// An agent pod that ran the DRA plugin is gone: its driver's ResourceSlices may go.
 		Watches(&corev1.Pod{}, toSlicer, builder.WithPredicates(draAgentGone())).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, toSlicer, builder.WithPredicates(predicate.NewPredicateFuncs(isOptionalCRD))).
@@ -286,6 +292,7 @@ func (r *SlicerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	supported := r.reconcileVersion(opts, st, res)
 	r.reconcileNFD(ctx, opts, st, res, apply)
 	driverOK := r.reconcileDriver(ctx, opts, st, res, apply)
+	r.reconcilePriority(ctx, opts, res, apply)
 	// Next to the NVIDIA GPU operator: its device plugin and MIG manager off Slicer's nodes,
 	// before the agent runs there.
 	// Nodes outside the manager's cache raise no event, hence the recheck.

@@ -32,6 +32,8 @@ var requiredConditions = []string{
 // unless something failed, Degraded False.
 var optionalConditions = []string{
 	slicerv1alpha1.ConditionMonitoringReady,
+	// Nodes not under way keep serving while the driver is upgraded (KMM mode).
+	slicerv1alpha1.ConditionDriverUpgraded,
 }
 
 // status is the status being computed in one reconcile. It starts from a
@@ -138,7 +140,7 @@ func summarize(conds []metav1.Condition, err error) []metav1.Condition {
 			}
 		case slicerv1alpha1.ReasonApplyFailed:
 			failed = append(failed, t)
-		case slicerv1alpha1.ReasonRollingOut, slicerv1alpha1.ReasonDriverLoading:
+		case slicerv1alpha1.ReasonRollingOut, slicerv1alpha1.ReasonDriverLoading, slicerv1alpha1.ReasonDriverUpgrading, slicerv1alpha1.ReasonDriverUpgradeStalled:
 			rolling = append(rolling, t)
 		}
 	}

@@ -45,6 +45,8 @@ type teardownStep struct {
 //  6. DRA ResourceSlices, once no agent pod runs the DRA plugin.
 //  7. GPU operator labels: the NVIDIA GPU operator's deploy labels on Slicer's nodes put back
 //     as they were before Slicer (gpuoperator.go).
+//  8. driver upgrade labels: the upgrade's step label and annotation and KMM's module-version
+//     label of Slicer's Module, off every node, once the Module is gone (driverupgrade.go).
 func (r *SlicerReconciler) teardownSteps(s *slicerv1alpha1.Slicer, o render.Options) []teardownStep {
 	agents, driver, rest := splitTargets(r.cleanupTargets(o))
 	return []teardownStep{
@@ -61,6 +63,7 @@ func (r *SlicerReconciler) teardownSteps(s *slicerv1alpha1.Slicer, o render.Opti
 		{name: "NodeAccelerators", run: r.deleteNodeAccelerators},
 		{name: "DRA ResourceSlices", run: func(ctx context.Context) ([]string, error) { return r.removeDriverSlices(ctx, o) }},
 		{name: "GPU operator labels", run: func(ctx context.Context) ([]string, error) { return nil, r.restoreGPUOperatorLabels(ctx) }},
+		{name: "driver upgrade labels", run: func(ctx context.Context) ([]string, error) { return nil, r.removeUpgradeLabels(ctx, o) }},
 	}
 }
 

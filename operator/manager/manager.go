@@ -112,6 +112,7 @@ func Options(c Config) ctrl.Options {
 				&corev1.ServiceAccount{}:        byManaged,
 				&corev1.Namespace{}:             byManaged,
 				&policyv1.PodDisruptionBudget{}: byManaged,
+				&corev1.ResourceQuota{}:         byManaged,
 				&rbacv1.ClusterRole{}:           byManaged,
 				&rbacv1.ClusterRoleBinding{}:    byManaged,
 				&rbacv1.Role{}:                  byManaged,
@@ -120,6 +121,8 @@ func Options(c Config) ctrl.Options {
 				&admissionregistrationv1.ValidatingAdmissionPolicy{}:        byManaged,
 				&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}: byManaged,
 				&resourceapi.DeviceClass{}:                                  byManaged,
+				// Read only where served (render.Platform.DeviceTaintRules).
+				&resourceapi.DeviceTaintRule{}: byManaged,
 				// Only the nodes the NFD rule labels with a GPU model (DRA DeviceClasses).
 				&corev1.Node{}: {Label: gpuNodes},
 				&corev1.Secret{}: {

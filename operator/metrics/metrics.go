@@ -21,6 +21,8 @@ type Metrics struct {
 	// installed (for the driver: loaded), 0 otherwise; no series for one
 	// the spec does not use.
 	DependencyReady *prometheus.GaugeVec
+	// Upgrade are the driver upgrade's series.
+	Upgrade *UpgradeMetrics
 }
 
 // New builds the metrics and registers them with reg.
@@ -30,6 +32,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "slicer_operator_dependency_ready",
 			Help: "1 when the dependency (nfd, kmm, prometheus_operator, cert_manager, driver) is installed or ready, 0 otherwise; no series for a dependency the Slicer's spec does not use.",
 		}, []string{"dependency"}),
+		Upgrade: newUpgradeMetrics(),
 	}
 	for _, c := range m.Collectors() {
 		if err := reg.Register(c); err != nil {
@@ -41,7 +44,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 
 // Collectors lists every collector, for registration and documentation.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.DependencyReady}
+	return append([]prometheus.Collector{m.DependencyReady}, m.Upgrade.collectors()...)
 }
 
 // SetDependency records whether a dependency is ready.

@@ -77,7 +77,8 @@ func AgentNamespace(o Options) *corev1.Namespace {
 }
 
 // AgentNodeAffinity selects the nodes the agent runs on: NFD's MIG-capable
-// label and, in KMM mode, KMM's ready label for the driver Module.
+// label and, in KMM mode, KMM's ready label for the driver Module and no driver upgrade at
+// its Driver step (docs/driver-upgrade.md).
 func AgentNodeAffinity(o Options) *corev1.NodeAffinity {
 	reqs := []corev1.NodeSelectorRequirement{{
 		Key: slicerv1alpha1.LabelMIGCapable, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"},
@@ -86,6 +87,9 @@ func AgentNodeAffinity(o Options) *corev1.NodeAffinity {
 		reqs = append(reqs, corev1.NodeSelectorRequirement{
 			Key: KMMReadyLabel(o.AgentNamespace, ModuleName), Operator: corev1.NodeSelectorOpExists,
 		})
+	}
+	if OrderedUpgrade(o) {
+		reqs = append(reqs, agentOffDuringUpgrade())
 	}
 	return &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}},
@@ -104,7 +108,9 @@ func EmulateFlag(gpus []slicerv1alpha1.EmulatedGPUs) string {
 // Agent renders the agent's namespace, ServiceAccount and DaemonSet.
 func Agent(o Options) ([]client.Object, error) {
 	a := o.Slicer.Spec.Agent
-	emulated := o.driverMode() == slicerv1alpha1.DriverModeEmulated
+	// Emulated mode, or KMM mode with emulated GPUs (a test of KMM's driver loading without
+	// GPUs: hack/kmm/run.sh).
+	emulated := o.driverMode() == slicerv1alpha1.DriverModeEmulated || (o.driverMode() == slicerv1alpha1.DriverModeKMM && len(a.EmulatedGPUs) > 0)
 	if emulated && len(a.EmulatedGPUs) == 0 {
 		return nil, fmt.Errorf("driver mode %s needs spec.agent.emulatedGPUs", slicerv1alpha1.DriverModeEmulated)
 	}
@@ -166,7 +172,7 @@ func Agent(o Options) ([]client.Object, error) {
 	tolerations := append([]corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}, a.Tolerations...)
 	pod := corev1.PodSpec{
 		ServiceAccountName: AgentName,
-		PriorityClassName:  "system-node-critical",
+		PriorityClassName:  PriorityClass,
 		HostNetwork:        o.hostNetwork(),
 		Affinity:           &corev1.Affinity{NodeAffinity: AgentNodeAffinity(o)},
 		Tolerations:        tolerations,

@@ -142,6 +142,20 @@ func TestOperatorNodeGuard(t *testing.T) {
 		})}, "operator", OperatorNodeMessage},
 		{"delete", admissionCase{op: admission.Delete, old: live}, "operator", OperatorNodeMessage},
 		{"create", admissionCase{op: admission.Create, obj: live}, "operator", OperatorNodeMessage},
+		{"a driver upgrade step, its time and KMM's module version", admissionCase{op: admission.Update, old: live, obj: with(func(n *corev1.Node) {
+			n.Labels[slicerv1alpha1.LabelDriverUpgrade] = string(slicerv1alpha1.DriverUpgradeDrain)
+			n.Labels[KMMModuleVersionLabel(o.AgentNamespace, ModuleName)] = "v2"
+			n.Annotations[slicerv1alpha1.AnnotationDriverUpgradeSince] = "2026-12-01T12:00:00Z"
+		})}, "operator", ""},
+		{"KMM's worker version of Slicer's Module (a migration)", admissionCase{op: admission.Update, old: live, obj: with(func(n *corev1.Node) {
+			n.Labels[KMMWorkerVersionLabel(o.AgentNamespace, ModuleName)] = "v1"
+		})}, "operator", ""},
+		{"KMM's ready label", admissionCase{op: admission.Update, old: live, obj: with(func(n *corev1.Node) {
+			n.Labels[KMMReadyLabel(o.AgentNamespace, ModuleName)] = ""
+		})}, "operator", OperatorNodeMessage},
+		{"KMM's version label of another Module", admissionCase{op: admission.Update, old: live, obj: with(func(n *corev1.Node) {
+			n.Labels[KMMModuleVersionLabel("other", "module")] = "v2"
+		})}, "operator", OperatorNodeMessage},
 		{"someone else changes any label", admissionCase{op: admission.Update, old: live, obj: with(func(n *corev1.Node) { n.Labels["x"] = "y" })}, "agent", ""},
 	} {
 		who := operator

@@ -107,6 +107,9 @@ func Module(o Options) (*kmmv1beta1.Module, error) {
 	mappings = append(mappings, kmmv1beta1.KernelMapping{Regexp: `^.+$`, ContainerImage: image})
 	c.KernelMappings = mappings
 	c.Build, c.Sign = build, sign
+	if OrderedUpgrade(o) {
+		c.Version = ModuleVersion(*c)
+	}
 	return m, nil
 }
 

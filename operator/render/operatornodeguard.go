@@ -21,7 +21,9 @@ const OperatorNodeGuardName = "slicer-operator-node-guard"
 // OperatorNodeMessage is the node guard's answer to an operator write it refuses.
 const OperatorNodeMessage = "Slicer's operator may change on a Node only the NVIDIA GPU operator's deploy labels " +
 	slicerv1alpha1.LabelGPUOperatorDeployDevicePlugin + " and " + slicerv1alpha1.LabelGPUOperatorDeployMIGManager +
-	" and its annotation " + slicerv1alpha1.AnnotationGPUOperatorLabels
+	" and its annotation " + slicerv1alpha1.AnnotationGPUOperatorLabels + ", and the driver upgrade's labels " +
+	slicerv1alpha1.LabelDriverUpgrade + " and KMM's version labels of Slicer's Module, and its annotation " +
+	slicerv1alpha1.AnnotationDriverUpgradeSince
 
 // OperatorUsername is the API user the operator runs as: its ServiceAccount in the operator
 // namespace (config/manager/manager.yaml).
@@ -33,9 +35,11 @@ func OperatorUsername(o Options) string {
 // needs next to the GPU operator (docs/design/threat-model.md): RBAC grants patch on every
 // Node and cannot name fields, so this policy refuses any change of the operator's to a
 // Node's spec, owner references, finalizers, or to a label or annotation other than
-// GPUOperatorLabelKeys and AnnotationGPUOperatorLabels, and any create or delete.
+// GPUOperatorLabelKeys and AnnotationGPUOperatorLabels, and the driver upgrade's
+// (DriverUpgradeKeys), and any create or delete.
 func OperatorNodeGuard(o Options) []client.Object {
-	keys := quoted(GPUOperatorLabelKeys)
+	upgradeLabels, upgradeAnnotations := DriverUpgradeKeys(o)
+	keys := quoted(append(append([]string(nil), GPUOperatorLabelKeys...), upgradeLabels...))
 	same := func(field, allowed string) string {
 		return fmt.Sprintf("variables.old%[1]s.all(k, k in [%[2]s] || (k in variables.new%[1]s && variables.new%[1]s[k] == variables.old%[1]s[k])) && "+
 			"variables.new%[1]s.all(k, k in [%[2]s] || k in variables.old%[1]s)", field, allowed)
@@ -66,7 +70,7 @@ func OperatorNodeGuard(o Options) []client.Object {
 						"object.metadata.?finalizers.orValue([]) == oldObject.metadata.?finalizers.orValue([]) && " +
 						"object.metadata.?ownerReferences.orValue([]) == oldObject.metadata.?ownerReferences.orValue([]) && " +
 						same("Labels", keys) + " && " +
-						same("Annotations", "'"+slicerv1alpha1.AnnotationGPUOperatorLabels+"'"),
+						same("Annotations", quoted(append([]string{slicerv1alpha1.AnnotationGPUOperatorLabels}, upgradeAnnotations...))),
 					Message: OperatorNodeMessage,
 					Reason:  ptr.To(metav1.StatusReasonForbidden),
 				},

@@ -111,6 +111,9 @@ type Platform struct {
 	// GPUOperator is true when the NVIDIA GPU operator's API (nvidia.com/v1, its
 	// ClusterPolicy) is served.
 	GPUOperator bool
+	// DeviceTaintRules is true when resource.k8s.io/v1 serves DeviceTaintRules (Kubernetes
+	// 1.37; the DRA frontend's fence of a node under a driver upgrade).
+	DeviceTaintRules bool
 }
 
 // Options is everything the renderers need.

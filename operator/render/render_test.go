@@ -107,11 +107,6 @@ func TestWebhook(t *testing.T) {
 	if tmpl.Spec.HostNetwork || tmpl.Labels[slicerv1alpha1.LabelComponent] != ComponentWebhook {
 		t.Errorf("pod network template = %+v", tmpl)
 	}
-	// MIG pods are refused while no webhook replica answers (W1): it must not be the first
-	// pod a full node evicts or preempts.
-	if tmpl.Spec.PriorityClassName != "system-cluster-critical" {
-		t.Errorf("webhook priorityClassName = %q, want system-cluster-critical", tmpl.Spec.PriorityClassName)
-	}
 	if WebhookURL(testOptions()) != "" {
 		t.Error("URL in PodNetwork mode")
 	}
@@ -174,6 +169,8 @@ func TestAgent(t *testing.T) {
 		{Key: slicerv1alpha1.LabelMIGCapable, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}},
 		// KMM's label names the Module's namespace, the agent's.
 		{Key: "kmm.node.kubernetes.io/slicer-agent.slicer-nvidia.ready", Operator: corev1.NodeSelectorOpExists},
+		// Off a node while KMM swaps its driver (docs/driver-upgrade.md).
+		{Key: slicerv1alpha1.LabelDriverUpgrade, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"Driver"}},
 	}
 	if diff := cmp.Diff(want, reqs); diff != "" {
 		t.Errorf("KMM affinity:\n%s", diff)

@@ -93,8 +93,6 @@ func Scheduler(o Options) ([]client.Object, error) {
 	pod := corev1.PodSpec{
 		ServiceAccountName: SchedulerName,
 		SecurityContext:    restrictedPod(),
-		PriorityClassName:  "system-cluster-critical",
-		Affinity:           preferSpread(ComponentScheduler),
 		HostNetwork:        o.hostNetwork(),
 		Containers: []corev1.Container{{
 			Name:            "scheduler",
@@ -112,6 +110,7 @@ func Scheduler(o Options) ([]client.Object, error) {
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: SchedulerConfigMap}},
 		}}},
 	}
+	placeControlPlane(o, ComponentScheduler, &pod)
 	if verified {
 		mountMetricsCert(&pod, tlsMetrics)
 	}

@@ -113,8 +113,6 @@ func Webhook(o Options) ([]client.Object, error) {
 	pod := corev1.PodSpec{
 		ServiceAccountName: WebhookName,
 		SecurityContext:    restrictedPod(),
-		PriorityClassName:  "system-cluster-critical",
-		Affinity:           preferSpread(ComponentWebhook),
 		HostNetwork:        o.hostNetwork(),
 		Containers: []corev1.Container{{
 			Name:  "webhook",
@@ -136,6 +134,7 @@ func Webhook(o Options) ([]client.Object, error) {
 			Secret: &corev1.SecretVolumeSource{SecretName: WebhookCertSecret},
 		}}},
 	}
+	placeControlPlane(o, ComponentWebhook, &pod)
 	if verified {
 		mountMetricsCert(&pod, tlsMetrics)
 	}

@@ -121,6 +121,8 @@ type Cache struct {
 	// the slots of created allocations the informer has not shown yet (unseen.go).
 	written map[types.UID]*written
 	unseen  map[types.NamespacedName]unseenClaim
+	// fences are the nodes under a driver upgrade, by name, with their step (fence.go).
+	fences map[string]string
 }
 
 // New returns an empty cache.
@@ -385,6 +387,9 @@ func (c *Cache) rebuildNode(name string) {
 	}
 	n := &Node{Name: name, Lacks: c.lacks[name]}
 	n.Reason = migapi.NodeBlocked(na)
+	if n.Reason == "" {
+		n.Reason = c.fenceReason(name)
+	}
 
 	gpus := append([]slicerv1alpha1.GPUStatus(nil), na.Status.GPUs...)
 	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Index < gpus[j].Index })
@@ -417,6 +422,9 @@ func (c *Cache) rebuildNode(name string) {
 			// Say why (an NVML error, an XID, a reset the driver asks for): the Pending
 			// reason of a pod that fits only there names it.
 			gpu.Reason += " (" + g.HealthMessage + ")"
+		}
+		if gpu.Reason == "" {
+			gpu.Reason = c.fenceReason(name)
 		}
 		if err == nil && g.Model != "" {
 			gpu.Model = model

@@ -22,9 +22,10 @@ type FeedOptions struct {
 	BeforeEvent func(obj client.Object, deleted bool)
 }
 
-// Feed wires informers on NodeAccelerators and SliceAllocations into the
-// cache, starts them with ctx and returns once both have synced, so the
-// cache is rebuilt from the API before the scheduler schedules anything.
+// Feed wires informers on NodeAccelerators, SliceAllocations and the metadata of the nodes
+// under a driver upgrade (fence.go) into the cache, starts them with ctx and returns once
+// they have synced, so the cache is rebuilt from the API before the scheduler schedules
+// anything.
 func Feed(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, c *Cache, opts FeedOptions) (crcache.Cache, error) {
 	before := opts.BeforeEvent
 	if before == nil {
@@ -32,7 +33,7 @@ func Feed(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, c *Cach
 	}
 	// Nothing reads managedFields; dropping them keeps the stored NodeAccelerators (whose
 	// status the agent writes field by field) and SliceAllocations small.
-	informers, err := crcache.New(cfg, crcache.Options{Scheme: scheme, DefaultTransform: crcache.TransformStripManagedFields()})
+	informers, err := crcache.New(cfg, crcache.Options{Scheme: scheme, DefaultTransform: crcache.TransformStripManagedFields(), ByObject: fenceCacheOptions()})
 	if err != nil {
 		return nil, fmt.Errorf("informer cache: %w", err)
 	}
@@ -57,6 +58,13 @@ func Feed(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, c *Cach
 		DeleteFunc: func(obj any) { c.onAllocationDelete(obj, before) },
 	}); err != nil {
 		return nil, fmt.Errorf("SliceAllocation handler: %w", err)
+	}
+	fenceInf, err := informers.GetInformer(ctx, nodeMetadata())
+	if err != nil {
+		return nil, fmt.Errorf("node fence informer: %w", err)
+	}
+	if err := feedFences(fenceInf, c); err != nil {
+		return nil, err
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- informers.Start(ctx) }()

@@ -189,6 +189,25 @@ func TestRenderValidatingAdmissionPolicy(t *testing.T) {
 		}
 	}
 
+	// CREATE and UPDATE: the rules of a pod's creation hold on CREATE only (a bound pod has
+	// spec.nodeName); a slicer.dev/ key is refused on UPDATE too (issue 39, "Reserved keys").
+	if diff := cmp.Diff([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		policy.Spec.MatchConstraints.ResourceRules[0].Operations); diff != "" {
+		t.Errorf("operations (-want +got):\n%s", diff)
+	}
+	last := len(policy.Spec.Validations) - 1
+	for i, v := range policy.Spec.Validations[:last] {
+		if !strings.HasPrefix(v.Expression, "variables.updating || (") {
+			t.Errorf("validation %d holds on UPDATE too: %q", i, v.Expression)
+		}
+	}
+	for _, want := range []string{"!variables.updating || !variables.slicerMIG", "oldObject.metadata.labels[k] == object.metadata.labels[k]",
+		"k in ['slicer.dev/movable']", "k.startsWith('slicer.dev/')"} {
+		if got := policy.Spec.Validations[last].Expression; !strings.Contains(got, want) {
+			t.Errorf("reserved keys on UPDATE %q lacks %q", got, want)
+		}
+	}
+
 	o.TranslateNVIDIA = TranslateDisabled
 	policy, _ = RenderValidatingAdmissionPolicy(o)
 	if got := policy.Spec.Variables[2].Expression; got != "false" {
@@ -218,12 +237,15 @@ func TestRenderSchedulerUnavailablePolicy(t *testing.T) {
 	if diff := cmp.Diff(regular.Spec.Variables, policy.Spec.Variables); diff != "" {
 		t.Errorf("variables differ (-regular +unavailable):\n%s", diff)
 	}
-	if len(policy.Spec.Validations) != 1 {
-		t.Fatalf("validations %+v, want one", policy.Spec.Validations)
+	if len(policy.Spec.Validations) != 2 {
+		t.Fatalf("validations %+v, want the rejection and the reserved keys on UPDATE", policy.Spec.Validations)
 	}
 	v := policy.Spec.Validations[0]
-	if v.Expression != "!variables.slicerMIG && !(variables.nvidiaMIG && variables.translated)" {
+	if v.Expression != "variables.updating || (!variables.slicerMIG && !(variables.nvidiaMIG && variables.translated))" {
 		t.Errorf("expression %q", v.Expression)
+	}
+	if diff := cmp.Diff(regular.Spec.Validations[len(regular.Spec.Validations)-1], policy.Spec.Validations[1]); diff != "" {
+		t.Errorf("the reserved keys on UPDATE differ from the regular policy's (-regular +unavailable):\n%s", diff)
 	}
 	if !strings.Contains(v.Message, "v1.38.0") || strings.Contains(v.Message, "\n") {
 		t.Errorf("message %q must name the reason on one line", v.Message)

@@ -20,7 +20,12 @@ import (
 //     namespaces labelled slicer.dev/translate-nvidia-resources=disabled, nor anywhere
 //     when translation is disabled cluster-wide);
 //   - a pod with slicer.dev/mig-* must have Slicer's schedulerName, no spec.nodeName and
-//     no slicer.dev/ labels or annotations.
+//     no slicer.dev/ labels or annotations;
+//   - an update of such a pod may not add or change a slicer.dev/ label or annotation
+//     (reservedKeysOnUpdate): what is refused at creation is refused later too.
+//
+// The rules of the pod's creation hold only on CREATE: a bound pod has spec.nodeName, and a
+// pod admitted before Slicer was installed may ask for nvidia.com/mig-* anywhere.
 //
 // It matches the same pods as the webhook (match conditions) in every namespace, and has no
 // object selector: a pod cannot escape it by forging Slicer's component label, nor by being
@@ -32,15 +37,6 @@ import (
 // webhook does not translate it, excluded namespaces included.
 func RenderValidatingAdmissionPolicy(o Options) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	o = o.withDefaults()
-	// slicerv1alpha1.ReservedPodKey in CEL.
-	noDomainKeys := func(field string, allowed []string) string {
-		quoted := make([]string, len(allowed))
-		for i, k := range allowed {
-			quoted[i] = "'" + k + "'"
-		}
-		return fmt.Sprintf("(!has(object.metadata.%[1]s) || !object.metadata.%[1]s.exists(k, k.startsWith('%[2]s') && !(k in [%[3]s])))",
-			field, slicerv1alpha1.DomainPrefix, strings.Join(quoted, ", "))
-	}
 	return renderPolicy(o, []admissionregistrationv1.Validation{
 		{
 			Expression: "!(variables.nvidiaMIG && variables.translated)",
@@ -62,11 +58,51 @@ func RenderValidatingAdmissionPolicy(o Options) (*admissionregistrationv1.Valida
 			Reason:     ptr.To(metav1.StatusReasonForbidden),
 		},
 		{
-			Expression: "!variables.slicerMIG || (" + noDomainKeys("labels", nil) + " && " + noDomainKeys("annotations", slicerv1alpha1.UserPodAnnotations) + ")",
+			Expression: "!variables.slicerMIG || (" + noReservedKeys("labels", nil) + " && " + noReservedKeys("annotations", slicerv1alpha1.UserPodAnnotations) + ")",
 			Message:    fmt.Sprintf("the pod asks for MIG slices and carries labels or annotations under %s, which are reserved for Slicer's own allocation data (only the annotations %s are yours to set): remove them", slicerv1alpha1.DomainPrefix, strings.Join(slicerv1alpha1.UserPodAnnotations, ", ")),
 			Reason:     ptr.To(metav1.StatusReasonForbidden),
 		},
 	})
+}
+
+// quotedKeys is keys as a CEL list's elements.
+func quotedKeys(keys []string) string {
+	quoted := make([]string, len(keys))
+	for i, k := range keys {
+		quoted[i] = "'" + k + "'"
+	}
+	return strings.Join(quoted, ", ")
+}
+
+// noReservedKeys is slicerv1alpha1.ReservedPodKey in CEL: no key of the object's metadata
+// field (labels or annotations) is under the domain prefix, but the allowed ones.
+func noReservedKeys(field string, allowed []string) string {
+	return fmt.Sprintf("(!has(object.metadata.%[1]s) || !object.metadata.%[1]s.exists(k, k.startsWith('%[2]s') && !(k in [%[3]s])))",
+		field, slicerv1alpha1.DomainPrefix, quotedKeys(allowed))
+}
+
+// noReservedKeyWritten is the same on UPDATE: every reserved key of the new object's field
+// was in the old object with the same value. Removing one is allowed (nothing of Slicer's
+// reads such keys on a pod); so is keeping one a pod somehow had.
+func noReservedKeyWritten(field string, allowed []string) string {
+	return fmt.Sprintf("object.metadata.?%[1]s.orValue({}).all(k, !k.startsWith('%[2]s') || k in [%[3]s] || "+
+		"(k in oldObject.metadata.?%[1]s.orValue({}) && oldObject.metadata.%[1]s[k] == object.metadata.%[1]s[k]))",
+		field, slicerv1alpha1.DomainPrefix, quotedKeys(allowed))
+}
+
+// reservedKeysOnUpdate refuses an update of a MIG pod that adds or changes a slicer.dev/
+// label or annotation (but the user's annotations): the keys its creation may not carry
+// (ReservedPodKey), whoever writes them. No Slicer component writes such a key on a MIG pod:
+// the webhook sets none, the scheduler records its plans in a pod condition through
+// pods/status, which this policy does not match, and Slicer's own pods, which carry
+// slicer.dev/component, never ask for MIG.
+func reservedKeysOnUpdate() admissionregistrationv1.Validation {
+	return admissionregistrationv1.Validation{
+		Expression: "!variables.updating || !variables.slicerMIG || (" + noReservedKeyWritten("labels", nil) + " && " + noReservedKeyWritten("annotations", slicerv1alpha1.UserPodAnnotations) + ")",
+		Message: fmt.Sprintf("the update adds or changes a label or annotation under %s on a pod that asks for MIG slices; those keys are reserved for Slicer's own allocation data "+
+			"(only the annotations %s are yours to set): leave them out", slicerv1alpha1.DomainPrefix, strings.Join(slicerv1alpha1.UserPodAnnotations, ", ")),
+		Reason: ptr.To(metav1.StatusReasonForbidden),
+	}
 }
 
 // RenderSchedulerUnavailablePolicy renders the policy (and its binding), under the same
@@ -87,9 +123,17 @@ func RenderSchedulerUnavailablePolicy(o Options, why string) (*admissionregistra
 	}})
 }
 
-// renderPolicy renders the policy with the given validations and its binding: the
-// matching and the variables are the same whatever the policy enforces.
-func renderPolicy(o Options, validations []admissionregistrationv1.Validation) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+// renderPolicy renders the policy with the given validations of a pod's creation (each
+// holds on CREATE only) and its binding; reservedKeysOnUpdate holds on UPDATE whatever the
+// policy enforces at creation. The matching and the variables are the same whatever the
+// policy enforces.
+func renderPolicy(o Options, onCreate []admissionregistrationv1.Validation) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	validations := make([]admissionregistrationv1.Validation, 0, len(onCreate)+1)
+	for _, v := range onCreate {
+		v.Expression = "variables.updating || (" + v.Expression + ")"
+		validations = append(validations, v)
+	}
+	validations = append(validations, reservedKeysOnUpdate())
 	name := ObjectName(o)
 	labels := map[string]string{LabelPartOf: PartOf}
 	prefixes := []string{mig.ResourcePrefix}
@@ -110,7 +154,7 @@ func renderPolicy(o Options, validations []admissionregistrationv1.Validation) (
 				MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 						Rule: admissionregistrationv1.Rule{
 							APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
 							Scope: ptr.To(admissionregistrationv1.NamespacedScope),
@@ -123,6 +167,7 @@ func renderPolicy(o Options, validations []admissionregistrationv1.Validation) (
 				{Name: "slicerMIG", Expression: celMentions(mig.ResourcePrefix)},
 				{Name: "nvidiaMIG", Expression: celMentions(mig.NVIDIAResourcePrefix)},
 				{Name: "translated", Expression: translated},
+				{Name: "updating", Expression: "request.operation == 'UPDATE'"},
 			},
 			Validations: validations,
 		},

@@ -17,3 +17,29 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- define "slicer.uninstallHook" -}}
 {{- printf "slicer-uninstall-%s" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end }}
+
+{{/* The operator pod's affinity: config/manager's, or its term required (spec.controlPlane.avoidGPUNodes: Required). */}}
+{{- define "slicer.operatorAffinity" -}}
+{{- if eq (dig "controlPlane" "avoidGPUNodes" "Preferred" .Values.slicer.spec) "Required" -}}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - key: slicer.dev/mig-capable
+          operator: NotIn
+          values:
+          - "true"
+{{- else -}}
+affinity:
+  nodeAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - preference:
+        matchExpressions:
+        - key: slicer.dev/mig-capable
+          operator: NotIn
+          values:
+          - "true"
+      weight: 100
+{{- end -}}
+{{- end }}

@@ -25,6 +25,46 @@ var _ = Describe("Slicer validation", func() {
 		Entry("named default", func(*slicerv1alpha1.Slicer) {}, nil),
 		Entry("named other", func(s *slicerv1alpha1.Slicer) { s.Name = "other" },
 			rejected(rootField, "cluster singleton")),
+		// driver upgrade (docs/driver-upgrade.md)
+		Entry("driver upgrade two at a time, forcing the drain after a minute, paused", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Driver.Upgrade = slicerv1alpha1.DriverUpgradeSpec{MaxUnavailable: 2, DrainTimeoutSeconds: 60, DrainTimeoutPolicy: slicerv1alpha1.DrainTimeoutForce,
+				LoadTimeoutSeconds: 600, State: slicerv1alpha1.DriverUpgradePaused}
+		}, nil),
+		Entry("driver upgrade of no node at a time", func(s *slicerv1alpha1.Slicer) { s.Spec.Driver.Upgrade.MaxUnavailable = -1 },
+			rejected("spec.driver.upgrade.maxUnavailable", "greater than or equal to 1")),
+		Entry("driver upgrade drain timeout under 10 s", func(s *slicerv1alpha1.Slicer) { s.Spec.Driver.Upgrade.DrainTimeoutSeconds = 5 },
+			rejected("spec.driver.upgrade.drainTimeoutSeconds", "greater than or equal to 10")),
+		Entry("driver upgrade drain timeout policy unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.Driver.Upgrade.DrainTimeoutPolicy = "Evict" },
+			rejected("spec.driver.upgrade.drainTimeoutPolicy", "Unsupported value")),
+		Entry("driver upgrade state unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.Driver.Upgrade.State = "Stopped" },
+			rejected("spec.driver.upgrade.state", "Unsupported value")),
+		// control plane placement (docs/install.md, "The control plane off the GPU nodes")
+		Entry("control plane required off the GPU nodes, on infrastructure nodes", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.ControlPlane = slicerv1alpha1.ControlPlaneSpec{AvoidGPUNodes: slicerv1alpha1.AvoidGPUNodesRequired,
+				NodeSelector: map[string]string{"node-role.kubernetes.io/infra": ""},
+				Tolerations:  []corev1.Toleration{{Key: "node-role.kubernetes.io/infra", Operator: corev1.TolerationOpExists}}}
+		}, nil),
+		Entry("control plane preferred off the GPU nodes but selecting them", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.ControlPlane = slicerv1alpha1.ControlPlaneSpec{NodeSelector: map[string]string{slicerv1alpha1.LabelMIGCapable: "true"}}
+		}, nil),
+		Entry("control plane required off the GPU nodes but selecting them", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.ControlPlane = slicerv1alpha1.ControlPlaneSpec{AvoidGPUNodes: slicerv1alpha1.AvoidGPUNodesRequired,
+				NodeSelector: map[string]string{slicerv1alpha1.LabelMIGCapable: "true"}}
+		}, rejected("spec.controlPlane.nodeSelector", "no pod could run")),
+		Entry("control plane placement unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.ControlPlane.AvoidGPUNodes = "Always" },
+			rejected("spec.controlPlane.avoidGPUNodes", "Unsupported value")),
+		Entry("control plane node selector of 17 labels", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.ControlPlane.NodeSelector = map[string]string{}
+			for i := range 17 {
+				s.Spec.ControlPlane.NodeSelector[string(rune('a'+i))] = "x"
+			}
+		}, rejected("spec.controlPlane.nodeSelector", "must have at most 16 items")),
+		// priority (docs/install.md, "Critical priority classes")
+		Entry("critical priority quota Enabled", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Priority.CriticalPriorityQuota = slicerv1alpha1.FeatureEnabled
+		}, nil),
+		Entry("critical priority quota unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.Priority.CriticalPriorityQuota = "Yes" },
+			rejected("spec.priority.criticalPriorityQuota", "Unsupported value")),
 		// uninstall (docs/uninstall.md)
 		Entry("uninstall policy Force", func(s *slicerv1alpha1.Slicer) { s.Spec.Uninstall.Policy = slicerv1alpha1.UninstallForce }, nil),
 		Entry("uninstall policy unknown", func(s *slicerv1alpha1.Slicer) { s.Spec.Uninstall.Policy = "Orphan" },
@@ -121,9 +161,13 @@ var _ = Describe("Slicer validation", func() {
 			s.Spec.Driver.Mode = slicerv1alpha1.DriverModeEmulated
 			s.Spec.Agent.EmulatedGPUs = []slicerv1alpha1.EmulatedGPUs{{Model: "H100-80GB", Count: 2}, {Model: "A100-40GB", Count: 2}}
 		}, nil),
-		Entry("emulated GPUs in KMM mode", func(s *slicerv1alpha1.Slicer) {
+		Entry("emulated GPUs in KMM mode (a test of KMM's driver loading: hack/kmm/run.sh)", func(s *slicerv1alpha1.Slicer) {
 			s.Spec.Agent.EmulatedGPUs = []slicerv1alpha1.EmulatedGPUs{{Model: "H100-80GB", Count: 2}}
-		}, rejected("spec", "agent.emulatedGPUs requires driver.mode Emulated")),
+		}, nil),
+		Entry("emulated GPUs in Preinstalled mode", func(s *slicerv1alpha1.Slicer) {
+			s.Spec.Driver.Mode = slicerv1alpha1.DriverModePreinstalled
+			s.Spec.Agent.EmulatedGPUs = []slicerv1alpha1.EmulatedGPUs{{Model: "H100-80GB", Count: 2}}
+		}, rejected("spec", "agent.emulatedGPUs requires driver.mode Emulated (or KMM")),
 		Entry("emulated GPU model unknown", func(s *slicerv1alpha1.Slicer) {
 			s.Spec.Driver.Mode = slicerv1alpha1.DriverModeEmulated
 			s.Spec.Agent.EmulatedGPUs = []slicerv1alpha1.EmulatedGPUs{{Model: "V100-32GB", Count: 1}}
@@ -256,6 +300,10 @@ var _ = Describe("Slicer validation", func() {
 		Expect(s.Spec.Defragmentation.WindowSeconds).To(Equal(int32(3600)))
 		Expect(s.Spec.Defragmentation.NamespaceSelector).To(BeNil())
 		Expect(s.Spec.Uninstall.Policy).To(Equal(slicerv1alpha1.UninstallWait))
+		Expect(s.Spec.ControlPlane.AvoidGPUNodes).To(Equal(slicerv1alpha1.AvoidGPUNodesPreferred))
+		Expect(s.Spec.Driver.Upgrade).To(Equal(slicerv1alpha1.DriverUpgradeSpec{MaxUnavailable: 1, DrainTimeoutSeconds: 600,
+			DrainTimeoutPolicy: slicerv1alpha1.DrainTimeoutWait, LoadTimeoutSeconds: 900, State: slicerv1alpha1.DriverUpgradeRolling}))
+		Expect(s.Spec.Priority.CriticalPriorityQuota).To(Equal(slicerv1alpha1.FeatureDisabled))
 	})
 
 	It("rejects unknown fields under strict field validation", func() {

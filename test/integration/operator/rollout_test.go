@@ -227,7 +227,7 @@ var _ = Describe("Slicer rollout", Ordered, func() {
 			g.Expect(reasons).To(ContainElement(slicerv1alpha1.ReasonDeletionTimedOut))
 			// What the admin must finish by hand: the step that waited and those never run.
 			g.Expect(timedOut).To(And(ContainSubstring(`at step "components"`),
-				ContainSubstring("steps not run: [NodeAccelerators DRA ResourceSlices GPU operator labels]")))
+				ContainSubstring("steps not run: [NodeAccelerators DRA ResourceSlices GPU operator labels driver upgrade labels]")))
 		}).Should(Succeed())
 		nfr, err = getRef(ref{nfrGVK, "", render.NodeFeatureRuleKey})
 		Expect(err).NotTo(HaveOccurred())

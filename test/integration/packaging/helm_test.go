@@ -25,6 +25,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/operator/controller"
 	"github.com/slicer-operator/slicer/operator/releasehook"
+	oprender "github.com/slicer-operator/slicer/operator/render"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -99,6 +100,8 @@ var customValues = []string{
 	"--set", "operator.tolerations[0].effect=NoSchedule",
 	"--set", "slicer.spec.driver.mode=Preinstalled",
 	"--set", "slicer.spec.driver.inTreeModulesToRemove=null",
+	"--set", "slicer.spec.controlPlane.avoidGPUNodes=Required",
+	"--set", "slicer.spec.priority.criticalPriorityQuota=Enabled",
 	"--set", "uninstall.timeoutSeconds=600",
 }
 
@@ -142,7 +145,7 @@ var _ = Describe("Helm chart", Ordered, func() {
 			}
 		}
 		Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 3))
-		for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "Slicer", "Job"} {
+		for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service", "Slicer", "Job", "ResourceQuota"} {
 			Expect(kinds).To(HaveKey(k))
 		}
 		for _, u := range objs {
@@ -186,6 +189,9 @@ var _ = Describe("Helm chart", Ordered, func() {
 			Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "RELATED_IMAGE_AGENT", Value: "registry.example.com/slicer/agent@sha256:" + strings.Repeat("a", 64)}))
 			Expect(spec.NodeSelector).To(Equal(map[string]string{"node-role.kubernetes.io/control-plane": ""}))
 			Expect(spec.Tolerations).To(ConsistOf(corev1.Toleration{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}))
+			// slicer.spec.controlPlane.avoidGPUNodes=Required holds the operator to it too.
+			Expect(spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution).To(BeEmpty())
+			Expect(spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms).To(Equal([]corev1.NodeSelectorTerm{oprender.AvoidGPUNodesTerm()}))
 			pod := podOf(d.Spec.Template, d.Namespace, d.Name+"-probe")
 			Expect(k8s.Create(ctx, pod, client.DryRunAll)).To(Succeed(), "operator pod in a restricted namespace")
 		}

@@ -7,6 +7,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	oprender "github.com/slicer-operator/slicer/operator/render"
 )
 
 // overlay is what each kustomization must contain beyond passing a dry run.
@@ -72,6 +74,7 @@ var _ = Describe("kustomize overlays", Ordered, func() {
 		Entry("config/overlays/openshift", overlay{dir: "overlays/openshift", podSecurity: "restricted", check: checkOpenShift}),
 		Entry("config/overlays/emulated", overlay{dir: "overlays/emulated", podSecurity: "privileged", check: checkEmulated}),
 		Entry("config/overlays/emulated-dra", overlay{dir: "overlays/emulated-dra", podSecurity: "privileged", check: checkEmulatedDRA}),
+		Entry("config/overlays/hardened", overlay{dir: "overlays/hardened", podSecurity: "restricted", check: checkHardened}),
 	)
 
 	It("enforces Pod Security, so the admission check above can fail", func() {
@@ -111,6 +114,31 @@ func checkRestrictedOperator(objs []*unstructured.Unstructured) {
 			Expect(sc.Capabilities.Drop).To(ConsistOf(corev1.Capability("ALL")))
 		}
 	}
+}
+
+// checkHardened: config/default with the operator required off the GPU nodes, the Slicer
+// asking the same of the scheduler and the webhook and the agent namespace's quota, and the
+// operator namespace's quota (priority_test.go runs it against a guarded apiserver).
+func checkHardened(objs []*unstructured.Unstructured) {
+	checkRestrictedOperator(objs)
+	quotas := 0
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "Deployment":
+			a := toDeployment(u).Spec.Template.Spec.Affinity.NodeAffinity
+			Expect(a.PreferredDuringSchedulingIgnoredDuringExecution).To(BeEmpty())
+			Expect(a.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms).To(Equal([]corev1.NodeSelectorTerm{oprender.AvoidGPUNodesTerm()}))
+		case "Slicer":
+			v, _, _ := unstructured.NestedString(u.Object, "spec", "controlPlane", "avoidGPUNodes")
+			Expect(v).To(Equal("Required"))
+			v, _, _ = unstructured.NestedString(u.Object, "spec", "priority", "criticalPriorityQuota")
+			Expect(v).To(Equal("Enabled"))
+		case "ResourceQuota":
+			quotas++
+			Expect(u.GetNamespace()).To(Equal("slicer-system"))
+		}
+	}
+	Expect(quotas).To(Equal(1))
 }
 
 func checkOpenShift(objs []*unstructured.Unstructured) {
