@@ -2,8 +2,9 @@ package mig
 
 import "sync"
 
-// The per-call buffers of PlanDefrag that grow with the cluster (the per-GPU memo, each
-// destination class's per-node verdicts) are taken from pools and handed back when the call
+// The per-call buffers of PlanDefrag that grow with the cluster or the model's state table (the
+// per-GPU memo, the opening sets per state, each destination class with its per-node
+// verdicts) are taken from pools and handed back when the call
 // ends, zeroed when taken again: on 5,000 nodes × 8 GPUs they are about half a megabyte a
 // call, and memory fresh from the allocator costs a page fault per 4 KiB the first time the
 // search writes it, a large share of a no-plan call's time (docs/benchmarks.md, the planner as
@@ -33,21 +34,43 @@ func (p *pool[T]) put(s []T) {
 
 var (
 	memoPool    pool[gpuMemo]
+	osetsPool   pool[openSets]
 	verdictPool pool[uint8]
+	classPool   sync.Pool // of *classInfo
 )
+
+// newClassInfo is a zeroed classInfo, reused when the pool has one.
+func newClassInfo() *classInfo {
+	if ci, ok := classPool.Get().(*classInfo); ok {
+		*ci = classInfo{}
+		return ci
+	}
+	return &classInfo{}
+}
+
+// putClass hands ci and its verdicts back.
+func putClass(ci *classInfo) {
+	verdictPool.put(ci.verdict)
+	*ci = classInfo{}
+	classPool.Put(ci)
+}
 
 // release hands the call's pooled buffers back once its search is done (plan).
 func (r *defragRun) release() {
 	memoPool.put(r.memo)
 	r.memo = nil
-	for _, ci := range r.classes {
+	for m := range r.osets {
+		osetsPool.put(r.osets[m])
+		r.osets[m] = nil
+	}
+	for i, ci := range r.classes {
 		if ci != nil {
-			verdictPool.put(ci.verdict)
-			ci.verdict = nil
+			putClass(ci)
+			r.classes[i] = nil
 		}
 	}
-	for _, ci := range r.classMap {
-		verdictPool.put(ci.verdict)
-		ci.verdict = nil
+	for k, ci := range r.classMap {
+		putClass(ci)
+		delete(r.classMap, k)
 	}
 }
