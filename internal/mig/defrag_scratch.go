@@ -4,11 +4,11 @@ import "sync"
 
 // The per-call buffers of PlanDefrag that grow with the cluster or the model's state table (the
 // per-GPU memo, the opening sets per state, each destination class with its per-node
-// verdicts) are taken from pools and handed back when the call
-// ends, zeroed when taken again: on 5,000 nodes × 8 GPUs they are about half a megabyte a
-// call, and memory fresh from the allocator costs a page fault per 4 KiB the first time the
-// search writes it, a large share of a no-plan call's time (docs/benchmarks.md, the planner as
-// the scheduler calls it). Reuse changes no answer: a buffer is cleared before use.
+// verdicts) are taken from pools and handed back when the call ends, zeroed when taken again:
+// on 5,000 nodes × 8 GPUs they are about 600 KB a call, and memory fresh from the allocator
+// costs a page fault per 4 KiB the first time the search writes it, a large share of a no-plan
+// call's time (docs/benchmarks.md, "Where a no-plan call's time goes"). Reuse changes no
+// answer: a buffer is zeroed before use.
 
 // pool is a sync.Pool of slices of T.
 type pool[T any] struct{ p sync.Pool }
