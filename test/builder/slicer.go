@@ -122,10 +122,7 @@ func (b *AllocationBuilder) Profile(p string, start, size int32) *AllocationBuil
 
 // Label sets a label.
 func (b *AllocationBuilder) Label(k, v string) *AllocationBuilder {
-	if b.a.Labels == nil {
-		b.a.Labels = map[string]string{}
-	}
-	b.a.Labels[k] = v
+	b.a.Labels = with(b.a.Labels, k, v)
 	return b
 }
 
