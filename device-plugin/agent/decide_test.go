@@ -18,6 +18,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 const testGPU = "GPU-0"
@@ -28,11 +29,8 @@ func h100(slices ...engine.Slice) *engine.Observation {
 
 // allocation is a live 1g.10gb-or-other allocation of pod p-<name> on testGPU.
 func allocation(name, profile string, start, size int32, mods ...func(*slicerv1alpha1.SliceAllocation)) *slicerv1alpha1.SliceAllocation {
-	a := &slicerv1alpha1.SliceAllocation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Finalizers: []string{slicerv1alpha1.AllocationFinalizer}},
-		Spec: slicerv1alpha1.SliceAllocationSpec{PodName: "p-" + name, PodUID: "uid-" + name, NodeName: "n1", GPUUUID: testGPU,
-			Profile: slicerv1alpha1.MIGProfile(profile), Placement: slicerv1alpha1.Placement{Start: start, Size: size}},
-	}
+	a := builder.Allocation("ns", name).Finalizer(slicerv1alpha1.AllocationFinalizer).
+		Pod("p-"+name, "uid-"+name).Node("n1").GPU(testGPU).Profile(profile, start, size).Obj()
 	for _, m := range mods {
 		m(a)
 	}

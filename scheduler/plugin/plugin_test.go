@@ -80,13 +80,13 @@ func testPlugin(t *testing.T, nas ...*slicerv1alpha1.NodeAccelerator) *Plugin {
 	return p
 }
 
+// accel is a NodeAccelerator of node with gpus healthy H100s (UUIDs GPU-<node>0, GPU-<node>1, ...).
 func accel(node string, gpus int) *slicerv1alpha1.NodeAccelerator {
-	na := &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	for i := 0; i < gpus; i++ {
-		na.Status.GPUs = append(na.Status.GPUs, slicerv1alpha1.GPUStatus{Index: int32(i), UUID: "GPU-" + node + string(rune('0'+i)),
-			Model: "H100-80GB", MIGMode: slicerv1alpha1.MIGModeEnabled, Health: slicerv1alpha1.GPUHealthy})
+	b := builder.Accelerator(node)
+	for i := range gpus {
+		b.GPU("GPU-"+node+string(rune('0'+i)), "H100-80GB")
 	}
-	return na
+	return b.Obj()
 }
 
 // preFilter runs PreFilter for the pod, which must succeed, and returns the cycle state it wrote.

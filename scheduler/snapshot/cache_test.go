@@ -11,6 +11,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 type countEvents struct{ conflicts, reserved, committed int }
@@ -18,14 +19,14 @@ type countEvents struct{ conflicts, reserved, committed int }
 func (e *countEvents) ReservationsChanged(r, c int) { e.reserved, e.committed = r, c }
 func (e *countEvents) Conflict()                    { e.conflicts++ }
 
+// accel is a NodeAccelerator of node with gpus healthy H100s (UUIDs GPU-<node>-a, -b, ...),
+// changed by each mutation.
 func accel(node string, gpus int, mut ...func(*slicerv1alpha1.NodeAccelerator)) *slicerv1alpha1.NodeAccelerator {
-	na := &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	for i := 0; i < gpus; i++ {
-		na.Status.GPUs = append(na.Status.GPUs, slicerv1alpha1.GPUStatus{
-			Index: int32(i), UUID: "GPU-" + node + "-" + string(rune('a'+i)), Model: "H100-80GB",
-			MIGMode: slicerv1alpha1.MIGModeEnabled, Health: slicerv1alpha1.GPUHealthy,
-		})
+	b := builder.Accelerator(node)
+	for i := range gpus {
+		b.GPU("GPU-"+node+"-"+string(rune('a'+i)), "H100-80GB")
 	}
+	na := b.Obj()
 	for _, m := range mut {
 		m(na)
 	}

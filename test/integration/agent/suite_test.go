@@ -32,6 +32,7 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/suite"
 )
 
 var (
@@ -46,15 +47,8 @@ func TestAgent(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	var err error
-	env, err = framework.Start(framework.Options{WithoutExternalCRDs: true})
-	Expect(err).NotTo(HaveOccurred())
+	env = suite.Start(framework.Options{WithoutExternalCRDs: true}, "team-a")
 	k8s = env.Client
-	Expect(k8s.Create(ctx, framework.MakeNamespace("team-a"))).To(Succeed())
-})
-
-var _ = AfterSuite(func() {
-	Expect(env.Stop()).To(Succeed())
 })
 
 // node is one emulated GPU node with its agent.
