@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -434,10 +435,14 @@ var _ = Describe("A plan record a tenant writes", func() {
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("forbidden"))
 		By("through the pod itself: its status is not the pod's to change")
-		cur = s.get(p.Name)
-		cur.Status.Conditions = append(cur.Status.Conditions, record)
-		cur.Labels = map[string]string{"touched": "yes"}
-		Expect(tenant.Update(ctx, cur)).To(Succeed())
+		// The scheduler writes the pod's PodScheduled condition meanwhile: read again on a
+		// conflict.
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur = s.get(p.Name)
+			cur.Status.Conditions = append(cur.Status.Conditions, record)
+			cur.Labels = map[string]string{"touched": "yes"}
+			return tenant.Update(ctx, cur)
+		})).To(Succeed())
 		Expect(podCondition(s.get(p.Name), slicerv1alpha1.PodConditionDefragmentationPlan)).To(BeNil())
 		By("a restarted scheduler holds no room: a probe, the first MIG pod it sees, runs the restore")
 		r.stop()
