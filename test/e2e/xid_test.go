@@ -9,8 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
-	"github.com/slicer-operator/slicer/device-plugin/nvml"
-	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
+	"github.com/slicer-operator/slicer/test/e2e/localnode"
 )
 
 // gpuHealth is the health the node's NodeAccelerator reports for the GPU with that UUID.
@@ -52,16 +51,9 @@ func expectXIDTakesTheGPUOut(ctx SpecContext) {
 	createPod(ctx, slicePod(ns, "before", "7g.80gb"))
 	waitRunning(ctx, ns, "before")
 	broken := allocationGPU(ctx, ns, "before")
-	index := -1
-	for i := range 16 {
-		if emulated.GPUUUID(node, i) == broken {
-			index = i
-		}
-	}
-	Expect(index).NotTo(Equal(-1))
+	index := localnode.EmulatedGPUIndex(node, broken)
 
-	Expect(emulated.SendControl(emulatedStateFile, emulated.Control{XIDs: []emulated.ControlXID{
-		{GPU: index, XID: 79, RecoveryAction: nvml.RecoveryGPUReset, Unavailable: true}}})).To(Succeed())
+	localnode.BreakGPU(emulatedStateFile, index)
 	Eventually(func(g Gomega) {
 		h, err := gpuHealth(ctx, broken)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -84,7 +76,7 @@ func expectXIDTakesTheGPUOut(ctx SpecContext) {
 	// The pod on the broken GPU goes, the GPU is reset: it takes pods again.
 	Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: objectMeta(ns, "before")})).To(Succeed())
 	Eventually(podPhase).WithContext(ctx).WithArguments(ns, "before").WithTimeout(2 * time.Minute).Should(BeEmpty())
-	Expect(emulated.SendControl(emulatedStateFile, emulated.Control{Recover: []int{index}})).To(Succeed())
+	localnode.ResetGPU(emulatedStateFile, index)
 	Eventually(gpuHealth).WithContext(ctx).WithArguments(broken).WithTimeout(time.Minute).Should(Equal(slicerv1alpha1.GPUHealthy))
 	createPod(ctx, slicePod(ns, "after", "7g.80gb"))
 	waitRunning(ctx, ns, "after")

@@ -12,9 +12,8 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/dra"
-	"github.com/slicer-operator/slicer/device-plugin/nvml"
-	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
+	"github.com/slicer-operator/slicer/test/e2e/localnode"
 )
 
 // gpuTainted reports, for GPU index i of the node's pool, whether every published device has
@@ -62,10 +61,9 @@ func expectXIDTakesTheGPUOut(ctx SpecContext) {
 	expectPrepared(ctx, ns, "before", "7g.80gb")
 	saw, err := containerSaw(ctx, ns, "before")
 	Expect(err).NotTo(HaveOccurred())
-	broken := gpuIndex(saw["gpu"])
+	broken := localnode.EmulatedGPUIndex(node, saw["gpu"])
 
-	Expect(emulated.SendControl(emulatedStateFile, emulated.Control{XIDs: []emulated.ControlXID{
-		{GPU: broken, XID: 79, RecoveryAction: nvml.RecoveryGPUReset, Unavailable: true}}})).To(Succeed())
+	localnode.BreakGPU(emulatedStateFile, broken)
 	Eventually(func(g Gomega) {
 		all, _, err := gpuTainted(ctx, broken)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -88,12 +86,12 @@ func expectXIDTakesTheGPUOut(ctx SpecContext) {
 	expectPrepared(ctx, ns, "next", "7g.80gb")
 	saw, err = containerSaw(ctx, ns, "next")
 	Expect(err).NotTo(HaveOccurred())
-	Expect(gpuIndex(saw["gpu"])).To(Equal(1-broken), "the next pod went to the healthy GPU")
+	Expect(localnode.EmulatedGPUIndex(node, saw["gpu"])).To(Equal(1-broken), "the next pod went to the healthy GPU")
 	Expect(podPhaseOf(ctx, ns, "before")).To(Equal(corev1.PodRunning), "nothing is evicted")
 
 	// The pod on the broken GPU goes, the GPU is reset: its devices come back.
 	deleteNamedPod(ctx, ns, "before")
-	Expect(emulated.SendControl(emulatedStateFile, emulated.Control{Recover: []int{broken}})).To(Succeed())
+	localnode.ResetGPU(emulatedStateFile, broken)
 	Eventually(func() (bool, error) {
 		_, none, err := gpuTainted(ctx, broken)
 		return none, err
@@ -102,17 +100,6 @@ func expectXIDTakesTheGPUOut(ctx SpecContext) {
 	waitPhase(ctx, ns, corev1.PodRunning, "after")
 	expectPrepared(ctx, ns, "after", "7g.80gb")
 	GinkgoWriter.Printf("dra: XID spec in %s\n", time.Since(start).Round(time.Second))
-}
-
-// gpuIndex is the index of the emulated GPU with that UUID on the node.
-func gpuIndex(uuid string) int {
-	for i := range 16 {
-		if emulated.GPUUUID(node, i) == uuid {
-			return i
-		}
-	}
-	Fail("no emulated GPU " + uuid)
-	return -1
 }
 
 func podPhaseOf(ctx SpecContext, ns, name string) corev1.PodPhase {
