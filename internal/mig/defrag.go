@@ -137,8 +137,8 @@ type DefragResult struct {
 // in node then GPU order, at every set of k of its movable slices whose removal opens the
 // request, and at every placement of the request there; a set is feasible when its slices can
 // all be re-created at placements free now. Among the first 16 feasible candidates with k moves
-// it takes the one moving the fewest compute slices, then the one whose placement loses the
-// least future placeability on its GPU, then the first found. With opt.RepackGPUs, repack plans
+// it takes the one moving the fewest compute slices, then the one whose GPU loses the least
+// future placeability from before the plan to after it, then the first found. With opt.RepackGPUs, repack plans
 // are tried after two moves (PlanRepack). The search, its exact pruning rules and why they
 // change no answer: docs/design/defragmentation.md, Planner.
 func PlanDefrag(nodes []Node, req *Request, movable MovableFunc, opt DefragOptions) DefragResult {
@@ -213,7 +213,7 @@ type defragCandidate struct {
 	sub       uint32 // slots of the target GPU's state to move
 	slot      int    // the request's slot on the target GPU
 	compute   int    // compute slices moved
-	cost      int32  // V lost by the request's placement on the target GPU
+	cost      int32  // V of the target GPU before the plan less V after it (moves out, request in)
 }
 
 type defragRun struct {

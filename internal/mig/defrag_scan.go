@@ -195,7 +195,10 @@ func (r *defragRun) tryRemoval(s *site, c uint32, pos []int) bool {
 		if next == noState {
 			continue
 		}
-		cost := t.value[rm.cur] - t.value[next]
+		// The target GPU's V before the plan against after it: of two plans that open the
+		// request's placement with as many compute slices moved, the one whose GPU keeps more
+		// room for what comes next (docs/design/defragmentation.md, Ties).
+		cost := t.value[s.st] - t.value[next]
 		cand := defragCandidate{found: true, node: s.n, gpu: s.g, gi: s.gi, sub: rm.sub, slot: slot, compute: rm.compute, cost: cost}
 		if !r.feasible(s, uint16(next), rm.forbid, false) {
 			continue
