@@ -307,8 +307,9 @@ func (d *defragmenter) noPlanWords(res mig.DefragResult, s *podState) string {
 // movableIndex answers mig.MovableFunc from the snapshot's claim at each slice asked about
 // (snapshot.Cache.ClaimAt) and the scheduler's listers. One serves a plan's searches (each
 // search after the first with one more pod spared) and is then released for a later plan to
-// reuse its memory: on 5,000 nodes × 8 GPUs its pods, classes and the planner's nodes are about
-// 1 MB a plan, written fresh otherwise (mig.SliceIndex says why that costs).
+// reuse its memory: on 5,000 nodes × 8 GPUs its pods, classes and the planner's nodes are
+// megabytes a plan, written fresh otherwise (mig.SliceIndex says why that costs;
+// docs/benchmarks.md has the figures).
 type movableIndex struct {
 	d     *defragmenter
 	nodes []*snapshot.Node
