@@ -38,6 +38,11 @@ func TestSliceIndexReset(t *testing.T) {
 	if v, ok := x.At(at(4, 0, 0)); !ok || v != "e" {
 		t.Errorf("after Reset: At(node 4) = %q, %t; want e", v, ok)
 	}
+	x.Reset(5)
+	if v, ok := x.At(at(4, 0, 0)); ok {
+		t.Errorf("after Reset(5) again: At(node 4) = %q, want nothing", v)
+	}
+	x.Add(4, 0, 0, "f")
 	x.Reset(2)
 	if v, ok := x.At(at(4, 0, 0)); ok {
 		t.Errorf("after Reset(2): At(node 4) = %q, want nothing (node out of range)", v)
