@@ -5,15 +5,16 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 )
 
 // The planner called as the scheduler plugin calls it (scheduler/plugin/defrag.go,
 // defrag_dest.go): default bounds (DefaultDefragMoves, the default work bound, no chains), a
-// movability callback that reads a node's claims once, when first asked about it, and
-// remembers the pod it found at each slice in a list per node (the plugin's
-// movableIndex.pods), and Destinations that give each moved slice its pod's node filters
-// (spec.unschedulable, nodeSelector, NoSchedule taints), asked once per node by the planner.
+// movability callback that remembers the pod it found at each slice in a SliceIndex reused
+// between calls (the plugin's movableIndex.pods), and Destinations that give each moved slice
+// its pod's node filters (spec.unschedulable, nodeSelector, NoSchedule taints), asked once per
+// node by the planner.
 
 // schedNode is what the node filters read of a node.
 type schedNode struct {
@@ -41,49 +42,47 @@ type schedCluster struct {
 
 const zoneLabel = "topology.kubernetes.io/zone"
 
-// schedIndex is one call's movability index (the plugin's movableIndex): the nodes whose claims
-// were read and the pods found, a list per node threaded through one slice (head: per node,
-// 1 + the index of its last pod found, 0 when none).
+// schedIndex is one call's movability index (the plugin's movableIndex): the pods found at
+// the slices asked about, in a SliceIndex taken from schedIndexes and handed back when the call
+// is done, as the plugin does (defragmenter.indexes).
 type schedIndex struct {
 	c     *schedCluster
-	read  []bool
-	head  []int32
-	found []schedFound
+	found SliceIndex[*schedPod]
 }
 
-// schedFound is a pod found at a slice of a node: GPU index and start, and 1 + the index of the
-// node's pod found before it (0: none).
-type schedFound struct {
-	gpu, start int32
-	prev       int32
-	pod        *schedPod
-}
+// schedIndexes holds the indexes of calls done, for the next calls to reuse.
+var schedIndexes sync.Pool
 
 func (c *schedCluster) index() *schedIndex {
-	return &schedIndex{c: c, read: make([]bool, len(c.nodes)), head: make([]int32, len(c.nodes))}
+	x, _ := schedIndexes.Get().(*schedIndex)
+	if x == nil {
+		x = &schedIndex{}
+	}
+	x.c = c
+	x.found.Reset(len(c.nodes))
+	return x
+}
+
+// release hands x back to schedIndexes; it must not be used after.
+func (x *schedIndex) release() {
+	x.c = nil
+	x.found.Reset(0)
+	schedIndexes.Put(x)
 }
 
 func (x *schedIndex) at(n, g int, _ Profile, pl Placement) bool {
-	x.read[n] = true
 	pod := x.c.pods[n*8+g][pl.Start]
 	if pod == nil {
 		return false
 	}
-	x.found = append(x.found, schedFound{gpu: int32(g), start: int32(pl.Start), prev: x.head[n], pod: pod})
-	x.head[n] = int32(len(x.found))
+	x.found.Add(n, g, pl.Start, pod)
 	return true
 }
 
 // podAt is the pod found at the slice from, nil when none was.
 func (x *schedIndex) podAt(from SliceAt) *schedPod {
-	for i := x.head[from.Node]; i != 0; {
-		f := &x.found[i-1]
-		if int(f.gpu) == from.GPU && int(f.start) == from.Placement.Start {
-			return f.pod
-		}
-		i = f.prev
-	}
-	return nil
+	pod, _ := x.found.At(from)
+	return pod
 }
 
 func (x *schedIndex) destinations(from SliceAt) func(int) bool {
@@ -119,6 +118,7 @@ func (x *schedIndex) class(from SliceAt) int {
 // before it; deep: DefragOptions.DeepWork).
 func (c *schedCluster) plan(req *Request, noOpen bool, maxMoves, deep int) DefragResult {
 	x := c.index()
+	defer x.release()
 	opt := DefragOptions{MaxMoves: maxMoves, Destinations: x.destinations, DestinationClass: x.class,
 		RepackGPUs: DefaultRepackGPUs, DeepWork: deep}
 	return planDefragRules(c.nodes, req, x.at, opt, false, noOpen)

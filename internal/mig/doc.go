@@ -71,4 +71,7 @@
 //	    // Evict mode's movability rules that read the pod alone (the scheduler and slicer-sim)
 //	EvictionCap{Max, Window}.Admit(past, now, n) ([]time.Time, bool)
 //	    // spec.defragmentation's cap of maxEvictions per windowSeconds
+//	SliceIndex[T]: Reset(nodes), Add(node, gpu, start, v), At(SliceAt) (T, bool)
+//	    // what a MovableFunc found at each slice, for the same call's Destinations and
+//	    // DestinationClass; kept between calls, it allocates nothing once grown
 package mig

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,6 +61,11 @@ type defragmenter struct {
 	inputs atomic.Uint64
 	// evictor carries plans out (Evict mode; defrag_evict.go).
 	evictor *evictor
+	// indexes holds the movability indexes of plans done (*movableIndex), for the next plans to
+	// reuse their memory (movableSlices, release). A pool rather than one index under a lock:
+	// kube-scheduler runs PostFilter for one pod at a time (k8s.io/kubernetes
+	// pkg/scheduler/schedule_one.go, the scheduling cycle), but nothing here relies on it.
+	indexes sync.Pool
 }
 
 // newDefragmenter builds the plugin's defragmentation on the scheduler's informers; outside
@@ -203,6 +209,7 @@ func (d *defragmenter) defragment(ctx context.Context, pod *corev1.Pod, s *podSt
 	start := time.Now()
 	nodes := d.cache.Nodes()
 	res, movable, spared, err := d.planWithinBudgets(nodes, s)
+	defer d.release(movable)
 	if err != nil {
 		d.log.Error(err, "defragmentation skipped", "pod", klog.KObj(pod))
 		return nil, "defragmentation skipped: " + err.Error()
@@ -240,10 +247,11 @@ const maxBudgetReplans = 8
 // DefaultPreemption reprieves victims pod by pod. After maxBudgetReplans the answer is NoPlan,
 // Bounded. A node whose driver lacks the pod's profile (driverLacks) is shown to the planner
 // with no usable GPU: the room opened must be one Filter accepts. It returns the answer, the
-// movability index of the plan's search and how many pods were spared.
+// movability index of the plan's search (to release once read) and how many pods were spared.
 func (d *defragmenter) planWithinBudgets(nodes []*snapshot.Node, s *podState) (mig.DefragResult, *movableIndex, int, error) {
 	req := s.req
-	in := make([]mig.Node, len(nodes))
+	movable := d.movableSlices(nodes)
+	in := movable.in
 	for i, n := range nodes {
 		in[i] = n.MIG
 		if driverLacks(n, s) != "" {
@@ -253,16 +261,17 @@ func (d *defragmenter) planWithinBudgets(nodes []*snapshot.Node, s *podState) (m
 			}
 		}
 	}
-	spared := map[types.UID]bool{}
 	for {
-		movable, err := d.movableSlices(nodes, spared)
+		pdbs, err := d.pdbs.List(labels.Everything())
 		if err != nil {
-			return mig.DefragResult{}, nil, 0, err
+			d.release(movable)
+			return mig.DefragResult{}, nil, 0, fmt.Errorf("list PodDisruptionBudgets: %w", err)
 		}
+		movable.pdbs = pdbs
 		res := mig.PlanDefrag(in, req, movable.at, mig.DefragOptions{MaxMoves: d.policy.maxMoves,
 			Destinations: movable.destinations, DestinationClass: movable.destinationClass, RepackGPUs: mig.DefaultRepackGPUs})
 		if res.Outcome != mig.DefragPlanned {
-			return res, movable, len(spared), nil
+			return res, movable, len(movable.spared), nil
 		}
 		moved := make([]*corev1.Pod, 0, len(res.Plan.Moves))
 		for _, mv := range res.Plan.Moves {
@@ -270,12 +279,12 @@ func (d *defragmenter) planWithinBudgets(nodes []*snapshot.Node, s *podState) (m
 		}
 		k, _ := evictionRefusal(moved, movable.pdbs)
 		if k < 0 {
-			return res, movable, len(spared), nil
+			return res, movable, len(movable.spared), nil
 		}
-		if len(spared) == maxBudgetReplans {
-			return mig.DefragResult{Outcome: mig.DefragNoPlan, Bounded: true}, movable, len(spared), nil
+		if len(movable.spared) == maxBudgetReplans {
+			return mig.DefragResult{Outcome: mig.DefragNoPlan, Bounded: true}, movable, len(movable.spared), nil
 		}
-		spared[moved[k].UID] = true
+		movable.spare(moved[k].UID)
 	}
 }
 
@@ -296,63 +305,77 @@ func (d *defragmenter) noPlanWords(res mig.DefragResult, s *podState) string {
 }
 
 // movableIndex answers mig.MovableFunc from the snapshot's claim at each slice asked about
-// (snapshot.Cache.ClaimAt) and the scheduler's listers.
+// (snapshot.Cache.ClaimAt) and the scheduler's listers. One serves a plan's searches (each
+// search after the first with one more pod spared) and is then released for a later plan to
+// reuse its memory: on 5,000 nodes × 8 GPUs its pods, classes and the planner's nodes are
+// megabytes a plan, written fresh otherwise (mig.SliceIndex says why that costs;
+// docs/benchmarks.md has the figures).
 type movableIndex struct {
 	d     *defragmenter
 	nodes []*snapshot.Node
 	pdbs  []*policyv1.PodDisruptionBudget
+	// in is the planner's view of nodes (planWithinBudgets).
+	in []mig.Node
 	// spared pods are not movable (planWithinBudgets).
 	spared map[types.UID]bool
 	// lacks: some node's driver lacks a profile (snapshot.Node.Lacks), so a moved slice's
 	// destinations depend on its profile too (defrag_dest.go).
 	lacks bool
-	// pods remembers the movable pods found at the slices asked about (for destinations,
-	// destinationClass and the plan's words): a list per node threaded through one slice
-	// (head: per node index, 1 + the index of its last pod found, 0 when none), read back
-	// without hashing a slot and filled without an allocation per node (the planner asks about
-	// thousands of slices per plan on a large crowded cluster).
-	pods []podAt
-	head []int32
+	// pods remembers the movable pods found at the slices asked about, for destinations,
+	// destinationClass and the plan's words (the planner asks about thousands of slices per
+	// plan on a large crowded cluster).
+	pods mig.SliceIndex[*corev1.Pod]
 	// classes memoizes destinationClass per pod, classIDs numbers its classes.
 	classes  map[*corev1.Pod]int
 	classIDs map[string]int
 }
 
-// podAt is a movable pod found at a slice: its GPU index on the node, its placement's start,
-// and 1 + the index of the node's pod found before it (0: none).
-type podAt struct {
-	gpu, start int32
-	prev       int32
-	pod        *corev1.Pod
-}
-
 // podAt is the movable pod found at the slice s, nil when none was.
 func (m *movableIndex) podAt(s mig.SliceAt) *corev1.Pod {
-	if s.Node < 0 || s.Node >= len(m.head) {
-		return nil
-	}
-	for i := m.head[s.Node]; i != 0; {
-		e := &m.pods[i-1]
-		if int(e.gpu) == s.GPU && int(e.start) == s.Placement.Start {
-			return e.pod
-		}
-		i = e.prev
-	}
-	return nil
+	pod, _ := m.pods.At(s)
+	return pod
 }
 
-// movableSlices is the movability index of one search on nodes; the spared pods are not movable.
-func (d *defragmenter) movableSlices(nodes []*snapshot.Node, spared map[types.UID]bool) (*movableIndex, error) {
-	pdbs, err := d.pdbs.List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("list PodDisruptionBudgets: %w", err)
+// movableSlices is the movability index of a plan's first search on nodes (its budgets set by
+// the caller): one released before (release), emptied, or a new one.
+func (d *defragmenter) movableSlices(nodes []*snapshot.Node) *movableIndex {
+	m, _ := d.indexes.Get().(*movableIndex)
+	if m == nil {
+		m = &movableIndex{spared: map[types.UID]bool{}, classes: map[*corev1.Pod]int{}, classIDs: map[string]int{}}
 	}
-	m := &movableIndex{d: d, nodes: nodes, pdbs: pdbs, spared: spared, head: make([]int32, len(nodes)),
-		classes: map[*corev1.Pod]int{}, classIDs: map[string]int{}}
+	m.d, m.nodes, m.lacks = d, nodes, false
+	if cap(m.in) < len(nodes) {
+		m.in = make([]mig.Node, len(nodes))
+	}
+	m.in = m.in[:len(nodes)]
+	m.pods.Reset(len(nodes))
 	for _, n := range nodes {
 		m.lacks = m.lacks || n.Lacks != nil
 	}
-	return m, nil
+	return m
+}
+
+// spare makes the pod not movable for the plan's next search, which starts afresh.
+func (m *movableIndex) spare(uid types.UID) {
+	m.spared[uid] = true
+	m.pods.Reset(len(m.nodes))
+	clear(m.classes)
+	clear(m.classIDs)
+}
+
+// release hands m back for a later plan once nothing reads it (nil: nothing to hand back); it
+// keeps no reference to the plan's nodes, pods or budgets.
+func (d *defragmenter) release(m *movableIndex) {
+	if m == nil {
+		return
+	}
+	m.d, m.nodes, m.pdbs = nil, nil, nil
+	clear(m.in)
+	m.pods.Reset(0)
+	clear(m.spared)
+	clear(m.classes)
+	clear(m.classIDs)
+	d.indexes.Put(m)
 }
 
 // at implements mig.MovableFunc: the slice is held by an allocation (not a reservation being
@@ -378,8 +401,7 @@ func (m *movableIndex) at(node, gpu int, prof mig.Profile, pl mig.Placement) boo
 	}
 	ok, _ = movablePod(pod, m.pdbs, nsLabels, m.d.policy.namespaces)
 	if ok {
-		m.pods = append(m.pods, podAt{gpu: int32(gpu), start: int32(pl.Start), prev: m.head[node], pod: pod})
-		m.head[node] = int32(len(m.pods))
+		m.pods.Add(node, gpu, pl.Start, pod)
 	}
 	return ok
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -151,6 +152,46 @@ func TestDefragmentRecommends(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDefragmentConcurrentPlans: plans looked for at once on one plugin (PostFilter for two
+// pods) and one after another, each reusing the movability index a plan before released
+// (defragmenter.indexes), all word the plan a first one did; run with -race it checks that no
+// two plans share an index.
+func TestDefragmentConcurrentPlans(t *testing.T) {
+	p := testPlugin(t, accel("n1", 2))
+	a, b := ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
+	overlayPod{name: "a", slots: []overlaySlot{{0, "1g.10gb", 3}}}.allocateAs(t, p, a.UID)
+	overlayPod{name: "b", slots: []overlaySlot{{1, "1g.10gb", 0}}}.allocateAs(t, p, b.UID)
+	const workers, plans = 4, 25
+	withDefrag(t, p, nil, events.NewFakeRecorder(workers*plans+1), []*corev1.Pod{a, b}, nil, nil)
+	pending := migPod("big", "slicer.dev/mig-7g.80gb", "1")
+	states := make([]*podState, workers)
+	for w := range states {
+		_, states[w] = preFilter(t, p, pending)
+	}
+	_, want := p.defrag.defragment(context.Background(), pending, states[0])
+	if !strings.Contains(want, "1 move(s): move pod ns/") {
+		t.Fatalf("first plan: %q, want one move", want)
+	}
+	got := make([][]string, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range plans {
+				_, words := p.defrag.defragment(context.Background(), pending, states[w])
+				got[w] = append(got[w], words)
+			}
+		})
+	}
+	wg.Wait()
+	for w, words := range got {
+		for i, g := range words {
+			if g != want {
+				t.Fatalf("worker %d, plan %d: %q, want %q", w, i, g, want)
+			}
+		}
 	}
 }
 
