@@ -200,6 +200,10 @@ func defragRounds(ctx context.Context, s *scene, rounds int) ([]round, error) {
 		if err := arrangeFragments(ctx, s, web, i); err != nil {
 			return nil, fmt.Errorf("round %d: arranging: %w", i, err)
 		}
+		replicas, err := webGPUs(ctx, s)
+		if err != nil {
+			return nil, err
+		}
 		big := fmt.Sprintf("big-%d", i)
 		if err := s.create(ctx, s.slicePod(big, "7g.80gb")); err != nil {
 			return nil, err
@@ -211,11 +215,18 @@ func defragRounds(ctx context.Context, s *scene, rounds int) ([]round, error) {
 		if bs.planned.IsZero() {
 			return nil, fmt.Errorf("round %d: %s ran without a plan record: the scene was not fragmented", i, big)
 		}
-		out = append(out, round{latency: bs.running.Sub(bs.planned), parts: []part{
+		r := round{latency: bs.running.Sub(bs.planned), parts: []part{
 			{"create→plan", bs.planned.Sub(bs.created)},
 			{"plan→bound", bs.bound.Sub(bs.planned)},
 			{"create→Running", bs.running.Sub(bs.created)},
-		}})
+		}}
+		for n := range replicas {
+			if m := s.w.get(n); isGone(m) {
+				r.parts = append(r.parts, part{"plan→moved pod evicted", m.deleting.Sub(bs.planned)},
+					part{"plan→moved pod gone", m.gone.Sub(bs.planned)})
+			}
+		}
+		out = append(out, r)
 		if err := s.remove(ctx, big); err != nil {
 			return nil, err
 		}

@@ -24,6 +24,7 @@ type seen struct {
 	bound         time.Time // spec.nodeName set
 	running       time.Time // phase Running
 	finished      time.Time // phase Succeeded or Failed
+	deleting      time.Time // deletionTimestamp set (deleted or evicted)
 	gone          time.Time // deleted from the API
 }
 
@@ -82,6 +83,7 @@ func (w *podWatch) onPod(obj any, deleted bool) {
 	first(&s.bound, p.Spec.NodeName != "")
 	first(&s.running, p.Status.Phase == corev1.PodRunning)
 	first(&s.finished, p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed)
+	first(&s.deleting, p.DeletionTimestamp != nil)
 	first(&s.gone, deleted)
 	for _, c := range p.Status.Conditions {
 		first(&s.planned, c.Type == slicerv1alpha1.PodConditionDefragmentationPlan)
