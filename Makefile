@@ -319,6 +319,19 @@ demo-down: ## Stop the demo cluster and restore the host.
 demo: ## The whole flow on emulated GPUs: local node, Slicer from its manifests, a workload, the slice map (root; FRONTEND=DRA for the DRA frontend).
 	SLICER_FRONTEND=$(FRONTEND) hack/demo run
 
+##@ Latency bench
+
+# Issue 39's three latencies on a fresh local node (bench/latency, docs/benchmarks.md): up,
+# install, BENCH_LATENCY_FLAGS (-rounds N, -scenarios ...), then down whatever happened. Not in
+# CI; it needs what e2e-deps builds. On a shared machine: flock /work/locks/e2e.lock make ...
+BENCH_LATENCY_FLAGS ?= -rounds 5
+.PHONY: bench-latency
+bench-latency: ## Finished → reusable, preemption, defragmentation latencies on the local node with their goals (root).
+	@[ "$$(id -u)" = 0 ] || { echo "bench-latency: needs root (the local node runs runc, overlay mounts and cgroups)" >&2; exit 2; }
+	$(GO) build -o .local/bench-latency ./bench/latency
+	rc=0; { $(LOCAL_CLUSTER) up --default-scheduler && hack/demo install && .local/bench-latency $(BENCH_LATENCY_FLAGS); } || rc=$$?; \
+		$(LOCAL_CLUSTER) down || rc=$$?; exit $$rc
+
 ##@ Tools (pinned in hack/tools/*/go.mod, built into bin/tools)
 
 $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod hack/tools/controller-gen/go.sum

@@ -13,6 +13,7 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/podrequest"
 	"github.com/slicer-operator/slicer/test/builder"
+	"github.com/slicer-operator/slicer/test/e2e/localnode"
 	"github.com/slicer-operator/slicer/test/framework"
 )
 
@@ -20,7 +21,7 @@ import (
 // device it sees (containerSaw reads it). Init containers then end; the others wait.
 const printDevice = `echo "visible=$NVIDIA_VISIBLE_DEVICES device=$SLICER_MIG_DEVICE profile=$SLICER_MIG_PROFILE placement=$SLICER_MIG_PLACEMENT gpu=$SLICER_GPU_UUID"`
 
-const waitForTerm = "; trap 'exit 0' TERM; sleep 86400 & wait"
+const waitForTerm = localnode.WaitForTerm
 
 // containerCase is a pod mixing init, sidecar and app containers that ask for slices, and the
 // number of slices the kubelet hands its containers (podrequest.ForPod's rule).

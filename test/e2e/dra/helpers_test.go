@@ -40,7 +40,7 @@ const (
 // all of the claim's MIG devices.
 const printDevice = `echo "device=$SLICER_MIG_DEVICE profile=$SLICER_MIG_PROFILE placement=$SLICER_MIG_PLACEMENT gpu=$SLICER_GPU_UUID visible=$NVIDIA_VISIBLE_DEVICES"`
 
-const waitForTerm = "; trap 'exit 0' TERM; sleep 86400 & wait"
+const waitForTerm = localnode.WaitForTerm
 
 // bridgePod asks for one slice the way device-plugin users do, nvidia.com/mig-<profile>
 // in limits: the extended-resource bridge of the profile's DeviceClass, no claim.

@@ -13,6 +13,10 @@ import (
 	"github.com/slicer-operator/slicer/internal/slicemap"
 )
 
+// WaitForTerm ends a container script that then runs until it is stopped: it exits 0 on
+// SIGTERM, so a deleted pod goes at once rather than after its grace period.
+const WaitForTerm = "; trap 'exit 0' TERM; sleep 86400 & wait"
+
 // FinishedScript is a container script that prints what it got (print), then ends after
 // secs seconds with the exit code: 0 makes a pod of restartPolicy Never Succeeded, any
 // other Failed.
