@@ -26,7 +26,6 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
-	"github.com/slicer-operator/slicer/internal/podrequest"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
@@ -66,6 +65,8 @@ type defragmenter struct {
 	// kube-scheduler runs PostFilter for one pod at a time (k8s.io/kubernetes
 	// pkg/scheduler/schedule_one.go, the scheduling cycle), but nothing here relies on it.
 	indexes sync.Pool
+	// singles remembers which pods ask for one slice (defrag_slices.go).
+	singles singleSlices
 }
 
 // newDefragmenter builds the plugin's defragmentation on the scheduler's informers; outside
@@ -100,8 +101,11 @@ func (d *defragmenter) claim(log klog.Logger, pod *corev1.Pod, s *podState) *fwk
 	return d.evictor.claim(log, pod, s)
 }
 
-// forget drops the pod's plan wait and refusal: it is bound, or gone.
-func (d *defragmenter) forget(uid types.UID) { d.evictor.forget(uid) }
+// forget drops the pod's plan wait and refusal, and its slice count: it is bound, or gone.
+func (d *defragmenter) forget(uid types.UID) {
+	d.evictor.forget(uid)
+	d.singles.forget(uid)
+}
 
 // defragPolicy is spec.defragmentation as the plugin runs it.
 type defragPolicy struct {
@@ -154,15 +158,16 @@ func newDefragPolicy(spec *slicerv1alpha1.DefragmentationSpec) (defragPolicy, er
 // it is not annotated slicer.dev/movable: "false", it is not being deleted, it asks for one
 // slice), then the Eviction API would evict it now as its PodDisruptionBudgets stand
 // (budgets.go), and its namespace matches the policy's selector (nsLabels: the namespace's
-// labels).
-func movablePod(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string, namespaces labels.Selector) (bool, string) {
+// labels). single says whether the pod asks for exactly one slice (singleSlice, or its memory).
+func movablePod(pod *corev1.Pod, single func(*corev1.Pod) bool, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string,
+	namespaces labels.Selector) (bool, string) {
 	rules := mig.PodMove{AnnotatedUnmovable: pod.Annotations[slicerv1alpha1.AnnotationMovable] == "false", Deleting: pod.DeletionTimestamp != nil}
 	owner := metav1.GetControllerOf(pod)
 	if owner != nil {
 		rules.ControllerKind = owner.Kind
 	}
 	why := rules.Check()
-	if why == mig.ImmovableSlices && singleSlice(pod) { // read last: it parses the pod's resources
+	if why == mig.ImmovableSlices && single(pod) { // read last: it parses the pod's resources
 		rules.Slices = 1
 		why = rules.Check()
 	}
@@ -399,7 +404,7 @@ func (m *movableIndex) at(node, gpu int, prof mig.Profile, pl mig.Placement) boo
 		}
 		nsLabels = o.Labels
 	}
-	ok, _ = movablePod(pod, m.pdbs, nsLabels, m.d.policy.namespaces)
+	ok, _ = movablePod(pod, m.d.singles.of, m.pdbs, nsLabels, m.d.policy.namespaces)
 	if ok {
 		m.pods.Add(node, gpu, pl.Start, pod)
 	}
@@ -429,10 +434,4 @@ func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex, 
 	}
 	return fmt.Sprintf("%d move(s)%s: %s; then %s fits on %s", len(plan.Moves), kind, strings.Join(parts, ", "),
 		mig.LegalProfileName(t.Profile.Name), where(t))
-}
-
-// singleSlice reports whether the pod asks for exactly one MIG slice.
-func singleSlice(pod *corev1.Pod) bool {
-	need, err := podrequest.ForPod(&pod.Spec)
-	return err == nil && need.Slices() == 1
 }
