@@ -466,7 +466,7 @@ func labelManagers(n *corev1.Node, key string) []string {
 			continue
 		}
 		var fields map[string]map[string]map[string]any
-		Expect(json.Unmarshal(mf.FieldsV1.Raw, &fields)).To(Succeed())
+		Expect(json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields)).To(Succeed())
 		if _, ok := fields["f:metadata"]["f:labels"]["f:"+key]; ok {
 			out = append(out, mf.Manager)
 		}
