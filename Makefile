@@ -47,7 +47,20 @@ SLICER_MOD := github.com/slicer-operator/slicer
 # Packages with a main function, outside hack/ (hack/ holds nested modules).
 MAIN_PKGS = $(shell $(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v /hack/)
 TEST_FLAGS ?= -race -count=1
+# The link flags of every test binary: -w leaves out the DWARF tables, which no test reads
+# (stack traces, race reports and runtime.FuncForPC read the pcln table, which stays). A test
+# binary is linked on every run (-count=1 or not; only its result is cached): about 17 % less
+# link CPU for the large -race binaries (docs/ci.md).
+TEST_LDFLAGS ?= -ldflags=-w
 GO_TEST_TIMEOUT ?= 30m
+# The nested modules test-nested runs with TEST_FLAGS, in this order; then hack/olm, whose tests
+# need OLM's build tag (the one hack/build-olm.sh builds with) and run without -race.
+NESTED_TEST_MODS := nfd-rules/evaltest driver-container/parsetest images/parsetest hack/tools/bundlevalidate hack/tools/relay hack/tools/mkimage
+OLM_TEST_TAGS := containers_image_openpgp
+# The flags of a test run that reach the compiler (and so the Go build cache's keys), for the
+# compile ahead of a stage (precompile-*, below): the rest (-count, -p, -timeout, -ldflags, -v)
+# act on the link or the run.
+test_compile_flags = $(filter -race -msan -asan -cover -covermode=% -coverpkg=% -gcflags=% -tags=%,$(1))
 
 .PHONY: help
 help: ## Show the targets.
@@ -146,7 +159,7 @@ GO_TEST_P ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 .PHONY: test-go
 test-go: envtest-bin prometheus-bin $(DASHBOARD_LINTER) $(KUSTOMIZE) $(HELM) ## The main module's tests but test/e2e and test/olm (GO_TEST_PKGS).
-	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) -p $(GO_TEST_P) -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PKGS)
+	KUBEBUILDER_ASSETS=$(K8S_BIN) $(GO) test $(TEST_FLAGS) $(TEST_LDFLAGS) -p $(GO_TEST_P) -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_PKGS)
 
 # The e2e suite runs the stack as pods on the local node (root only; as any other user it
 # skips itself and says why). It needs the node's binaries, Slicer's and the images. Then,
@@ -186,20 +199,42 @@ test-olm: ## OLM install, upgrade and uninstall on the local node (root; OLM_FRO
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory local-cluster-deps local-cluster-bin build build-schedulers olm-bin relay $(if $(filter released,$(OLM_FROM)),released-bin); fi
 	$(GO) test -v -count=1 -timeout 20m ./test/olm/ -ginkgo.v
 
-# .ci/run starts this in the background at nice 19 right after `go mod download`: the binaries
-# of later stages (the older minors' kube-apiserver and etcd for test-minors, then the
-# end-to-end stage's), each through its stamp-keyed script, so they use the CPU the tests
-# leave idle. Each script holds a lock on its output folder: a stage that needs a binary
-# still being built waits for it, then finds the stamp (docs/ci.md).
-.PHONY: ci-prebuild
-ci-prebuild:
-	for m in $(K8S_OLDER_MINORS); do K8S_MINOR=$$m hack/build-k8s-bin.sh etcd kube-apiserver || exit 1; done
-	hack/build-kueue.sh
-	hack/build-containerd.sh
-	hack/build-nfd.sh
-	hack/build-k8s-bin.sh etcd kube-apiserver kube-controller-manager kubectl kubelet kube-scheduler
-	hack/build-olm.sh
+# .ci/run starts this in the background at nice 19 right after `go mod download` (make -k: one
+# item that fails does not stop the next), so that the CPU the stages in front leave idle does
+# later stages' compiling (docs/ci.md, "Where the idle CPU goes"). In the order .ci/run needs
+# them: the end-to-end stage's binaries first, the last it needs first (e2e-deps builds from the
+# other end, so the two meet rather than wait on each other); then, while the end-to-end suites
+# wait on pods, the packages of the stages after them: test-go's (with -race), the older minors'
+# kube-apiserver and etcd, test-minors' and test-nested's. Each binary goes through its
+# stamp-keyed script, which holds a lock on its output folder: a stage that needs one still being
+# built waits for it, then finds the stamp. The precompile-* items only fill the Go build cache
+# (`go list -export` compiles and links nothing), so a stage that starts before one ends
+# compiles the rest itself, and one that fails costs nothing but the time.
+CI_PREBUILD = ci-kmm-bin kueue-bin olm-bin nfd-bin ci-containerd-bin ci-node-bin \
+	precompile-test-go $(addprefix envtest-bin-,$(K8S_OLDER_MINORS)) \
+	$(addprefix precompile-minor-,$(K8S_OLDER_MINORS)) precompile-nested
+.PHONY: ci-prebuild ci-kmm-bin ci-containerd-bin ci-node-bin
+ci-prebuild: $(CI_PREBUILD)
+ci-kmm-bin:
 	hack/kmm/build.sh
+ci-containerd-bin:
+	hack/build-containerd.sh
+ci-node-bin:
+	hack/build-k8s-bin.sh etcd kube-apiserver kube-controller-manager kubectl kubelet kube-scheduler
+
+# The compile of a stage's tests ahead of it, into the Go build cache only: `go list -export`
+# compiles every package the stage's test binaries are linked from, with the flags that reach
+# the compiler (test_compile_flags), and links nothing (a test binary is linked by each run).
+.PHONY: precompile-test-go precompile-nested $(addprefix precompile-minor-,$(K8S_MINORS))
+precompile-test-go: ## Compile (no link, no run) what test-go's test binaries are made of.
+	$(GO) list -export -test -deps $(call test_compile_flags,$(TEST_FLAGS)) $(GO_TEST_PKGS) >/dev/null
+$(addprefix precompile-minor-,$(K8S_MINORS)): precompile-minor-%:
+	cd $(call minor_mod,$*) && $(GO) list -export -test -deps $(call test_compile_flags,$(MINOR_TEST_FLAGS)) -tags $(call minor_tag,$*) $(MINOR_IT_PKGS) $(MINOR_UNIT_PKGS) >/dev/null
+precompile-nested: $(addprefix precompile-nested-,$(NESTED_TEST_MODS))
+	cd hack/olm && $(GO) list -export -test -deps -tags $(OLM_TEST_TAGS) ./... >/dev/null
+.PHONY: $(addprefix precompile-nested-,$(NESTED_TEST_MODS))
+$(addprefix precompile-nested-,$(NESTED_TEST_MODS)): precompile-nested-%:
+	cd $* && $(GO) list -export -test -deps $(call test_compile_flags,$(TEST_FLAGS)) ./... >/dev/null
 
 .PHONY: olm-bin
 olm-bin: ## OLM v0 (olm, catalog) and our catalog-server, render-catalog from hack/olm into bin/olm (once).
@@ -213,15 +248,11 @@ kueue-bin: ## Kueue's manager and its release's CRDs and webhook manifests from 
 released-bin: ## The released versions' binaries from their own source into bin/released/VERSION (once).
 	for v in $(patsubst hack/bundle/released/%/commit,%,$(wildcard hack/bundle/released/*/commit)); do hack/build-released.sh $$v; done
 
-.PHONY: test-nested
-test-nested: ## Nested modules: NFD's rule engine, BuildKit's Containerfile parser, the OLM bundle validators, the relay, mkimage's image checks, the catalog's shape.
-	cd nfd-rules/evaltest && $(GO) test $(TEST_FLAGS) ./...
-	cd driver-container/parsetest && $(GO) test $(TEST_FLAGS) ./...
-	cd images/parsetest && $(GO) test $(TEST_FLAGS) ./...
-	cd hack/tools/bundlevalidate && $(GO) test $(TEST_FLAGS) ./...
-	cd hack/tools/relay && $(GO) test $(TEST_FLAGS) ./...
-	cd hack/tools/mkimage && $(GO) test $(TEST_FLAGS) ./...
-	cd hack/olm && $(GO) test -count=1 -tags containers_image_openpgp ./...
+.PHONY: test-nested $(addprefix test-nested-,$(NESTED_TEST_MODS))
+test-nested: $(addprefix test-nested-,$(NESTED_TEST_MODS)) ## Nested modules: NFD's rule engine, BuildKit's Containerfile parser, the OLM bundle validators, the relay, mkimage's image checks, the catalog's shape.
+	cd hack/olm && $(GO) test -count=1 $(TEST_LDFLAGS) -tags $(OLM_TEST_TAGS) ./...
+$(addprefix test-nested-,$(NESTED_TEST_MODS)): test-nested-%:
+	cd $* && $(GO) test $(TEST_FLAGS) $(TEST_LDFLAGS) ./...
 
 # Per minor in TEST_MINORS: the packages the scheduler is built from, unit-tested in that
 # minor's module, and the scheduler integration suite against a kube-apiserver and etcd of that
@@ -231,13 +262,16 @@ test-nested: ## Nested modules: NFD's rule engine, BuildKit's Containerfile pars
 MINOR_UNIT_PKGS = $$($(GO) list $(addprefix $(SLICER_MOD)/,scheduler/... api/... internal/...) | grep -v -e /internal/mig/migdra -e /internal/slicemap)
 # The integration suite is listed first: it is the longest (about 70 s), see GO_TEST_FIRST.
 MINOR_IT_PKGS = $(SLICER_MOD)/test/integration/scheduler
+# The flags of the minors' test runs (.ci/run: without -race; the main module runs the same code
+# with it), and of their compile ahead (precompile-minor-%).
+MINOR_TEST_FLAGS ?= $(TEST_FLAGS)
 
 .PHONY: test-minors
 test-minors: $(addprefix test-minor-,$(TEST_MINORS)) ## The scheduler's tests per Kubernetes minor (TEST_MINORS="1.35 1.36").
 
 .PHONY: $(addprefix test-minor-,$(K8S_MINORS))
 $(addprefix test-minor-,$(K8S_MINORS)): test-minor-%: envtest-bin-%
-	cd $(call minor_mod,$*) && KUBEBUILDER_ASSETS=$(call minor_k8s_bin,$*) $(GO) test $(TEST_FLAGS) -tags $(call minor_tag,$*) -timeout $(GO_TEST_TIMEOUT) $(MINOR_IT_PKGS) $(MINOR_UNIT_PKGS)
+	cd $(call minor_mod,$*) && KUBEBUILDER_ASSETS=$(call minor_k8s_bin,$*) $(GO) test $(MINOR_TEST_FLAGS) $(TEST_LDFLAGS) -tags $(call minor_tag,$*) -timeout $(GO_TEST_TIMEOUT) $(MINOR_IT_PKGS) $(MINOR_UNIT_PKGS)
 
 .PHONY: $(addprefix envtest-bin-,$(K8S_MINORS))
 $(addprefix envtest-bin-,$(K8S_MINORS)): envtest-bin-%: ## kube-apiserver and etcd of minor 1.N into bin/k8s-1.N (the main module's into bin/k8s), once.
@@ -245,7 +279,7 @@ $(addprefix envtest-bin-,$(K8S_MINORS)): envtest-bin-%: ## kube-apiserver and et
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane).
-	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/)
+	$(GO) test $(TEST_FLAGS) $(TEST_LDFLAGS) $$($(GO) list ./... | grep -v /test/)
 
 ##@ Images
 

@@ -100,6 +100,10 @@ const (
 	ReasonNVMLError          = "NVMLError"
 	ReasonGPUNotFound        = "GPUNotFound"
 	ReasonInUse              = "InUse"
+	// ReasonGPUUnhealthy: the GPU (or the MIG instance) is unhealthy: an NVML error, an XID
+	// that means it is broken, or a recovery action the driver asks for. An allocation on it
+	// waits; a pod holding a device on it gets an Event with this reason.
+	ReasonGPUUnhealthy = "GPUUnhealthy"
 	// ReasonUnknownGPUModel: a MIG-capable GPU is no model Slicer knows (UnrecognizedGPU).
 	ReasonUnknownGPUModel = "UnknownGPUModel"
 	// ReasonGPUMemoryMismatch: a GPU's PCI device id or name is a model's, its memory is not

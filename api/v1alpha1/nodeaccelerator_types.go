@@ -124,6 +124,17 @@ type MIGSlice struct {
 	// claim holding the slice, if any (DRA frontend).
 	// +optional
 	Claim *ClaimReference `json:"claim,omitempty"`
+
+	// health of the slice: Unhealthy after an XID the driver confined to its GPU instance,
+	// until the instance is destroyed; empty while healthy (the GPU's health covers its
+	// slices too).
+	// +optional
+	Health GPUHealth `json:"health,omitempty"`
+
+	// healthMessage says why the slice is Unhealthy.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	HealthMessage string `json:"healthMessage,omitempty"`
 }
 
 // GPUStatus is one physical GPU of the node.
@@ -160,9 +171,16 @@ type GPUStatus struct {
 	// +required
 	MIGMode MIGMode `json:"migMode"`
 
-	// health of the GPU.
+	// health of the GPU: Unhealthy when an NVML call on it failed, after an XID that means
+	// the GPU is broken (an application's fault does not count), or while the driver asks for
+	// a recovery action (a GPU reset, a reboot). No new slice is placed on an unhealthy GPU.
 	// +required
 	Health GPUHealth `json:"health"`
+
+	// healthMessage says why the GPU is Unhealthy: the NVML error, the XID, the recovery action.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	HealthMessage string `json:"healthMessage,omitempty"`
 
 	// slices are the MIG instances that exist on the GPU.
 	// +optional

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -93,6 +95,12 @@ type Reconciler struct {
 	retries     int
 	status      *engine.StatusWriter
 	own         ownWrites
+	// health is what NVML's events say of the GPUs (engine.Health, watched by a runnable
+	// SetupWithManager adds); healthKick brings a reconcile when it changes.
+	health     *engine.Health
+	healthKick chan event.GenericEvent
+	// noted is, per allocation UID, the unhealthy reason its pod was last told in an Event.
+	noted engine.Told
 }
 
 // New returns a reconciler.
@@ -112,9 +120,17 @@ func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconcil
 	if opts.Metrics == nil {
 		opts.Metrics = engine.NewMetrics(nil)
 	}
-	return &Reconciler{client: c, recorder: recorder, opts: opts, orphanSince: engine.OrphanClock{},
-		firstSeen: map[types.NamespacedName]time.Time{},
-		status:    engine.NewStatusWriter(c, recorder, opts.NodeName, opts.PublishInterval, opts.Now)}
+	r := &Reconciler{client: c, recorder: recorder, opts: opts, orphanSince: engine.OrphanClock{},
+		firstSeen: map[types.NamespacedName]time.Time{}, noted: engine.Told{},
+		status:     engine.NewStatusWriter(c, recorder, opts.NodeName, opts.PublishInterval, opts.Now),
+		healthKick: make(chan event.GenericEvent, 1)}
+	r.health = engine.NewHealth(func() {
+		select {
+		case r.healthKick <- event.GenericEvent{Object: &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: opts.NodeName}}}:
+		default:
+		}
+	})
+	return r
 }
 
 // SetupWithManager registers the controller; every event maps to the node's
@@ -131,6 +147,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, trigger <-chan event.Gen
 		Watches(&nodev1.RuntimeClass{}, toNode)
 	if trigger != nil {
 		b = b.WatchesRawSource(source.Channel(trigger, toNode))
+	}
+	b = b.WatchesRawSource(source.Channel(r.healthKick, toNode))
+	watch := func(ctx context.Context) error {
+		r.health.Watch(ctx, r.opts.Library, r.opts.Metrics, mgr.GetLogger().WithName("health").WithValues("node", r.opts.NodeName))
+		return nil
+	}
+	if err := mgr.Add(manager.RunnableFunc(watch)); err != nil {
+		return fmt.Errorf("add the GPU health watcher: %w", err)
 	}
 	if r.opts.Live != nil {
 		b = b.Watches(&corev1.Pod{}, toNode, builder.WithPredicates(podEnds))
@@ -175,9 +199,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			if _, perr := r.status.Publish(ctx, engine.NodeView{Emulated: r.opts.Emulated, DriverErr: err, Conflict: conflict, Bypass: bypass}); perr != nil {
 				return ctrl.Result{}, perr
 			}
-			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+			// Backoff from half a second to 30 s: a driver that is loading comes back soon,
+			// one that is not there is asked twice a minute.
+			r.retries++
+			return ctrl.Result{RequeueAfter: min(250*time.Millisecond<<min(r.retries, 7), 30*time.Second)}, nil
 		}
 		r.initialized = true
+		r.health.Initialized()
 	}
 	allocs, needFinalizer, err := r.allocations(ctx, now)
 	if err != nil {
@@ -186,7 +214,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err := r.ensureFinalizers(ctx, allocs, needFinalizer); err != nil {
 		return ctrl.Result{}, err
 	}
-	obs, err := engine.Observe(r.opts.Library, r.opts.Metrics)
+	obs, err := r.observe()
 	if err != nil {
 		if nvml.IsDriverUnavailable(err) {
 			r.initialized = false
@@ -216,6 +244,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		runJobs(obs, r.opts.Metrics, d.Jobs)
 	}
 	o := settle(w, d, log)
+	if o.Mutated {
+		if obs, err = r.observe(); err != nil {
+			r.record(allocs, o.Notes)
+			return ctrl.Result{}, fmt.Errorf("observe GPUs after changes: %w", err)
+		}
+		o.confirm(obs, d.Jobs)
+	}
 	for _, k := range o.Forget {
 		r.orphanSince.Forget(k)
 	}
@@ -224,11 +259,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	r.opts.Metrics.Conflicts.Add(float64(o.Conflicts))
 	r.record(allocs, o.Notes)
-	if o.Mutated {
-		if obs, err = engine.Observe(r.opts.Library, r.opts.Metrics); err != nil {
-			return ctrl.Result{}, fmt.Errorf("observe GPUs after changes: %w", err)
-		}
-	}
 
 	// CDI specs, then the kubelet, then Ready once the kubelet has the device.
 	retry, readyIDs := r.writeDevices(ctx, w, obs, o)
@@ -239,6 +269,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err := r.removeFinalizers(ctx, allocs, o.Released); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.tellUnhealthy(w, obs, o)
 	view := o.view(w, obs, d.Plan.Release)
 	view.Emulated = r.opts.Emulated
 	// The NodeAccelerator last: its writes are coalesced (publish.go), so a slice's Ready
@@ -265,6 +296,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		after = min(after, pending)
 	}
 	return ctrl.Result{RequeueAfter: after}, nil
+}
+
+// observe reads the GPUs and marks what NVML's events made unhealthy.
+func (r *Reconciler) observe() (*engine.Observation, error) {
+	obs, err := engine.Observe(r.opts.Library, r.opts.Metrics)
+	r.health.Apply(obs)
+	return obs, err
 }
 
 func (r *Reconciler) log(ctx context.Context) logr.Logger {

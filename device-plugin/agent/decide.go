@@ -2,7 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -71,13 +73,18 @@ type decision struct {
 	Collect []types.NamespacedName
 	// Notes are events to record before the GPU work.
 	Notes []note
+	// Unobserved maps each Ready allocation on a GPU that could not be fully observed
+	// (engine.GPU.Err) to its slice as its status records it: nothing is decided for it on
+	// this pass, its device stays advertised (unhealthy) and its CDI spec stays.
+	Unobserved map[types.NamespacedName]engine.Slice
 }
 
 // decide validates the allocations, plans, and turns the plan into jobs. It is pure.
 func decide(w world) decision {
 	d := decision{
-		Statuses: map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus{},
-		Released: map[types.NamespacedName]bool{},
+		Statuses:   map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus{},
+		Released:   map[types.NamespacedName]bool{},
+		Unobserved: map[types.NamespacedName]engine.Slice{},
 	}
 	var wants []Want
 	for _, k := range sortedKeys(w.Allocs) {
@@ -86,6 +93,13 @@ func decide(w world) decision {
 		if _, gone := w.PodGone[k]; gone && !wt.Deleting {
 			// Its PodGone or PodFinished Event comes from collect, once the delete succeeds.
 			d.Collect = append(d.Collect, k)
+			continue
+		}
+		if g := w.Obs.GPUByUUID(wt.desired().GPU); g != nil && g.Err != nil {
+			// Its GPU's instances are not known on this pass (an NVML call failed): deciding
+			// now would take the slice for gone. Nothing is done for it until the GPU is
+			// observed again.
+			unobserved(&d, a, wt, g)
 			continue
 		}
 		if !wt.Deleting {
@@ -113,6 +127,13 @@ func decide(w world) decision {
 		return d
 	}
 	for k, slot := range p.Create {
+		if g := w.Obs.GPUByUUID(slot.GPU); g != nil && !g.Healthy {
+			// No new slice on an unhealthy GPU (the scheduler places none there either): it
+			// waits until the GPU recovers.
+			delete(p.Create, k)
+			d.Statuses[k] = pending(w.Allocs[k], slicerv1alpha1.ReasonGPUUnhealthy, g.Unusable())
+			continue
+		}
 		// No status before the work: the first one this slice gets is Ready (or, when the work
 		// fails, Creating with the reason), one write per slice. A crash in between leaves an
 		// allocation with an empty status and an instance at its slot, which the next plan
@@ -120,6 +141,11 @@ func decide(w world) decision {
 		d.Jobs = append(d.Jobs, &job{key: k, kind: jobCreate, slot: slot})
 	}
 	for k, s := range p.Finish {
+		if g := w.Obs.GPUByUUID(s.GPU); g != nil && !g.Healthy {
+			delete(p.Finish, k)
+			d.Statuses[k] = pending(w.Allocs[k], slicerv1alpha1.ReasonGPUUnhealthy, g.Unusable())
+			continue
+		}
 		d.Jobs = append(d.Jobs, &job{key: k, kind: jobFinish, slot: s.Slot, slice: s})
 	}
 	for k, s := range p.Release {
@@ -145,6 +171,28 @@ func decide(w world) decision {
 	return d
 }
 
+// unobserved records what the decision says of allocation a while its GPU g could not be
+// observed: a Ready one keeps its status and device (Unobserved), one not realized yet waits
+// (Pending), a deleting one waits to be destroyed (Releasing); both say why.
+func unobserved(d *decision, a *slicerv1alpha1.SliceAllocation, wt Want, g *engine.GPU) {
+	msg := fmt.Sprintf("GPU %d (%s) could not be observed, retrying: %v", g.Index, g.UUID, g.Err)
+	switch {
+	case wt.Deleting:
+		d.Statuses[wt.Key] = releasing(a, slicerv1alpha1.ReasonNVMLError, "not destroying yet: "+msg)
+	case a.Status.State == slicerv1alpha1.AllocationReady && a.Status.MIGDeviceUUID != "":
+		s := engine.Slice{Slot: wt.desired(), GI: -1, CI: -1, MIGUUID: a.Status.MIGDeviceUUID}
+		if a.Status.GPUInstanceID != nil {
+			s.GI = int(*a.Status.GPUInstanceID)
+		}
+		if a.Status.ComputeInstanceID != nil {
+			s.CI = int(*a.Status.ComputeInstanceID)
+		}
+		d.Unobserved[wt.Key] = s
+	default:
+		d.Statuses[wt.Key] = pending(a, slicerv1alpha1.ReasonNVMLError, msg)
+	}
+}
+
 // outcome is a reconcile's result after the GPU work, ready to be written.
 type outcome struct {
 	Statuses map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus
@@ -162,6 +210,8 @@ type outcome struct {
 	Conflicts int
 	// Forget lists orphan keys destroyed (no longer tracked).
 	Forget []string
+	// Unobserved is the decision's: Ready allocations on GPUs not observed this pass.
+	Unobserved map[types.NamespacedName]engine.Slice
 }
 
 // settle reads the jobs' results and the rest of the plan into statuses, events and
@@ -181,6 +231,12 @@ func settle(w world, d decision, log logr.Logger) outcome {
 	}
 	for k, s := range d.Plan.Bound {
 		o.Bound[k] = s
+	}
+	o.Unobserved = d.Unobserved
+	// A GPU not observed this pass is observed again soon.
+	o.Retry = len(d.Unobserved) > 0
+	for _, st := range d.Statuses {
+		o.Retry = o.Retry || st.Reason == slicerv1alpha1.ReasonNVMLError
 	}
 	for _, j := range d.Jobs {
 		o.Mutated = true
@@ -259,6 +315,53 @@ func settle(w world, d decision, log logr.Logger) outcome {
 		o.Statuses[k] = failed(w.Allocs[k], "PlacementConflict", msg)
 	}
 	return o
+}
+
+// confirm checks the destroys that reported success against obs, observed after them: a
+// slice still there (NVML said ERROR_NOT_FOUND, which the realizer takes for gone, yet the
+// GPU instance is listed) is not released, nor forgotten by the orphan clock; its
+// allocation keeps its finalizer and the destroy is tried again.
+func (o *outcome) confirm(obs *engine.Observation, jobs []*job) {
+	for _, j := range jobs {
+		if j.kind != jobDestroy || j.result.Err != nil || !stillThere(obs, j.slice) {
+			continue
+		}
+		o.Retry = true
+		reason := "SliceDestroyed"
+		if j.forAllocation() {
+			if o.Released[j.key] {
+				delete(o.Released, j.key)
+				o.Reclaimed["pod_gone"]--
+			}
+		} else {
+			reason = "OrphanReclaimed"
+			if i := slices.Index(o.Forget, j.slice.Key()); i >= 0 {
+				o.Forget = slices.Delete(o.Forget, i, i+1)
+				o.Reclaimed["no_allocation"]--
+			}
+		}
+		o.Notes = slices.DeleteFunc(o.Notes, func(n note) bool {
+			return n.Key == j.key && n.Reason == reason && strings.Contains(n.Message, j.slice.String())
+		})
+	}
+}
+
+// stillThere reports whether obs has the GPU instance of s (same GPU, slot and id), or may
+// have it: a GPU whose instances could not be listed confirms nothing.
+func stillThere(obs *engine.Observation, s engine.Slice) bool {
+	g := obs.GPUByUUID(s.GPU)
+	if g == nil {
+		return false
+	}
+	if g.Err != nil {
+		return true
+	}
+	for _, o := range g.Slices {
+		if o.Slot == s.Slot && o.GI == s.GI {
+			return true
+		}
+	}
+	return false
 }
 
 // view is what the NodeAccelerator shows of the slices: allocated ones with their holder,

@@ -18,6 +18,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 const testGPU = "GPU-0"
@@ -28,11 +29,8 @@ func h100(slices ...engine.Slice) *engine.Observation {
 
 // allocation is a live 1g.10gb-or-other allocation of pod p-<name> on testGPU.
 func allocation(name, profile string, start, size int32, mods ...func(*slicerv1alpha1.SliceAllocation)) *slicerv1alpha1.SliceAllocation {
-	a := &slicerv1alpha1.SliceAllocation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Finalizers: []string{slicerv1alpha1.AllocationFinalizer}},
-		Spec: slicerv1alpha1.SliceAllocationSpec{PodName: "p-" + name, PodUID: "uid-" + name, NodeName: "n1", GPUUUID: testGPU,
-			Profile: slicerv1alpha1.MIGProfile(profile), Placement: slicerv1alpha1.Placement{Start: start, Size: size}},
-	}
+	a := builder.Allocation("ns", name).Finalizer(slicerv1alpha1.AllocationFinalizer).
+		Pod("p-"+name, "uid-"+name).Node("n1").GPU(testGPU).Profile(profile, start, size).Obj()
 	for _, m := range mods {
 		m(a)
 	}
@@ -305,5 +303,66 @@ func TestSettle(t *testing.T) {
 				t.Errorf("settle (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A GPU whose instances could not be listed decides nothing for its allocations: a Ready one
+// keeps its status and its device (unhealthy), one being created waits, one being deleted is
+// not released (its slice would be taken for gone and leak).
+func TestDecideUnobservedGPU(t *testing.T) {
+	obs := h100()
+	obs.GPUs[0].Healthy, obs.GPUs[0].Err = false, errors.New("nvml DeviceGetGpuInstances: ERROR_GPU_IS_LOST")
+	gi, ci := int32(1), int32(0)
+	ready := allocation("ready", "1g.10gb", 0, 1, holding("MIG-r"), inState(slicerv1alpha1.AllocationReady), func(a *slicerv1alpha1.SliceAllocation) {
+		a.Status.GPUInstanceID, a.Status.ComputeInstanceID = &gi, &ci
+	})
+	d := decide(world{Obs: obs, Allocs: allocMap(ready, allocation("new", "1g.10gb", 1, 1), allocation("gone", "1g.10gb", 2, 1, holding("MIG-g"), deleting)),
+		OrphanSince: engine.OrphanClock{}, Now: time.Unix(1000, 0)})
+	if len(d.Jobs) != 0 || len(d.Released) != 0 {
+		t.Fatalf("jobs %v, released %v on a GPU not observed", d.Jobs, d.Released)
+	}
+	if diff := cmp.Diff([]string{"gone=Releasing/NVMLError", "new=Pending/NVMLError"}, statusStrings(d.Statuses)); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+	s, ok := d.Unobserved[types.NamespacedName{Namespace: "ns", Name: "ready"}]
+	if !ok || s.MIGUUID != "MIG-r" || s.GI != 1 || s.CI != 0 || s.Placement != (mig.Placement{Start: 0, Size: 1}) {
+		t.Errorf("the Ready allocation's slice %+v, %v", s, ok)
+	}
+}
+
+// A destroy that reported success but whose GPU instance is still observed afterwards is not
+// a release: the finalizer stays, the orphan stays tracked, no success is reported.
+func TestConfirmDestroys(t *testing.T) {
+	k := types.NamespacedName{Namespace: "ns", Name: "a"}
+	left := engine.Slice{Slot: mig.Slot{GPU: testGPU, Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}, GI: 3, CI: -1}
+	orphan := engine.Slice{Slot: mig.Slot{GPU: testGPU, Profile: "1g.10gb", Placement: mig.Placement{Start: 1, Size: 1}}, GI: 4, CI: -1}
+	gone := engine.Slice{Slot: mig.Slot{GPU: testGPU, Profile: "1g.10gb", Placement: mig.Placement{Start: 2, Size: 1}}, GI: 5, CI: -1}
+	jobs := []*job{
+		{key: k, kind: jobDestroy, slot: left.Slot, slice: left},
+		{kind: jobDestroy, slot: orphan.Slot, slice: orphan},
+		{key: types.NamespacedName{Namespace: "ns", Name: "b"}, kind: jobDestroy, slot: gone.Slot, slice: gone},
+	}
+	o := outcome{Released: map[types.NamespacedName]bool{k: true, {Namespace: "ns", Name: "b"}: true}, Reclaimed: map[string]int{"pod_gone": 2, "no_allocation": 1},
+		Forget: []string{orphan.Key()}, Notes: []note{notef(k, "Normal", "SliceDestroyed", "destroyed %s", left.Slot)}}
+	o.confirm(h100(left, orphan), jobs)
+	if o.Released[k] || !o.Released[types.NamespacedName{Namespace: "ns", Name: "b"}] || len(o.Forget) != 0 || !o.Retry || len(o.Notes) != 0 {
+		t.Fatalf("after confirm: released %v, forget %v, retry %v, notes %v", o.Released, o.Forget, o.Retry, o.Notes)
+	}
+	if o.Reclaimed["pod_gone"] != 1 || o.Reclaimed["no_allocation"] != 0 {
+		t.Fatalf("reclaimed %v", o.Reclaimed)
+	}
+}
+
+// An observation after the destroy that could not list the GPU's instances confirms nothing:
+// the allocation keeps its finalizer until the GPU is observed without its instance.
+func TestConfirmNeedsTheGPUObserved(t *testing.T) {
+	k := types.NamespacedName{Namespace: "ns", Name: "a"}
+	s := engine.Slice{Slot: mig.Slot{GPU: testGPU, Profile: "1g.10gb", Placement: mig.Placement{Start: 2, Size: 1}}, GI: 3, CI: -1}
+	o := outcome{Released: map[types.NamespacedName]bool{k: true}, Reclaimed: map[string]int{"pod_gone": 1}}
+	obs := h100()
+	obs.GPUs[0].Healthy, obs.GPUs[0].Err = false, errors.New("nvml DeviceGetGpuInstances: ERROR_UNKNOWN")
+	o.confirm(obs, []*job{{key: k, kind: jobDestroy, slot: s.Slot, slice: s}})
+	if o.Released[k] || !o.Retry {
+		t.Fatalf("released on an observation that could not see the GPU's instances: %+v", o)
 	}
 }

@@ -147,6 +147,12 @@ func plan(in planInput) Plan {
 				continue
 			}
 		}
+		if idx >= 0 && in.Slices[idx].Unhealthy != "" && (w.Device == "" || w.Device != in.Slices[idx].MIGUUID) && !claimed[idx] {
+			// An unhealthy instance is never handed to an allocation that did not hold it: it
+			// is destroyed (step 4) and this allocation gets a new one.
+			p.Blocked[w.Key] = [2]string{slicerv1alpha1.ReasonGPUUnhealthy, fmt.Sprintf("the instance at %s is unhealthy (%s); it is destroyed and created again", want, in.Slices[idx].Unhealthy)}
+			continue
+		}
 		if idx >= 0 {
 			if claimed[idx] {
 				p.Conflict[w.Key] = fmt.Sprintf("slot %s is already held by %s", want, holder[idx].Key)
@@ -251,7 +257,8 @@ func plan(in planInput) Plan {
 		if s.MIGUUID == "" {
 			o.User = ""
 		}
-		o.Destroy = o.User == "" && (spare[s.Slot] || in.OrphanSince.Due(s.Key(), in.Now, in.Grace))
+		// An unhealthy one nobody uses goes now too: nothing will take it.
+		o.Destroy = o.User == "" && (spare[s.Slot] || s.Unhealthy != "" || in.OrphanSince.Due(s.Key(), in.Now, in.Grace))
 		p.Orphans = append(p.Orphans, o)
 	}
 	return p

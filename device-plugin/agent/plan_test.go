@@ -229,3 +229,21 @@ func TestReadyRecordsActualGPU(t *testing.T) {
 		})
 	}
 }
+
+// An instance an XID broke stays bound to the allocation that holds it; it is never handed to
+// another allocation at its slot (that one waits while it is destroyed), and unused, it goes
+// at once.
+func TestPlanUnhealthyInstance(t *testing.T) {
+	sick := engine.Slice{Slot: slot("G0", "1g.10gb", 0, 1), GI: 1, CI: 0, MIGUUID: "MIG-0", Unhealthy: "XID 94"}
+	held := plan(planInput{Slices: []engine.Slice{sick}, Wants: []Want{{Key: key("a"), Pod: "ns/a", Spec: sick.Slot, Device: "MIG-0"}}, OrphanSince: engine.OrphanClock{}})
+	if got := held.Bound[key("a")]; got.MIGUUID != "MIG-0" {
+		t.Fatalf("the holder lost its unhealthy instance: %+v", held)
+	}
+	next := plan(planInput{Slices: []engine.Slice{sick}, Wants: []Want{{Key: key("b"), Pod: "ns/b", Spec: sick.Slot}}, OrphanSince: engine.OrphanClock{}})
+	if _, bound := next.Bound[key("b")]; bound || next.Blocked[key("b")][0] != slicerv1alpha1.ReasonGPUUnhealthy {
+		t.Fatalf("a new allocation at the unhealthy instance's slot: bound %v, blocked %v", next.Bound, next.Blocked)
+	}
+	if len(next.Orphans) != 1 || !next.Orphans[0].Destroy {
+		t.Fatalf("the unused unhealthy instance is not destroyed now: %+v", next.Orphans)
+	}
+}

@@ -268,6 +268,17 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *engine.Obse
 		o.Statuses[k] = ready(w.Allocs[k], s)
 		readyIDs[k] = s.DeviceID()
 	}
+	for _, s := range o.Unobserved {
+		// Its GPU was not observed this pass: its spec stays, its device stays advertised,
+		// unhealthy, until the GPU is observed again.
+		keep[s.DeviceID()] = true
+		if _, legacy := w.Usage[s.MIGUUID]; legacy {
+			keep[s.MIGUUID] = true
+		}
+		d := deviceFor(obs, s)
+		d.Healthy = false
+		devices = append(devices, d)
+	}
 	for _, s := range obs.Slices() {
 		// A slice a pod uses keeps its spec (under either name) even without an allocation.
 		for _, name := range []string{s.DeviceID(), s.MIGUUID} {
@@ -308,6 +319,6 @@ func deviceFor(obs *engine.Observation, s engine.Slice) plugin.Device {
 	g := obs.GPUByUUID(s.GPU)
 	return plugin.Device{
 		ID: s.DeviceID(), MIGUUID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.DeviceID()),
-		Healthy: g.Unusable() == "",
+		Healthy: g.Unusable() == "" && s.Unhealthy == "",
 	}
 }

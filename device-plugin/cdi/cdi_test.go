@@ -155,14 +155,15 @@ func TestRemoveStale(t *testing.T) {
 }
 
 // A claim's spec holds one device per slice, each exposing only its MIG device, passes the
-// CDI library's validation, and reads back as the slices it was written from.
+// CDI library's validation, and reads back as the slices and the record it was written from.
 func TestClaimSpecRoundTrip(t *testing.T) {
 	w := &cdi.Writer{Dir: t.TempDir()}
 	slices := []cdi.Slice{
 		{MIGUUID: "MIG-a", GPUUUID: "GPU-0", Profile: "1g.10gb", PlacementStart: 3, PlacementSize: 1},
 		{MIGUUID: "MIG-b", GPUUUID: "GPU-1", Profile: "3g.40gb", PlacementStart: 4, PlacementSize: 4},
 	}
-	names, err := w.WriteClaim("uid-1", slices)
+	rec := cdi.ClaimRecord{Namespace: "team-a", Name: "claim", Pods: []cdi.PodRef{{Name: "p", UID: "u-1"}, {Name: "q", UID: "u-2"}}}
+	names, err := w.WriteClaim("uid-1", rec, slices)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +180,13 @@ func TestClaimSpecRoundTrip(t *testing.T) {
 	}
 	if diff := cmp.Diff(slices, got); diff != "" {
 		t.Fatalf("slices (-want +got):\n%s", diff)
+	}
+	gotRec, _, _, err := w.ReadClaimRecord("uid-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(rec, gotRec); diff != "" {
+		t.Fatalf("record (-want +got):\n%s", diff)
 	}
 	uids, err := w.ListClaims()
 	if err != nil || len(uids) != 1 || uids[0] != "uid-1" {
@@ -217,7 +225,7 @@ func TestClaimSpecVisibleDevices(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			w := &cdi.Writer{Dir: dir}
-			names, err := w.WriteClaim("uid-1", tc.slices)
+			names, err := w.WriteClaim("uid-1", cdi.ClaimRecord{}, tc.slices)
 			if err != nil {
 				t.Fatal(err)
 			}

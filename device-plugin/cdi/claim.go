@@ -22,9 +22,53 @@ import (
 // container's devices. (A container that consumes several claims gets one value per claim's
 // spec and the runtime keeps the last: DRA tells a plugin about claims, not containers.)
 // The spec is also the node's record of what was prepared for the claim: ReadClaim gives
-// the slices back from its devices' environment.
+// the slices back from its devices' environment, ReadClaimRecord the claim and the pods it
+// was prepared for from the spec's annotations (a spec written before those were recorded
+// has none).
 
 const claimPrefix = "claim-"
+
+// Annotations of a claim's spec (the node's record, ClaimRecord).
+const (
+	annClaimNamespace = Vendor + "/claim-namespace"
+	annClaimName      = Vendor + "/claim-name"
+	// annClaimPods lists the pods as "<name>/<uid>", comma-separated.
+	annClaimPods = Vendor + "/claim-pods"
+)
+
+// ClaimRecord is what a claim's spec records besides its slices: the claim, and the pods it
+// was prepared for (the claim's status.reservedFor then), which say when what it holds may
+// go even after the claim is gone from the API.
+type ClaimRecord struct {
+	Namespace, Name string
+	Pods            []PodRef
+}
+
+// PodRef is a pod of the claim's namespace, by name and UID.
+type PodRef struct {
+	Name, UID string
+}
+
+func (r ClaimRecord) annotations() map[string]string {
+	if r.Namespace == "" && r.Name == "" && len(r.Pods) == 0 {
+		return nil
+	}
+	pods := make([]string, 0, len(r.Pods))
+	for _, p := range r.Pods {
+		pods = append(pods, p.Name+"/"+p.UID)
+	}
+	return map[string]string{annClaimNamespace: r.Namespace, annClaimName: r.Name, annClaimPods: strings.Join(pods, ",")}
+}
+
+func recordOf(ann map[string]string) ClaimRecord {
+	r := ClaimRecord{Namespace: ann[annClaimNamespace], Name: ann[annClaimName]}
+	for _, p := range strings.Split(ann[annClaimPods], ",") {
+		if name, uid, ok := strings.Cut(p, "/"); ok && name != "" && uid != "" {
+			r.Pods = append(r.Pods, PodRef{Name: name, UID: uid})
+		}
+	}
+	return r
+}
 
 // ClaimPath is where the spec of a claim is written.
 func (w *Writer) ClaimPath(claimUID string) string {
@@ -34,10 +78,10 @@ func (w *Writer) ClaimPath(claimUID string) string {
 // ClaimDeviceName is the CDI device name of one MIG device of a claim.
 func ClaimDeviceName(claimUID, migUUID string) string { return claimUID + "_" + migUUID }
 
-// WriteClaim writes the spec of a claim atomically and returns the qualified device name of
-// each slice, in order.
-func (w *Writer) WriteClaim(claimUID string, slices []Slice) ([]string, error) {
-	spec := &cdispec.Spec{Kind: Kind}
+// WriteClaim writes the spec of a claim atomically, with its record, and returns the
+// qualified device name of each slice, in order.
+func (w *Writer) WriteClaim(claimUID string, rec ClaimRecord, slices []Slice) ([]string, error) {
+	spec := &cdispec.Spec{Kind: Kind, Annotations: rec.annotations()}
 	names := make([]string, 0, len(slices))
 	migUUIDs := make([]string, 0, len(slices))
 	for _, s := range slices {
@@ -67,25 +111,33 @@ func (w *Writer) WriteClaim(claimUID string, slices []Slice) ([]string, error) {
 
 // ReadClaim reads the slices a claim's spec records; ok is false when there is no spec.
 func (w *Writer) ReadClaim(claimUID string) (slices []Slice, ok bool, err error) {
+	_, slices, ok, err = w.ReadClaimRecord(claimUID)
+	return slices, ok, err
+}
+
+// ReadClaimRecord reads a claim's spec: its record and its slices; ok is false when there is
+// no spec.
+func (w *Writer) ReadClaimRecord(claimUID string) (rec ClaimRecord, slices []Slice, ok bool, err error) {
 	data, err := os.ReadFile(w.ClaimPath(claimUID))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, false, nil
+		return rec, nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("read CDI spec of claim %s: %w", claimUID, err)
+		return rec, nil, false, fmt.Errorf("read CDI spec of claim %s: %w", claimUID, err)
 	}
 	var spec cdispec.Spec
 	if err := yaml.Unmarshal(data, &spec); err != nil {
-		return nil, false, fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
+		return rec, nil, false, fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 	}
+	rec = recordOf(spec.Annotations)
 	for _, d := range spec.Devices {
 		s, err := sliceFromEnv(d.ContainerEdits.Env)
 		if err != nil {
-			return nil, false, fmt.Errorf("CDI spec of claim %s, device %s: %w", claimUID, d.Name, err)
+			return rec, nil, false, fmt.Errorf("CDI spec of claim %s, device %s: %w", claimUID, d.Name, err)
 		}
 		slices = append(slices, s)
 	}
-	return slices, true, nil
+	return rec, slices, true, nil
 }
 
 func sliceFromEnv(env []string) (Slice, error) {

@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +73,10 @@ type Driver struct {
 	claimLister resourcelisters.ResourceClaimLister
 	health      *healthBook
 	kick        chan struct{}
+	// gpuHealth is what NVML's events say of the GPUs (engine.Health, watched while Run runs).
+	gpuHealth *engine.Health
+	// told is, per claim UID, the unhealthy reason its pods were last told in an Event.
+	told engine.Told
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -84,7 +90,8 @@ func New(opts Options) *Driver {
 		opts.Resync = time.Minute
 	}
 	d := &Driver{opts: opts, orphanSince: engine.OrphanClock{}, kick: make(chan struct{}, 1),
-		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook()}
+		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook(), told: engine.Told{}}
+	d.gpuHealth = engine.NewHealth(d.poke)
 	if opts.Status != nil {
 		d.status = engine.NewStatusWriter(opts.Status, opts.Events, opts.NodeName, opts.PublishInterval, opts.Now)
 	}
@@ -125,6 +132,14 @@ func (d *Driver) Run(ctx context.Context, helperOpts ...kubeletplugin.Option) er
 			log.Error(err, "NVML shutdown")
 		}
 	}()
+	d.gpuHealth.Initialized()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		d.gpuHealth.Watch(watchCtx, d.opts.Library, d.opts.Metrics, log.WithName("health"))
+	}()
+	defer func() { stopWatch(); <-watching }()
 	opts := append([]kubeletplugin.Option{
 		kubeletplugin.DriverName(migdra.DriverName),
 		kubeletplugin.NodeName(d.opts.NodeName),
@@ -182,9 +197,10 @@ func (d *Driver) poke() {
 }
 
 // Sync destroys the orphans whose grace has passed (never one in use: NVML refuses, and it
-// is tried again next time), removes the CDI specs of claims no longer allocated after the
-// same grace, republishes the pool when the rule in republish says so, and writes the
-// NodeAccelerator status (a write the status writer coalesces waits for Run's next sync).
+// is tried again next time), releases the records of claims no longer allocated whose pods
+// are done (record.go; a record naming no pod after the same grace), republishes the pool
+// when the rule in republish says so, and writes the NodeAccelerator status (a write the
+// status writer coalesces waits for Run's next sync).
 func (d *Driver) Sync(ctx context.Context) error {
 	_, err := d.sync(ctx)
 	return err
@@ -203,7 +219,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	obs, err := engine.Observe(d.opts.Library, d.opts.Metrics)
+	obs, err := d.observe()
 	if err != nil {
 		err = fmt.Errorf("observe GPUs: %w", err)
 		d.health.set(deviceHealth(nil, explained(claims, pool), pool, d.opts.Now(), healthTimeout))
@@ -211,26 +227,30 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 		return wait, errors.Join(err, serr)
 	}
 	held := explained(claims, pool)
-	keys := orphans(obs, held)
 	live := map[string]bool{}
 	for _, c := range claims {
 		if c.Status.Allocation != nil {
 			live[string(c.UID)] = true
 		}
 	}
-	specs, err := d.opts.CDI.ListClaims()
+	recs, err := d.records()
 	if err != nil {
 		return 0, err
 	}
-	for _, uid := range specs {
-		if !live[uid] {
+	kept, released, errs := d.sweepRecords(ctx, obs, recs, live, conflict.Present())
+	keys := orphans(obs, held, kept)
+	for uid, r := range recs {
+		if !live[uid] && len(r.Claim.Pods) == 0 && !released[uid] {
 			keys = append(keys, "spec:"+uid)
 		}
 	}
-	var errs []error
 	for _, k := range d.orphanSince.Pass(keys, d.opts.Now(), d.opts.OrphanGrace) {
 		if uid, ok := cutSpec(k); ok {
-			errs = append(errs, d.opts.CDI.RemoveClaim(uid))
+			if conflict.Present() {
+				errs = append(errs, d.opts.CDI.RemoveClaim(uid))
+			} else {
+				errs = append(errs, d.release(obs, recs, recs[uid]))
+			}
 			d.opts.Log.Info("CDI spec of a claim no longer allocated removed", "claim", uid)
 			continue
 		}
@@ -248,18 +268,31 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
-	if len(keys) > 0 {
+	if len(keys) > 0 || len(released) > 0 {
 		// Re-read what the sweep changed before deciding on the order.
-		if obs, err = engine.Observe(d.opts.Library, d.opts.Metrics); err != nil {
+		if obs, err = d.observe(); err != nil {
 			return 0, fmt.Errorf("observe GPUs: %w", err)
 		}
 	}
 	hs := holders(claims, pool)
+	for uid, r := range recs {
+		if !released[uid] {
+			recordHolders(hs, obs, r)
+		}
+	}
 	recordMetrics(d.opts.Metrics, obs, hs)
 	d.health.set(deviceHealth(obs, held, pool, d.opts.Now(), healthTimeout))
+	d.tellUnhealthy(obs, claims)
 	perr := d.publish(ctx, obs, held, conflict.Present())
 	wait, serr := d.writeStatus(ctx, engine.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Conflict: conflict, Bypass: bypass, Obs: obs, Claim: claimView(hs)})
 	return wait, errors.Join(perr, serr)
+}
+
+// observe reads the GPUs and marks what NVML's events made unhealthy.
+func (d *Driver) observe() (*engine.Observation, error) {
+	obs, err := engine.Observe(d.opts.Library, d.opts.Metrics)
+	d.gpuHealth.Apply(obs)
+	return obs, err
 }
 
 // writeStatus writes the NodeAccelerator status when the driver has a status writer.
@@ -271,6 +304,45 @@ func (d *Driver) writeStatus(ctx context.Context, v engine.ClaimView) (time.Dura
 }
 
 func cutSpec(k string) (string, bool) { return strings.CutPrefix(k, "spec:") }
+
+// sweepRecords goes through the node's records: each of a live claim is kept; each of a
+// claim no longer allocated whose pods are not all done is kept, and one whose pods are done
+// is released (record.go; while another tool owns the node only its spec is removed). It
+// returns the device names the kept records hold (no orphans), the records released, and
+// the errors met (a record whose pods cannot be read is kept).
+func (d *Driver) sweepRecords(ctx context.Context, obs *engine.Observation, recs map[string]record, live map[string]bool, foreign bool) (map[string]bool, map[string]bool, []error) {
+	kept, released := map[string]bool{}, map[string]bool{}
+	var errs []error
+	for _, uid := range slices.Sorted(maps.Keys(recs)) {
+		r := recs[uid]
+		if !live[uid] && len(r.Claim.Pods) > 0 {
+			done, err := d.podsDone(ctx, r.Claim)
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case done && foreign:
+				errs = append(errs, d.opts.CDI.RemoveClaim(uid))
+				released[uid] = true
+				continue
+			case done:
+				if err := d.release(obs, recs, r); err != nil {
+					errs = append(errs, err)
+					break
+				}
+				released[uid] = true
+				d.opts.Metrics.OrphansReclaim.WithLabelValues("pod_gone").Inc()
+				d.opts.Log.Info("released a claim no longer allocated: its pods are done", "claim", claimRef(r.Claim.Namespace, r.Claim.Name, types.UID(uid)))
+				continue
+			}
+		}
+		for _, s := range recordedSlices(obs, r) {
+			if name, ok := sliceDevice(obs.GPUByUUID(s.GPU), s); ok {
+				kept[name] = true
+			}
+		}
+	}
+	return kept, released, errs
+}
 
 // destroyDevice destroys the observed instance at a device name.
 func (d *Driver) destroyDevice(obs *engine.Observation, name string) error {
@@ -294,10 +366,11 @@ func (d *Driver) publish(ctx context.Context, obs *engine.Observation, held map[
 		return nil
 	}
 	var gpus []migdra.GPU
+	sick := unhealthy{}
 	if !conflict { // another tool owns the node: an empty pool, so nothing is allocated here
-		gpus = poolGPUs(obs, held)
+		gpus, sick = poolGPUs(obs, held), unhealthyOf(obs)
 	}
-	write, next := republish(d.last, gpus)
+	write, next := republish(d.last, gpus, sick)
 	if !write {
 		return nil
 	}
@@ -305,6 +378,7 @@ func (d *Driver) publish(ctx context.Context, obs *engine.Observation, held map[
 	if err != nil {
 		return fmt.Errorf("render pool: %w", err)
 	}
+	taint(&pool, sick)
 	res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.opts.NodeName: pool}}
 	if err := d.publisher.PublishResources(ctx, res); err != nil {
 		return fmt.Errorf("publish pool: %w", err)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/slicer-operator/slicer/device-plugin/engine"
@@ -37,13 +39,63 @@ func deviceHealth(obs *engine.Observation, held map[string][]string, pool string
 			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, "the GPUs cannot be observed: NVML is unavailable"
 		} else if err != nil {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, err.Error()
-		} else if why := gpuByIndex(obs, ref.GPU).Unusable(); why != "" {
+		} else if why := deviceUnhealthy(obs, ref.GPU, name); why != "" {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, why
 		}
 		out = append(out, h)
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].DeviceName < out[b].DeviceName })
 	return out
+}
+
+// deviceUnhealthy says why device name on GPU index i is unhealthy ("" when it is not): its
+// GPU cannot serve MIG devices (GPU.Unusable: unhealthy, not in MIG mode, not a model Slicer
+// knows, not there), or an XID broke its instance.
+func deviceUnhealthy(obs *engine.Observation, i int, name string) string {
+	g := gpuByIndex(obs, i)
+	if why := g.Unusable(); why != "" {
+		return why
+	}
+	for _, s := range g.Slices {
+		if n, ok := sliceDevice(g, s); ok && n == name && s.Unhealthy != "" {
+			return s.Unhealthy
+		}
+	}
+	return ""
+}
+
+// tellUnhealthy records a Warning Event on the pods of each allocated claim of this pool one
+// of whose devices turned unhealthy (once per claim and reason, engine.Told: an XID, the GPU's
+// health; a GPU that could not be observed on this pass is not told), and forgets claims
+// healthy again or gone. Called with d.mu held.
+func (d *Driver) tellUnhealthy(obs *engine.Observation, claims []*resourceapi.ResourceClaim) {
+	why := map[types.UID]string{}
+	byUID := map[types.UID]*resourceapi.ResourceClaim{}
+	for _, c := range claims {
+		devs, err := claimDevices(c, d.opts.NodeName)
+		if err != nil || len(devs) == 0 {
+			continue
+		}
+		byUID[c.UID] = c
+		why[c.UID] = ""
+		for _, a := range devs {
+			if g := gpuByIndex(obs, a.Ref.GPU); g != nil && g.Err != nil {
+				continue
+			}
+			if w := deviceUnhealthy(obs, a.Ref.GPU, a.Device); w != "" {
+				why[c.UID] = "device " + a.Device + ": " + w
+				break
+			}
+		}
+	}
+	for _, uid := range d.told.Pass(why) {
+		c := byUID[uid]
+		for _, ref := range c.Status.ReservedFor {
+			if ref.Resource == "pods" && ref.APIGroup == "" {
+				engine.TellPod(d.opts.Events, c.Namespace, ref.Name, ref.UID, "claim %s: %s; the kubelet is told, and no new claim is allocated it", c.Name, why[uid])
+			}
+		}
+	}
 }
 
 // healthBook holds the last sync's report for the kubelet's health streams.

@@ -37,6 +37,24 @@ func holders(claims []*resourceapi.ResourceClaim, pool string) map[string]holder
 	return out
 }
 
+// recordHolders sets in held the claim of record r as the holder of the instances r keeps:
+// the node gave them to that claim, whatever the API allocates now (a claim deleted from the
+// API while its pod runs still holds them, and one allocated the device since does not).
+func recordHolders(held map[string]holder, obs *engine.Observation, r record) {
+	h := holder{Namespace: r.Claim.Namespace, Name: r.Claim.Name, UID: types.UID(r.UID)}
+	if len(r.Claim.Pods) > 0 {
+		h.Pod = r.Claim.Pods[0].Name
+	}
+	if h.Namespace == "" || h.Name == "" {
+		return // a record written before claims were recorded: shown as it was, orphaned
+	}
+	for _, s := range recordedSlices(obs, r) {
+		if name, ok := sliceDevice(obs.GPUByUUID(s.GPU), s); ok {
+			held[name] = h
+		}
+	}
+}
+
 // holderOf is the claim holding observed slice s of GPU g, and the slice's device name.
 func holderOf(held map[string]holder, g *engine.GPU, s engine.Slice) (holder, string, bool) {
 	name, ok := sliceDevice(g, s)

@@ -22,9 +22,11 @@ import (
 // the device's placement is reused when it is there (a retry, a restart), finished when only
 // its GPU instance is, created when the placement is free; an overlapping instance fails the
 // claim (the kubelet retries; an orphan in the way is collected after its grace). The
-// claim's CDI spec is written last, so a claim whose spec exists is fully realized. A device
-// that another allocated claim also holds fails the claim: the plugin is the last line of
-// defense against a double allocation (kubeletplugin.DRAPlugin).
+// claim's CDI spec is written last, so a claim whose spec exists is fully realized; it
+// records the claim and its pods (record.go). A device that another allocated claim also
+// holds, or that overlaps an instance the node's record keeps for another claim (one deleted
+// from the API while its pod runs), fails the claim: the plugin is the last line of defense
+// against a double allocation (kubeletplugin.DRAPlugin).
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	start := d.opts.Now() // the kubelet's call, before waiting for the lock
 	d.mu.Lock()
@@ -34,6 +36,10 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		return nil, err
 	}
 	held := explained(all, d.opts.NodeName)
+	recs, err := d.records()
+	if err != nil {
+		return nil, err
+	}
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
 		var devs []kubeletplugin.Device
@@ -41,7 +47,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		if conflict.Present() {
 			err = foreignErr(conflict)
 		} else {
-			devs, err = d.prepareClaim(ctx, obs, all, held, c)
+			devs, err = d.prepareClaim(ctx, obs, all, held, recs, c)
 		}
 		d.opts.Metrics.DRARequests.WithLabelValues("prepare", result(err)).Inc()
 		if err != nil {
@@ -56,7 +62,8 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-func (d *Driver) prepareClaim(ctx context.Context, obs *engine.Observation, all []*resourceapi.ResourceClaim, held map[string][]string, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+func (d *Driver) prepareClaim(ctx context.Context, obs *engine.Observation, all []*resourceapi.ResourceClaim, held map[string][]string, recs map[string]record,
+	c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	allocs, err := claimDevices(c, d.opts.NodeName)
 	if err != nil {
 		return nil, err
@@ -77,8 +84,11 @@ func (d *Driver) prepareClaim(ctx context.Context, obs *engine.Observation, all 
 		if err != nil {
 			return nil, fmt.Errorf("device %s: %w", a.Device, err)
 		}
+		if other, kept := preparedFor(recs, string(c.UID), slot); kept {
+			return nil, d.refuseConflict(c, a.Device, other)
+		}
 		g := obs.GPUByUUID(slot.GPU)
-		s, err := d.realize(obs, g, slot)
+		s, err := d.realize(obs, g, slot, recs[string(c.UID)])
 		if err != nil {
 			return nil, fmt.Errorf("device %s: %w", a.Device, err)
 		}
@@ -86,11 +96,13 @@ func (d *Driver) prepareClaim(ctx context.Context, obs *engine.Observation, all 
 		specs = append(specs, engine.CDISlice(g, s))
 		devs = append(devs, kubeletplugin.Device{Requests: []string{a.Request}, PoolName: d.opts.NodeName, DeviceName: a.Device})
 	}
-	ids, err := d.opts.CDI.WriteClaim(string(c.UID), specs)
+	rec := claimRecord(c)
+	ids, err := d.opts.CDI.WriteClaim(string(c.UID), rec, specs)
 	d.opts.Metrics.CDIWrites.WithLabelValues(result(err)).Inc()
 	if err != nil {
 		return nil, err
 	}
+	recs[string(c.UID)] = record{UID: string(c.UID), Claim: rec, Slices: specs}
 	for i := range devs {
 		devs[i].CDIDeviceIDs = []string{ids[i]}
 	}
@@ -104,15 +116,23 @@ func result(err error) string {
 	return "success"
 }
 
-// realize makes the instance at slot exist and be complete (see PrepareResourceClaims).
-func (d *Driver) realize(obs *engine.Observation, g *engine.GPU, slot mig.Slot) (engine.Slice, error) {
+// realize makes the instance at slot exist and be complete (see PrepareResourceClaims); own
+// is the claim's record, if it was prepared before.
+func (d *Driver) realize(obs *engine.Observation, g *engine.GPU, slot mig.Slot, own record) (engine.Slice, error) {
 	st, s := decide(g.Slices, slot)
-	switch st {
-	case stepReuse:
+	switch {
+	case st == stepReuse && s.Unhealthy != "" && !recordsMIG(own, s.MIGUUID):
+		// An instance an XID broke is not handed out to a claim that did not have it: it
+		// goes, and a new one is made (the claim that had it keeps it, unhealthy).
+		if err := obs.DestroySlice(s, d.opts.Metrics); err != nil {
+			return engine.Slice{}, fmt.Errorf("the instance at %s is unhealthy (%s) and could not be destroyed: %w", slot, s.Unhealthy, err)
+		}
+		return obs.CreateSlice(slot, d.opts.Metrics)
+	case st == stepReuse:
 		return s, nil
-	case stepFinish:
+	case st == stepFinish:
 		return obs.FinishSlice(s, d.opts.Metrics)
-	case stepBlocked:
+	case st == stepBlocked:
 		return engine.Slice{}, fmt.Errorf("placement %s is taken by the instance at %s", slot, s.Slot)
 	}
 	return obs.CreateSlice(slot, d.opts.Metrics)
@@ -146,7 +166,7 @@ func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClai
 	if err != nil {
 		return nil, nil, migapi.Foreign{}, err
 	}
-	obs, err := engine.Observe(d.opts.Library, d.opts.Metrics)
+	obs, err := d.observe()
 	if err != nil {
 		return nil, nil, migapi.Foreign{}, fmt.Errorf("observe GPUs: %w", err)
 	}
@@ -155,21 +175,23 @@ func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClai
 
 // UnprepareResourceClaims destroys what each claim was given. The claim's CDI spec says which
 // MIG devices those are; without a spec (the claim was never fully prepared) the claim's
-// allocation, if the API still has it, says where they are. An instance another allocated
-// claim holds is left alone (its device was handed on). Nothing found is success: the
-// claim is then not prepared, and any instance left behind is an orphan.
+// allocation, if the API still has it, says where they are. An instance another claim's
+// spec records is left alone. Nothing found is success: the claim is then not prepared, and
+// any instance left behind is an orphan. An instance is never handed on to another claim
+// allocated the same device: that claim's Prepare was refused while this claim's record kept
+// the instance, and it gets a new one.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	all, obs, conflict, err := d.current(ctx)
+	_, obs, conflict, err := d.current(ctx)
 	if err != nil {
 		return nil, err
 	}
-	held := explained(all, d.opts.NodeName)
-	recorded, err := d.recordedBy()
+	recs, err := d.records()
 	if err != nil {
 		return nil, err
 	}
+	recorded := recordedMIGs(recs)
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
 		var err error
@@ -178,7 +200,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			// collected once the node is Slicer's again).
 			err = d.opts.CDI.RemoveClaim(string(c.UID))
 		} else {
-			err = d.unprepareClaim(ctx, obs, held, recorded, c)
+			err = d.unprepareClaim(ctx, obs, recorded, c)
 		}
 		d.opts.Metrics.DRARequests.WithLabelValues("unprepare", result(err)).Inc()
 		if err != nil {
@@ -192,7 +214,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return out, nil
 }
 
-func (d *Driver) unprepareClaim(ctx context.Context, obs *engine.Observation, held, recordedBy map[string][]string, c kubeletplugin.NamespacedObject) error {
+func (d *Driver) unprepareClaim(ctx context.Context, obs *engine.Observation, recordedBy map[string][]string, c kubeletplugin.NamespacedObject) error {
 	uid := string(c.UID)
 	recorded, ok, err := d.opts.CDI.ReadClaim(uid)
 	if err != nil {
@@ -214,12 +236,9 @@ func (d *Driver) unprepareClaim(ctx context.Context, obs *engine.Observation, he
 	for _, s := range targets {
 		g := obs.GPUByUUID(s.GPU)
 		name, _ := sliceDevice(g, s)
-		if others := otherClaims(held[name], uid); len(others) > 0 {
-			d.opts.Log.Info("instance kept: another claim holds its device", "device", name, "claims", others)
-			continue
-		}
 		if others := otherClaims(recordedBy[s.MIGUUID], uid); len(others) > 0 {
-			// A claim prepared a moment ago, not in the claim cache yet.
+			// Written before Prepare checked the record (an upgrade): never destroy what
+			// another claim was given.
 			d.opts.Log.Info("instance kept: another claim's CDI spec records it", "device", name, "claims", others)
 			continue
 		}
@@ -233,40 +252,17 @@ func (d *Driver) unprepareClaim(ctx context.Context, obs *engine.Observation, he
 	return d.opts.CDI.RemoveClaim(uid)
 }
 
-// recordedBy maps each MIG device UUID the claims' CDI specs record to those claims' UIDs
-// (a spec that cannot be read is skipped).
-func (d *Driver) recordedBy() (map[string][]string, error) {
-	uids, err := d.opts.CDI.ListClaims()
-	if err != nil {
-		return nil, err
-	}
-	out := map[string][]string{}
-	for _, uid := range uids {
-		recorded, ok, err := d.opts.CDI.ReadClaim(uid)
-		if err != nil {
-			// That claim's own Unprepare reports it; it must not block this one.
-			d.opts.Log.Error(err, "unreadable claim spec", "claim", uid)
-			continue
-		}
-		if !ok {
-			continue
-		}
-		for _, s := range recorded {
-			out[s.MIGUUID] = append(out[s.MIGUUID], uid)
-		}
-	}
-	return out, nil
-}
-
 // findRecorded is the observed instance a claim's spec recorded: the same MIG device at the
-// same placement of the same GPU.
+// same placement of the same GPU, or what is left of it there, a GPU instance whose compute
+// instance is gone (an Unprepare killed between the two destroys). No other claim can have
+// made that one: the record keeps the placement from every other claim's Prepare.
 func findRecorded(obs *engine.Observation, r cdi.Slice) (engine.Slice, bool) {
 	g := obs.GPUByUUID(r.GPUUUID)
 	if g == nil {
 		return engine.Slice{}, false
 	}
 	for _, s := range g.Slices {
-		if s.MIGUUID == r.MIGUUID && s.Placement.Start == r.PlacementStart && s.Placement.Size == r.PlacementSize {
+		if (s.MIGUUID == r.MIGUUID || s.MIGUUID == "") && s.Placement.Start == r.PlacementStart && s.Placement.Size == r.PlacementSize {
 			return s, true
 		}
 	}

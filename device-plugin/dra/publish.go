@@ -1,7 +1,11 @@
 package dra
 
 import (
+	"maps"
 	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
@@ -12,17 +16,69 @@ import (
 // poolGPUs is the node's GPUs as the pool publishes them. A GPU's occupancy, which orders its
 // devices (mig.PreferredOrder), is its MIG instances plus the devices allocated claims hold
 // that are not realized yet (the allocator counts those too). Allocations that do not fit
-// beside the instances are left out of the order (the counters still keep them apart).
+// beside the instances are left out of the order (the counters still keep them apart). An
+// unhealthy MIG GPU stays in the pool, its devices tainted (unhealthy); an unhealthy GPU
+// that is not (or cannot be seen to be) in MIG mode is left out.
 func poolGPUs(o *engine.Observation, held map[string][]string) []migdra.GPU {
 	out := make([]migdra.GPU, 0, len(o.GPUs))
 	for _, g := range o.GPUs {
-		mg := migdra.GPU{Index: g.Index, UUID: g.UUID, Healthy: g.Healthy, MIGEnabled: g.MIGMode == nvml.MIGEnabled, Driver: o.DriverVersion}
+		mg := migdra.GPU{Index: g.Index, UUID: g.UUID, Healthy: g.Healthy || g.MIGReady(), MIGEnabled: g.MIGMode == nvml.MIGEnabled, Driver: o.DriverVersion}
 		if g.MIGReady() {
 			mg.State = occupancy(g, held)
 		}
 		out = append(out, mg)
 	}
 	return out
+}
+
+// TaintUnhealthy is the key of the taint on a device that is unhealthy: a device of an
+// unhealthy GPU (value "gpu") or the device of an MIG instance an XID broke ("instance"),
+// with effect NoSchedule: no new claim is allocated it, and the pods running on it are not
+// evicted (the kubelet's health stream tells them, and an Event).
+const TaintUnhealthy = "slicer.dev/unhealthy"
+
+// unhealthy are the devices the pool taints: the MIG GPUs that are unhealthy, by index, and
+// the devices of the instances that are, by name.
+type unhealthy struct {
+	GPUs    map[int]bool
+	Devices map[string]bool
+}
+
+// unhealthyOf is what of the observation the pool taints.
+func unhealthyOf(o *engine.Observation) unhealthy {
+	u := unhealthy{GPUs: map[int]bool{}, Devices: map[string]bool{}}
+	for _, g := range o.GPUs {
+		if !g.MIGReady() {
+			continue
+		}
+		if !g.Healthy {
+			u.GPUs[g.Index] = true
+		}
+		for _, s := range g.Slices {
+			if name, ok := sliceDevice(g, s); ok && s.Unhealthy != "" {
+				u.Devices[name] = true
+			}
+		}
+	}
+	return u
+}
+
+// taint adds the unhealthy taint to each device of pool that u names.
+func taint(pool *resourceslice.Pool, u unhealthy) {
+	for i := range pool.Slices {
+		for j := range pool.Slices[i].Devices {
+			dev := &pool.Slices[i].Devices[j]
+			value := ""
+			if ref, err := migdra.ParseDeviceName(dev.Name); err == nil && u.GPUs[ref.GPU] {
+				value = "gpu"
+			} else if u.Devices[dev.Name] {
+				value = "instance"
+			}
+			if value != "" {
+				dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{Key: TaintUnhealthy, Value: value, Effect: resourceapi.DeviceTaintEffectNoSchedule})
+			}
+		}
+	}
 }
 
 // occupancy is mig.Occupancy of g's instances, then of the devices held on it in name order,
@@ -49,10 +105,12 @@ func occupancy(g *engine.GPU, held map[string][]string) mig.GPUState {
 	return st
 }
 
-// published is what the plugin last published: the GPUs' identity and the device order.
+// published is what the plugin last published: the GPUs' identity, the device order and the
+// unhealthy devices.
 type published struct {
 	shape   []gpuShape
 	devices []mig.DRADevice
+	sick    unhealthy
 }
 
 // gpuShape is what of a GPU changes the pool's devices themselves (not only their order).
@@ -83,16 +141,17 @@ func shape(gpus []migdra.GPU) []gpuShape {
 	return out
 }
 
-// republish decides whether the pool must be written again for gpus, and returns what would
-// then be published. It must when nothing was published, when a GPU appeared, went, changed
-// health or mode, or when, for some profile, the device the stock allocator takes (the first
+// republish decides whether the pool must be written again for gpus with the sick devices
+// tainted, and returns what would then be published. It must when nothing was published, when
+// a GPU appeared, went, changed health or mode, when a device's taint changed, or when, for
+// some profile, the device the stock allocator takes (the first
 // that fits in the published order) is not the one the preferred order for the current
 // occupancy puts first: a change of order that leaves every first pick alone is not written
 // (the rule cmd/slicer-sim/sim/dra.go measures).
-func republish(prev *published, gpus []migdra.GPU) (bool, published) {
-	n := node(gpus)
-	next := published{shape: shape(gpus), devices: mig.Devices(n, mig.PreferredOrder)}
-	if prev == nil || !slices.Equal(prev.shape, next.shape) {
+func republish(prev *published, gpus []migdra.GPU, sick unhealthy) (bool, published) {
+	n := node(slices.DeleteFunc(slices.Clone(gpus), func(g migdra.GPU) bool { return sick.GPUs[g.Index] }))
+	next := published{shape: shape(gpus), devices: mig.Devices(n, mig.PreferredOrder), sick: sick}
+	if prev == nil || !slices.Equal(prev.shape, next.shape) || !maps.Equal(prev.sick.GPUs, sick.GPUs) || !maps.Equal(prev.sick.Devices, sick.Devices) {
 		return true, next
 	}
 	seen := map[string]bool{}

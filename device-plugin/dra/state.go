@@ -19,7 +19,8 @@ import (
 //     covered); a device name is a (GPU index, profile, placement), so the instance a claim
 //     owns is the one at its device's placement;
 //   - the claim's CDI spec on disk, written by Prepare, which records the MIG devices handed
-//     out, so Unprepare can undo a claim the API has already forgotten.
+//     out, the claim and its pods, so Unprepare can undo a claim the API has already
+//     forgotten, and no other claim is prepared onto them meanwhile (record.go).
 // An instance that no allocated claim explains is an orphan; it is destroyed after a grace
 // period (the time since it was first seen as an orphan), never at once: a claim allocated a
 // moment ago may not be visible yet (engine.OrphanClock, the device-plugin frontend's clock too).
@@ -111,12 +112,13 @@ func decide(instances []engine.Slice, slot mig.Slot) (step, engine.Slice) {
 	return st, instances[i]
 }
 
-// orphans lists the device names of the observed slices no allocated claim explains, sorted.
-func orphans(o *engine.Observation, held map[string][]string) []string {
+// orphans lists the device names of the observed slices that no allocated claim explains and
+// no record keeps (kept), sorted.
+func orphans(o *engine.Observation, held map[string][]string, kept map[string]bool) []string {
 	var out []string
 	for _, g := range o.GPUs {
 		for _, s := range g.Slices {
-			if name, ok := sliceDevice(g, s); ok && len(held[name]) == 0 {
+			if name, ok := sliceDevice(g, s); ok && len(held[name]) == 0 && !kept[name] {
 				out = append(out, name)
 			}
 		}

@@ -98,7 +98,7 @@ func TestOrphansAreInstancesNoClaimHolds(t *testing.T) {
 		{Slot: slot("1g.10gb", 3, 1), CI: 0, MIGUUID: "MIG-1"},
 		{Slot: slot("3g.40gb", 4, 4), CI: -1},
 	}}}}
-	got := orphans(obs, map[string][]string{"gpu-0-1g-10gb-at-3": {"uid-a"}})
+	got := orphans(obs, map[string][]string{"gpu-0-1g-10gb-at-3": {"uid-a"}}, nil)
 	if !cmp.Equal(got, []string{"gpu-0-3g-40gb-at-4"}) {
 		t.Fatalf("orphans = %v", got)
 	}
@@ -113,7 +113,7 @@ func TestRepublishKeepsThePreferredFirstPick(t *testing.T) {
 		return []migdra.GPU{{Index: 0, UUID: "GPU-0", State: st, MIGEnabled: true, Healthy: true}}
 	}
 	st := mig.EmptyGPU(m)
-	write, cur := republish(nil, gpus(st))
+	write, cur := republish(nil, gpus(st), unhealthy{})
 	if !write {
 		t.Fatal("nothing published yet, and no write")
 	}
@@ -134,7 +134,7 @@ func TestRepublishKeepsThePreferredFirstPick(t *testing.T) {
 		if st, err = mig.NewGPUState(m, held); err != nil {
 			t.Fatal(err)
 		}
-		w, next := republish(&cur, gpus(st))
+		w, next := republish(&cur, gpus(st), unhealthy{})
 		if w {
 			cur, writes = next, writes+1
 		} else {
@@ -155,7 +155,7 @@ func TestRepublishKeepsThePreferredFirstPick(t *testing.T) {
 	t.Logf("%d writes for %d changes", writes, writes+skips)
 	sick := gpus(st)
 	sick[0].Healthy = false
-	if w, _ := republish(&cur, sick); !w {
+	if w, _ := republish(&cur, sick, unhealthy{}); !w {
 		t.Fatal("a GPU went unhealthy, and no write")
 	}
 }
@@ -171,5 +171,52 @@ func TestPoolGPUsCountAllocatedDevicesNotYetRealized(t *testing.T) {
 	}
 	if len(gpus) != 1 || gpus[0].State != want {
 		t.Fatalf("occupancy %+v, want the instance and the allocation of GPU 0", gpus)
+	}
+}
+
+// An unhealthy MIG GPU stays in the pool with every device tainted; an instance an XID broke
+// taints its own device; a change of either is a republish.
+func TestUnhealthyDevicesAreTainted(t *testing.T) {
+	m := h100(t)
+	broken := engine.Slice{Slot: slot("1g.10gb", 3, 1), GI: 1, CI: 0, MIGUUID: "MIG-1", Unhealthy: "XID 94 in GPU instance 1 (NVML event)"}
+	broken.GPU = "GPU-1"
+	obs := &engine.Observation{GPUs: []*engine.GPU{
+		{Index: 0, UUID: "GPU-0", Model: m, Healthy: false, MIGMode: 1},
+		{Index: 1, UUID: "GPU-1", Model: m, Healthy: true, MIGMode: 1, Slices: []engine.Slice{broken}},
+	}}
+	gpus, sick := poolGPUs(obs, nil), unhealthyOf(obs)
+	pool, err := migdra.Pool(gpus, mig.PreferredOrder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taint(&pool, sick)
+	byValue := map[string]int{}
+	for _, s := range pool.Slices {
+		for _, d := range s.Devices {
+			ref, _ := migdra.ParseDeviceName(d.Name)
+			v := ""
+			for _, tn := range d.Taints {
+				v = tn.Value
+			}
+			switch {
+			case ref.GPU == 0 && v != "gpu":
+				t.Errorf("device %s of the unhealthy GPU is not tainted", d.Name)
+			case ref.GPU == 1 && d.Name == "gpu-1-1g-10gb-at-3" && v != "instance":
+				t.Errorf("the broken instance's device is tainted %q", v)
+			case ref.GPU == 1 && d.Name != "gpu-1-1g-10gb-at-3" && v != "":
+				t.Errorf("device %s of the healthy GPU is tainted %q", d.Name, v)
+			}
+			byValue[v]++
+		}
+	}
+	if byValue["gpu"] == 0 || byValue["instance"] != 1 {
+		t.Fatalf("taints %v", byValue)
+	}
+	_, cur := republish(nil, gpus, sick)
+	if w, _ := republish(&cur, gpus, unhealthy{GPUs: map[int]bool{}, Devices: sick.Devices}); !w {
+		t.Fatal("the GPU recovered, and no write")
+	}
+	if w, _ := republish(&cur, gpus, sick); w {
+		t.Fatal("nothing changed, and a write")
 	}
 }

@@ -4,6 +4,8 @@
 //
 //   - observe.go: the GPUs and their MIG instances as NVML shows them (Observe), and whether
 //     a GPU can serve MIG devices (GPU.MIGReady, GPU.Unusable);
+//   - health.go, xid.go: GPU and MIG-instance health from NVML's events (Health: the
+//     watcher, the XID classification, Apply to an observation);
 //   - realize.go: the realizer, the only code that creates and destroys MIG instances;
 //   - owner.go: whether another tool owns the node's MIG devices (Foreign);
 //   - orphan.go: the orphan clock (OrphanClock): when an instance nothing holds is destroyed;

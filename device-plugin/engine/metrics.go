@@ -56,6 +56,9 @@ type Metrics struct {
 	MemorySlices    *prometheus.GaugeVec
 	Fragmentation   *prometheus.GaugeVec
 	RealizeDuration prometheus.Histogram
+	XIDs            *prometheus.CounterVec
+	XIDLast         *prometheus.GaugeVec
+	GPUHealthy      *prometheus.GaugeVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not registered).
@@ -84,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "slicer_agent_orphan_instances_reclaimed_total", Help: "MIG instances the agent destroyed because no allocation held them (no_allocation) or their allocation was released (pod_gone).",
 		}, []string{"reason"}),
 		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "slicer_agent_allocation_conflicts_total", Help: "Allocations refused because their slot overlaps a slice another allocation holds (must stay 0).",
+			Name: "slicer_agent_allocation_conflicts_total", Help: "Allocations refused because their slot overlaps a slice another allocation holds; in DRA mode, claims refused because their device overlaps an instance the node prepared for another claim (must stay 0).",
 		}),
 		PodGone: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slicer_agent_allocations_pod_gone_total", Help: "Allocations the agent released because their pod does not exist (no pod of that name, or one with another UID), as read from the API server.",
@@ -119,6 +122,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Fragmentation: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "slicer_agent_gpu_fragmentation_ratio", Help: "1 - (compute slices of the largest profile that still fits / free compute slices); 0 when the GPU is full or unfragmented.",
 		}, []string{"gpu"}),
+		XIDs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slicer_agent_gpu_xid_errors_total", Help: "XID errors NVML reported, by GPU index, XID (1-255, else other) and scope: gpu (the GPU is unhealthy), instance (one MIG instance is), application (an application's fault; nothing is).",
+		}, []string{"gpu", "xid", "scope"}),
+		XIDLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_gpu_xid_last_timestamp_seconds", Help: "When the last XID of each GPU index, XID and scope (as in slicer_agent_gpu_xid_errors_total) was reported, in Unix seconds (SlicerGPUXIDError fires for 10 minutes after).",
+		}, []string{"gpu", "xid", "scope"}),
+		GPUHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_gpu_healthy", Help: "1 when the GPU is healthy, 0 when it is not (an NVML error, an XID that means it is broken, a recovery action the driver asks for), per GPU.",
+		}, []string{"gpu"}),
 		RealizeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "slicer_agent_realize_duration_seconds", Help: "Time from the agent first seeing an allocation to its slice being Ready (DRA: from the kubelet's prepare call to the claim prepared).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
@@ -136,7 +148,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Instances, m.SliceInfo, m.StepDown, m.Operations, m.OpDuration, m.NVMLErrors, m.OrphansReclaim,
 		m.Conflicts, m.PodGone, m.PodFinished, m.Registrations, m.AllocateResults, m.DRARequests, m.CDIWrites, m.FreeCompute, m.FreeMemory,
-		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration}
+		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration, m.XIDs, m.XIDLast, m.GPUHealthy}
 }
 
 func (m *Metrics) migOp(op string, d time.Duration, err error) {
@@ -180,6 +192,11 @@ func (m *Metrics) Record(obs *Observation, holder func(g *GPU, s Slice) (state s
 	defer m.recordMu.Unlock()
 	p := newGaugePass()
 	for _, g := range obs.GPUs {
+		healthy := 0.0
+		if g.Healthy {
+			healthy = 1
+		}
+		p.set(m.GPUHealthy, healthy, gpuLabel(g.Index))
 		if !g.MIGReady() {
 			continue
 		}
@@ -192,7 +209,7 @@ func (m *Metrics) Record(obs *Observation, holder func(g *GPU, s Slice) (state s
 	if m.recorded == nil {
 		m.recorded = map[*prometheus.GaugeVec]map[string][]string{}
 	}
-	for _, v := range []*prometheus.GaugeVec{m.Instances, m.SliceInfo, m.StepDown, m.FreeCompute, m.FreeMemory, m.ComputeSlices, m.MemorySlices, m.Fragmentation} {
+	for _, v := range []*prometheus.GaugeVec{m.Instances, m.SliceInfo, m.StepDown, m.FreeCompute, m.FreeMemory, m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.GPUHealthy} {
 		m.recorded[v] = p.write(v, m.recorded[v])
 	}
 }

@@ -15,6 +15,9 @@ type Slice struct {
 	// CI is -1 for a GPU instance without a compute instance.
 	CI      int
 	MIGUUID string
+	// Unhealthy says why the instance is unhealthy (an XID in it, Health.Apply); "" when
+	// healthy.
+	Unhealthy string
 }
 
 // Complete reports whether the slice has a compute instance and a MIG device.
@@ -43,9 +46,14 @@ type GPU struct {
 	// MIGSupported is false when NVML reports MIG as not supported.
 	MIGSupported bool
 	Healthy      bool
-	Slices       []Slice
-	// Err is set when the GPU could not be fully observed.
+	// Recovery is the recovery action the driver asks of the GPU (RecoveryNone on a driver
+	// that cannot say).
+	Recovery nvml.RecoveryAction
+	Slices   []Slice
+	// Err is set when the GPU could not be fully observed: its slices are not known.
 	Err error
+	// why says why a GPU observed in full is unhealthy (Health.Apply).
+	why string
 
 	dev nvml.Device
 	gis map[int]nvml.ObservedGI
@@ -71,14 +79,27 @@ func (g *GPU) Unusable() string {
 	switch {
 	case g == nil:
 		return "no such GPU"
-	case !g.Healthy:
+	case !g.Healthy && g.Err != nil:
 		return fmt.Sprintf("GPU %d is unhealthy: %v", g.Index, g.Err)
+	case !g.Healthy && g.why == "":
+		return fmt.Sprintf("GPU %d is unhealthy", g.Index)
+	case !g.Healthy:
+		return fmt.Sprintf("GPU %d is unhealthy: %s", g.Index, g.why)
 	case !g.Model.Valid():
 		return fmt.Sprintf("GPU %d (%s) is not a MIG model Slicer knows", g.Index, g.ProductName)
 	case g.MIGMode != nvml.MIGEnabled:
 		return fmt.Sprintf("GPU %d is not in MIG mode", g.Index)
 	}
 	return ""
+}
+
+// markUnhealthy makes a GPU unhealthy for why (the first reason stays).
+func (g *GPU) markUnhealthy(why string) {
+	if g.Healthy {
+		g.Healthy, g.why = false, why
+	} else if g.Err == nil && g.why == "" {
+		g.why = why
+	}
 }
 
 // Observation is the node's NVML state.
@@ -179,6 +200,14 @@ func observeGPU(lib nvml.Library, i int) (*GPU, error) {
 		g.Model = m
 	} else {
 		errors.As(err, &g.Unrecognized)
+	}
+	switch ra, err := dev.RecoveryAction(); {
+	case nvml.ReturnOf(err) == nvml.ErrorNotSupported:
+	case err != nil:
+		g.Healthy, g.Err = false, fmt.Errorf("device %d recovery action: %w", i, err)
+		return g, nil
+	default:
+		g.Recovery = ra
 	}
 	cur, _, err := dev.MIGMode()
 	switch {

@@ -59,6 +59,7 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 			}
 			if !g.Healthy {
 				gs.Health = slicerv1alpha1.GPUUnhealthy
+				gs.HealthMessage = utilstrings.ShortenString(g.Unusable(), 256)
 			}
 			switch {
 			case !g.MIGSupported:
@@ -76,6 +77,9 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 				}
 				if s.CI >= 0 {
 					ms.ComputeInstanceID = int32(s.CI)
+				}
+				if s.Unhealthy != "" {
+					ms.Health, ms.HealthMessage = slicerv1alpha1.GPUUnhealthy, utilstrings.ShortenString(s.Unhealthy, 256)
 				}
 				if state, ok := v.States[s.Key()]; ok {
 					ms.State = state

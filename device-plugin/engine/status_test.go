@@ -63,7 +63,7 @@ func TestRenderClaimView(t *testing.T) {
 				State: slicerv1alpha1.SliceOrphaned},
 		},
 	}, {
-		Index: 1, UUID: "GPU-1", Model: "H100-80GB", MIGMode: slicerv1alpha1.MIGModeDisabled, Health: slicerv1alpha1.GPUUnhealthy,
+		Index: 1, UUID: "GPU-1", Model: "H100-80GB", MIGMode: slicerv1alpha1.MIGModeDisabled, Health: slicerv1alpha1.GPUUnhealthy, HealthMessage: "GPU 1 is unhealthy",
 	}}
 	if diff := cmp.Diff(want, st.GPUs); diff != "" {
 		t.Fatalf("GPUs (-want +got):\n%s", diff)

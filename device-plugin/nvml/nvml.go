@@ -7,6 +7,7 @@ package nvml
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Return is an NVML return code. The values are NVML's nvmlReturn_t values.
@@ -22,6 +23,7 @@ const (
 	ErrorNotFound             Return = 6
 	ErrorInsufficientResource Return = 23
 	ErrorDriverNotLoaded      Return = 9
+	ErrorTimeout              Return = 10
 	ErrorLibraryNotFound      Return = 12
 	ErrorGPUIsLost            Return = 15
 	ErrorInUse                Return = 19
@@ -37,6 +39,7 @@ var returnNames = map[Return]string{
 	ErrorNotFound:             "ERROR_NOT_FOUND",
 	ErrorInsufficientResource: "ERROR_INSUFFICIENT_RESOURCES",
 	ErrorDriverNotLoaded:      "ERROR_DRIVER_NOT_LOADED",
+	ErrorTimeout:              "ERROR_TIMEOUT",
 	ErrorLibraryNotFound:      "ERROR_LIBRARY_NOT_FOUND",
 	ErrorGPUIsLost:            "ERROR_GPU_IS_LOST",
 	ErrorInUse:                "ERROR_IN_USE",
@@ -95,6 +98,9 @@ func IsInUse(err error) bool { return ReturnOf(err) == ErrorInUse }
 
 // IsNotFound reports whether err is NVML's ERROR_NOT_FOUND.
 func IsNotFound(err error) bool { return ReturnOf(err) == ErrorNotFound }
+
+// IsTimeout reports whether err is NVML's ERROR_TIMEOUT (an event wait that saw no event).
+func IsTimeout(err error) bool { return ReturnOf(err) == ErrorTimeout }
 
 // IsInsufficientResources reports whether err is NVML's ERROR_INSUFFICIENT_RESOURCES.
 func IsInsufficientResources(err error) bool { return ReturnOf(err) == ErrorInsufficientResource }
@@ -182,6 +188,8 @@ type Library interface {
 	DriverVersion() (string, error)
 	DeviceCount() (int, error)
 	Device(index int) (Device, error)
+	// EventSetCreate is nvmlEventSetCreate: an empty set that devices register events in.
+	EventSetCreate() (EventSet, error)
 }
 
 // Device is one physical GPU.
@@ -208,6 +216,15 @@ type Device interface {
 	GPUInstances(info GPUInstanceProfileInfo) ([]GPUInstance, error)
 	// MIGDevices lists the MIG devices (one per compute instance).
 	MIGDevices() ([]MIGDevice, error)
+	// SupportedEventTypes is nvmlDeviceGetSupportedEventTypes: a mask of Event* values.
+	SupportedEventTypes() (uint64, error)
+	// RegisterEvents is nvmlDeviceRegisterEvents: the device's events of the types in mask
+	// are delivered to set (one EventSetCreate returned).
+	RegisterEvents(mask uint64, set EventSet) error
+	// RecoveryAction is the field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+	// (nvmlDeviceGetFieldValues): what the driver says the GPU needs to work again;
+	// ErrorNotSupported on a driver without the field.
+	RecoveryAction() (RecoveryAction, error)
 }
 
 // GPUInstance is one GPU instance.
@@ -227,4 +244,67 @@ type ComputeInstance interface {
 	Info() (ComputeInstanceInfo, error)
 	// Destroy fails with ErrorInUse while a process uses the MIG device.
 	Destroy() error
+}
+
+// Event types (nvmlEventType* values, nvml.h) the agent registers.
+const (
+	// EventXidCriticalError is an XID error; Event.Data is the XID.
+	EventXidCriticalError uint64 = 0x8
+	// EventGPUUnavailable is a GPU that became unavailable (e.g. fallen off the bus).
+	EventGPUUnavailable uint64 = 0x4000
+	// EventGPURecoveryAction is a change of the GPU's recovery action; Event.Data is the
+	// new RecoveryAction.
+	EventGPURecoveryAction uint64 = 0x8000
+)
+
+// NoInstance is the GPU and compute instance id of an event that names no MIG instance
+// (0xFFFFFFFF in nvmlEventData_t).
+const NoInstance uint32 = 0xFFFFFFFF
+
+// Event is nvmlEventData_t.
+type Event struct {
+	// Device is the GPU the event is about (the physical GPU, also for a MIG instance's XID).
+	Device Device
+	// Type is one Event* value.
+	Type uint64
+	// Data is the XID of an XID event, the RecoveryAction of a recovery-action event.
+	Data uint64
+	// GPUInstanceID and ComputeInstanceID name the MIG instance an XID happened in
+	// (NoInstance when it names none: the whole GPU).
+	GPUInstanceID     uint32
+	ComputeInstanceID uint32
+}
+
+// EventSet is an nvmlEventSet_t.
+type EventSet interface {
+	// Wait is nvmlEventSetWait_v2: the next event of a registered device, or ErrorTimeout
+	// when none came within timeout.
+	Wait(timeout time.Duration) (Event, error)
+	// Free is nvmlEventSetFree.
+	Free() error
+}
+
+// RecoveryAction is nvmlDeviceGpuRecoveryAction_t: what a GPU needs to work again.
+type RecoveryAction int
+
+// Recovery actions (values as in nvml.h).
+const (
+	RecoveryNone          RecoveryAction = 0
+	RecoveryGPUReset      RecoveryAction = 1
+	RecoveryNodeReboot    RecoveryAction = 2
+	RecoveryDrainP2P      RecoveryAction = 3
+	RecoveryDrainAndReset RecoveryAction = 4
+)
+
+var recoveryNames = map[RecoveryAction]string{
+	RecoveryNone: "none", RecoveryGPUReset: "GPU reset", RecoveryNodeReboot: "node reboot",
+	RecoveryDrainP2P: "drain peer-to-peer", RecoveryDrainAndReset: "drain and GPU reset",
+}
+
+// String names the action as an operator reads it ("GPU reset").
+func (a RecoveryAction) String() string {
+	if n, ok := recoveryNames[a]; ok {
+		return n
+	}
+	return fmt.Sprintf("recovery action %d", int(a))
 }

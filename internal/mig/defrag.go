@@ -171,6 +171,7 @@ func (r *defragRun) plan(opt DefragOptions) DefragResult {
 	if budget <= 0 {
 		budget = DefaultDefragRemovalSets
 	}
+	defer r.release()
 	if out := r.survey(); out != "" {
 		return DefragResult{Outcome: out}
 	}
@@ -357,7 +358,7 @@ func (r *defragRun) survey() DefragOutcome {
 	if !room {
 		return DefragNoCapacity
 	}
-	r.memo = make([]gpuMemo, ngpus)
+	r.memo = memoPool.get(ngpus)
 	for m := Model(1); m <= numModels; m++ {
 		if r.tabs[m] != nil && want[m] >= 0 {
 			r.dts[m] = defragTableFor(m)

@@ -44,7 +44,8 @@ func (r *defragRun) classOf(class int, from SliceAt) *classInfo {
 	} else if ci, ok := r.classMap[class]; ok {
 		return ci
 	}
-	ci := &classInfo{allow: r.dest(from), verdict: make([]uint8, len(r.nodes))}
+	ci := newClassInfo()
+	ci.allow, ci.verdict = r.dest(from), verdictPool.get(len(r.nodes))
 	switch {
 	case class < len(r.classes):
 		r.classes[class] = ci

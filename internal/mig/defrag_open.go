@@ -25,7 +25,7 @@ type openSets struct {
 // makes profile p fit, computed once per state and level.
 func (r *defragRun) openingSets(m Model, t *modelTable, st, p int, keep uint32) []uint32 {
 	if r.osets[m] == nil {
-		r.osets[m] = make([]openSets, len(t.states))
+		r.osets[m] = osetsPool.get(len(t.states))
 	}
 	e := &r.osets[m][st]
 	if e.k == r.k {

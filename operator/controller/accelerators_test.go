@@ -8,19 +8,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/test/builder"
 )
-
-// accel is a NodeAccelerator with one GPU per model given ("" is a GPU of no supported model).
-func accel(name string, models ...slicerv1alpha1.GPUModel) *slicerv1alpha1.NodeAccelerator {
-	na := &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	for i, m := range models {
-		na.Status.GPUs = append(na.Status.GPUs, slicerv1alpha1.GPUStatus{
-			Index: int32(i), UUID: name + "-gpu", Model: m,
-			MIGMode: slicerv1alpha1.MIGModeEnabled, Health: slicerv1alpha1.GPUHealthy,
-		})
-	}
-	return na
-}
 
 func factsOfAll(nas ...*slicerv1alpha1.NodeAccelerator) []acceleratorFacts {
 	var out []acceleratorFacts
@@ -41,23 +30,23 @@ func TestClusterGPUModels(t *testing.T) {
 	}{
 		{name: "nothing", want: nil},
 		{name: "labels only, deduplicated and sorted", labels: []string{"H100-80GB", "A100-40GB", "H100-80GB"}, want: []string{"A100-40GB", "H100-80GB"}},
-		{name: "NodeAccelerators only (no NFD label)", accels: factsOfAll(accel("n1", "A30-24GB", "A30-24GB")), want: []string{"A30-24GB"}},
+		{name: "NodeAccelerators only (no NFD label)", accels: factsOfAll(builder.Accelerator("n1").GPU("n1-gpu", "A30-24GB").GPU("n1-gpu", "A30-24GB").Obj()), want: []string{"A30-24GB"}},
 		{
 			name:   "a labelled node whose GPUs are of two models",
 			labels: []string{"H100-80GB"},
-			accels: factsOfAll(accel("n1", "H100-80GB", "A100-40GB")),
+			accels: factsOfAll(builder.Accelerator("n1").GPU("n1-gpu", "H100-80GB").GPU("n1-gpu", "A100-40GB").Obj()),
 			want:   []string{"A100-40GB", "H100-80GB"},
 		},
 		{
 			name:   "GPUs of no supported model add nothing; unknown label values are kept for ProfilesOfModels to report",
 			labels: []string{"", "Z9-1GB"},
-			accels: factsOfAll(accel("n1", ""), accel("n2")),
+			accels: factsOfAll(builder.Accelerator("n1").GPU("n1-gpu", "").Obj(), builder.Accelerator("n2").Obj()),
 			want:   []string{"Z9-1GB"},
 		},
 		{
 			name:   "models from several NodeAccelerators",
 			labels: []string{"A100-80GB"},
-			accels: factsOfAll(accel("n1", "H100-80GB"), accel("n2", "A30-24GB", "H100-80GB")),
+			accels: factsOfAll(builder.Accelerator("n1").GPU("n1-gpu", "H100-80GB").Obj(), builder.Accelerator("n2").GPU("n2-gpu", "A30-24GB").GPU("n2-gpu", "H100-80GB").Obj()),
 			want:   []string{"A100-80GB", "A30-24GB", "H100-80GB"},
 		},
 	} {
@@ -70,14 +59,14 @@ func TestClusterGPUModels(t *testing.T) {
 }
 
 func TestSummaryOf(t *testing.T) {
-	ready := accel("n1", "H100-80GB", "H100-80GB")
+	ready := builder.Accelerator("n1").GPU("n1-gpu", "H100-80GB").GPU("n1-gpu", "H100-80GB").Obj()
 	ready.Status.Conditions = []metav1.Condition{{Type: slicerv1alpha1.ConditionReady, Status: metav1.ConditionTrue}}
 	ready.Status.GPUs[0].Slices = []slicerv1alpha1.MIGSlice{
 		{Profile: "3g.40gb", State: slicerv1alpha1.SliceAllocated},
 		{Profile: "1g.10gb", State: slicerv1alpha1.SliceFree},
 	}
 	ready.Status.GPUs[1].Slices = []slicerv1alpha1.MIGSlice{{Profile: "7g.80gb", State: slicerv1alpha1.SliceAllocated}}
-	got := summaryOf(factsOfAll(ready, accel("n2", "A30-24GB")))
+	got := summaryOf(factsOfAll(ready, builder.Accelerator("n2").GPU("n2-gpu", "A30-24GB").Obj()))
 	want := slicerv1alpha1.SlicerSummary{Nodes: 2, ReadyNodes: 1, GPUs: 3, SlicesInUse: 2}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("summaryOf (-want +got):\n%s", diff)
@@ -88,7 +77,7 @@ func TestSummaryOf(t *testing.T) {
 // the writes that change neither.
 func TestAcceleratorFactsChanged(t *testing.T) {
 	base := func() *slicerv1alpha1.NodeAccelerator {
-		na := accel("n1", "H100-80GB", "A100-40GB")
+		na := builder.Accelerator("n1").GPU("n1-gpu", "H100-80GB").GPU("n1-gpu", "A100-40GB").Obj()
 		na.Status.Conditions = []metav1.Condition{{Type: slicerv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "AsExpected"}}
 		return na
 	}

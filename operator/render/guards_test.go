@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 var (
@@ -36,14 +37,13 @@ func saUser(namespace, name, node string) user.Info {
 	return u
 }
 
+// allocation is the allocation of pod p on node, as the agent's guards see it, changed by each
+// mutation.
 func allocation(node string, mutate ...func(*slicerv1alpha1.SliceAllocation)) *slicerv1alpha1.SliceAllocation {
-	a := &slicerv1alpha1.SliceAllocation{
-		TypeMeta: metav1.TypeMeta{APIVersion: slicerv1alpha1.GroupVersion.String(), Kind: "SliceAllocation"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "p-0", ResourceVersion: "7",
-			Labels:     map[string]string{slicerv1alpha1.LabelNode: node, slicerv1alpha1.LabelPodUID: "uid-1"},
-			Finalizers: []string{slicerv1alpha1.AllocationFinalizer}},
-		Spec: slicerv1alpha1.SliceAllocationSpec{PodName: "p", PodUID: "uid-1", NodeName: node, GPUUUID: "GPU-0", Profile: "1g.10gb"},
-	}
+	a := builder.Allocation("team-a", "p-0").Typed().ResourceVersion("7").
+		Label(slicerv1alpha1.LabelNode, node).Label(slicerv1alpha1.LabelPodUID, "uid-1").
+		Finalizer(slicerv1alpha1.AllocationFinalizer).
+		Pod("p", "uid-1").Node(node).GPU("GPU-0").Profile("1g.10gb", 0, 0).Obj()
 	for _, m := range mutate {
 		m(a)
 	}

@@ -46,7 +46,7 @@ type PluginArgs struct {
 	// report the pod's slices Ready. Zero means DefaultSliceReadyTimeout.
 	SliceReadyTimeout metav1.Duration `json:"sliceReadyTimeout,omitempty"`
 	// Defragmentation is the Slicer's spec.defragmentation; nil, or a field left empty, means
-	// the API's default (Recommend; mig.DefaultDefragMoves moves per plan).
+	// the API's default (api/v1alpha1/defragmentation_types.go; mig.DefaultDefragMoves moves per plan).
 	Defragmentation *slicerv1alpha1.DefragmentationSpec `json:"defragmentation,omitempty"`
 }
 

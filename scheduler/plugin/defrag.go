@@ -3,15 +3,25 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
@@ -26,12 +36,66 @@ import (
 // its Pending reason; in Recommend mode nothing is evicted, in Evict mode it is carried out
 // (defrag_evict.go).
 
-// The CRD's defaults of maxEvictions and windowSeconds (api/v1alpha1/defragmentation_types.go),
-// for a configuration that carries none.
-const (
-	defaultMaxEvictions          = 10
-	defaultEvictionWindowSeconds = 3600
-)
+// defragmenter is defragmentation at PostFilter: the policy, the planner's memo and the
+// informer-fed inputs it reads, and in Evict mode the evictor that carries plans out. The
+// extension points call sweep and claim (PreFilter), defragment (PostFilter) and forget
+// (PostBind, a pod deleted).
+type defragmenter struct {
+	policy   defragPolicy
+	cache    *snapshot.Cache
+	metrics  *Metrics
+	recorder events.EventRecorder
+	log      logr.Logger
+	// What the planner reads through the scheduler's informers.
+	pods       corelisters.PodLister
+	pdbs       policylisters.PodDisruptionBudgetLister
+	namespaces corelisters.NamespaceLister
+	nodes      corelisters.NodeLister
+	// tolerationOps: tolerations may use the Gt and Lt operators (the feature gate
+	// TaintTolerationComparisonOperators), for the node filters of defrag_dest.go.
+	tolerationOps bool
+	// memo keeps the planner's answers without a plan; inputs counts the changes of its
+	// informer-fed inputs (defrag_memo.go).
+	memo   defragMemo
+	inputs atomic.Uint64
+	// evictor carries plans out (Evict mode; defrag_evict.go).
+	evictor *evictor
+}
+
+// newDefragmenter builds the plugin's defragmentation on the scheduler's informers; outside
+// Disabled mode it counts the changes of the planner's inputs (defrag_memo.go).
+func newDefragmenter(h fwk.Handle, pol defragPolicy, c *snapshot.Cache, held *nominations, m *Metrics, log logr.Logger,
+	replacementTimeout time.Duration) (*defragmenter, error) {
+	f := h.SharedInformerFactory()
+	if replacementTimeout <= 0 {
+		replacementTimeout = DefaultDefragReplacementTimeout
+	}
+	d := &defragmenter{policy: pol, cache: c, metrics: m, recorder: h.EventRecorder(), log: log,
+		pods: f.Core().V1().Pods().Lister(), pdbs: f.Policy().V1().PodDisruptionBudgets().Lister(),
+		namespaces: f.Core().V1().Namespaces().Lister(), nodes: f.Core().V1().Nodes().Lister(),
+		tolerationOps: feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate).EnableTaintTolerationComparisonOperators}
+	d.evictor = &evictor{handle: h, cache: c, held: held, pods: d.pods, recorder: d.recorder, metrics: m, log: log, policy: pol,
+		replacementTimeout: replacementTimeout, now: time.Now,
+		run: defragRun{pledges: map[types.UID]*pledge{}, plans: map[types.UID]time.Time{}}}
+	if pol.mode != slicerv1alpha1.DefragmentationDisabled {
+		if err := d.watchInputs(h); err != nil {
+			return nil, fmt.Errorf("watch the defragmentation planner's inputs: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// sweep is PreFilter's housekeeping (evictor.sweep): the records restored once, late pledges
+// released.
+func (d *defragmenter) sweep() { d.evictor.sweep() }
+
+// claim gives a moved pod's replacement the room held for it (evictor.claim).
+func (d *defragmenter) claim(log klog.Logger, pod *corev1.Pod, s *podState) *fwk.Status {
+	return d.evictor.claim(log, pod, s)
+}
+
+// forget drops the pod's plan wait and refusal: it is bound, or gone.
+func (d *defragmenter) forget(uid types.UID) { d.evictor.forget(uid) }
 
 // defragPolicy is spec.defragmentation as the plugin runs it.
 type defragPolicy struct {
@@ -44,10 +108,11 @@ type defragPolicy struct {
 	namespaces labels.Selector
 }
 
-// newDefragPolicy reads the plugin's arguments; empty fields take the API's defaults.
+// newDefragPolicy reads the plugin's arguments; a missing spec or empty field takes the API's
+// default (api/v1alpha1/defragmentation_types.go; maxMovesPerPlan's is mig.DefaultDefragMoves).
 func newDefragPolicy(spec *slicerv1alpha1.DefragmentationSpec) (defragPolicy, error) {
-	pol := defragPolicy{mode: slicerv1alpha1.DefragmentationRecommend, maxMoves: mig.DefaultDefragMoves,
-		maxEvictions: defaultMaxEvictions, windowSeconds: defaultEvictionWindowSeconds}
+	pol := defragPolicy{mode: slicerv1alpha1.DefaultDefragmentationMode, maxMoves: mig.DefaultDefragMoves,
+		maxEvictions: slicerv1alpha1.DefaultMaxEvictions, windowSeconds: slicerv1alpha1.DefaultEvictionWindowSeconds}
 	if spec == nil {
 		return pol, nil
 	}
@@ -81,8 +146,9 @@ func newDefragPolicy(spec *slicerv1alpha1.DefragmentationSpec) (defragPolicy, er
 // movablePod says whether defragmentation may move the pod, and why not: the pod's own rules
 // (mig.PodMove, which slicer-sim applies too: a controller that recreates it elsewhere owns it,
 // it is not annotated slicer.dev/movable: "false", it is not being deleted, it asks for one
-// slice), then no PodDisruptionBudget forbids its eviction now, and its namespace matches the
-// policy's selector (nsLabels: the namespace's labels).
+// slice), then the Eviction API would evict it now as its PodDisruptionBudgets stand
+// (budgets.go), and its namespace matches the policy's selector (nsLabels: the namespace's
+// labels).
 func movablePod(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string, namespaces labels.Selector) (bool, string) {
 	rules := mig.PodMove{AnnotatedUnmovable: pod.Annotations[slicerv1alpha1.AnnotationMovable] == "false", Deleting: pod.DeletionTimestamp != nil}
 	owner := metav1.GetControllerOf(pod)
@@ -106,10 +172,10 @@ func movablePod(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels 
 	case mig.ImmovableSlices:
 		return false, "it holds more than one slice (a plan moves single slices)"
 	}
-	switch {
-	case pdbProtects(pod, pdbs):
-		return false, "a PodDisruptionBudget allows no disruption"
-	case namespaces != nil && !namespaces.Matches(labels.Set(nsLabels)):
+	if why := evictionRefused(pod, pdbs); why != "" {
+		return false, why
+	}
+	if namespaces != nil && !namespaces.Matches(labels.Set(nsLabels)) {
 		return false, "its namespace is outside spec.defragmentation.namespaceSelector"
 	}
 	return true, ""
@@ -118,60 +184,111 @@ func movablePod(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels 
 // defragment looks for a plan for the pod and reports it (Recommend) or carries it out (Evict,
 // defrag_evict.go); it returns the result that nominates the pod (Evict, once pods were
 // evicted for it) and the words to add to the pod's Pending reason ("" in Disabled mode).
-func (p *Plugin) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (*fwk.PostFilterResult, string) {
-	if p.defrag.mode == slicerv1alpha1.DefragmentationDisabled {
+func (d *defragmenter) defragment(ctx context.Context, pod *corev1.Pod, s *podState) (*fwk.PostFilterResult, string) {
+	if d.policy.mode == slicerv1alpha1.DefragmentationDisabled {
 		return nil, ""
 	}
 	if s.adoptedNode != "" {
 		return nil, "" // the pod's other slices are on that node already: no move elsewhere helps
 	}
-	if words := p.waitingPlan(pod); words != "" {
+	if words := d.evictor.waitingPlan(pod); words != "" {
 		return nil, words
 	}
 	// Read before any input of the planner (defrag_memo.go).
-	key, gen := defragKey(s.req), p.defragGen()
-	if res, ok := p.defragMemo.get(key, gen); ok {
-		p.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
-		return nil, p.noPlanWords(res, s)
+	key, gen := defragKey(s.req), d.gen()
+	if res, ok := d.memo.get(key, gen); ok {
+		d.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
+		return nil, d.noPlanWords(res, s)
 	}
 	start := time.Now()
-	nodes := p.cache.Nodes()
-	in := make([]mig.Node, len(nodes))
-	for i, n := range nodes {
-		in[i] = n.MIG
-	}
-	movable, err := p.movableSlices(nodes)
+	nodes := d.cache.Nodes()
+	res, movable, spared, err := d.planWithinBudgets(nodes, s)
 	if err != nil {
-		p.log.Error(err, "defragmentation skipped", "pod", klog.KObj(pod))
+		d.log.Error(err, "defragmentation skipped", "pod", klog.KObj(pod))
 		return nil, "defragmentation skipped: " + err.Error()
 	}
-	res := mig.PlanDefrag(in, s.req, movable.at, mig.DefragOptions{MaxMoves: p.defrag.maxMoves,
-		Destinations: movable.destinations, DestinationClass: movable.destinationClass, RepackGPUs: mig.DefaultRepackGPUs})
-	p.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
-	p.metrics.DefragPlanDuration.Observe(time.Since(start).Seconds())
+	d.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
+	d.metrics.DefragPlanDuration.Observe(time.Since(start).Seconds())
 	if res.Outcome != mig.DefragPlanned {
-		p.defragMemo.put(key, gen, p.defragGen(), res)
-		return nil, p.noPlanWords(res, s)
+		if spared == 0 {
+			// An answer the budgets took part in is not kept: the search that spares pods is
+			// greedy, and the memo's reasoning holds for the planner's answers only.
+			d.memo.put(key, gen, d.gen(), res)
+		}
+		return nil, d.noPlanWords(res, s)
 	}
-	plan := describePlan(nodes, res.Plan, movable)
-	p.recorder.Eventf(pod, nil, corev1.EventTypeNormal, slicerv1alpha1.EventDefragmentationPlanned, string(p.defrag.mode), "%s", plan)
-	p.log.V(2).Info("defragmentation plan", "pod", klog.KObj(pod), "moves", len(res.Plan.Moves), "plan", plan)
-	if p.defrag.evictMode() {
-		return p.execute(ctx, pod, nodes, res.Plan, movable, plan)
+	// The pending pod's tenant reads the plan on its Event and Pending reason (tenant.go); the
+	// log names every moved pod.
+	plan := describePlan(nodes, res.Plan, movable, func(moved string) string { return podFor(pod.Namespace, moved) })
+	d.recorder.Eventf(pod, nil, corev1.EventTypeNormal, slicerv1alpha1.EventDefragmentationPlanned, string(d.policy.mode), "%s", plan)
+	d.log.V(2).Info("defragmentation plan", "pod", klog.KObj(pod), "moves", len(res.Plan.Moves),
+		"plan", describePlan(nodes, res.Plan, movable, func(moved string) string { return "pod " + moved }))
+	if d.policy.evictMode() {
+		return d.evictor.execute(ctx, pod, nodes, res.Plan, movable, plan)
 	}
 	return nil, "defragmentation (Recommend, nothing evicted): " + plan
 }
 
+// maxBudgetReplans bounds how many times a plan is looked for again with one more moved pod
+// spared because the PodDisruptionBudgets would refuse the plan's evictions together.
+const maxBudgetReplans = 8
+
+// planWithinBudgets asks the planner for a plan whose evictions the Eviction API would all
+// allow, as the budgets stand (evictionRefusal): each pod alone is movable only when its budget
+// allows its eviction (movablePod); when a plan's moves together take a budget below what it
+// allows, the pod refused is spared (not movable) and the planner asked again, as
+// DefaultPreemption reprieves victims pod by pod. After maxBudgetReplans the answer is NoPlan,
+// Bounded. A node whose driver lacks the pod's profile (driverLacks) is shown to the planner
+// with no usable GPU: the room opened must be one Filter accepts. It returns the answer, the
+// movability index of the plan's search and how many pods were spared.
+func (d *defragmenter) planWithinBudgets(nodes []*snapshot.Node, s *podState) (mig.DefragResult, *movableIndex, int, error) {
+	req := s.req
+	in := make([]mig.Node, len(nodes))
+	for i, n := range nodes {
+		in[i] = n.MIG
+		if driverLacks(n, s) != "" {
+			in[i] = mig.Node{GPUs: slices.Clone(n.MIG.GPUs)}
+			for g := range in[i].GPUs {
+				in[i].GPUs[g].Usable = false
+			}
+		}
+	}
+	spared := map[types.UID]bool{}
+	for {
+		movable, err := d.movableSlices(nodes, spared)
+		if err != nil {
+			return mig.DefragResult{}, nil, 0, err
+		}
+		res := mig.PlanDefrag(in, req, movable.at, mig.DefragOptions{MaxMoves: d.policy.maxMoves,
+			Destinations: movable.destinations, DestinationClass: movable.destinationClass, RepackGPUs: mig.DefaultRepackGPUs})
+		if res.Outcome != mig.DefragPlanned {
+			return res, movable, len(spared), nil
+		}
+		moved := make([]*corev1.Pod, 0, len(res.Plan.Moves))
+		for _, mv := range res.Plan.Moves {
+			moved = append(moved, movable.podAt(mv.From))
+		}
+		k, _ := evictionRefusal(moved, movable.pdbs)
+		if k < 0 {
+			return res, movable, len(spared), nil
+		}
+		if len(spared) == maxBudgetReplans {
+			return mig.DefragResult{Outcome: mig.DefragNoPlan, Bounded: true}, movable, len(spared), nil
+		}
+		spared[moved[k].UID] = true
+	}
+}
+
 // noPlanWords is the Pending reason's tail for an answer without a plan ("" for FitsNow).
-func (p *Plugin) noPlanWords(res mig.DefragResult, s *podState) string {
+func (d *defragmenter) noPlanWords(res mig.DefragResult, s *podState) string {
 	switch res.Outcome {
 	case mig.DefragNoCapacity:
 		return "defragmentation cannot help: the free compute and memory of the GPUs that offer " + describe(s.slices) + " are not enough"
 	case mig.DefragNoPlan:
 		if res.Bounded {
-			return fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods before its work bound", p.defrag.maxMoves)
+			return fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods before its work bound", d.policy.maxMoves)
 		}
-		return fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", p.defrag.maxMoves)
+		return fmt.Sprintf("defragmentation found no plan of at most %d moves of movable pods", d.policy.maxMoves)
 	case mig.DefragUnsupported:
 		return "defragmentation plans for pods of one slice only"
 	}
@@ -181,9 +298,14 @@ func (p *Plugin) noPlanWords(res mig.DefragResult, s *podState) string {
 // movableIndex answers mig.MovableFunc from the snapshot's claim at each slice asked about
 // (snapshot.Cache.ClaimAt) and the scheduler's listers.
 type movableIndex struct {
-	p     *Plugin
+	d     *defragmenter
 	nodes []*snapshot.Node
 	pdbs  []*policyv1.PodDisruptionBudget
+	// spared pods are not movable (planWithinBudgets).
+	spared map[types.UID]bool
+	// lacks: some node's driver lacks a profile (snapshot.Node.Lacks), so a moved slice's
+	// destinations depend on its profile too (defrag_dest.go).
+	lacks bool
 	// pods remembers the movable pods found at the slices asked about (for destinations,
 	// destinationClass and the plan's words): a list per node threaded through one slice
 	// (head: per node index, 1 + the index of its last pod found, 0 when none), read back
@@ -219,37 +341,42 @@ func (m *movableIndex) podAt(s mig.SliceAt) *corev1.Pod {
 	return nil
 }
 
-func (p *Plugin) movableSlices(nodes []*snapshot.Node) (*movableIndex, error) {
-	pdbs, err := p.pdbs.List(labels.Everything())
+// movableSlices is the movability index of one search on nodes; the spared pods are not movable.
+func (d *defragmenter) movableSlices(nodes []*snapshot.Node, spared map[types.UID]bool) (*movableIndex, error) {
+	pdbs, err := d.pdbs.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list PodDisruptionBudgets: %w", err)
 	}
-	return &movableIndex{p: p, nodes: nodes, pdbs: pdbs, head: make([]int32, len(nodes)),
-		classes: map[*corev1.Pod]int{}, classIDs: map[string]int{}}, nil
+	m := &movableIndex{d: d, nodes: nodes, pdbs: pdbs, spared: spared, head: make([]int32, len(nodes)),
+		classes: map[*corev1.Pod]int{}, classIDs: map[string]int{}}
+	for _, n := range nodes {
+		m.lacks = m.lacks || n.Lacks != nil
+	}
+	return m, nil
 }
 
 // at implements mig.MovableFunc: the slice is held by an allocation (not a reservation being
 // bound, nor a slice being released) of a pod that movablePod allows.
 func (m *movableIndex) at(node, gpu int, prof mig.Profile, pl mig.Placement) bool {
 	n := m.nodes[node]
-	c, ok := m.p.cache.ClaimAt(n.Name, mig.Slot{GPU: n.GPUs[gpu].UUID, Profile: prof.Name, Placement: pl})
+	c, ok := m.d.cache.ClaimAt(n.Name, mig.Slot{GPU: n.GPUs[gpu].UUID, Profile: prof.Name, Placement: pl})
 	if !ok || c.Leaving || c.PodUID == "" {
 		return false
 	}
 	ns, name, _ := strings.Cut(c.Pod, "/")
-	pod, err := m.p.pods.Pods(ns).Get(name)
-	if err != nil || pod.UID != c.PodUID || pod.Spec.NodeName == "" {
+	pod, err := m.d.pods.Pods(ns).Get(name)
+	if err != nil || pod.UID != c.PodUID || pod.Spec.NodeName == "" || m.spared[pod.UID] {
 		return false
 	}
 	var nsLabels map[string]string
-	if m.p.defrag.namespaces != nil {
-		o, err := m.p.namespaces.Get(ns)
+	if m.d.policy.namespaces != nil {
+		o, err := m.d.namespaces.Get(ns)
 		if err != nil {
 			return false
 		}
 		nsLabels = o.Labels
 	}
-	ok, _ = movablePod(pod, m.pdbs, nsLabels, m.p.defrag.namespaces)
+	ok, _ = movablePod(pod, m.pdbs, nsLabels, m.d.policy.namespaces)
 	if ok {
 		m.pods = append(m.pods, podAt{gpu: int32(gpu), start: int32(pl.Start), prev: m.head[node], pod: pod})
 		m.head[node] = int32(len(m.pods))
@@ -257,8 +384,9 @@ func (m *movableIndex) at(node, gpu int, prof mig.Profile, pl mig.Placement) boo
 	return ok
 }
 
-// describePlan words a plan: each move (pod, profile, from, to), then where the pod fits.
-func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex) string {
+// describePlan words a plan: each move (the moved pod as name words it, from "namespace/name";
+// profile, from, to), then where the pod fits.
+func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex, name func(string) string) string {
 	where := func(s mig.SliceAt) string {
 		n := nodes[s.Node]
 		return fmt.Sprintf("node %s GPU %d @%d", n.Name, n.GPUs[s.GPU].Index, s.Placement.Start)
@@ -268,7 +396,7 @@ func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex) 
 		f := mv.From
 		who := "a slice"
 		if pod := m.podAt(f); pod != nil {
-			who = "pod " + pod.Namespace + "/" + pod.Name
+			who = name(pod.Namespace + "/" + pod.Name)
 		}
 		parts = append(parts, fmt.Sprintf("move %s (%s) from %s to %s", who, mig.LegalProfileName(f.Profile.Name), where(f), where(mv.To)))
 	}

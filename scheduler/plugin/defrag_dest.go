@@ -25,15 +25,17 @@ import (
 // on it would then be kept under a generation that claims the change (defrag_memo.go).
 
 // destinations implements mig.DestinationFunc for the plan being made: a moved slice's pod (the
-// one the movability callback found there) may go to the nodes it passes the node filters for.
+// one the movability callback found there) may go to the nodes it passes the node filters for
+// and whose driver has its profile (snapshot.Node.Lacks, as Filter reads it).
 func (m *movableIndex) destinations(from mig.SliceAt) func(int) bool {
 	pod := m.podAt(from)
 	if pod == nil {
 		return func(int) bool { return false } // not asked: the planner moves only movable slices
 	}
 	aff := nodeaffinity.GetRequiredNodeAffinity(pod)
+	prof := from.Profile.Name
 	// The planner asks about each node once (mig.DestinationFunc): no memo here.
-	return func(n int) bool { return m.nodeAdmits(pod, aff, n) }
+	return func(n int) bool { return m.nodes[n].Lacks[prof] == "" && m.nodeAdmits(pod, aff, n) }
 }
 
 // destinationClass implements mig.DefragOptions.DestinationClass: moved pods whose specs agree
@@ -42,7 +44,9 @@ func (m *movableIndex) destinations(from mig.SliceAt) func(int) bool {
 // about each node once per class instead of once per slice. Classes are numbered from 1 in the
 // order the plan meets them (destinationClassOf's encoding, interned once per plan), so the
 // planner finds a class without hashing its encoding; 0 (a class of its own) for a slice whose
-// pod is not known. Each pod's class is computed once per plan.
+// pod is not known. When some node's driver lacks a profile, the slice's profile is part of its
+// class (destinations reads it). Each pod's class is computed once per plan (a movable pod has
+// one slice).
 func (m *movableIndex) destinationClass(from mig.SliceAt) int {
 	pod := m.podAt(from)
 	if pod == nil {
@@ -50,7 +54,11 @@ func (m *movableIndex) destinationClass(from mig.SliceAt) int {
 	}
 	c, ok := m.classes[pod]
 	if !ok {
-		if key := destinationClassOf(pod); key != "" {
+		key := destinationClassOf(pod)
+		if key != "" && m.lacks {
+			key = from.Profile.Name + " " + key
+		}
+		if key != "" {
 			if c, ok = m.classIDs[key]; !ok {
 				c = len(m.classIDs) + 1
 				m.classIDs[key] = c
@@ -82,13 +90,13 @@ func destinationClassOf(pod *corev1.Pod) string {
 // nodeAdmits reports whether pod passes the node filters on node n of the plan's nodes, as the
 // scheduler's node informer has it (a node it does not know admits nothing).
 func (m *movableIndex) nodeAdmits(pod *corev1.Pod, aff nodeaffinity.RequiredNodeAffinity, n int) bool {
-	node, err := m.p.nodes.Get(m.nodes[n].Name)
+	node, err := m.d.nodes.Get(m.nodes[n].Name)
 	if err != nil {
 		return false
 	}
 	log := klog.Background()
 	if node.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(log, pod.Spec.Tolerations,
-		&corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, m.p.tolerationOps) {
+		&corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, m.d.tolerationOps) {
 		return false
 	}
 	if ok, err := aff.Match(node); err != nil || !ok {
@@ -96,6 +104,6 @@ func (m *movableIndex) nodeAdmits(pod *corev1.Pod, aff nodeaffinity.RequiredNode
 	}
 	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(log, node.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
 		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-	}, m.p.tolerationOps)
+	}, m.d.tolerationOps)
 	return !untolerated
 }

@@ -25,7 +25,7 @@ import (
 //   - through the scheduler's informers: the pods at the examined slices (movablePod, and
 //     their node filters in defrag_dest.go), the PodDisruptionBudgets, the namespaces' labels
 //     when spec.defragmentation.namespaceSelector is set, and the Node objects nodeAdmits reads
-//     (counted by defragInputs, below);
+//     (counted by inputs, below);
 //   - the policy (fixed for the plugin's life).
 //
 // So an answer is reused for a request equal to the one it was computed for while the
@@ -68,7 +68,7 @@ type defragMemo struct {
 	answers map[string]memoAnswer
 }
 
-// defragGen is the generation of the planner's inputs now. It must be read before any input:
+// gen is the generation of the planner's inputs now. It must be read before any input:
 // every counter is bumped once its change is visible to the readers (the snapshot cache's
 // Generation under its write lock, FreedGeneration just after; an informer's handlers run
 // after its store shows the change), so an answer is kept under a generation older than any
@@ -77,8 +77,8 @@ type defragMemo struct {
 // snapshot before FreedGeneration): an attempt in that moment may get the answer of the state
 // before, as an attempt made a moment earlier would, and the count that follows wakes the
 // pending pods again (the snapshot's OnFreed; the informers' events).
-func (p *Plugin) defragGen() memoGen {
-	return memoGen{snapshot: p.cache.Generation(), freed: p.cache.FreedGeneration(), informers: p.defragInputs.Load()}
+func (d *defragmenter) gen() memoGen {
+	return memoGen{snapshot: d.cache.Generation(), freed: d.cache.FreedGeneration(), informers: d.inputs.Load()}
 }
 
 // defragKey is all the planner reads of the pending pod: its request's slices.
@@ -116,10 +116,10 @@ func (m *defragMemo) put(key string, gen, now memoGen, res mig.DefragResult) {
 	m.answers[key] = memoAnswer{res: mig.DefragResult{Outcome: res.Outcome, Bounded: res.Bounded}, snapshot: gen.snapshot}
 }
 
-// watchDefragInputs counts the changes of the planner's informer-fed inputs (defragInputs):
+// watchInputs counts the changes of the planner's informer-fed inputs (inputs):
 // handlers on the scheduler's own informers, the ones the listers the planner reads are fed
 // by.
-func (p *Plugin) watchDefragInputs(h fwk.Handle) error {
+func (d *defragmenter) watchInputs(h fwk.Handle) error {
 	f := h.SharedInformerFactory()
 	handlers := []struct {
 		inf     cache.SharedIndexInformer
@@ -129,26 +129,26 @@ func (p *Plugin) watchDefragInputs(h fwk.Handle) error {
 		{f.Core().V1().Nodes().Informer(), nodeInputChanged},
 		{f.Policy().V1().PodDisruptionBudgets().Informer(), pdbInputChanged},
 	}
-	if p.defrag.namespaces != nil {
+	if d.policy.namespaces != nil {
 		handlers = append(handlers, struct {
 			inf     cache.SharedIndexInformer
 			changed func(old, cur any) bool
 		}{f.Core().V1().Namespaces().Informer(), namespaceInputChanged})
 	}
 	for _, hd := range handlers {
-		if _, err := hd.inf.AddEventHandler(p.inputHandler(hd.changed)); err != nil {
+		if _, err := hd.inf.AddEventHandler(d.inputHandler(hd.changed)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// inputHandler bumps defragInputs on each event that changed says may change an answer (old
+// inputHandler bumps inputs on each event that changed says may change an answer (old
 // nil: added; cur nil: deleted).
-func (p *Plugin) inputHandler(changed func(old, cur any) bool) cache.ResourceEventHandler {
+func (d *defragmenter) inputHandler(changed func(old, cur any) bool) cache.ResourceEventHandler {
 	bump := func(old, cur any) {
 		if changed(old, cur) {
-			p.defragInputs.Add(1)
+			d.inputs.Add(1)
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{

@@ -34,16 +34,20 @@ func crowdedPlugin(b *testing.B, nodes int) *Plugin {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{},
-		prebindFailed: map[types.UID]bool{}, recorder: events.NewFakeRecorder(10)}
-	if p.defrag, err = newDefragPolicy(nil); err != nil {
+	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, held: newNominations(),
+		prebindFailed: map[types.UID]bool{}}
+	pol, err := newDefragPolicy(recommend)
+	if err != nil {
 		b.Fatal(err)
 	}
+	p.defrag = testDefragmenter(p, pol)
+	p.defrag.recorder = events.NewFakeRecorder(10)
 	byNS := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	pods, nodeIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, byNS), cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	nsIdx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	p.pods, p.nodes, p.namespaces = corelisters.NewPodLister(pods), corelisters.NewNodeLister(nodeIdx), corelisters.NewNamespaceLister(nsIdx)
-	p.pdbs = policylisters.NewPodDisruptionBudgetLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, byNS))
+	p.pods = corelisters.NewPodLister(pods)
+	p.defrag.pods, p.defrag.nodes, p.defrag.namespaces = p.pods, corelisters.NewNodeLister(nodeIdx), corelisters.NewNamespaceLister(nsIdx)
+	p.defrag.pdbs = policylisters.NewPodDisruptionBudgetLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, byNS))
 	slots := []struct {
 		profile     string
 		start, size int
@@ -130,7 +134,7 @@ func BenchmarkDefragMemo(b *testing.B) {
 		before := searches()
 		c0, w0 := cpuNow(b), time.Now()
 		for _, pod := range pending[:searched] {
-			p.defragInputs.Add(1) // a change before every attempt: nothing to reuse
+			p.defrag.inputs.Add(1) // a change before every attempt: nothing to reuse
 			attempt(pod)
 		}
 		cpuSearch += cpuNow(b) - c0
@@ -141,7 +145,7 @@ func BenchmarkDefragMemo(b *testing.B) {
 		}
 
 		before = searches()
-		p.defragInputs.Add(1) // one change, then the round
+		p.defrag.inputs.Add(1) // one change, then the round
 		c0, w0 = cpuNow(b), time.Now()
 		for _, pod := range pending {
 			attempt(pod)

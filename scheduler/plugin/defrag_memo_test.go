@@ -15,7 +15,6 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
@@ -39,13 +38,18 @@ func newMemoFixture(t *testing.T, gpus int, spec *slicerv1alpha1.Defragmentation
 	f.pdbs = cache.NewIndexer(cache.MetaNamespaceKeyFunc, byNS)
 	f.nodes = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	f.nss = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if spec == nil {
+		spec = recommend
+	}
 	pol, err := newDefragPolicy(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.p.defrag, f.p.recorder = pol, events.NewFakeRecorder(100)
-	f.p.pods, f.p.pdbs = corelisters.NewPodLister(f.pods), policylisters.NewPodDisruptionBudgetLister(f.pdbs)
-	f.p.nodes, f.p.namespaces = corelisters.NewNodeLister(f.nodes), corelisters.NewNamespaceLister(f.nss)
+	setDefragPolicy(f.p, pol)
+	f.p.defrag.recorder = events.NewFakeRecorder(100)
+	f.p.pods = corelisters.NewPodLister(f.pods)
+	f.p.defrag.pods, f.p.defrag.pdbs = f.p.pods, policylisters.NewPodDisruptionBudgetLister(f.pdbs)
+	f.p.defrag.nodes, f.p.defrag.namespaces = corelisters.NewNodeLister(f.nodes), corelisters.NewNamespaceLister(f.nss)
 	f.set(f.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, nodeInputChanged)
 	f.set(f.nss, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, namespaceInputChanged)
 	return f
@@ -61,7 +65,7 @@ func (f *memoFixture) set(store cache.Indexer, obj any, changed func(old, cur an
 	if err := store.Update(obj); err != nil {
 		f.t.Fatal(err)
 	}
-	h := f.p.inputHandler(changed)
+	h := f.p.defrag.inputHandler(changed)
 	if ok {
 		h.OnUpdate(old, obj)
 	} else {
@@ -87,15 +91,8 @@ func (f *memoFixture) blocker(name string, gpu, start int, bare bool, edit func(
 // attempt runs PreFilter and the defragmentation step of PostFilter for a pending pod.
 func (f *memoFixture) attempt(pod *corev1.Pod) string {
 	f.t.Helper()
-	cs := framework.NewCycleState()
-	if _, st := f.p.PreFilter(context.Background(), cs, pod, nil); !st.IsSuccess() {
-		f.t.Fatal(st)
-	}
-	s, err := readState(cs)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	_, words := f.p.defragment(context.Background(), pod, s)
+	_, s := preFilter(f.t, f.p, pod)
+	_, words := f.p.defrag.defragment(context.Background(), pod, s)
 	return words
 }
 
@@ -184,7 +181,7 @@ func TestDefragMemoForgetsOnAnyInputChange(t *testing.T) {
 		edit(n)
 		return n
 	}
-	selector := &slicerv1alpha1.DefragmentationSpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}}
+	selector := &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationRecommend, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}}
 	for _, tc := range []struct {
 		name   string
 		spec   *slicerv1alpha1.DefragmentationSpec
@@ -442,8 +439,8 @@ func TestDefragInputChanges(t *testing.T) {
 		{"a namespace's labels", namespaceInputChanged, &corev1.Namespace{}, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var p Plugin
-			h := p.inputHandler(tc.changed)
+			var d defragmenter
+			h := d.inputHandler(tc.changed)
 			switch {
 			case tc.old == nil:
 				h.OnAdd(tc.cur, false)
@@ -452,7 +449,7 @@ func TestDefragInputChanges(t *testing.T) {
 			default:
 				h.OnUpdate(tc.old, tc.cur)
 			}
-			if got := p.defragInputs.Load() == 1; got != tc.wantCount {
+			if got := d.inputs.Load() == 1; got != tc.wantCount {
 				t.Errorf("counted %v, want %v", got, tc.wantCount)
 			}
 		})

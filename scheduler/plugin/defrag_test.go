@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
@@ -80,12 +79,12 @@ func TestDefragmentRecommends(t *testing.T) {
 			return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
 		}, want: "found no plan"},
 		{name: "namespace outside the selector",
-			spec: &slicerv1alpha1.DefragmentationSpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}},
+			spec: &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationRecommend, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}},
 			pods: func() (*corev1.Pod, *corev1.Pod) {
 				return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
 			}, want: "found no plan"},
 		{name: "namespace inside the selector", nsLbls: map[string]string{"defrag": "yes"},
-			spec: &slicerv1alpha1.DefragmentationSpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}},
+			spec: &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationRecommend, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"defrag": "yes"}}},
 			pods: func() (*corev1.Pod, *corev1.Pod) {
 				return ownedBy("ReplicaSet", replica("a").Obj()), ownedBy("ReplicaSet", replica("b").Obj())
 			}, want: "1 move(s)", event: true},
@@ -130,18 +129,11 @@ func TestDefragmentRecommends(t *testing.T) {
 			if tc.node != nil {
 				tc.node(n1)
 			}
-			p.nodes = nodeLister(t, n1)
+			p.defrag.nodes = nodeLister(t, n1)
 
 			pending := migPod("big", "slicer.dev/mig-7g.80gb", "1")
-			cs := framework.NewCycleState()
-			if _, st := p.PreFilter(context.Background(), cs, pending, nil); !st.IsSuccess() {
-				t.Fatal(st)
-			}
-			s, err := readState(cs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, got := p.defragment(context.Background(), pending, s)
+			_, s := preFilter(t, p, pending)
+			_, got := p.defrag.defragment(context.Background(), pending, s)
 			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 				t.Fatalf("words %q, want %q", got, tc.want)
 			}
@@ -167,12 +159,8 @@ func TestDefragmentOnlyOneSlice(t *testing.T) {
 	p := testPlugin(t, accel("n1", 1))
 	withDefrag(t, p, nil, events.NewFakeRecorder(1), nil, nil, nil)
 	pending := migPod("two", "slicer.dev/mig-1g.10gb", "2")
-	cs := framework.NewCycleState()
-	if _, st := p.PreFilter(context.Background(), cs, pending, nil); !st.IsSuccess() {
-		t.Fatal(st)
-	}
-	s, _ := readState(cs)
-	if _, got := p.defragment(context.Background(), pending, s); got != "defragmentation plans for pods of one slice only" {
+	_, s := preFilter(t, p, pending)
+	if _, got := p.defrag.defragment(context.Background(), pending, s); got != "defragmentation plans for pods of one slice only" {
 		t.Fatalf("got %q", got)
 	}
 }
@@ -184,8 +172,8 @@ func TestNewDefragPolicy(t *testing.T) {
 		maxMoves int
 		err      bool
 	}{
-		{nil, slicerv1alpha1.DefragmentationRecommend, mig.DefaultDefragMoves, false},
-		{&slicerv1alpha1.DefragmentationSpec{}, slicerv1alpha1.DefragmentationRecommend, mig.DefaultDefragMoves, false},
+		{nil, slicerv1alpha1.DefaultDefragmentationMode, mig.DefaultDefragMoves, false},
+		{&slicerv1alpha1.DefragmentationSpec{}, slicerv1alpha1.DefaultDefragmentationMode, mig.DefaultDefragMoves, false},
 		{&slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationDisabled, MaxMovesPerPlan: 3}, slicerv1alpha1.DefragmentationDisabled, 3, false},
 		{&slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict, MaxMovesPerPlan: 9}, slicerv1alpha1.DefragmentationEvict, 4, false},
 		{&slicerv1alpha1.DefragmentationSpec{Mode: "Always"}, "", 0, true},
@@ -194,7 +182,8 @@ func TestNewDefragPolicy(t *testing.T) {
 		if (err != nil) != tc.err {
 			t.Fatalf("%+v: err %v", tc.spec, err)
 		}
-		if err == nil && (pol.mode != tc.mode || pol.maxMoves != tc.maxMoves) {
+		if err == nil && (pol.mode != tc.mode || pol.maxMoves != tc.maxMoves ||
+			pol.maxEvictions != slicerv1alpha1.DefaultMaxEvictions || pol.windowSeconds != slicerv1alpha1.DefaultEvictionWindowSeconds) {
 			t.Fatalf("%+v: got %+v", tc.spec, pol)
 		}
 	}
@@ -229,11 +218,18 @@ func nodeLister(t *testing.T, nodes ...*corev1.Node) corelisters.NodeLister {
 	return corelisters.NewNodeLister(idx)
 }
 
-// withDefrag gives the test plugin a policy, a recorder, listers holding pods, PDBs and the
-// namespace "ns" with nsLabels, and a node informer holding node n1.
+// recommend is the policy of the tests of the planner's answers, which evict nothing (the
+// API's default is Evict; its tests are defrag_evict_test.go's and the integration specs').
+var recommend = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationRecommend}
+
+// withDefrag gives the test plugin a policy (spec; nil: recommend), a recorder, listers holding
+// pods, PDBs and the namespace "ns" with nsLabels, and a node informer holding node n1.
 func withDefrag(t *testing.T, p *Plugin, spec *slicerv1alpha1.DefragmentationSpec, rec events.EventRecorder,
 	pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, nsLabels map[string]string) {
 	t.Helper()
+	if spec == nil {
+		spec = recommend
+	}
 	pol, err := newDefragPolicy(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -254,9 +250,12 @@ func withDefrag(t *testing.T, p *Plugin, spec *slicerv1alpha1.DefragmentationSpe
 	if err := nsIdx.Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: nsLabels}}); err != nil {
 		t.Fatal(err)
 	}
-	p.defrag, p.recorder = pol, rec
-	p.nodes = nodeLister(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	p.pods, p.pdbs, p.namespaces = corelisters.NewPodLister(podIdx), policylisters.NewPodDisruptionBudgetLister(pdbIdx), corelisters.NewNamespaceLister(nsIdx)
+	setDefragPolicy(p, pol)
+	p.defrag.recorder, p.defrag.evictor.recorder = rec, rec
+	p.defrag.nodes = nodeLister(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	p.pods = corelisters.NewPodLister(podIdx)
+	p.defrag.pods, p.defrag.evictor.pods = p.pods, p.pods
+	p.defrag.pdbs, p.defrag.namespaces = policylisters.NewPodDisruptionBudgetLister(pdbIdx), corelisters.NewNamespaceLister(nsIdx)
 }
 
 // TestDestinationClassIsWhatNodeAdmitsReads: pods of one destination class are admitted by the
@@ -272,8 +271,8 @@ func TestDestinationClassIsWhatNodeAdmitsReads(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "draining", Labels: map[string]string{"zone": "a"}}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "drain", Value: "yes", Effect: corev1.TaintEffectNoExecute}}}},
 	}
 	p := testPlugin(t)
-	p.nodes = nodeLister(t, nodes...)
-	m := &movableIndex{p: p}
+	p.defrag.nodes = nodeLister(t, nodes...)
+	m := &movableIndex{d: p.defrag}
 	for _, n := range nodes {
 		m.nodes = append(m.nodes, &snapshot.Node{Name: n.Name})
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -93,4 +94,29 @@ func (p *Plugin) activateRejected(log logr.Logger) {
 	p.mu.Unlock()
 	log.V(4).Info("room freed in the snapshot; retrying rejected MIG pods", "pods", len(pods))
 	p.handle.Activate(log, pods)
+}
+
+// forgetDeletedPod drops what the plugin keeps in memory about a pod that is gone (a handler on
+// the scheduler's pod informer): its nomination, its dry run, its place among the rejected pods,
+// its PreBind failure, and its plan's wait and refusal. The rooms its plan holds for the moved
+// pods' replacements stay: they are the replacements', not the deleted pod's.
+func (p *Plugin) forgetDeletedPod(obj any) {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	p.held.forget(pod.UID, "")
+	if p.preemptor != nil {
+		p.preemptor.forget(pod.UID)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.rejected, pod.UID)
+	delete(p.prebindFailed, pod.UID)
+	if p.defrag != nil {
+		p.defrag.forget(pod.UID)
+	}
 }

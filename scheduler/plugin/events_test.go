@@ -17,25 +17,20 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 func allocation(name, podUID, node, gpu, profile string, start, size int32) *slicerv1alpha1.SliceAllocation {
-	return &slicerv1alpha1.SliceAllocation{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "slicer.dev/v1alpha1", Kind: "SliceAllocation"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
-		Spec: slicerv1alpha1.SliceAllocationSpec{PodName: "holder", PodUID: podUID, NodeName: node, GPUUUID: gpu,
-			Profile: slicerv1alpha1.MIGProfile(profile), Placement: slicerv1alpha1.Placement{Start: start, Size: size}},
-	}
+	return builder.Allocation("ns", name).Typed().Pod("holder", podUID).Node(node).GPU(gpu).Profile(profile, start, size).Obj()
 }
 
-// accelWith is accel("n1", 1) changed by each mutation.
+// accelWith is accel("n1", 1), typed, with two 3g.40gb slices on its GPU, changed by each
+// mutation.
 func accelWith(mutate ...func(*slicerv1alpha1.NodeAccelerator)) *slicerv1alpha1.NodeAccelerator {
-	na := accel("n1", 1)
-	na.TypeMeta = metav1.TypeMeta{APIVersion: "slicer.dev/v1alpha1", Kind: "NodeAccelerator"}
-	na.Status.GPUs[0].Slices = []slicerv1alpha1.MIGSlice{
-		{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 4}},
-		{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 4, Size: 4}},
-	}
+	na := builder.Accelerator("n1").Typed().GPU("GPU-n10", "H100-80GB").Slices(0,
+		slicerv1alpha1.MIGSlice{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 0, Size: 4}},
+		slicerv1alpha1.MIGSlice{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 4, Size: 4}},
+	).Obj()
 	for _, m := range mutate {
 		m(na)
 	}
@@ -198,7 +193,7 @@ func TestRejectedPodRetriedWhenSnapshotCatchesUp(t *testing.T) {
 		p.cache.DeleteAllocation("ns", "unknown")
 		// The agent rewrites the NodeAccelerator with nothing freed.
 		same := accel("n1", 1)
-		same.Status.DriverVersion = "580.1"
+		same.ResourceVersion = "42"
 		p.cache.SetNodeAccelerator(same)
 		if got := h.take(); len(got) != 0 {
 			t.Errorf("activated %v, want none", got)
@@ -241,8 +236,11 @@ func TestMayFreeRoom(t *testing.T) {
 		{name: "slice released", old: full, new: oneSlice, frees: true},
 		{name: "slice added", old: oneSlice, new: full},
 		{name: "nothing that frees room changed", old: full, new: accelWith(func(na *slicerv1alpha1.NodeAccelerator) {
-			na.ResourceVersion, na.Status.DriverVersion = "42", "580.1"
+			na.ResourceVersion = "42"
 		}, withCondition("SomethingElse", metav1.ConditionTrue))},
+		{name: "another driver, which may have profiles the older lacked", old: full, new: accelWith(func(na *slicerv1alpha1.NodeAccelerator) {
+			na.Status.DriverVersion = "580.1"
+		}), frees: true},
 		{name: "GPU healthy again", old: unhealthy, new: full, frees: true},
 		{name: "GPU unhealthy", old: full, new: unhealthy},
 		{name: "MIG mode enabled", old: accelWith(func(na *slicerv1alpha1.NodeAccelerator) { na.Status.GPUs[0].MIGMode = "Disabled" }), new: full, frees: true},

@@ -8,6 +8,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
 // Filter reasons (fixed strings: the scheduler counts nodes per reason).
@@ -44,8 +45,25 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	if n.Reason != "" {
 		return fwk.NewStatus(fwk.Unschedulable, n.Reason)
 	}
+	if why := driverLacks(n, s); why != "" {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why) // no eviction gives the driver the profile
+	}
 	if _, ok := mig.Score(p.nodeView(cs, n, pod), s.req); !ok {
 		return fwk.NewStatus(fwk.Unschedulable, s.noRoom)
 	}
 	return nil
+}
+
+// driverLacks is why the node's driver cannot create one of the slices the pod still needs
+// (snapshot.Node.Lacks, decided when the node's NodeAccelerator changes), "" when it can.
+func driverLacks(n *snapshot.Node, s *podState) string {
+	if n.Lacks == nil {
+		return ""
+	}
+	for _, i := range s.missing {
+		if why, ok := n.Lacks[s.slices[i]]; ok {
+			return why
+		}
+	}
+	return ""
 }

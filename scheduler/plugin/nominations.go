@@ -3,6 +3,9 @@ package plugin
 import (
 	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -11,82 +14,144 @@ import (
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
-// nomination is the placement preemption (or a defragmentation plan) cleared for a pod on a
-// node: AddPod gives it to the nominated pod while its victims terminate, Reserve prefers it
-// for the pod itself, and Filter and Reserve keep pods of lower priority off preemption's
-// (heldOverlay).
-// Memory only, but for a defragmentation plan's pod, whose nomination its plan's record restores
-// (defrag_record.go): after a restart a nominated pod is placed where the policy would place it
-// (placeAdded).
+// nomination is the placement cleared or held for a pod on a node, by preemption or by a
+// defragmentation plan: AddPod gives it to the nominated pod while its victims terminate,
+// Reserve prefers it for the pod itself, Score prefers its node, and Filter and Reserve keep
+// pods of lower or equal priority off it while it is held (heldOverlay). Memory only, but for a
+// defragmentation plan's pod, whose nomination its plan's record restores (defrag_record.go):
+// after a restart a nominated pod is placed where the policy would place it (placeAdded).
 type nomination struct {
 	node      string
 	slots     []snapshot.Slot
 	namespace string
 	name      string
 	priority  int32
-	// byPreemption: preemption made it (PostFilter forgets it once nothing is awaited).
-	byPreemption bool
+	kind      nominationKind
+	// until: a plan's nomination is held until its moves' deadline.
+	until time.Time
 }
 
-// nominatedSlots returns the placement cleared for the pod on the node, or nil.
-func (p *Plugin) nominatedSlots(uid types.UID, node string) []snapshot.Slot {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n, ok := p.nominations[uid]
+// nominationKind says who made a nomination, and so how long heldOverlay holds it.
+type nominationKind int
+
+const (
+	// byPreemption: the room preemption cleared, held until PostFilter finds the pod waits for
+	// nothing there (preemptor.forgetIdle).
+	byPreemption nominationKind = iota + 1
+	// byPlan: the room a defragmentation plan opens for its pending pod, held until the
+	// plan's deadline.
+	byPlan
+	// byReplacement: the room held for a moved pod, given to its replacement; not held
+	// against other pods once given (a replacement that cannot go there is placed by the policy).
+	byReplacement
+)
+
+// holds reports whether heldOverlay keeps other pods off the nomination at now.
+func (n nomination) holds(now time.Time) bool {
+	return n.kind == byPreemption || (n.kind == byPlan && now.Before(n.until))
+}
+
+// nominations are the rooms held for nominated pods, shared by preemption, defragmentation and
+// the extension points that place pods (Filter, Score, Reserve, AddPod). Safe for concurrent use.
+type nominations struct {
+	mu    sync.Mutex
+	byPod map[types.UID]nomination
+	// nodes is the set of nodes in byPod, read by Filter on every node without the lock.
+	nodes atomic.Pointer[map[string]bool]
+}
+
+func newNominations() *nominations {
+	return &nominations{byPod: map[types.UID]nomination{}}
+}
+
+// slots returns the placement held for the pod on the node, or nil.
+func (ns *nominations) slots(uid types.UID, node string) []snapshot.Slot {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	n, ok := ns.byPod[uid]
 	if !ok || n.node != node {
 		return nil
 	}
 	return slices.Clone(n.slots)
 }
 
-// setNomination records the placement cleared for the pod (nil slots forget it).
-func (p *Plugin) setNomination(pod *corev1.Pod, node string, slots []snapshot.Slot, byPreemption bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// get returns the pod's nomination.
+func (ns *nominations) get(uid types.UID) (nomination, bool) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	n, ok := ns.byPod[uid]
+	return n, ok
+}
+
+// set records the placement held for the pod (nil slots forget it); until is a plan's deadline.
+func (ns *nominations) set(pod *corev1.Pod, node string, slots []snapshot.Slot, kind nominationKind, until time.Time) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
 	if slots == nil {
-		p.forgetNominationLocked(pod.UID, "")
+		ns.forgetLocked(pod.UID, "")
 		return
 	}
-	if p.nominations == nil {
-		p.nominations = map[types.UID]nomination{}
-	}
-	p.nominations[pod.UID] = nomination{node: node, slots: slots, namespace: pod.Namespace, name: pod.Name,
-		priority: corev1helpers.PodPriority(pod), byPreemption: byPreemption}
-	p.indexNominationsLocked()
+	ns.byPod[pod.UID] = nomination{node: node, slots: slots, namespace: pod.Namespace, name: pod.Name,
+		priority: corev1helpers.PodPriority(pod), kind: kind, until: until}
+	ns.index()
 }
 
-// forgetNominationLocked drops the pod's nomination (only the one on node, unless node is
-// empty); p.mu held.
-func (p *Plugin) forgetNominationLocked(uid types.UID, node string) {
-	if n, ok := p.nominations[uid]; ok && (node == "" || n.node == node) {
-		delete(p.nominations, uid)
-		p.indexNominationsLocked()
+// forget drops the pod's nomination (only the one on node, unless node is empty).
+func (ns *nominations) forget(uid types.UID, node string) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	ns.forgetLocked(uid, node)
+}
+
+func (ns *nominations) forgetLocked(uid types.UID, node string) {
+	if n, ok := ns.byPod[uid]; ok && (node == "" || n.node == node) {
+		delete(ns.byPod, uid)
+		ns.index()
 	}
 }
 
-// indexNominationsLocked publishes the nodes that have nominations, which Filter reads on every
-// node without taking p.mu; p.mu held.
-func (p *Plugin) indexNominationsLocked() {
-	nodes := make(map[string]bool, len(p.nominations))
-	for _, n := range p.nominations {
+// index publishes the nodes that have nominations; ns.mu held.
+func (ns *nominations) index() {
+	nodes := make(map[string]bool, len(ns.byPod))
+	for _, n := range ns.byPod {
 		nodes[n.node] = true
 	}
-	p.nominatedNodes.Store(&nodes)
+	ns.nodes.Store(&nodes)
 }
 
-// hasNominations reports whether any pod has a recorded nomination on the node.
-func (p *Plugin) hasNominations(node string) bool {
-	nodes := p.nominatedNodes.Load()
+// on reports whether any pod has a nomination on the node.
+func (ns *nominations) on(node string) bool {
+	nodes := ns.nodes.Load()
 	return nodes != nil && (*nodes)[node]
 }
 
-// heldOverlay returns ov with the placements preemption cleared, or a defragmentation plan's
-// moves are opening, for other pods nominated to the node added, for the pods of equal or higher
-// priority than pod that the framework did not add itself; nil when it adds none (ov itself is
-// never changed: the framework filters nodes in parallel on one cycle state). A plan holds its
-// moved pods' destinations otherwise (pledges, defrag_evict.go). The framework's own nomination
-// of a plan's pod may also be missing after a scheduler restart (the plan's record restores the
-// plugin's, defrag_record.go) or before its nominatedNodeName update is written.
+// heldRoom is a nomination held against other pods, with its pod's UID.
+type heldRoom struct {
+	uid types.UID
+	n   nomination
+}
+
+// heldOn lists the nominations on the node held at now for pods other than except, of priority
+// prio or more.
+func (ns *nominations) heldOn(node string, except types.UID, prio int32, now time.Time) []heldRoom {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	var out []heldRoom
+	for uid, n := range ns.byPod {
+		if n.node == node && uid != except && n.priority >= prio && n.holds(now) {
+			out = append(out, heldRoom{uid, n})
+		}
+	}
+	return out
+}
+
+// heldOverlay returns ov with the rooms held on the node for other nominated pods (preemption's,
+// and a defragmentation plan's while its moves are under way) added, for the pods of equal or
+// higher priority than pod that the framework did not add itself; nil when it adds none (ov
+// itself is never changed: the framework filters nodes in parallel on one cycle state). A plan
+// holds its moved pods' destinations otherwise (pledges, defrag_evict.go). The framework's own
+// nomination of a plan's pod may also be missing after a scheduler restart (the plan's record
+// restores the plugin's, defrag_record.go) or before its nominatedNodeName update is written.
 //
 // The framework adds the nominated pods its queue lists (AddPod), and the queue can lose one
 // for a while as kube-scheduler 1.37 works (k8s.io/kubernetes/pkg/scheduler/schedule_one.go,
@@ -97,35 +162,18 @@ func (p *Plugin) hasNominations(node string) bool {
 // it. Pods of lower priority would take the room being cleared in that window and be preempted
 // again. The plugin's own record holds the room until the pod is bound (PostBind), is deleted,
 // is nominated elsewhere, or, for preemption's rooms, waits for nothing any more (PostFilter);
-// for a plan's, until the plan's moves time out (sweepDefrag).
+// for a plan's, until the plan's moves time out.
 func (p *Plugin) heldOverlay(ov *nodeOverlay, node string, pod *corev1.Pod) *nodeOverlay {
-	if !p.hasNominations(node) {
+	if !p.held.on(node) {
 		return nil
 	}
-	prio := corev1helpers.PodPriority(pod)
-	type held struct {
-		uid types.UID
-		n   nomination
-	}
-	var found []held
-	p.mu.Lock()
-	for uid, n := range p.nominations {
-		if n.node != node || uid == pod.UID || n.priority < prio {
-			continue
-		}
-		if _, waits := p.defragRun.plans[uid]; !n.byPreemption && !waits {
-			continue // neither preemption's room nor one a plan's moves are opening (defrag_evict.go)
-		}
+	var out *nodeOverlay
+	for _, h := range p.held.heldOn(node, pod.UID, corev1helpers.PodPriority(pod), p.clock()) {
 		if ov != nil {
-			if _, ok := ov.added[uid]; ok {
+			if _, ok := ov.added[h.uid]; ok {
 				continue
 			}
 		}
-		found = append(found, held{uid, n})
-	}
-	p.mu.Unlock()
-	var out *nodeOverlay
-	for _, h := range found {
 		if !p.stillNominated(h.uid, h.n) || p.cache.PodClaimsOn(h.uid, node) {
 			continue
 		}
@@ -153,25 +201,6 @@ func (p *Plugin) stillNominated(uid types.UID, n nomination) bool {
 		(cur.Status.NominatedNodeName == "" || cur.Status.NominatedNodeName == n.node) {
 		return true
 	}
-	p.mu.Lock()
-	p.forgetNominationLocked(uid, n.node)
-	p.mu.Unlock()
+	p.held.forget(uid, n.node)
 	return false
-}
-
-// forgetIdleNomination drops the room preemption cleared for the pod once the pod waits for
-// nothing there (awaited is empty): the room is free and the pod did not take it, or another
-// pod of higher priority holds it; either way holding it would only keep pods off free room.
-func (p *Plugin) forgetIdleNomination(pod *corev1.Pod) {
-	p.mu.Lock()
-	n, ok := p.nominations[pod.UID]
-	p.mu.Unlock()
-	if !ok || !n.byPreemption || p.handle == nil {
-		return
-	}
-	if len(p.awaited(pod, n.node)) == 0 {
-		p.mu.Lock()
-		p.forgetNominationLocked(pod.UID, n.node)
-		p.mu.Unlock()
-	}
 }

@@ -14,6 +14,9 @@ import (
 	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
+
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
 // TestFilterHoldsRoomTheQueueLost: preemption cleared a 7g.80gb's room on n1 and its victim
@@ -56,7 +59,7 @@ func TestFilterHoldsRoomTheQueueLost(t *testing.T) {
 			p := testPlugin(t, accel("n1", 2))
 			overlayPod{name: "victim", slots: []overlaySlot{{0, "1g.10gb", 4}}}.allocate(t, p)
 			nominated := withPrio(high.pod(), 10)
-			p.setNomination(nominated, "n1", high.snapshotSlots(t), true)
+			p.held.set(nominated, "n1", high.snapshotSlots(t), byPreemption, time.Time{})
 			if tc.informer != nil {
 				idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 				if cur := tc.informer(withPrio(high.pod(), 10)); cur != nil {
@@ -84,7 +87,7 @@ func TestFilterHoldsRoomTheQueueLost(t *testing.T) {
 			if tc.held == rst.IsSuccess() {
 				t.Fatalf("Reserve = %v; want success %v", rst, !tc.held)
 			}
-			forgotten := p.nominatedSlots(nominated.UID, "n1") == nil
+			forgotten := p.held.slots(nominated.UID, "n1") == nil
 			if stale := tc.informer != nil && !tc.held; forgotten != stale {
 				t.Fatalf("nomination forgotten %v; want %v", forgotten, stale)
 			}
@@ -99,7 +102,7 @@ func TestFilterHoldsOnlyWhatTheFrameworkDidNotAdd(t *testing.T) {
 	ctx := context.Background()
 	p := testPlugin(t, accel("n1", 1))
 	x := overlayPod{name: "x", slots: []overlaySlot{{0, "3g.40gb", 4}}}
-	p.setNomination(x.pod(), "n1", x.snapshotSlots(t), true)
+	p.held.set(x.pod(), "n1", x.snapshotSlots(t), byPreemption, time.Time{})
 	low := migPod("low", "slicer.dev/mig-4g.40gb", "1")
 	for _, added := range []bool{false, true} {
 		cs := framework.NewCycleState()
@@ -139,28 +142,29 @@ func TestForgetIdleNomination(t *testing.T) {
 		return pod
 	}
 	for _, tc := range []struct {
-		name         string
-		byPreemption bool
-		terminating  bool // the victim is being preempted
-		kept         bool
+		name        string
+		kind        nominationKind
+		terminating bool // the victim is being preempted
+		kept        bool
 	}{
-		{"waiting for the victim", true, true, true},
-		{"waiting for nothing", true, false, false},
-		{"defragmentation's", false, false, true},
+		{"waiting for the victim", byPreemption, true, true},
+		{"waiting for nothing", byPreemption, false, false},
+		{"defragmentation's", byPlan, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlugin(t, accel("n1", 1))
 			victim.allocate(t, p)
 			nominated := high.pod()
 			nominated.Spec.Priority = ptr.To[int32](10)
-			p.setNomination(nominated, "n1", high.snapshotSlots(t), tc.byPreemption)
-			p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim.pod(), tc.terminating)}, []*corev1.Node{node})}
-			p.forgetIdleNomination(nominated)
-			if kept := p.nominatedSlots(high.pod().UID, "n1") != nil; kept != tc.kept {
+			p.held.set(nominated, "n1", high.snapshotSlots(t), tc.kind, time.Now().Add(time.Minute))
+			pr := testPreemptor(p)
+			pr.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim.pod(), tc.terminating)}, []*corev1.Node{node})}
+			pr.forgetIdle(nominated)
+			if kept := p.held.slots(high.pod().UID, "n1") != nil; kept != tc.kept {
 				t.Fatalf("kept %v, want %v", kept, tc.kept)
 			}
-			if p.hasNominations("n1") != tc.kept {
-				t.Fatalf("node index says %v, want %v", p.hasNominations("n1"), tc.kept)
+			if p.held.on("n1") != tc.kept {
+				t.Fatalf("node index says %v, want %v", p.held.on("n1"), tc.kept)
 			}
 		})
 	}
@@ -177,10 +181,11 @@ func TestFilterHoldsAPlansRoom(t *testing.T) {
 		p := testPlugin(t, accel("n1", 2))
 		overlayPod{name: "moved", slots: []overlaySlot{{0, "1g.10gb", 4}}}.allocate(t, p)
 		overlayPod{name: "other", slots: []overlaySlot{{1, "7g.80gb", 0}}}.allocate(t, p)
-		p.setNomination(big.pod(), "n1", big.snapshotSlots(t), false)
+		until := time.Now().Add(-time.Second) // the plan's moves' time is over
 		if waiting {
-			p.defragRun.plans = map[types.UID]time.Time{big.pod().UID: time.Now().Add(time.Minute)}
+			until = time.Now().Add(time.Minute)
 		}
+		p.held.set(big.pod(), "n1", big.snapshotSlots(t), byPlan, until)
 		pod := migPod("rival", "slicer.dev/mig-1g.10gb", "1")
 		cs := framework.NewCycleState()
 		if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
@@ -193,5 +198,36 @@ func TestFilterHoldsAPlansRoom(t *testing.T) {
 		if !waiting && !st.IsSuccess() {
 			t.Fatalf("no plan waiting: Filter = %v; want success", st)
 		}
+	}
+}
+
+// TestForgetDeletedPod: a pod deleted takes its nomination, dry run, rejection, PreBind failure
+// and plan state out of the plugin's memory (the pod informer's delete handler), whether or not
+// any Filter looks at its node again; the rooms its plan holds for replacements stay.
+func TestForgetDeletedPod(t *testing.T) {
+	p := testPlugin(t, accel("n1", 1))
+	p.preemptor = testPreemptor(p)
+	pod := migPod("gone", "slicer.dev/mig-1g.10gb", "1")
+	slot := snapshot.Slot{Slot: mig.Slot{GPU: "GPU-n10", Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}}}
+	p.held.set(pod, "n1", []snapshot.Slot{slot}, byPreemption, time.Time{})
+	p.rejected[pod.UID] = pod
+	p.prebindFailed[pod.UID] = true
+	p.preemptor.putDryRun(pod.UID, "n1", dryPlan{slots: []snapshot.Slot{slot}})
+	p.defrag.evictor.run.plans = map[types.UID]time.Time{pod.UID: time.Now()}
+	p.defrag.evictor.addPledge(&pledge{key: "defrag-pledge-1", pending: pod})
+
+	p.forgetDeletedPod(cache.DeletedFinalStateUnknown{Key: "ns/gone", Obj: pod})
+
+	if p.held.slots(pod.UID, "n1") != nil || p.held.on("n1") {
+		t.Error("the deleted pod's nomination is kept")
+	}
+	if _, ok := p.rejected[pod.UID]; ok {
+		t.Error("the deleted pod is still among the rejected")
+	}
+	if p.prebindFailed[pod.UID] || p.preemptor.dryRun[pod.UID] != nil || !p.defrag.evictor.run.plans[pod.UID].IsZero() {
+		t.Error("the deleted pod's PreBind failure, dry run or plan is kept")
+	}
+	if len(p.defrag.evictor.run.pledges) != 1 {
+		t.Error("the room held for a replacement went with the pending pod")
 	}
 }

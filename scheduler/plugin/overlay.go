@@ -100,7 +100,7 @@ func (p *Plugin) addPod(ov *nodeOverlay, node string, pod *corev1.Pod) {
 	if _, ok := ov.added[pod.UID]; ok || p.cache.PodClaimsOn(pod.UID, node) {
 		return
 	}
-	if slots := p.nominatedSlots(pod.UID, node); slots != nil {
+	if slots := p.held.slots(pod.UID, node); slots != nil {
 		ov.added[pod.UID] = addedPod{slots: slots}
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -95,7 +96,7 @@ func TestOverlayMatchesFilter(t *testing.T) {
 		present := map[string]bool{}
 		for _, o := range overlayPods {
 			if o.nominated {
-				p.setNomination(o.pod(), "n1", o.snapshotSlots(t), true)
+				p.held.set(o.pod(), "n1", o.snapshotSlots(t), byPreemption, time.Time{})
 				continue
 			}
 			o.allocate(t, p)
@@ -173,7 +174,7 @@ func TestOverlayNominatedOverVictims(t *testing.T) {
 	}
 	// Cleared for "x": 3g.40gb at 4 on GPU 0, where b and c still are.
 	x := overlayPod{name: "x", slots: []overlaySlot{{0, "3g.40gb", 4}}}
-	p.setNomination(x.pod(), "n1", x.snapshotSlots(t), true)
+	p.held.set(x.pod(), "n1", x.snapshotSlots(t), byPreemption, time.Time{})
 	low := migPod("low", "slicer.dev/mig-1g.10gb", "1")
 	cs := framework.NewCycleState()
 	if _, st := p.PreFilter(ctx, cs, low, nil); !st.IsSuccess() {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,16 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
-	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -85,34 +80,15 @@ type Plugin struct {
 	prebindFailed map[types.UID]bool
 	// rejected are MIG pods that found no room, activated when room appears.
 	rejected map[types.UID]*corev1.Pod
-	// nominations are the placements preemption cleared (nominations.go); dryRun the
-	// placements planned per node during a preemption dry run (preempt.go).
-	nominations map[types.UID]nomination
-	dryRun      map[types.UID]map[string]dryPlan
-	// nominatedNodes is the set of nodes in nominations, for Filter without p.mu.
-	nominatedNodes atomic.Pointer[map[string]bool]
-	// evaluator is kube-scheduler's preemption with Slicer's victims (preempt.go).
-	evaluator *preemption.Evaluator
-	// defrag is the defragmentation policy; pdbs and namespaces what it reads, recorder where
-	// it reports (defrag.go).
-	defrag   defragPolicy
-	recorder events.EventRecorder
-	// defragRun is Evict mode's held rooms and evictions (defrag_evict.go), under mu;
-	// replacementTimeout bounds how long a room is held; now is the clock (nil: time.Now).
-	defragRun          defragRun
-	restored           sync.Once // the plan records restored (defrag_record.go)
-	replacementTimeout time.Duration
-	now                func() time.Time
-	pdbs               policylisters.PodDisruptionBudgetLister
-	namespaces         corelisters.NamespaceLister
-	nodes              corelisters.NodeLister
-	// defragMemo keeps the planner's answers without a plan; defragInputs counts the changes
-	// of its informer-fed inputs (defrag_memo.go).
-	defragMemo   defragMemo
-	defragInputs atomic.Uint64
-	// tolerationOps: tolerations may use the Gt and Lt operators (the feature gate
-	// TaintTolerationComparisonOperators), for the node filters of defrag_dest.go.
-	tolerationOps bool
+	// held are the rooms held for nominated pods (nominations.go), shared by preemption and
+	// defragmentation.
+	held *nominations
+	// preemptor is Slicer's preemption (preempt.go); nil in unit tests that run none.
+	preemptor *preemptor
+	// defrag is defragmentation (defrag.go); now is the clock of the rooms held for plans
+	// (nil: time.Now).
+	defrag *defragmenter
+	now    func() time.Time
 }
 
 var (
@@ -182,30 +158,20 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 		}
 		p := &Plugin{
 			handle: h, client: c, metrics: m, hooks: opts.Hooks, timeout: timeout, log: log,
-			pods:               h.SharedInformerFactory().Core().V1().Pods().Lister(),
-			cache:              snapshot.New(log, m),
-			prebindFailed:      map[types.UID]bool{},
-			rejected:           map[types.UID]*corev1.Pod{},
-			nominations:        map[types.UID]nomination{},
-			dryRun:             map[types.UID]map[string]dryPlan{},
-			defrag:             defrag,
-			recorder:           h.EventRecorder(),
-			defragRun:          defragRun{pledges: map[types.UID]*pledge{}, plans: map[types.UID]time.Time{}},
-			now:                time.Now,
-			replacementTimeout: opts.DefragReplacementTimeout,
-			pdbs:               h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
-			namespaces:         h.SharedInformerFactory().Core().V1().Namespaces().Lister(),
-			nodes:              h.SharedInformerFactory().Core().V1().Nodes().Lister(),
-			tolerationOps:      feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate).EnableTaintTolerationComparisonOperators,
+			pods:          h.SharedInformerFactory().Core().V1().Pods().Lister(),
+			cache:         snapshot.New(log, m),
+			prebindFailed: map[types.UID]bool{},
+			rejected:      map[types.UID]*corev1.Pod{},
+			held:          newNominations(),
+			now:           time.Now,
 		}
-		if p.replacementTimeout <= 0 {
-			p.replacementTimeout = DefaultDefragReplacementTimeout
+		if p.defrag, err = newDefragmenter(h, defrag, p.cache, p.held, m, log, opts.DefragReplacementTimeout); err != nil {
+			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
-		p.evaluator = newEvaluator(h, &preemptor{p: p})
-		if p.defrag.mode != slicerv1alpha1.DefragmentationDisabled {
-			if err := p.watchDefragInputs(h); err != nil {
-				return nil, fmt.Errorf("%s: watch the defragmentation planner's inputs: %w", Name, err)
-			}
+		p.preemptor = newPreemptor(h, p.cache, p.held)
+		if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(
+			toolscache.ResourceEventHandlerFuncs{DeleteFunc: p.forgetDeletedPod}); err != nil {
+			return nil, fmt.Errorf("%s: watch pod deletions: %w", Name, err)
 		}
 		// Room freed in the snapshot (an allocation or reservation gone, a
 		// NodeAccelerator changed) retries the pods it turned away.
@@ -220,4 +186,12 @@ func NewFactory(opts Options) frameworkruntime.PluginFactory {
 		}
 		return p, nil
 	}
+}
+
+// clock is the plugin's time (Plugin.now, time.Now when unset).
+func (p *Plugin) clock() time.Time {
+	if p.now == nil {
+		return time.Now()
+	}
+	return p.now()
 }

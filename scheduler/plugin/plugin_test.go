@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
@@ -71,21 +72,35 @@ func testPlugin(t *testing.T, nas ...*slicerv1alpha1.NodeAccelerator) *Plugin {
 		t.Fatal(err)
 	}
 	// Defragmentation off: the tests that exercise it give the plugin its listers (withDefrag).
-	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, prebindFailed: map[types.UID]bool{},
-		defrag: defragPolicy{mode: slicerv1alpha1.DefragmentationDisabled}}
+	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), rejected: map[types.UID]*corev1.Pod{}, prebindFailed: map[types.UID]bool{}, held: newNominations()}
+	p.defrag = testDefragmenter(p, defragPolicy{mode: slicerv1alpha1.DefragmentationDisabled})
 	for _, na := range nas {
 		p.cache.SetNodeAccelerator(na)
 	}
 	return p
 }
 
+// accel is a NodeAccelerator of node with gpus healthy H100s (UUIDs GPU-<node>0, GPU-<node>1, ...).
 func accel(node string, gpus int) *slicerv1alpha1.NodeAccelerator {
-	na := &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	for i := 0; i < gpus; i++ {
-		na.Status.GPUs = append(na.Status.GPUs, slicerv1alpha1.GPUStatus{Index: int32(i), UUID: "GPU-" + node + string(rune('0'+i)),
-			Model: "H100-80GB", MIGMode: slicerv1alpha1.MIGModeEnabled, Health: slicerv1alpha1.GPUHealthy})
+	b := builder.Accelerator(node)
+	for i := range gpus {
+		b.GPU("GPU-"+node+string(rune('0'+i)), "H100-80GB")
 	}
-	return na
+	return b.Obj()
+}
+
+// preFilter runs PreFilter for the pod, which must succeed, and returns the cycle state it wrote.
+func preFilter(t *testing.T, p *Plugin, pod *corev1.Pod) (fwk.CycleState, *podState) {
+	t.Helper()
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(context.Background(), cs, pod, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	s, err := readState(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, s
 }
 
 // migPod is a pod with one container whose limits are the name, value pairs.
@@ -185,7 +200,8 @@ func TestFilterDoesNotAllocate(t *testing.T) {
 func BenchmarkFilterScore(b *testing.B) {
 	ctx := context.Background()
 	m, _ := NewMetrics(nil)
-	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m)}
+	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), held: newNominations()}
+	p.defrag = testDefragmenter(p, defragPolicy{mode: slicerv1alpha1.DefragmentationDisabled})
 	p.cache.SetNodeAccelerator(accel("n1", 8))
 	pod := migPod("a", "slicer.dev/mig-3g.40gb", "1")
 	cs := framework.NewCycleState()
@@ -243,4 +259,25 @@ func TestAllocationForCarriesTheAgentsFinalizer(t *testing.T) {
 	if a.Status != (slicerv1alpha1.SliceAllocationStatus{}) {
 		t.Errorf("status %+v, want empty: only the agent writes it", a.Status)
 	}
+}
+
+// testDefragmenter is the test plugin's defragmentation with policy pol, without listers (the
+// tests that plan give it theirs: withDefrag).
+func testDefragmenter(p *Plugin, pol defragPolicy) *defragmenter {
+	d := &defragmenter{policy: pol, cache: p.cache, metrics: p.metrics, log: logr.Discard()}
+	d.evictor = &evictor{cache: p.cache, held: p.held, metrics: p.metrics, log: logr.Discard(), policy: pol,
+		replacementTimeout: DefaultDefragReplacementTimeout, now: time.Now,
+		run: defragRun{pledges: map[types.UID]*pledge{}, plans: map[types.UID]time.Time{}}}
+	return d
+}
+
+// setDefragPolicy gives the test plugin's defragmentation (planner and evictor) the policy pol.
+func setDefragPolicy(p *Plugin, pol defragPolicy) {
+	p.defrag.policy, p.defrag.evictor.policy = pol, pol
+}
+
+// setClock gives the test plugin one clock, for the rooms held for plans (Plugin.now) and for
+// the evictor that makes them.
+func setClock(p *Plugin, now func() time.Time) {
+	p.now, p.defrag.evictor.now = now, now
 }

@@ -32,30 +32,23 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 	}
 	log := klog.FromContext(ctx)
 	p.reject(log, pod, s.freedGen)
-	why := p.explain(s)
-	if p.evaluator == nil {
-		res, more := p.defragment(ctx, pod, s)
+	why := p.explain(pod.Namespace, s)
+	if p.preemptor == nil {
+		res, more := p.defrag.defragment(ctx, pod, s)
 		if more != "" {
 			why += "; " + more
 		}
 		return res, fwk.NewStatus(fwk.Unschedulable, why)
 	}
-	res, st := p.evaluator.Preempt(ctx, cs, pod, m)
-	node := ""
-	if st.IsSuccess() && res != nil && res.NominatingInfo != nil {
-		node = res.NominatedNodeName
-	}
-	plan := p.keepDryRun(pod, node)
+	res, st := p.preemptor.preempt(ctx, cs, pod, m, s)
 	switch {
 	case st.IsSuccess():
-		log.V(2).Info("preempting for MIG slices", "pod", klog.KObj(pod), "node", node, "slots", plan.slots, "victims", plan.victims)
-		return res, fwk.NewStatus(fwk.Success, preemptingMessage(node, plan))
+		return res, st
 	case st.Code() == fwk.Error:
 		return nil, st
 	}
 	why += "; preemption: " + st.Message()
-	p.forgetIdleNomination(pod)
-	moved, more := p.defragment(ctx, pod, s)
+	moved, more := p.defrag.defragment(ctx, pod, s)
 	if more != "" {
 		why += "; " + more
 	}
@@ -68,15 +61,23 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 }
 
 // explain names the closest node: the one with the most free compute slices
-// on usable GPUs (ties: by name); on it, the GPU with the most.
-func (p *Plugin) explain(s *podState) string {
+// on usable GPUs (ties: by name) whose driver has the pod's profiles; on it, the GPU with the
+// most, and the pods that hold it (those of namespace ns by name, the others counted: podsFor).
+func (p *Plugin) explain(ns string, s *podState) string {
 	var best *snapshot.Node
 	bestGPU, bestFree := -1, -1
 	usable := 0
+	lacking := "" // why the first node skipped for its driver was skipped
 	slices := s.req.Slices()
 	offers := map[mig.Model]bool{} // offersAll per model: asked once per model, not per GPU
 	for _, n := range p.cache.Nodes() {
 		if s.adoptedNode != "" && n.Name != s.adoptedNode {
+			continue
+		}
+		if why := driverLacks(n, s); why != "" {
+			if lacking == "" {
+				lacking = "node " + n.Name + ": " + why
+			}
 			continue
 		}
 		for i, g := range n.GPUs {
@@ -100,6 +101,9 @@ func (p *Plugin) explain(s *podState) string {
 		}
 	}
 	first := mig.LegalProfileName(s.req.Slices()[0])
+	if best == nil && lacking != "" {
+		return fmt.Sprintf("no node whose NVIDIA driver has %s has a usable MIG GPU for it; %s", describe(s.slices), lacking)
+	}
 	if best == nil && usable > 0 {
 		var models []string
 		for _, m := range mig.ModelsSupporting(first) {
@@ -122,12 +126,12 @@ func (p *Plugin) explain(s *podState) string {
 	}
 	b.WriteString(")")
 	if hs := p.cache.Holders(best.Name)[g.UUID]; len(hs) > 0 {
-		b.WriteString(" blocked by pods ")
-		if len(hs) > maxHolders {
-			fmt.Fprintf(&b, "%s and %d more", strings.Join(hs[:maxHolders], ", "), len(hs)-maxHolders)
-		} else {
-			b.WriteString(strings.Join(hs, ", "))
+		words := podsFor(ns, hs, maxHolders)
+		b.WriteString(" blocked by ")
+		if inNamespace(ns, words[0]) {
+			b.WriteString("pods ")
 		}
+		b.WriteString(strings.Join(words, ", "))
 	}
 	return b.String()
 }
@@ -142,17 +146,14 @@ func offersAll(m mig.Model, profiles []string) bool {
 	return true
 }
 
-// preemptingMessage is the Pending reason of a pod right after it preempted: where its slices
-// go and the pods it waits for.
-func preemptingMessage(node string, plan dryPlan) string {
+// preemptingMessage is the Pending reason of a pod of namespace ns right after it preempted:
+// where its slices go and the pods it waits for (podsFor).
+func preemptingMessage(ns, node string, plan dryPlan) string {
 	var where []string
 	for _, sl := range plan.slots {
 		where = append(where, sl.String())
 	}
-	victims := plan.victims
-	if len(victims) > maxWaits {
-		victims = append(victims[:maxWaits:maxWaits], fmt.Sprintf("%d more", len(plan.victims)-maxWaits))
-	}
+	victims := podsFor(ns, plan.victims, maxWaits)
 	return fmt.Sprintf("preemption: room cleared on node %s at %s; waiting for %d pods of lower priority to terminate: %s",
 		node, strings.Join(where, ", "), len(plan.victims), strings.Join(victims, ", "))
 }

@@ -166,9 +166,8 @@ func (p *Plugin) PostBind(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 	p.mu.Lock()
 	delete(p.prebindFailed, pod.UID)
 	delete(p.rejected, pod.UID)
-	p.forgetNominationLocked(pod.UID, "")
-	delete(p.defragRun.plans, pod.UID)
-	delete(p.defragRun.refused, pod.UID)
 	p.mu.Unlock()
+	p.defrag.forget(pod.UID)
+	p.held.forget(pod.UID, "")
 	p.cache.Unreserve(pod.UID)
 }

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -17,7 +16,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 
-	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
@@ -36,10 +34,84 @@ const (
 	maxWaits = 5
 )
 
-// preemptor implements preemption.Interface for the plugin.
-type preemptor struct{ p *Plugin }
+// preemptor is Slicer's preemption, kube-scheduler's evaluator over Slicer's choice of victims
+// (as kubernetes-sigs/scheduler-plugins' capacity scheduling plugs its own into the evaluator):
+// it implements preemption.Interface, and PostFilter calls preempt. Its own state is what a dry
+// run planned per node; the rooms it clears are kept in the plugin's nominations.
+type preemptor struct {
+	handle    fwk.Handle
+	cache     *snapshot.Cache
+	held      *nominations
+	evaluator *preemption.Evaluator
+
+	mu sync.Mutex
+	// dryRun are the placements planned per node during a dry run, by preemptor pod.
+	dryRun map[types.UID]map[string]dryPlan
+}
 
 var _ preemption.Interface = &preemptor{}
+
+func newPreemptor(h fwk.Handle, cache *snapshot.Cache, held *nominations) *preemptor {
+	pr := &preemptor{handle: h, cache: cache, held: held, dryRun: map[types.UID]map[string]dryPlan{}}
+	pr.evaluator = newEvaluator(h, pr)
+	return pr
+}
+
+// preempt runs the evaluator for a pod that fits nowhere (PostFilter): on success the pod is
+// nominated to the node, the placement cleared for it kept (nominations.go) and the status's
+// message is its Pending reason; otherwise the status says why preemption cannot help or what
+// it waits for, and the result is what the framework should do with the pod's nomination.
+func (pr *preemptor) preempt(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader, s *podState) (*fwk.PostFilterResult, *fwk.Status) {
+	res, st := pr.evaluator.Preempt(ctx, cs, pod, m)
+	node := ""
+	if st.IsSuccess() && res != nil && res.NominatingInfo != nil {
+		node = res.NominatedNodeName
+	}
+	plan := pr.keepDryRun(pod, node)
+	switch {
+	case st.IsSuccess():
+		klog.FromContext(ctx).V(2).Info("preempting for MIG slices", "pod", klog.KObj(pod), "node", node, "slots", plan.slots, "victims", plan.victims)
+		return res, fwk.NewStatus(fwk.Success, preemptingMessage(pod.Namespace, node, plan))
+	case st.Code() == fwk.Error:
+		return nil, st
+	}
+	if pr.cache.FreedGeneration() == s.freedGen {
+		pr.forgetIdle(pod)
+	} else {
+		// Room was freed while the pod was judged: the room cleared for it may have freed after
+		// its Filter refused it (the last victim's slice released in between), so that preemption
+		// now finds it free and nothing to evict, and answers "no candidate" with a cleared
+		// nomination. The pod is retried (reject activated it), after its backoff since it is in
+		// its cycle, while the pods of lower priority the same change woke are retried at once:
+		// without its nomination, the plugin's and the framework's (res), they would take the
+		// room first, and be preempted by it again (the CI failure of 2026-12-01). Both are kept
+		// until the retry judges the pod on the newer state.
+		res = nil
+	}
+	return res, st
+}
+
+// forgetIdle drops the room preemption cleared for the pod once the pod waits for nothing there
+// (awaited is empty): the room is free and the pod did not take it, or another pod of higher
+// priority holds it; either way holding it would only keep pods off free room. preempt asks only
+// when no room was freed since the pod's cycle began: a room freed during the cycle is not one
+// the pod failed to take.
+func (pr *preemptor) forgetIdle(pod *corev1.Pod) {
+	n, ok := pr.held.get(pod.UID)
+	if !ok || n.kind != byPreemption || pr.handle == nil {
+		return
+	}
+	if len(pr.awaited(pod, n.node)) == 0 {
+		pr.held.forget(pod.UID, n.node)
+	}
+}
+
+// forget drops what a dry run planned for a pod that is gone.
+func (pr *preemptor) forget(uid types.UID) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	delete(pr.dryRun, uid)
+}
 
 // GetOffsetAndNumCandidates implements preemption.Interface: DefaultPreemption's number of
 // candidates, from the first node (deterministic).
@@ -93,7 +165,7 @@ func (pr *preemptor) PodEligibleToPreemptOthers(_ context.Context, pod *corev1.P
 	if node == "" || nominatedNodeStatus.Code() == fwk.UnschedulableAndUnresolvable {
 		return true, ""
 	}
-	if waits := pr.p.awaited(pod, node); len(waits) > 0 {
+	if waits := pr.awaited(pod, node); len(waits) > 0 {
 		if len(waits) > maxWaits {
 			waits = append(waits[:maxWaits], fmt.Sprintf("%d more", len(waits)-maxWaits))
 		}
@@ -102,35 +174,36 @@ func (pr *preemptor) PodEligibleToPreemptOthers(_ context.Context, pod *corev1.P
 	return true, ""
 }
 
-// awaited lists what a pod nominated to node waits for: lower-priority pods terminating by
+// awaited lists what a pod nominated to node waits for, in words for its tenant (podFor):
+// lower-priority pods terminating by
 // preemption there, slices being released that overlap the placement cleared for it (any slice
 // being released on the node when none is recorded), slices whose pod is already gone while
 // their allocation is not yet being deleted (the garbage collector deletes it after the pod,
 // seconds later on a busy cluster), and slices there that the agent still reports once their
 // allocation is gone. Preempting again in any of these windows would evict more pods for room
 // that is about to free.
-func (p *Plugin) awaited(pod *corev1.Pod, node string) []string {
+func (pr *preemptor) awaited(pod *corev1.Pod, node string) []string {
 	prio := corev1helpers.PodPriority(pod)
 	var waits []string
 	present := map[types.UID]bool{}
-	if ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node); err == nil && ni != nil {
+	if ni, err := pr.handle.SnapshotSharedLister().NodeInfos().Get(node); err == nil && ni != nil {
 		for _, pi := range ni.GetPods() {
 			q := pi.GetPod()
 			present[q.UID] = true
 			if corev1helpers.PodPriority(q) < prio && terminatingByPreemption(q) {
-				waits = append(waits, "pod "+q.Namespace+"/"+q.Name+" to terminate")
+				waits = append(waits, podFor(pod.Namespace, q.Namespace+"/"+q.Name)+" to terminate")
 			}
 		}
 	}
-	mine := p.nominatedSlots(pod.UID, node)
-	for _, claims := range p.cache.Claims(node) {
+	mine := pr.held.slots(pod.UID, node)
+	for _, claims := range pr.cache.Claims(node) {
 		for _, c := range claims {
 			concerns := mine == nil || overlapsAny(c.Slot, mine)
 			switch {
 			case c.Leaving && concerns:
-				waits = append(waits, fmt.Sprintf("the slice %s of %s to be released", c.Slot, c.Pod))
+				waits = append(waits, fmt.Sprintf("the slice %s of %s to be released", c.Slot, podFor(pod.Namespace, c.Pod)))
 			case c.Allocated && c.PodUID != pod.UID && !present[c.PodUID] && concerns:
-				waits = append(waits, fmt.Sprintf("the slice %s of %s (pod deleted) to be released", c.Slot, c.Pod))
+				waits = append(waits, fmt.Sprintf("the slice %s of %s (deleted) to be released", c.Slot, podFor(pod.Namespace, c.Pod)))
 			case c.PodUID == "" && mine != nil && overlapsAny(c.Slot, mine):
 				// Unlike the two cases above, no "any such slice on the node" when no cleared
 				// placement is recorded (mine == nil, after a scheduler restart): a slice being
@@ -174,209 +247,6 @@ func overlapsAny(s snapshot.Slot, slots []snapshot.Slot) bool {
 	return false
 }
 
-// selectVictims is SelectVictimsOnNode for every minor: possible are the pods of the node the
-// framework offers as victims. The node's slices are planned by mig.PlanPreemption (pods
-// covered by a PodDisruptionBudget that allows no disruption are spared when a plan without
-// them exists); those victims are removed from nodeInfo and the cycle state, then, when the
-// pod still does not fit (it needs more than slices), the other lower-priority pods are
-// removed and given back one by one as DefaultPreemption does, the most important first.
-func (p *Plugin) selectVictims(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo,
-	possible []fwk.PodInfo, pdbs []*policyv1.PodDisruptionBudget) ([]*corev1.Pod, int, *fwk.Status) {
-	s, err := readState(cs)
-	if err != nil || s.req == nil {
-		return nil, 0, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "the pod needs no new slice")
-	}
-	name := nodeInfo.Node().Name
-	n := p.cache.Node(name)
-	switch {
-	case n == nil:
-		return nil, 0, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonNoAccelerator)
-	case n.Reason != "":
-		return nil, 0, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, n.Reason)
-	}
-	prio := corev1helpers.PodPriority(pod)
-	cands := map[types.UID]fwk.PodInfo{}
-	for _, pi := range possible {
-		if q := pi.GetPod(); corev1helpers.PodPriority(q) < prio && q.UID != pod.UID {
-			cands[q.UID] = pi
-		}
-	}
-	claims := p.cache.Claims(name)
-	plan, ok, err := p.planOn(n, claims, cands, s.req, prio, pdbs, true)
-	if err == nil && !ok {
-		plan, ok, err = p.planOn(n, claims, cands, s.req, prio, pdbs, false)
-	}
-	if err != nil {
-		return nil, 0, fwk.AsStatus(err)
-	}
-	if !ok {
-		return nil, 0, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			"no GPU placement for "+describe(s.slices)+" can be cleared of pods of lower priority")
-	}
-	logger := klog.FromContext(ctx)
-	remove := func(pi fwk.PodInfo) *fwk.Status {
-		if err := nodeInfo.RemovePod(logger, pi.GetPod()); err != nil {
-			return fwk.AsStatus(err)
-		}
-		return p.handle.RunPreFilterExtensionRemovePod(ctx, cs, pod, pi, nodeInfo)
-	}
-	var victims []fwk.PodInfo
-	chosen := map[types.UID]bool{}
-	for _, o := range plan.Owners {
-		pi := cands[types.UID(o)]
-		victims = append(victims, pi)
-		chosen[pi.GetPod().UID] = true
-		if st := remove(pi); !st.IsSuccess() {
-			return nil, 0, st
-		}
-	}
-	if st := p.handle.RunFilterPluginsWithNominatedPods(ctx, cs, pod, nodeInfo); !st.IsSuccess() {
-		more, st := p.moreVictims(ctx, cs, pod, nodeInfo, cands, chosen, pdbs, remove)
-		if !st.IsSuccess() {
-			return nil, 0, st
-		}
-		victims = append(victims, more...)
-	}
-	if len(victims) == 0 {
-		return nil, 0, fwk.NewStatus(fwk.Unschedulable, "room on node "+name+" frees once slices being released are gone")
-	}
-	var slots []snapshot.Slot
-	for _, a := range plan.Assignments {
-		slots = append(slots, snapshot.Slot{Slot: mig.Slot{GPU: n.GPUs[a.GPU].UUID, Profile: a.Profile.Name, Placement: a.Placement},
-			Index: s.missing[a.Slice]})
-	}
-	pods := make([]*corev1.Pod, 0, len(victims))
-	names := make([]string, 0, len(victims))
-	for _, v := range victims {
-		pods = append(pods, v.GetPod())
-		names = append(names, v.GetPod().Namespace+"/"+v.GetPod().Name)
-	}
-	p.putDryRun(pod.UID, name, dryPlan{slots: slots, victims: names})
-	return pods, pdbViolations(pods, pdbs), nil
-}
-
-// planOn builds the node's holders from its claims and plans the request; spare keeps pods a
-// PDB protects out of the victims.
-func (p *Plugin) planOn(n *snapshot.Node, claims map[string][]snapshot.Claim, cands map[types.UID]fwk.PodInfo,
-	req *mig.Request, prio int32, pdbs []*policyv1.PodDisruptionBudget, spare bool) (mig.PreemptionPlan, bool, error) {
-	gpus := make([]mig.VictimGPU, len(n.GPUs))
-	for i, g := range n.GPUs {
-		gpus[i] = mig.VictimGPU{Model: g.Model, Usable: n.MIG.GPUs[i].Usable && g.Model.Valid()}
-		for _, c := range claims[g.UUID] {
-			h := mig.Holder{Instance: mig.Instance{Profile: c.Slot.Profile, Placement: c.Slot.Placement},
-				Owner: string(c.PodUID), Leaving: c.Leaving, Pinned: true, Priority: prio}
-			if pi, ok := cands[c.PodUID]; ok && c.PodUID != "" {
-				h.Pinned = spare && pdbProtects(pi.GetPod(), pdbs)
-				h.Priority = corev1helpers.PodPriority(pi.GetPod())
-			}
-			gpus[i].Holders = append(gpus[i].Holders, h)
-		}
-	}
-	return mig.PlanPreemption(gpus, req, prio)
-}
-
-// moreVictims is DefaultPreemption's way for what slices alone do not free: every other
-// candidate removed, then given back, PDB-protected ones first and the most important first,
-// as long as the pod still fits.
-func (p *Plugin) moreVictims(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo,
-	cands map[types.UID]fwk.PodInfo, chosen map[types.UID]bool, pdbs []*policyv1.PodDisruptionBudget,
-	remove func(fwk.PodInfo) *fwk.Status) ([]fwk.PodInfo, *fwk.Status) {
-	var others []fwk.PodInfo
-	for uid, pi := range cands {
-		if !chosen[uid] {
-			others = append(others, pi)
-		}
-	}
-	sort.Slice(others, func(i, j int) bool {
-		a, b := others[i].GetPod(), others[j].GetPod()
-		if pa, pb := pdbProtects(a, pdbs), pdbProtects(b, pdbs); pa != pb {
-			return pa
-		}
-		if corev1helpers.PodPriority(a) != corev1helpers.PodPriority(b) {
-			return corev1helpers.PodPriority(a) > corev1helpers.PodPriority(b)
-		}
-		if ta, tb := startTime(a), startTime(b); !ta.Equal(&tb) {
-			return ta.Before(&tb)
-		}
-		return a.UID < b.UID
-	})
-	for _, pi := range others {
-		if st := remove(pi); !st.IsSuccess() {
-			return nil, st
-		}
-	}
-	if st := p.handle.RunFilterPluginsWithNominatedPods(ctx, cs, pod, nodeInfo); !st.IsSuccess() {
-		return nil, st
-	}
-	var more []fwk.PodInfo
-	for _, pi := range others {
-		nodeInfo.AddPodInfo(pi)
-		if st := p.handle.RunPreFilterExtensionAddPod(ctx, cs, pod, pi, nodeInfo); !st.IsSuccess() {
-			return nil, st
-		}
-		if st := p.handle.RunFilterPluginsWithNominatedPods(ctx, cs, pod, nodeInfo); !st.IsSuccess() {
-			if st := remove(pi); !st.IsSuccess() {
-				return nil, st
-			}
-			more = append(more, pi)
-		}
-	}
-	return more, nil
-}
-
-func startTime(pod *corev1.Pod) metav1.Time {
-	if pod.Status.StartTime != nil {
-		return *pod.Status.StartTime
-	}
-	return pod.CreationTimestamp
-}
-
-// pdbMatches reports whether the PDB covers the pod and has not counted it disrupted yet.
-func pdbMatches(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) bool {
-	if pdb.Namespace != pod.Namespace {
-		return false
-	}
-	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-	if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
-		return false
-	}
-	_, disrupted := pdb.Status.DisruptedPods[pod.Name]
-	return !disrupted
-}
-
-// pdbProtects reports whether evicting the pod alone would violate a PDB.
-func pdbProtects(pod *corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) bool {
-	for _, pdb := range pdbs {
-		if pdbMatches(pdb, pod) && pdb.Status.DisruptionsAllowed <= 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// pdbViolations counts the victims whose eviction takes some PDB below its allowed
-// disruptions, the victims counted in order (as DefaultPreemption counts them).
-func pdbViolations(victims []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) int {
-	allowed := make([]int32, len(pdbs))
-	for i, pdb := range pdbs {
-		allowed[i] = pdb.Status.DisruptionsAllowed
-	}
-	n := 0
-	for _, v := range victims {
-		violates := false
-		for i, pdb := range pdbs {
-			if pdbMatches(pdb, v) {
-				allowed[i]--
-				violates = violates || allowed[i] < 0
-			}
-		}
-		if violates {
-			n++
-		}
-	}
-	return n
-}
-
 // dryPlan is what a dry run planned for the pod on one node.
 type dryPlan struct {
 	slots   []snapshot.Slot
@@ -385,25 +255,25 @@ type dryPlan struct {
 
 // putDryRun keeps the plan for the pod on a node during a dry run; keepDryRun makes the chosen
 // node's slots the pod's nomination, forgets the others and returns the chosen plan.
-func (p *Plugin) putDryRun(uid types.UID, node string, plan dryPlan) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.dryRun == nil {
-		p.dryRun = map[types.UID]map[string]dryPlan{}
+func (pr *preemptor) putDryRun(uid types.UID, node string, plan dryPlan) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.dryRun == nil {
+		pr.dryRun = map[types.UID]map[string]dryPlan{}
 	}
-	if p.dryRun[uid] == nil {
-		p.dryRun[uid] = map[string]dryPlan{}
+	if pr.dryRun[uid] == nil {
+		pr.dryRun[uid] = map[string]dryPlan{}
 	}
-	p.dryRun[uid][node] = plan
+	pr.dryRun[uid][node] = plan
 }
 
-func (p *Plugin) keepDryRun(pod *corev1.Pod, node string) dryPlan {
-	p.mu.Lock()
-	plan := p.dryRun[pod.UID][node]
-	delete(p.dryRun, pod.UID)
-	p.mu.Unlock()
+func (pr *preemptor) keepDryRun(pod *corev1.Pod, node string) dryPlan {
+	pr.mu.Lock()
+	plan := pr.dryRun[pod.UID][node]
+	delete(pr.dryRun, pod.UID)
+	pr.mu.Unlock()
 	if node != "" && plan.slots != nil {
-		p.setNomination(pod, node, plan.slots, true)
+		pr.held.set(pod, node, plan.slots, byPreemption, time.Time{})
 	}
 	return plan
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -32,7 +34,7 @@ func TestReserveTakesTheClearedPlacement(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPlugin(t, accel("n1", 1))
 			pod := migPod("high", "slicer.dev/mig-1g.10gb", "1")
-			p.setNomination(pod, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "1g.10gb", 0}}}.snapshotSlots(t), true)
+			p.held.set(pod, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "1g.10gb", 0}}}.snapshotSlots(t), byPreemption, time.Time{})
 			if tc.taken {
 				overlayPod{name: "other", slots: []overlaySlot{{0, "1g.10gb", 0}}}.allocate(t, p)
 			}
@@ -90,7 +92,10 @@ func TestPDBs(t *testing.T) {
 		{"allows one", []*policyv1.PodDisruptionBudget{pdb("ns", 1, app)}, []bool{false, false, false}, 1},
 		{"allows none", []*policyv1.PodDisruptionBudget{pdb("ns", 0, app)}, []bool{true, true, false}, 2},
 		{"other namespace", []*policyv1.PodDisruptionBudget{pdb("other", 0, app)}, []bool{false, false, false}, 0},
-		{"empty selector matches nothing", []*policyv1.PodDisruptionBudget{pdb("ns", 0, map[string]string{})}, []bool{false, false, false}, 0},
+		// As the Eviction API and the disruption controller read it (DefaultPreemption reads it
+		// as matching nothing).
+		{"empty selector matches every pod of the namespace", []*policyv1.PodDisruptionBudget{pdb("ns", 0, map[string]string{})}, []bool{true, true, true}, 3},
+		{"no selector matches nothing", []*policyv1.PodDisruptionBudget{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nil"}}}, []bool{false, false, false}, 0},
 		{"already disrupted", []*policyv1.PodDisruptionBudget{pdb("ns", 0, app, "a")}, []bool{false, true, false}, 1},
 	}
 	for _, tc := range cases {
@@ -108,7 +113,7 @@ func TestPDBs(t *testing.T) {
 }
 
 func TestEligibility(t *testing.T) {
-	pr := &preemptor{p: testPlugin(t)}
+	pr := testPreemptor(testPlugin(t))
 	never := migPod("never", "slicer.dev/mig-1g.10gb", "1")
 	never.Spec.PreemptionPolicy = ptr.To(corev1.PreemptNever)
 	if ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), never, nil); ok || !strings.Contains(msg, "preemptionPolicy is Never") {
@@ -130,8 +135,14 @@ func TestEligibility(t *testing.T) {
 
 func TestPreemptingMessage(t *testing.T) {
 	slot := snapshot.Slot{Slot: mig.Slot{GPU: "GPU-1", Profile: "3g.40gb", Placement: mig.Placement{Start: 4, Size: 4}}}
-	got := preemptingMessage("n1", dryPlan{slots: []snapshot.Slot{slot}, victims: []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f", "ns/g"}})
+	got := preemptingMessage("ns", "n1", dryPlan{slots: []snapshot.Slot{slot}, victims: []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f", "ns/g"}})
 	want := "preemption: room cleared on node n1 at GPU-1 3g.40gb@4; waiting for 7 pods of lower priority to terminate: ns/a, ns/b, ns/c, ns/d, ns/e, 2 more"
+	if got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	// A tenant reads its own namespace's victims by name, the others counted.
+	got = preemptingMessage("a", "n1", dryPlan{slots: []snapshot.Slot{slot}, victims: []string{"b/x", "a/y", "c/z"}})
+	want = "preemption: room cleared on node n1 at GPU-1 3g.40gb@4; waiting for 3 pods of lower priority to terminate: a/y, 2 pods of other namespaces"
 	if got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
@@ -144,13 +155,13 @@ func TestPreemptingMessage(t *testing.T) {
 func TestNominatedPodWaitsForTheSliceOfADeletedVictim(t *testing.T) {
 	p := testPlugin(t, accel("n1", 1))
 	high := migPod("high", "slicer.dev/mig-3g.40gb", "1")
-	p.setNomination(high, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "3g.40gb", 4}}}.snapshotSlots(t), true)
+	p.held.set(high, "n1", overlayPod{name: "high", slots: []overlaySlot{{0, "3g.40gb", 4}}}.snapshotSlots(t), byPreemption, time.Time{})
 	victim := overlayPod{name: "victim", slots: []overlaySlot{{0, "1g.10gb", 4}}}
 	victim.allocate(t, p)
 	kept := overlayPod{name: "kept", slots: []overlaySlot{{0, "1g.10gb", 0}}}
 	kept.allocate(t, p)
 	high.Status.NominatedNodeName = "n1"
-	pr := &preemptor{p: p}
+	pr := testPreemptor(p)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	onNode := func(o overlayPod) *corev1.Pod {
 		pod := o.pod()
@@ -159,19 +170,25 @@ func TestNominatedPodWaitsForTheSliceOfADeletedVictim(t *testing.T) {
 	}
 
 	// Both pods still there: nothing to wait for (the victim is not terminating).
-	p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim), onNode(kept)}, []*corev1.Node{node})}
+	pr.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim), onNode(kept)}, []*corev1.Node{node})}
 	if ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), high, nil); !ok {
 		t.Fatalf("with every pod present: not eligible: %s", msg)
 	}
 	// The victim's pod is gone, its allocation not yet deleting: wait for its slice only.
-	p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(kept)}, []*corev1.Node{node})}
+	pr.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(kept)}, []*corev1.Node{node})}
 	ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), high, nil)
-	if ok || !strings.Contains(msg, "ns/victim (pod deleted) to be released") {
+	if ok || !strings.Contains(msg, "pod ns/victim (deleted) to be released") {
 		t.Fatalf("with the victim's pod gone: eligible %v, %q", ok, msg)
 	}
 	// A gone pod's slice outside the cleared placement is not waited for.
-	p.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim)}, []*corev1.Node{node})}
+	pr.handle = snapshotHandle{snap: backendcache.NewSnapshot([]*corev1.Pod{onNode(victim)}, []*corev1.Node{node})}
 	if ok, msg := pr.PodEligibleToPreemptOthers(context.Background(), high, nil); !ok {
 		t.Fatalf("with a pod gone outside the cleared placement: not eligible: %s", msg)
 	}
+}
+
+// testPreemptor is the test plugin's preemption without an evaluator (the tests call its
+// preemption.Interface methods and its planning directly).
+func testPreemptor(p *Plugin) *preemptor {
+	return &preemptor{cache: p.cache, held: p.held, dryRun: map[types.UID]map[string]dryPlan{}}
 }

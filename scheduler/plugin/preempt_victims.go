@@ -22,5 +22,5 @@ func (pr *preemptor) SelectVictimsOnNode(ctx context.Context, cs fwk.CycleState,
 			possible = append(possible, pods[0])
 		}
 	}
-	return pr.p.selectVictims(ctx, cs, pod, nodeInfo, possible, pdbs)
+	return pr.selectVictims(ctx, cs, pod, nodeInfo, possible, pdbs)
 }

@@ -16,5 +16,5 @@ import (
 // priority).
 func (pr *preemptor) SelectVictimsOnNode(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo,
 	pdbs []*policyv1.PodDisruptionBudget) ([]*corev1.Pod, int, *fwk.Status) {
-	return pr.p.selectVictims(ctx, cs, pod, nodeInfo, slices.Clone(nodeInfo.GetPods()), pdbs)
+	return pr.selectVictims(ctx, cs, pod, nodeInfo, slices.Clone(nodeInfo.GetPods()), pdbs)
 }

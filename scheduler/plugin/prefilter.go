@@ -32,7 +32,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	s := &podState{slices: full.Slices(), freedGen: gen}
-	p.sweepDefrag()
+	p.defrag.sweep()
 	existing := p.cache.PodAllocations(pod.UID)
 	if len(existing) == 0 {
 		s.req = full
@@ -40,7 +40,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 			s.missing = append(s.missing, int32(i))
 		}
 		s.noRoom = "no GPU has free room for " + describe(s.slices)
-		if st := p.claimPledge(klog.FromContext(ctx), pod, s); st != nil {
+		if st := p.defrag.claim(klog.FromContext(ctx), pod, s); st != nil {
 			// Retried when room is freed. No state is written, so PostFilter neither
 			// preempts nor plans for it, and nothing preempts for a room being freed.
 			p.reject(klog.FromContext(ctx), pod, gen)

@@ -28,7 +28,6 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	p.holdDeferred() // before this pod can take a room a plan holds (defrag_evict.go)
 	r := &snapshot.Reservation{PodUID: pod.UID, Namespace: pod.Namespace, PodName: pod.Name, NodeName: nodeName,
 		Slots: append([]snapshot.Slot(nil), s.adopted...)}
 	if s.req != nil {
@@ -78,7 +77,7 @@ func (p *Plugin) place(pod *corev1.Pod, n *snapshot.Node, s *podState) ([]mig.As
 		ov = held
 	}
 	view := p.applyOverlay(n, ov)
-	if as := nominatedAssignments(n, view, s, p.nominatedSlots(pod.UID, n.Name)); as != nil {
+	if as := nominatedAssignments(n, view, s, p.held.slots(pod.UID, n.Name)); as != nil {
 		return as, nil
 	}
 	return mig.Place(view, s.req)

@@ -24,7 +24,7 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, no
 	if n == nil {
 		return 0, nil
 	}
-	if p.nominatedSlots(pod.UID, n.Name) != nil {
+	if p.held.slots(pod.UID, n.Name) != nil {
 		// Room was cleared or held for the pod here (preemption, or a defragmentation move
 		// whose replacement it is): Reserve takes it there.
 		return mig.MaxNodeScore, nil

@@ -39,6 +39,10 @@ type Node struct {
 	GPUs []GPU
 	// Reason is non-empty when no GPU of the node can take a slice, and says why.
 	Reason string
+	// Lacks maps each profile (NVIDIA spelling) the node's driver does not have on one of its
+	// GPUs' models to the reason Filter gives (driver.go); nil when it lacks none. Shared by
+	// the node's snapshots and never modified.
+	Lacks map[string]string
 }
 
 // Slot is one slice of a pod placed on a GPU: where (mig.Slot, shared with the agent) and
@@ -102,11 +106,14 @@ type Cache struct {
 	mu           sync.RWMutex
 	nodes        map[string]*Node                           // published snapshots
 	accels       map[string]*slicerv1alpha1.NodeAccelerator // by node name
+	lacks        map[string]map[string]string               // Node.Lacks by node name, set with accels
 	allocs       map[types.NamespacedName]*Allocation
 	nodeAllocs   map[string]map[types.NamespacedName]*Allocation
 	podAllocs    map[types.UID]map[types.NamespacedName]*Allocation
 	reservations map[types.UID]*Reservation
-	conflicted   map[string]bool // GPU UUIDs currently in conflict
+	// waiting are the reservations that wait for their slots (deferred.go).
+	waiting    map[types.UID]*Reservation
+	conflicted map[string]bool // GPU UUIDs currently in conflict
 	// waiters maps a pod to the channel closed at the next change of its allocations
 	// (PodChanged); the entry goes with the close, or with the pod's reservation.
 	waiters map[types.UID]chan struct{}
@@ -127,10 +134,12 @@ func New(log logr.Logger, events Events) *Cache {
 		log: log, events: events,
 		nodes:        map[string]*Node{},
 		accels:       map[string]*slicerv1alpha1.NodeAccelerator{},
+		lacks:        map[string]map[string]string{},
 		allocs:       map[types.NamespacedName]*Allocation{},
 		nodeAllocs:   map[string]map[types.NamespacedName]*Allocation{},
 		podAllocs:    map[types.UID]map[types.NamespacedName]*Allocation{},
 		reservations: map[types.UID]*Reservation{},
+		waiting:      map[types.UID]*Reservation{},
 		conflicted:   map[string]bool{},
 		waiters:      map[types.UID]chan struct{}{},
 		written:      map[types.UID]*written{},
@@ -200,6 +209,9 @@ func (c *Cache) SetNodeAccelerator(na *slicerv1alpha1.NodeAccelerator) {
 	c.mu.Lock()
 	old := c.accels[na.Name]
 	c.accels[na.Name] = na
+	if old == nil || old.Status.DriverVersion != na.Status.DriverVersion || !sameModels(old, na) {
+		c.lacks[na.Name] = driverLacks(na)
+	}
 	c.rebuild(na.Name)
 	c.mu.Unlock()
 	if old == nil || MayFreeRoom(old, na) != "" {
@@ -212,6 +224,7 @@ func (c *Cache) DeleteNodeAccelerator(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.accels, name)
+	delete(c.lacks, name)
 	c.rebuild(name)
 }
 
@@ -349,147 +362,30 @@ func (c *Cache) notify(uid types.UID) {
 	}
 }
 
-// Reserve holds the slots of a pod on a node, after checking that they are
-// still free (they were chosen on a snapshot that may be older). Slots the
-// pod already holds through its own allocations are accepted as they are.
-func (c *Cache) Reserve(r *Reservation) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.reservations[r.PodUID]; ok {
-		return fmt.Errorf("pod %s/%s already holds a reservation", r.Namespace, r.PodName)
-	}
-	n := c.nodes[r.NodeName]
-	if n == nil {
-		return fmt.Errorf("node %s has no NodeAccelerator", r.NodeName)
-	}
-	own := map[Slot]bool{}
-	for _, a := range c.podAllocs[r.PodUID] {
-		own[a.Slot] = true
-	}
-	states := map[string]mig.GPUState{}
-	usable := map[string]bool{}
-	for i, g := range n.GPUs {
-		states[g.UUID] = n.MIG.GPUs[i].State
-		usable[g.UUID] = n.MIG.GPUs[i].Usable
-	}
-	for _, s := range r.Slots {
-		if own[s] {
-			continue
-		}
-		st, ok := states[s.GPU]
-		if !ok || !usable[s.GPU] {
-			return fmt.Errorf("GPU %s of node %s is not usable", s.GPU, r.NodeName)
-		}
-		p, err := st.Model().Profile(s.Profile)
-		if err != nil {
-			return fmt.Errorf("GPU %s: %w", s.GPU, err)
-		}
-		next, err := st.Take(p, s.Placement)
-		if err != nil {
-			return fmt.Errorf("GPU %s of node %s: %w", s.GPU, r.NodeName, err)
-		}
-		states[s.GPU] = next
-	}
-	c.reservations[r.PodUID] = r
-	c.trackWrites(r)
-	c.rebuild(r.NodeName)
-	c.reportReservations()
-	return nil
-}
-
-// Commit marks a pod's reservation as committed (its allocations exist).
-func (c *Cache) Commit(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r := c.reservations[uid]; r != nil {
-		r.Committed = true
-		c.reportReservations()
-	}
-}
-
-// Reservation returns a copy of a pod's reservation, or nil.
-func (c *Cache) Reservation(uid types.UID) *Reservation {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	r := c.reservations[uid]
-	if r == nil {
-		return nil
-	}
-	cp := *r
-	cp.Slots = append([]Slot(nil), r.Slots...)
-	return &cp
-}
-
-// Unreserve drops a pod's reservation and returns it (nil when there was
-// none: Unreserve is idempotent). Dropping one frees room unless the pod's
-// allocations hold every slot of it (PostBind's case). A slot whose allocation
-// PreBind created (Created) but the snapshot does not show yet stays taken
-// until the informer shows it (unseen.go).
-func (c *Cache) Unreserve(uid types.UID) *Reservation {
-	c.mu.Lock()
-	c.notify(uid) // the pod's waiters are done (PostBind, Unreserve): wake any left, drop the channel
-	r := c.reservations[uid]
-	if r == nil {
-		c.mu.Unlock()
-		return nil
-	}
-	delete(c.reservations, uid)
-	held := c.keepUnseen(r) // created allocations the informer has not shown yet hold theirs
-	if held == nil {
-		held = map[Slot]bool{}
-	}
-	for _, a := range c.podAllocs[uid] {
-		if a.NodeName == r.NodeName {
-			held[a.Slot] = true
-		}
-	}
-	freed := false
-	for _, s := range r.Slots {
-		freed = freed || !held[s]
-	}
-	c.rebuild(r.NodeName)
-	c.reportReservations()
-	c.mu.Unlock()
-	if freed {
-		c.freed()
-	}
-	return r
-}
-
-// ReservationCount returns the number of reservations held.
-func (c *Cache) ReservationCount() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.reservations)
-}
-
-func (c *Cache) reportReservations() {
-	reserved, committed := 0, 0
-	for _, r := range c.reservations {
-		if r.Committed {
-			committed++
-		} else {
-			reserved++
-		}
-	}
-	c.events.ReservationsChanged(reserved, committed)
-}
-
 type holder struct {
 	slot Slot
 	pod  types.UID // "" for a slice the agent reports without an allocation we know
 }
 
-// rebuild recomputes and publishes the snapshot of one node. Called with the
-// write lock held.
+// rebuild recomputes and publishes the snapshot of one node, then takes the waiting
+// reservations of the node whose slots it shows free (deferred.go). Called with the write lock
+// held.
 func (c *Cache) rebuild(name string) {
+	c.rebuildNode(name)
+	for c.takeWaiting(name) {
+		c.rebuildNode(name)
+	}
+}
+
+// rebuildNode recomputes and publishes the snapshot of one node; c.mu is held.
+func (c *Cache) rebuildNode(name string) {
 	c.gen.Add(1)
 	na := c.accels[name]
 	if na == nil {
 		delete(c.nodes, name)
 		return
 	}
-	n := &Node{Name: name}
+	n := &Node{Name: name, Lacks: c.lacks[name]}
 	n.Reason = migapi.NodeBlocked(na)
 	if n.Reason == "" {
 		n.Reason = c.fenceReason(name)
@@ -520,7 +416,13 @@ func (c *Cache) rebuild(name string) {
 		gpu := GPU{Index: g.Index, UUID: g.UUID}
 		var state mig.GPUState
 		model, err := mig.ParseModel(string(g.Model))
-		_, gpu.Reason = migapi.GPUBlocked(na, &g)
+		var blocked migapi.Blocked
+		blocked, gpu.Reason = migapi.GPUBlocked(na, &g)
+		if blocked == migapi.BlockedHealth && g.HealthMessage != "" {
+			// Say why (an NVML error, an XID, a reset the driver asks for): the Pending
+			// reason of a pod that fits only there names it.
+			gpu.Reason += " (" + g.HealthMessage + ")"
+		}
 		if gpu.Reason == "" {
 			gpu.Reason = c.fenceReason(name)
 		}

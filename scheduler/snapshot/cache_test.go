@@ -11,6 +11,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/test/builder"
 )
 
 type countEvents struct{ conflicts, reserved, committed int }
@@ -18,14 +19,14 @@ type countEvents struct{ conflicts, reserved, committed int }
 func (e *countEvents) ReservationsChanged(r, c int) { e.reserved, e.committed = r, c }
 func (e *countEvents) Conflict()                    { e.conflicts++ }
 
+// accel is a NodeAccelerator of node with gpus healthy H100s (UUIDs GPU-<node>-a, -b, ...),
+// changed by each mutation.
 func accel(node string, gpus int, mut ...func(*slicerv1alpha1.NodeAccelerator)) *slicerv1alpha1.NodeAccelerator {
-	na := &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	for i := 0; i < gpus; i++ {
-		na.Status.GPUs = append(na.Status.GPUs, slicerv1alpha1.GPUStatus{
-			Index: int32(i), UUID: "GPU-" + node + "-" + string(rune('a'+i)), Model: "H100-80GB",
-			MIGMode: slicerv1alpha1.MIGModeEnabled, Health: slicerv1alpha1.GPUHealthy,
-		})
+	b := builder.Accelerator(node)
+	for i := range gpus {
+		b.GPU("GPU-"+node+"-"+string(rune('a'+i)), "H100-80GB")
 	}
+	na := b.Obj()
 	for _, m := range mut {
 		m(na)
 	}
@@ -403,4 +404,25 @@ func TestGenerationCountsEveryVisibleChange(t *testing.T) {
 	step("an unknown allocation deleted", false, func() { c.DeleteAllocation("ns", "nope") })
 	step("an allocation deleted", true, func() { c.DeleteAllocation("ns", "a") })
 	step("a NodeAccelerator removed", true, func() { c.DeleteNodeAccelerator("n1") })
+}
+
+// A GPU the agent reports unhealthy takes no new slice, and its reason says why (the agent's
+// health message: an XID, a reset the driver asks for); once healthy again it is usable.
+func TestUnhealthyGPUSaysWhy(t *testing.T) {
+	c := New(logr.Discard(), &countEvents{})
+	c.SetNodeAccelerator(accel("n1", 2, func(na *slicerv1alpha1.NodeAccelerator) {
+		na.Status.GPUs[0].Health = slicerv1alpha1.GPUUnhealthy
+		na.Status.GPUs[0].HealthMessage = "GPU 0 is unhealthy: the driver asks for a GPU reset"
+	}))
+	n := c.Node("n1")
+	if diff := cmp.Diff([]int{-1, 7}, free(n)); diff != "" {
+		t.Fatalf("free compute slices (-want +got):\n%s", diff)
+	}
+	if want := "GPU is Unhealthy (GPU 0 is unhealthy: the driver asks for a GPU reset)"; n.GPUs[0].Reason != want {
+		t.Fatalf("reason %q, want %q", n.GPUs[0].Reason, want)
+	}
+	c.SetNodeAccelerator(accel("n1", 2))
+	if got := free(c.Node("n1")); got[0] != 7 {
+		t.Fatalf("healthy again: %v", got)
+	}
 }

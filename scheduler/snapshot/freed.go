@@ -11,7 +11,8 @@ var blockingConditions = []string{slicerv1alpha1.ConditionOwnershipConflict, sli
 
 // MayFreeRoom says (in words, "" for no) whether a NodeAccelerator update may
 // have freed room: a blocking condition cleared, a GPU added or usable again
-// (or its model changed), or a slice gone from a GPU. Slices added, GPUs
+// (or its model changed), a slice gone from a GPU, or another driver version
+// (which may have profiles the older lacked, driver.go). Slices added, GPUs
 // gone or unusable, and changes to other fields free nothing. The cache
 // (SetNodeAccelerator) and the scheduler plugin's queueing hint both use it.
 func MayFreeRoom(oldNA, newNA *slicerv1alpha1.NodeAccelerator) string {
@@ -19,6 +20,9 @@ func MayFreeRoom(oldNA, newNA *slicerv1alpha1.NodeAccelerator) string {
 		if conditionTrue(oldNA.Status.Conditions, t) && !conditionTrue(newNA.Status.Conditions, t) {
 			return "condition " + t + " cleared"
 		}
+	}
+	if oldNA.Status.DriverVersion != newNA.Status.DriverVersion {
+		return "driver " + newNA.Status.DriverVersion + " replaced " + oldNA.Status.DriverVersion
 	}
 	oldGPUs := make(map[string]*slicerv1alpha1.GPUStatus, len(oldNA.Status.GPUs))
 	for i := range oldNA.Status.GPUs {

@@ -36,6 +36,15 @@ func (r Res) AndRequests(kv ...string) Res { r.requests = pairs(kv); return r }
 // None is a container without resources.
 var None = Res{}
 
+// with sets m[k] = v, making m when it is nil.
+func with(m map[string]string, k, v string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[k] = v
+	return m
+}
+
 func pairs(kv []string) map[string]string {
 	if len(kv)%2 != 0 {
 		panic("builder: resources come in name, value pairs")
@@ -153,19 +162,13 @@ func (b *PodBuilder) RestartNever() *PodBuilder {
 
 // Label sets a label.
 func (b *PodBuilder) Label(k, v string) *PodBuilder {
-	if b.pod.Labels == nil {
-		b.pod.Labels = map[string]string{}
-	}
-	b.pod.Labels[k] = v
+	b.pod.Labels = with(b.pod.Labels, k, v)
 	return b
 }
 
 // Annotation sets an annotation.
 func (b *PodBuilder) Annotation(k, v string) *PodBuilder {
-	if b.pod.Annotations == nil {
-		b.pod.Annotations = map[string]string{}
-	}
-	b.pod.Annotations[k] = v
+	b.pod.Annotations = with(b.pod.Annotations, k, v)
 	return b
 }
 
@@ -185,10 +188,7 @@ func Node(name string) *NodeBuilder {
 
 // Label sets a label.
 func (b *NodeBuilder) Label(k, v string) *NodeBuilder {
-	if b.node.Labels == nil {
-		b.node.Labels = map[string]string{}
-	}
-	b.node.Labels[k] = v
+	b.node.Labels = with(b.node.Labels, k, v)
 	return b
 }
 

@@ -133,6 +133,8 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 
 	It("frees the slices of two finished 7g.80gb pods (one Succeeded, one Failed, objects kept) for the next two; a restarting pod keeps its slice", expectFinishedPodsFreeTheirSlices)
 
+	It("takes a GPU out on an XID that breaks it: the next pod goes to the other H100, the running one stays, and the reset brings the GPU back", expectXIDTakesTheGPUOut)
+
 	It("preempts by geometry: a high-priority pod evicts the fewest pods of lower priority and runs (I13)", preemptionSpec)
 
 	It("after an emulated reboot, restartable slice pods run again at their slots or are rejected and replaced; none without its device (I14)", expectRebootGivesSlicesBack)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -49,6 +51,43 @@ func (a *RecordingAdvertiser) IDs() map[string]string {
 		out[d.ID] = d.Resource
 	}
 	return out
+}
+
+// Health returns whether each advertised device ID is reported healthy to the kubelet.
+func (a *RecordingAdvertiser) Health() map[string]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]bool{}
+	for _, d := range a.devs {
+		out[d.ID] = d.Healthy
+	}
+	return out
+}
+
+// KillSwitch cuts a component's way to the apiserver the moment it is killed: from then on
+// none of its requests goes out, as none leaves a killed process. Tests that kill an agent at
+// a crash point (emulated.Backend.CrashAfter) give it Config and set Dead then.
+type KillSwitch struct{ Dead atomic.Bool }
+
+// Config is cfg with every request failing once the switch is Dead.
+func (k *KillSwitch) Config(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return killable{rt: rt, k: k}
+	}
+	return out
+}
+
+type killable struct {
+	rt http.RoundTripper
+	k  *KillSwitch
+}
+
+func (t killable) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t.k.Dead.Load() {
+		return nil, errors.New("the process was killed")
+	}
+	return t.rt.RoundTrip(r)
 }
 
 // StaticUsage is a settable UsageSource (device ID → "namespace/name" of the pod).

@@ -18,19 +18,19 @@ func (d *device) gpu() *gpu { return d.b.gpus[d.index] }
 func (d *device) UUID() (string, error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	return d.gpu().uuid, d.b.checkInit("DeviceGetUUID")
+	return d.gpu().uuid, d.b.call(OpUUID)
 }
 
 func (d *device) Name() (string, error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	return "Emulated NVIDIA " + d.gpu().model.String(), d.b.checkInit("DeviceGetName")
+	return "Emulated NVIDIA " + d.gpu().model.String(), d.b.call(OpName)
 }
 
 func (d *device) MemoryMiB() (uint64, error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	return d.gpu().model.MemoryMiB(), d.b.checkInit("DeviceGetMemoryInfo")
+	return d.gpu().model.MemoryMiB(), d.b.call(OpMemory)
 }
 
 func (d *device) PCIDeviceID() (uint32, error) {
@@ -38,16 +38,16 @@ func (d *device) PCIDeviceID() (uint32, error) {
 	defer d.b.mu.Unlock()
 	ids := d.gpu().model.PCIDeviceIDs()
 	if len(ids) == 0 {
-		return 0, d.b.checkInit("DeviceGetPciInfo")
+		return 0, d.b.call(OpPCIInfo)
 	}
-	return uint32(ids[0])<<16 | 0x10DE, d.b.checkInit("DeviceGetPciInfo")
+	return uint32(ids[0])<<16 | 0x10DE, d.b.call(OpPCIInfo)
 }
 
 func (d *device) MIGMode() (current, pending nvml.MIGMode, err error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
 	m := d.gpu().migMode
-	return m, m, d.b.checkInit("DeviceGetMigMode")
+	return m, m, d.b.call(OpMIGMode)
 }
 
 func (d *device) profile(op string, nvmlProfile int) (mig.Profile, error) {
@@ -61,10 +61,10 @@ func (d *device) profile(op string, nvmlProfile int) (mig.Profile, error) {
 }
 
 func (d *device) GPUInstanceProfileInfo(profile int) (nvml.GPUInstanceProfileInfo, error) {
-	const op = "DeviceGetGpuInstanceProfileInfo"
+	const op = OpGPUInstanceProfileInfo
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	if err := d.b.checkInit(op); err != nil {
+	if err := d.b.call(op); err != nil {
 		return nvml.GPUInstanceProfileInfo{}, err
 	}
 	if d.gpu().migMode != nvml.MIGEnabled {
@@ -81,10 +81,10 @@ func (d *device) GPUInstanceProfileInfo(profile int) (nvml.GPUInstanceProfileInf
 }
 
 func (d *device) GPUInstancePossiblePlacements(info nvml.GPUInstanceProfileInfo) ([]nvml.Placement, error) {
-	const op = "DeviceGetGpuInstancePossiblePlacements"
+	const op = OpPossiblePlacements
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	if err := d.b.checkInit(op); err != nil {
+	if err := d.b.call(op); err != nil {
 		return nil, err
 	}
 	p, err := d.profile(op, info.Profile)
@@ -115,14 +115,15 @@ func (d *device) CreateGPUInstanceWithPlacement(info nvml.GPUInstanceProfileInfo
 	if err := d.b.saveLocked(); err != nil {
 		return nil, nvml.NewError(OpCreateGPUInstance, nvml.ErrorUnknown, err.Error())
 	}
+	d.b.done(OpCreateGPUInstance)
 	return &gpuInstanceHandle{d: d, id: gi.id}, nil
 }
 
 func (d *device) GPUInstances(info nvml.GPUInstanceProfileInfo) ([]nvml.GPUInstance, error) {
-	const op = "DeviceGetGpuInstances"
+	const op = OpGPUInstances
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	if err := d.b.checkInit(op); err != nil {
+	if err := d.b.call(op); err != nil {
 		return nil, err
 	}
 	var ids []int
@@ -142,7 +143,7 @@ func (d *device) GPUInstances(info nvml.GPUInstanceProfileInfo) ([]nvml.GPUInsta
 func (d *device) MIGDevices() ([]nvml.MIGDevice, error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
-	if err := d.b.checkInit("DeviceGetMigDeviceHandleByIndex"); err != nil {
+	if err := d.b.call(OpMIGDevices); err != nil {
 		return nil, err
 	}
 	var out []nvml.MIGDevice
@@ -165,10 +166,9 @@ type gpuInstanceHandle struct {
 	id int
 }
 
+// get is the GPU instance behind the handle; op (already counted by call or begin) names
+// the call in the error.
 func (h *gpuInstanceHandle) get(op string) (*gpuInstance, error) {
-	if err := h.d.b.checkInit(op); err != nil {
-		return nil, err
-	}
 	gi := h.d.gpu().gis[h.id]
 	if gi == nil {
 		return nil, nvml.NewError(op, nvml.ErrorNotFound, fmt.Sprintf("GPU instance %d is gone", h.id))
@@ -179,7 +179,10 @@ func (h *gpuInstanceHandle) get(op string) (*gpuInstance, error) {
 func (h *gpuInstanceHandle) Info() (nvml.GPUInstanceInfo, error) {
 	h.d.b.mu.Lock()
 	defer h.d.b.mu.Unlock()
-	gi, err := h.get("GpuInstanceGetInfo")
+	if err := h.d.b.call(OpGPUInstanceInfo); err != nil {
+		return nvml.GPUInstanceInfo{}, err
+	}
+	gi, err := h.get(OpGPUInstanceInfo)
 	if err != nil {
 		return nvml.GPUInstanceInfo{}, err
 	}
@@ -187,9 +190,12 @@ func (h *gpuInstanceHandle) Info() (nvml.GPUInstanceInfo, error) {
 }
 
 func (h *gpuInstanceHandle) ComputeInstanceProfileInfo(profile int) (nvml.ComputeInstanceProfileInfo, error) {
-	const op = "GpuInstanceGetComputeInstanceProfileInfo"
+	const op = OpComputeInstanceProfileInfo
 	h.d.b.mu.Lock()
 	defer h.d.b.mu.Unlock()
+	if err := h.d.b.call(op); err != nil {
+		return nvml.ComputeInstanceProfileInfo{}, err
+	}
 	gi, err := h.get(op)
 	if err != nil {
 		return nvml.ComputeInstanceProfileInfo{}, err
@@ -218,13 +224,17 @@ func (h *gpuInstanceHandle) CreateComputeInstance(info nvml.ComputeInstanceProfi
 	if err := h.d.b.saveLocked(); err != nil {
 		return nil, nvml.NewError(OpCreateComputeInstance, nvml.ErrorUnknown, err.Error())
 	}
+	h.d.b.done(OpCreateComputeInstance)
 	return &computeInstanceHandle{gi: h, id: ci.id}, nil
 }
 
 func (h *gpuInstanceHandle) ComputeInstances(info nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstance, error) {
 	h.d.b.mu.Lock()
 	defer h.d.b.mu.Unlock()
-	gi, err := h.get("GpuInstanceGetComputeInstances")
+	if err := h.d.b.call(OpComputeInstances); err != nil {
+		return nil, err
+	}
+	gi, err := h.get(OpComputeInstances)
 	if err != nil {
 		return nil, err
 	}
@@ -265,6 +275,7 @@ func (h *gpuInstanceHandle) Destroy() error {
 	if err := h.d.b.saveLocked(); err != nil {
 		return nvml.NewError(OpDestroyGPUInstance, nvml.ErrorUnknown, err.Error())
 	}
+	h.d.b.done(OpDestroyGPUInstance)
 	return nil
 }
 
@@ -289,7 +300,10 @@ func (h *computeInstanceHandle) Info() (nvml.ComputeInstanceInfo, error) {
 	b := h.gi.d.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, ci, err := h.get("ComputeInstanceGetInfo")
+	if err := b.call(OpComputeInstanceInfo); err != nil {
+		return nvml.ComputeInstanceInfo{}, err
+	}
+	_, ci, err := h.get(OpComputeInstanceInfo)
 	if err != nil {
 		return nvml.ComputeInstanceInfo{}, err
 	}
@@ -314,6 +328,7 @@ func (h *computeInstanceHandle) Destroy() error {
 	if err := b.saveLocked(); err != nil {
 		return nvml.NewError(OpDestroyComputeInst, nvml.ErrorUnknown, err.Error())
 	}
+	b.done(OpDestroyComputeInst)
 	return nil
 }
 

@@ -3,8 +3,9 @@
 // NVML's error codes: an overlapping or over-limit GPU instance fails with
 // ERROR_INSUFFICIENT_RESOURCES, destroying a GPU instance that still has a
 // compute instance or a compute instance in use fails with ERROR_IN_USE.
-// Tests can inject latency and faults. With a state file the MIG state survives
-// a process restart (as on real hardware); deleting the file is a reboot.
+// Tests can inject faults, slow calls and crash points on every call (faults.go) and raise
+// XIDs (events.go). With a state file the MIG state survives a process restart (as on real
+// hardware); deleting the file is a reboot.
 package emulated
 
 import (
@@ -22,15 +23,6 @@ import (
 
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
-)
-
-// Operation names used for fault injection and latency (NVML function names).
-const (
-	OpInit                  = "Init"
-	OpCreateGPUInstance     = "CreateGpuInstanceWithPlacement"
-	OpCreateComputeInstance = "CreateComputeInstance"
-	OpDestroyComputeInst    = "ComputeInstanceDestroy"
-	OpDestroyGPUInstance    = "GpuInstanceDestroy"
 )
 
 // DriverVersion is what the emulated driver reports.
@@ -89,10 +81,14 @@ type Backend struct {
 	initialized bool
 	gpus        []*gpu
 	seq         uint64
-	faults      map[string][]nvml.Return
+	faults      map[string][]Fault
+	policy      func(op string) Fault
+	crashes     map[string]*crashPoint
+	crashed     bool
 	inUse       map[string]bool
 	calls       map[string]int
 	initFail    nvml.Return
+	sets        []*eventSet
 }
 
 type gpu struct {
@@ -102,6 +98,8 @@ type gpu struct {
 	migMode nvml.MIGMode
 	state   mig.GPUState
 	gis     map[int]*gpuInstance
+	// recovery is the recovery action the driver reports (events.go).
+	recovery nvml.RecoveryAction
 }
 
 type gpuInstance struct {
@@ -124,7 +122,7 @@ func New(opts Options) (*Backend, error) {
 	if len(opts.GPUs) == 0 {
 		return nil, errors.New("emulated NVML: no GPUs")
 	}
-	b := &Backend{opts: opts, faults: map[string][]nvml.Return{}, inUse: map[string]bool{}, calls: map[string]int{}}
+	b := &Backend{opts: opts, faults: map[string][]Fault{}, crashes: map[string]*crashPoint{}, inUse: map[string]bool{}, calls: map[string]int{}}
 	disabled := map[int]bool{}
 	for _, i := range opts.MIGDisabled {
 		disabled[i] = true
@@ -161,23 +159,6 @@ func migUUID(gpuUUID string, gi, ci int, seq uint64) string {
 	return fmt.Sprintf("MIG-%08x-%04x-4%03x-8%03x-%012x", uint32(v>>32), uint16(v>>16), uint16(v)&0xfff, seq&0xfff, v&0xffffffffffff)
 }
 
-// InjectFault makes the next n calls of op fail with r (in order, after any
-// faults already queued for op).
-func (b *Backend) InjectFault(op string, r nvml.Return, n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for range n {
-		b.faults[op] = append(b.faults[op], r)
-	}
-}
-
-// FailInit makes Init fail with r (Success to clear), e.g. ErrorDriverNotLoaded.
-func (b *Backend) FailInit(r nvml.Return) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.initFail = r
-}
-
 // SetInUse marks a MIG device as used by a process: destroying its compute
 // instance fails with ERROR_IN_USE until it is cleared.
 func (b *Backend) SetInUse(migUUID string, inUse bool) {
@@ -197,13 +178,15 @@ func (b *Backend) Calls(op string) int {
 	return b.calls[op]
 }
 
-// Reboot empties every GPU, as a node reboot does (MIG mode is kept).
+// Reboot empties every GPU, as a node reboot does (MIG mode is kept), and clears the
+// recovery actions the GPUs asked for.
 func (b *Backend) Reboot() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, g := range b.gpus {
 		g.gis = map[int]*gpuInstance{}
 		g.state = mig.EmptyGPU(g.model)
+		g.recovery = nvml.RecoveryNone
 	}
 	b.inUse = map[string]bool{}
 	return b.saveLocked()
@@ -282,52 +265,19 @@ func (b *Backend) CreateInstance(gpuIndex int, profile string, start int, bare b
 	return ci.uuid, b.saveLocked()
 }
 
-// begin counts the call, applies latency and returns an injected fault.
-// It is called with b.mu held and releases it while sleeping.
-func (b *Backend) begin(op string) error {
-	b.calls[op]++
-	if !b.initialized && op != OpInit {
-		return nvml.NewError(op, nvml.ErrorUninitialized, "")
-	}
-	if b.opts.Latency > 0 && op != OpInit {
-		b.mu.Unlock()
-		time.Sleep(b.opts.Latency)
-		b.mu.Lock()
-	}
-	return b.fault(op)
-}
-
-// fault returns the next fault injected for op, if any. Called with b.mu held.
-func (b *Backend) fault(op string) error {
-	if q := b.faults[op]; len(q) > 0 {
-		r := q[0]
-		b.faults[op] = q[1:]
-		return nvml.NewError(op, r, "injected fault")
-	}
-	return nil
-}
-
-// checkInit fails a query when NVML is not initialized, or with a fault injected for op (e.g.
-// "DeviceGetMigMode", which makes the agent see that GPU as unhealthy). Called with b.mu held.
-func (b *Backend) checkInit(op string) error {
-	if !b.initialized {
-		return nvml.NewError(op, nvml.ErrorUninitialized, "")
-	}
-	return b.fault(op)
-}
-
 // Init implements nvml.Library.
 func (b *Backend) Init() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.calls[OpInit]++
+	if b.crashed {
+		return b.deadErr(OpInit)
+	}
 	if b.initFail != nvml.Success {
 		return nvml.NewError(OpInit, b.initFail, "injected fault")
 	}
-	if q := b.faults[OpInit]; len(q) > 0 {
-		r := q[0]
-		b.faults[OpInit] = q[1:]
-		return nvml.NewError(OpInit, r, "injected fault")
+	if err := b.fault(OpInit); err != nil {
+		return err
 	}
 	b.initialized = true
 	return nil
@@ -345,7 +295,7 @@ func (b *Backend) Shutdown() error {
 func (b *Backend) DriverVersion() (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.checkInit("SystemGetDriverVersion"); err != nil {
+	if err := b.call(OpDriverVersion); err != nil {
 		return "", err
 	}
 	return DriverVersion, nil
@@ -355,7 +305,7 @@ func (b *Backend) DriverVersion() (string, error) {
 func (b *Backend) DeviceCount() (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.checkInit("DeviceGetCount"); err != nil {
+	if err := b.call(OpDeviceCount); err != nil {
 		return 0, err
 	}
 	return len(b.gpus), nil
@@ -365,11 +315,11 @@ func (b *Backend) DeviceCount() (int, error) {
 func (b *Backend) Device(index int) (nvml.Device, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.checkInit("DeviceGetHandleByIndex"); err != nil {
+	if err := b.call(OpDeviceHandle); err != nil {
 		return nil, err
 	}
 	if index < 0 || index >= len(b.gpus) {
-		return nil, nvml.NewError("DeviceGetHandleByIndex", nvml.ErrorInvalidArgument, fmt.Sprintf("no device %d", index))
+		return nil, nvml.NewError(OpDeviceHandle, nvml.ErrorInvalidArgument, fmt.Sprintf("no device %d", index))
 	}
 	return &device{b: b, index: index}, nil
 }
@@ -439,6 +389,8 @@ type persistedGPU struct {
 	UUID      string        `json:"uuid"`
 	Model     string        `json:"model"`
 	Instances []persistedGI `json:"instances"`
+	// RecoveryAction is what the driver asks of the GPU after an XID (events.go).
+	RecoveryAction nvml.RecoveryAction `json:"recoveryAction,omitempty"`
 }
 
 type persistedGI struct {
@@ -475,6 +427,7 @@ func (b *Backend) load() error {
 		if pg.UUID != g.uuid || pg.Model != g.model.String() {
 			return fmt.Errorf("emulated NVML state %s: GPU %d is %s %s, configured %s %s", b.opts.StateFile, i, pg.Model, pg.UUID, g.model, g.uuid)
 		}
+		g.recovery = pg.RecoveryAction
 		for _, pgi := range pg.Instances {
 			prof, err := g.model.Profile(pgi.Profile)
 			if err != nil {
@@ -495,14 +448,15 @@ func (b *Backend) load() error {
 	return nil
 }
 
-// saveLocked writes the state file atomically (b.mu held).
+// saveLocked writes the state file atomically (b.mu held); a backend killed at a crash point
+// writes nothing any more.
 func (b *Backend) saveLocked() error {
-	if b.opts.StateFile == "" {
+	if b.opts.StateFile == "" || b.crashed {
 		return nil
 	}
 	p := persisted{Seq: b.seq}
 	for _, g := range b.gpus {
-		pg := persistedGPU{UUID: g.uuid, Model: g.model.String(), Instances: []persistedGI{}}
+		pg := persistedGPU{UUID: g.uuid, Model: g.model.String(), Instances: []persistedGI{}, RecoveryAction: g.recovery}
 		ids := make([]int, 0, len(g.gis))
 		for id := range g.gis {
 			ids = append(ids, id)

@@ -2,9 +2,11 @@ package emulated
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 
+	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
 )
 
@@ -45,4 +47,80 @@ func ReadStateFile(path string) ([]StateInstance, error) {
 		}
 	}
 	return out, nil
+}
+
+// Control is what a test outside the agent's process (e2e, on the node) asks of its
+// emulated NVML: XIDs to raise and GPUs to recover (events.go). It is written to
+// ControlPath(state file) with SendControl; the backend applies it once, at its next event
+// wait (the health watcher waits in turn, so within a fraction of a second), and removes it.
+type Control struct {
+	XIDs    []ControlXID `json:"xids,omitempty"`
+	Recover []int        `json:"recover,omitempty"`
+}
+
+// ControlXID is an XID of a Control; GPUInstance absent is the whole GPU.
+type ControlXID struct {
+	GPU            int                 `json:"gpu"`
+	GPUInstance    *int                `json:"gpuInstance,omitempty"`
+	XID            int                 `json:"xid"`
+	RecoveryAction nvml.RecoveryAction `json:"recoveryAction,omitempty"`
+	Unavailable    bool                `json:"unavailable,omitempty"`
+}
+
+// ControlPath is the control file of the backend whose state file is stateFile.
+func ControlPath(stateFile string) string { return stateFile + ".control" }
+
+// SendControl writes c for the backend of stateFile (atomically: temp file and rename).
+func SendControl(stateFile string, c Control) error {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("emulated NVML control: %w", err)
+	}
+	tmp := ControlPath(stateFile) + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("emulated NVML control: %w", err)
+	}
+	if err := os.Rename(tmp, ControlPath(stateFile)); err != nil {
+		return fmt.Errorf("emulated NVML control: %w", err)
+	}
+	return nil
+}
+
+// ControlPending reports whether a control sent for stateFile is not applied yet.
+func ControlPending(stateFile string) bool {
+	_, err := os.Stat(ControlPath(stateFile))
+	return err == nil
+}
+
+// applyControl applies and removes the backend's control file, if there is one; an
+// unreadable or invalid one is removed too, and its error returned.
+func (b *Backend) applyControl() error {
+	if b.opts.StateFile == "" {
+		return nil
+	}
+	path := ControlPath(b.opts.StateFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	defer func() { _ = os.Remove(path) }()
+	if err != nil {
+		return fmt.Errorf("emulated NVML control: %w", err)
+	}
+	var c Control
+	if err := json.Unmarshal(data, &c); err != nil {
+		return fmt.Errorf("emulated NVML control %s: %w", path, err)
+	}
+	var errs []error
+	for _, x := range c.XIDs {
+		gi := -1
+		if x.GPUInstance != nil {
+			gi = *x.GPUInstance
+		}
+		errs = append(errs, b.RaiseXID(XID{GPU: x.GPU, GPUInstance: gi, Code: x.XID, Action: x.RecoveryAction, Unavailable: x.Unavailable}))
+	}
+	for _, i := range c.Recover {
+		errs = append(errs, b.Recover(i))
+	}
+	return errors.Join(errs...)
 }

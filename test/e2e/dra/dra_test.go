@@ -132,6 +132,8 @@ var _ = Describe("Slicer's DRA frontend on the local node, stock kube-scheduler 
 
 	It("after an emulated reboot, prepares the claims again: both pods run again at their placements on recreated instances (I14)", expectRebootPreparesAgain)
 
+	It("taints a GPU's devices on an XID that breaks it: the next pod goes to the other GPU, the running one stays, and the reset brings the devices back", expectXIDTakesTheGPUOut)
+
 	It("survives a churn of 120 bridge pods of mixed profiles in waves: no two allocated slices or instances ever overlap, all destroyed at the end", func(ctx SpecContext) {
 		const ns = "e2e-dra-churn"
 		createNamespace(ctx, ns)

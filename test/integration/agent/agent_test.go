@@ -125,36 +125,6 @@ var _ = Describe("node agent", func() {
 		n.invariants()
 	})
 
-	It("converges after a crash between GPU instance and compute instance create (S: kill between GI and CI)", func() {
-		n := newNode("n-crash", mig.H100_80GB)
-		DeferCleanup(n.cleanup)
-		n.backend.InjectFault(emulated.OpCreateComputeInstance, nvml.ErrorUnknown, 1000)
-		Expect(n.backend.Init()).To(Succeed())
-		n.start()
-		a := n.allocate(0, "2g.20gb", 2, 2)
-		Eventually(func(g Gomega) {
-			got := n.get(a)
-			g.Expect(got.Status.State).To(Equal(slicerv1alpha1.AllocationCreating))
-			g.Expect(got.Status.Reason).To(Equal(slicerv1alpha1.ReasonNVMLError))
-		}).WithTimeout(30 * time.Second).Should(Succeed())
-		// The agent dies with a bare GPU instance on the GPU; a new process starts.
-		n.stop()
-		ins := n.backend.Instances()
-		Expect(ins).To(HaveLen(1))
-		Expect(ins[0].ComputeInstance).To(Equal(-1))
-		n.newBackend()
-		n.start()
-		got := n.waitReady(a)
-		Expect(n.backend.Instances()).To(HaveLen(1))
-		Expect(n.backend.Instances()[0].GPUInstance).To(Equal(ins[0].GPUInstance), "the bare GPU instance is finished, not replaced")
-		Expect(n.backend.Calls(emulated.OpCreateGPUInstance)).To(Equal(0), "the restarted agent creates no second GPU instance")
-		Expect(got.Status.MIGDeviceUUID).NotTo(BeEmpty())
-		n.invariants()
-		n.release(a)
-		n.waitGone(a)
-		n.invariants()
-	})
-
 	It("retries a failed destroy until it succeeds", func() {
 		n := newNode("n-destroy", mig.H200_141GB)
 		DeferCleanup(n.cleanup)

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -31,6 +32,7 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/suite"
 )
 
 var (
@@ -45,15 +47,8 @@ func TestAgent(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	var err error
-	env, err = framework.Start(framework.Options{WithoutExternalCRDs: true})
-	Expect(err).NotTo(HaveOccurred())
+	env = suite.Start(framework.Options{WithoutExternalCRDs: true}, "team-a")
 	k8s = env.Client
-	Expect(k8s.Create(ctx, framework.MakeNamespace("team-a"))).To(Succeed())
-})
-
-var _ = AfterSuite(func() {
-	Expect(env.Stop()).To(Succeed())
 })
 
 // node is one emulated GPU node with its agent.
@@ -69,6 +64,8 @@ type node struct {
 	metrics *engine.Metrics
 	grace   time.Duration
 	seq     int
+	// cfg, when set, is how the agent reaches the apiserver (default the Env's).
+	cfg *rest.Config
 }
 
 func newNode(name string, models ...mig.Model) *node {
@@ -90,7 +87,7 @@ func (n *node) newBackend() {
 func (n *node) start() {
 	n.metrics = engine.NewMetrics(prometheus.NewRegistry())
 	a, err := env.StartAgent(framework.AgentOptions{Node: n.name, Library: n.backend, CDIDir: n.cdiDir, OrphanGrace: n.grace,
-		Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics, PodGone: true}, zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+		Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics, PodGone: true, Config: n.cfg}, zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	Expect(err).NotTo(HaveOccurred())
 	n.agent = a
 }

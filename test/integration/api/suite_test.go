@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/suite"
 )
 
 var (
@@ -26,14 +27,6 @@ func TestAPI(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	var err error
-	env, err = framework.Start(framework.Options{})
-	Expect(err).NotTo(HaveOccurred())
+	env = suite.Start(framework.Options{}, "team-a")
 	k8s = env.Client
-	GinkgoWriter.Printf("kube-apiserver reports %s\n", env.ServerVersion)
-	Expect(k8s.Create(ctx, framework.MakeNamespace("team-a"))).To(Succeed())
-})
-
-var _ = AfterSuite(func() {
-	Expect(env.Stop()).To(Succeed())
 })

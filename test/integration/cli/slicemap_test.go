@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -29,11 +28,6 @@ func runCLI(args ...string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
 	code := cli.Run(ctx, args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
-}
-
-// migPod is a pod asking for n of a Slicer MIG resource.
-func migPod(ns, name, res string, n int64) *corev1.Pod {
-	return builder.Pod(ns, name).Container("main", builder.Both(res, strconv.FormatInt(n, 10))).Obj()
 }
 
 func setPodStatus(p *corev1.Pod, mutate func(*corev1.PodStatus)) {
@@ -93,15 +87,13 @@ var _ = Describe("slicer slice-map", Ordered, func() {
 	BeforeAll(func() {
 		Expect(k8s.Create(ctx, framework.MakeNamespace(ns))).To(Succeed())
 
-		trainPod = migPod(ns, "train", "slicer.dev/mig-3g.40gb", 1)
-		trainPod.Spec.NodeName = node
+		trainPod = builder.Pod(ns, "train").Node(node).Container("main", builder.Both("slicer.dev/mig-3g.40gb", "1")).Obj()
 		Expect(k8s.Create(ctx, trainPod)).To(Succeed())
 		setPodStatus(trainPod, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning })
-		inferPod = migPod(ns, "infer", "slicer.dev/mig-1g.10gb", 1)
-		inferPod.Spec.NodeName = node
+		inferPod = builder.Pod(ns, "infer").Node(node).Container("main", builder.Both("slicer.dev/mig-1g.10gb", "1")).Obj()
 		Expect(k8s.Create(ctx, inferPod)).To(Succeed())
 		setPodStatus(inferPod, func(s *corev1.PodStatus) { s.Phase = corev1.PodPending })
-		waitingPod = migPod(ns, "waiting", "slicer.dev/mig-7g.80gb", 1)
+		waitingPod = builder.Pod(ns, "waiting").Container("main", builder.Both("slicer.dev/mig-7g.80gb", "1")).Obj()
 		Expect(k8s.Create(ctx, waitingPod)).To(Succeed())
 		setPodStatus(waitingPod, func(s *corev1.PodStatus) {
 			s.Phase = corev1.PodPending
@@ -193,7 +185,7 @@ WHY PENDING (Slicer's view of the GPUs above)
 	It("shows a pod whose allocation outlived it", func() {
 		Expect(k8s.Delete(ctx, trainPod, client.GracePeriodSeconds(0))).To(Succeed())
 		DeferCleanup(func() {
-			trainPod = migPod(ns, "train", "slicer.dev/mig-3g.40gb", 1)
+			trainPod = builder.Pod(ns, "train").Container("main", builder.Both("slicer.dev/mig-3g.40gb", "1")).Obj()
 			// The recreated pod has a new UID: the allocation is then stale.
 			Expect(k8s.Create(ctx, trainPod)).To(Succeed())
 		})

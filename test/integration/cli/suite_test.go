@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/suite"
 )
 
 var (
@@ -31,9 +32,7 @@ func TestCLI(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	var err error
-	env, err = framework.Start(framework.Options{WithoutExternalCRDs: true})
-	Expect(err).NotTo(HaveOccurred())
+	env = suite.Start(framework.Options{WithoutExternalCRDs: true})
 	k8s = env.Client
 	user, err := env.Environment.AddUser(envtest.User{Name: "slicer-cli", Groups: []string{"system:masters"}}, nil)
 	Expect(err).NotTo(HaveOccurred())
@@ -41,8 +40,4 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 	Expect(os.WriteFile(kubeconfig, data, 0o600)).To(Succeed())
-})
-
-var _ = AfterSuite(func() {
-	Expect(env.Stop()).To(Succeed())
 })

@@ -16,9 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +36,7 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 	"github.com/slicer-operator/slicer/test/builder"
+	"github.com/slicer-operator/slicer/test/framework"
 )
 
 const nodeName = "node-a"
@@ -62,15 +68,25 @@ type plugin struct {
 type harness struct {
 	t  *testing.T
 	cs kubernetes.Interface
-	// status is the plugin's NodeAccelerator client; statusWrites counts its status writes.
+	// status reads the NodeAccelerator; statusWrites counts the plugin's status writes.
 	status       client.Client
 	statusWrites atomic.Int64
-	lib          *emulated.Backend
-	dir          string
-	cdi          *cdi.Writer
-	clock        *clock
-	grace        time.Duration
-	plugin       *plugin
+	scheme       *k8sruntime.Scheme
+	// kill cuts the running plugin off the apiserver: a plugin killed at a crash point
+	// (emulated.Backend.CrashAfter) sends no request any more.
+	kill   *framework.KillSwitch
+	lib    *emulated.Backend
+	dir    string
+	cdi    *cdi.Writer
+	clock  *clock
+	grace  time.Duration
+	plugin *plugin
+	// events records the plugin's Events through the events API (tests read them back).
+	events events.EventRecorder
+	// cfg reaches the apiserver as its admin.
+	cfg *rest.Config
+	// nvmlOpts make the emulated NVML of a new process (its state file kept).
+	nvmlOpts emulated.Options
 }
 
 func (h *harness) start() {
@@ -78,7 +94,23 @@ func (h *harness) start() {
 	// The plugin's clock only moves when the test moves it, so status writes are not
 	// coalesced (a deferred write would wait for a time that never comes).
 	metrics := engine.NewMetrics(prometheus.NewRegistry())
-	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Emulated: true, Client: h.cs, Status: h.status, PublishInterval: -1,
+	h.kill = &framework.KillSwitch{}
+	cfg := h.kill.Config(h.cfg)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	direct, err := client.NewWithWatch(cfg, client.Options{Scheme: h.scheme})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	status := interceptor.NewClient(direct, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			h.statusWrites.Add(1)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Emulated: true, Client: cs, Status: status, Events: h.events, PublishInterval: -1,
 		CDI: h.cdi, Metrics: metrics, OrphanGrace: h.grace, Resync: time.Hour,
 		Now: h.clock.Now, Log: testr.New(h.t)})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -132,12 +164,24 @@ func waitFor(t *testing.T, what string, cond func() (bool, error)) {
 // allocation as the scheduler would.
 func (h *harness) allocate(name string, devices ...string) *resourceapi.ResourceClaim {
 	h.t.Helper()
+	return h.allocateFor(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default"}}, name, devices...)
+}
+
+// allocateFor is allocate in pod's namespace; a pod with a name is the claim's consumer
+// (status.reservedFor, as the scheduler writes it before binding the pod), and the claim
+// carries the finalizer the scheduler adds.
+func (h *harness) allocateFor(pod *corev1.Pod, name string, devices ...string) *resourceapi.ResourceClaim {
+	h.t.Helper()
 	ctx := context.Background()
-	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+	ns := pod.Namespace
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "mig.slicer.dev", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(len(devices))},
 		}}}}}
-	c, err := h.cs.ResourceV1().ResourceClaims("default").Create(ctx, c, metav1.CreateOptions{})
+	if pod.Name != "" {
+		c.Finalizers = []string{resourceapi.Finalizer}
+	}
+	c, err := h.cs.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -146,7 +190,10 @@ func (h *harness) allocate(name string, devices ...string) *resourceapi.Resource
 		res = append(res, resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: migdra.DriverName, Pool: nodeName, Device: d})
 	}
 	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: res}}
-	c, err = h.cs.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, c, metav1.UpdateOptions{})
+	if pod.Name != "" {
+		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	}
+	c, err = h.cs.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, c, metav1.UpdateOptions{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -227,31 +274,35 @@ func newHarness(t *testing.T) *harness {
 	if _, err := cs.CoreV1().Nodes().Create(context.Background(), builder.Node(nodeName).Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h100, _ := mig.ParseModel("H100-80GB")
-	lib, err := emulated.New(emulated.Options{Node: nodeName, GPUs: []mig.Model{h100, h100}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir, err := os.MkdirTemp("", "dra") // short: unix socket paths are limited
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	h100, _ := mig.ParseModel("H100-80GB")
+	nvmlOpts := emulated.Options{Node: nodeName, GPUs: []mig.Model{h100, h100}, StateFile: filepath.Join(dir, "nvml.json")}
+	lib, err := emulated.New(nvmlOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Mkdir(filepath.Join(dir, "registry"), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	eventsCtx, stopEvents := context.WithCancel(context.Background())
+	if err := broadcaster.StartRecordingToSinkWithContext(eventsCtx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopEvents(); broadcaster.Shutdown() })
 	h := &harness{t: t, cs: cs, lib: lib, dir: dir, cdi: &cdi.Writer{Dir: filepath.Join(dir, "cdi")},
-		clock: &clock{now: time.Unix(1_000_000, 0)}, grace: 5 * time.Minute}
+		clock: &clock{now: time.Unix(1_000_000, 0)}, grace: 5 * time.Minute,
+		events: broadcaster.NewRecorder(scheme.Scheme, "slicer-agent"), cfg: env.Config, nvmlOpts: nvmlOpts}
+	h.scheme = env.Scheme
 	direct, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.status = interceptor.NewClient(direct, interceptor.Funcs{
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			h.statusWrites.Add(1)
-			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-		},
-	})
+	h.status = direct
 	h.start()
 	t.Cleanup(func() {
 		if h.plugin != nil {
@@ -345,17 +396,24 @@ func TestKubeletPrepareUnprepare(t *testing.T) {
 		t.Fatalf("instances after unprepare without a spec: %v", inst)
 	}
 
-	// d's device is handed on to e (d deallocated, e allocated the same device) before the
-	// kubelet unprepares d: e's instance survives d's Unprepare.
+	// d's device is allocated to e (d deallocated) before the kubelet unprepares d: e is not
+	// prepared onto d's instance while the node's record keeps it for d; d's Unprepare
+	// destroys it, and e gets an instance of its own.
 	d := h.allocate("d", "gpu-0-4g-40gb-at-0")
 	h.prepare(d)
+	dInstance := h.instances()["gpu-0-4g-40gb-at-0"]
 	h.deleteClaim(d)
 	e := h.allocate("e", "gpu-0-4g-40gb-at-0")
-	h.prepare(e)
-	held := h.instances()
+	if r := h.prepareResult(e); r.Error == "" {
+		t.Fatalf("e was prepared onto d's instance before d was unprepared: %+v", r)
+	}
 	h.unprepare(d)
-	if !mapsEqualS(held, h.instances()) || len(held) != 1 {
-		t.Fatalf("unprepare of d touched e's instance: %v, then %v", held, h.instances())
+	if inst := h.instances(); len(inst) != 0 {
+		t.Fatalf("instances after d's unprepare: %v", inst)
+	}
+	h.prepare(e)
+	if inst := h.instances(); len(inst) != 1 || inst["gpu-0-4g-40gb-at-0"] == dInstance {
+		t.Fatalf("e's instance: %v, d's was %s", inst, dInstance)
 	}
 	h.unprepare(e)
 	if inst := h.instances(); len(inst) != 0 {

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/suite"
 )
 
 // leaseNamespace holds the leader-election Leases (the components' namespace).
@@ -48,16 +49,13 @@ func TestHA(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctrllog.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	var err error
-	env, err = framework.Start(framework.Options{})
-	Expect(err).NotTo(HaveOccurred())
+	env = suite.Start(framework.Options{}, leaseNamespace)
 	k8s = env.Client
+	var err error
 	dir, err = os.MkdirTemp("", "slicer-ha-")
 	Expect(err).NotTo(HaveOccurred())
-	Expect(k8s.Create(ctx, framework.MakeNamespace(leaseNamespace))).To(Succeed())
 })
 
 var _ = AfterSuite(func() {
-	Expect(env.Stop()).To(Succeed())
 	Expect(os.RemoveAll(dir)).To(Succeed())
 })

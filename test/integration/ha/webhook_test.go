@@ -113,7 +113,7 @@ func admitThroughStop(ns string, stopFn func(*webhookReplica)) []failure {
 	probe := 0
 	Eventually(func(g Gomega) {
 		probe++
-		p := migPod(ns, fmt.Sprintf("probe-%d", probe))
+		p := builder.Pod(ns, fmt.Sprintf("probe-%d", probe)).Container("c", builder.Both("nvidia.com/mig-1g.10gb", "1")).Obj()
 		g.Expect(k8s.Create(ctx, p)).To(Succeed())
 		g.Expect(p.Spec.SchedulerName).To(Equal(slicerv1alpha1.SchedulerName))
 	}).Should(Succeed())
@@ -135,7 +135,7 @@ func admitThroughStop(ns string, stopFn func(*webhookReplica)) []failure {
 			for i := 0; admittedAfter.Load() < afterKill && refused.Load() < afterKill; i++ {
 				ph := phase.Load().(string)
 				name := fmt.Sprintf("w%d-%04d", w, i)
-				if err := k8s.Create(ctx, migPod(ns, name)); err != nil {
+				if err := k8s.Create(ctx, builder.Pod(ns, name).Container("c", builder.Both("nvidia.com/mig-1g.10gb", "1")).Obj()); err != nil {
 					mu.Lock()
 					failures = append(failures, failure{pod: name, phase: ph, err: err.Error()})
 					mu.Unlock()
@@ -178,11 +178,6 @@ func admitThroughStop(ns string, stopFn func(*webhookReplica)) []failure {
 	mu.Lock()
 	defer mu.Unlock()
 	return failures
-}
-
-// migPod asks for one nvidia.com/mig-1g.10gb, which the webhook translates.
-func migPod(ns, name string) *corev1.Pod {
-	return builder.Pod(ns, name).Container("c", builder.Both("nvidia.com/mig-1g.10gb", "1")).Obj()
 }
 
 // webhookReplica is one webhook replica in-process: Slicer's handlers

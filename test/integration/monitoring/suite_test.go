@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/suite"
 )
 
 var (
@@ -27,13 +28,6 @@ func TestMonitoring(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	var err error
-	env, err = framework.Start(framework.Options{})
-	Expect(err).NotTo(HaveOccurred())
+	env = suite.Start(framework.Options{}, "slicer-system")
 	k8s = env.Client
-	Expect(k8s.Create(ctx, framework.MakeNamespace("slicer-system"))).To(Succeed())
-})
-
-var _ = AfterSuite(func() {
-	Expect(env.Stop()).To(Succeed())
 })

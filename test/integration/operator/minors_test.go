@@ -86,10 +86,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func migPod(ns, name, res string) *corev1.Pod {
-	return builder.Pod(ns, name).Container("app", builder.Limits(res, "1")).Obj()
-}
-
 var _ = Describe("Kubernetes minors", Ordered, func() {
 	AfterEach(cleanSlate)
 
@@ -195,13 +191,13 @@ var _ = Describe("Kubernetes minors", Ordered, func() {
 		By("rejecting MIG pods at admission with the reason, admitting the others")
 		for i, res := range []string{"slicer.dev/mig-1g.10gb", "nvidia.com/mig-1g.10gb"} {
 			Eventually(func(g Gomega) {
-				err := admin.Create(ctx, migPod(userNS.Name, fmt.Sprintf("mig-%d", i), res), client.DryRunAll)
+				err := admin.Create(ctx, builder.Pod(userNS.Name, fmt.Sprintf("mig-%d", i)).Container("app", builder.Limits(res, "1")).Obj(), client.DryRunAll)
 				g.Expect(err).To(HaveOccurred(), res)
 				g.Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 				g.Expect(err.Error()).To(And(ContainSubstring("ValidatingAdmissionPolicy '"+admName+"'"), ContainSubstring("v1.38.0"), ContainSubstring("1.35 to 1.37")))
 			}).Should(Succeed())
 		}
-		Expect(admin.Create(ctx, migPod(userNS.Name, "cpu", "cpu"), client.DryRunAll)).To(Succeed())
+		Expect(admin.Create(ctx, builder.Pod(userNS.Name, "cpu").Container("app", builder.Limits("cpu", "1")).Obj(), client.DryRunAll)).To(Succeed())
 
 		By("coming back when the cluster runs a supported minor again")
 		played.set(37, 2)

@@ -13,8 +13,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/slicer-operator/slicer/internal/kubeversion"
 	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/suite"
 )
 
 const operatorNamespace = "slicer-system"
@@ -47,11 +46,8 @@ var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
-	var err error
-	env, err = framework.Start(framework.Options{})
-	Expect(err).NotTo(HaveOccurred())
+	env = suite.Start(framework.Options{}, operatorNamespace)
 	admin = env.Client
-	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}})).To(Succeed())
 	Expect(framework.InstallOperatorRBAC(ctx, admin, operatorNamespace)).To(Succeed())
 	asOperator = framework.ImpersonatedConfig(env.Config, operatorNamespace, framework.OperatorServiceAccount)
 	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
@@ -60,8 +56,4 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	serverVersion, err = kubeversion.Parse(info)
 	Expect(err).NotTo(HaveOccurred())
-})
-
-var _ = AfterSuite(func() {
-	Expect(env.Stop()).To(Succeed())
 })

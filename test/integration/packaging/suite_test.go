@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/suite"
 )
 
 var (
@@ -37,14 +38,8 @@ func TestPackaging(t *testing.T) {
 var _ = BeforeSuite(func() {
 	_, err := os.Stat(kustomizeBin())
 	Expect(err).NotTo(HaveOccurred(), "kustomize not built: run `make %s` (pinned in hack/tools/kustomize)", filepath.Join("bin", "tools", "kustomize"))
-	env, err = framework.Start(framework.Options{})
-	Expect(err).NotTo(HaveOccurred())
+	env = suite.Start(framework.Options{})
 	k8s = env.Client
-	GinkgoWriter.Printf("kube-apiserver reports %s\n", env.ServerVersion)
-})
-
-var _ = AfterSuite(func() {
-	Expect(env.Stop()).To(Succeed())
 })
 
 func kustomizeBin() string {

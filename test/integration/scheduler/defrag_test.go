@@ -186,6 +186,12 @@ var _ = Describe("Defragmentation", func() {
 	evictMode := func(o *config.Options) {
 		o.Defragmentation = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict}
 	}
+	// startRecommend starts a scheduler that plans and evicts nothing (Evict is the default).
+	startRecommend := func() {
+		r = startSchedulerWith(ctx, plugin.Options{}, timeout, func(o *config.Options) {
+			o.Defragmentation = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationRecommend}
+		})
+	}
 	startEvict := func(opts plugin.Options) {
 		r = startSchedulerWith(ctx, opts, timeout, evictMode)
 		var c context.Context
@@ -202,7 +208,7 @@ var _ = Describe("Defragmentation", func() {
 	}
 
 	It("names the one move that opens a placement, on the pod's Event and reason, and evicts nothing", func() {
-		r = startScheduler(ctx, plugin.Options{}, timeout)
+		startRecommend()
 		twoBlockedGPUs(nil)
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() []string { return plans(big) }, 30*time.Second).Should(ContainElement(
@@ -215,7 +221,7 @@ var _ = Describe("Defragmentation", func() {
 	})
 
 	It("plans nothing for pods annotated slicer.dev/movable: \"false\", and says so", func() {
-		r = startScheduler(ctx, plugin.Options{}, timeout)
+		startRecommend()
 		twoBlockedGPUs(map[string]string{slicerv1alpha1.AnnotationMovable: "false"})
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
@@ -224,7 +230,7 @@ var _ = Describe("Defragmentation", func() {
 	})
 
 	It("does not move a replica whose nodeSelector pins it to its node: the plan moves the other one", func() {
-		r = startScheduler(ctx, plugin.Options{}, timeout)
+		startRecommend()
 		twoBlockedGPUs(nil, 1)
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() []string { return plans(big) }, 30*time.Second).Should(ContainElement(
@@ -234,7 +240,7 @@ var _ = Describe("Defragmentation", func() {
 	})
 
 	It("plans nothing when every blocking replica is pinned to its node, and says so", func() {
-		r = startScheduler(ctx, plugin.Options{}, timeout)
+		startRecommend()
 		twoBlockedGPUs(nil, 1, 2)
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(func() string { return unschedulable(s.get(big.Name)) }, 30*time.Second).Should(
@@ -243,7 +249,7 @@ var _ = Describe("Defragmentation", func() {
 	})
 
 	It("plans again once a node is uncordoned, though an answer without a plan is kept for the same request", func() {
-		r = startScheduler(ctx, plugin.Options{}, timeout)
+		startRecommend()
 		twoBlockedGPUs(nil)
 		// Both nodes cordoned: neither replica has anywhere to go.
 		s.cordonSeen(s.nodes[0], true)
@@ -280,6 +286,12 @@ var _ = Describe("Defragmentation", func() {
 	It("carries a plan out in Evict mode: one replica evicted, its replacement on the room held for it, the pod on the room opened", func() {
 		startEvict(plugin.Options{})
 		twoBlockedGPUs(nil)
+		// n2 full but for one 1g.10gb room (web-2 is at 6): the plan can move web-1 only there,
+		// and a pod created before web-1's replacement would take that room if it were not held.
+		s.cordonSeen(s.nodes[0], true)
+		s.create(s.pod("fill", map[string]int64{"4g.40gb": 1, "1g.10gb": 1}))
+		Eventually(func() string { return s.get("fill").Spec.NodeName }).Should(Equal(s.nodes[1]))
+		s.cordonSeen(s.nodes[0], false)
 		before := map[string]string{} // replica -> node
 		for _, p := range s.pods() {
 			before[p.Name] = p.Spec.NodeName
@@ -287,7 +299,13 @@ var _ = Describe("Defragmentation", func() {
 		big := s.create(s.pod("big", map[string]int64{"7g.80gb": 1}))
 		Eventually(webLeft, 30*time.Second).Should(HaveLen(1), "exactly one replica is evicted")
 		left := webLeft()[0]
+		Expect(left).To(Equal("web-2"), "web-1 moves to n2's one free room")
 		Expect(eventsOf(big, plugin.EventDefragmentationEvicting)).To(ContainElement(ContainSubstring("evicted 1 pod(s): 1 move(s)")))
+		By("a pod created before the replacement is kept off the room held for it")
+		rival := s.create(s.pod("rival", map[string]int64{"1g.10gb": 1}))
+		Eventually(func() string { return unschedulable(s.get(rival.Name)) + s.get(rival.Name).Spec.NodeName }, 30*time.Second).ShouldNot(BeEmpty())
+		Consistently(func() string { return s.get(rival.Name).Spec.NodeName }, 3*time.Second).Should(BeEmpty(),
+			"the room held for web-1's replacement went to another pod")
 		By("the replacement goes to the room held for it, on the other replica's node")
 		repl := replacement("web-3", "1g.10gb")
 		Eventually(func() string { return s.get(repl.Name).Spec.NodeName }, 30*time.Second).Should(Equal(before[left]))
@@ -298,6 +316,42 @@ var _ = Describe("Defragmentation", func() {
 		Expect(s.allocationsOf(s.get(big.Name))[0].Spec.Placement.Start).To(BeEquivalentTo(0))
 		Expect(webLeft()).To(ConsistOf(left, "web-3"))
 		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
+	})
+
+	It("evicts no more than maxEvictions per window in Evict mode: the next plan waits for the cap", func() {
+		r = startSchedulerWith(ctx, plugin.Options{}, timeout, func(o *config.Options) {
+			o.Defragmentation = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict, MaxEvictions: 1, MaxMovesPerPlan: 1}
+		})
+		var c context.Context
+		c, stop = context.WithCancel(ctx)
+		fakeKubelet(c, s.ns, 0, 0)
+		rsRef = createWebReplicaSet(s.ns, 3)
+		// Three nodes of one H100, each blocked for a 7g.80gb by one replica.
+		for i := 1; i <= 3; i++ {
+			name := fmt.Sprintf("%s-n%d", s.ns, i)
+			s.addNode(name, 1)
+			for _, other := range s.nodes[:i-1] {
+				s.cordonSeen(other, true)
+			}
+			replacement(fmt.Sprintf("web-%d", i), "1g.10gb")
+			Eventually(func() string { return s.get(fmt.Sprintf("web-%d", i)).Spec.NodeName }).Should(Equal(name))
+		}
+		for _, n := range s.nodes[:2] {
+			s.cordonSeen(n, false)
+		}
+		By("the first plan's one eviction is the window's cap")
+		big1 := s.create(s.pod("big-1", map[string]int64{"7g.80gb": 1}))
+		Eventually(webLeft, 30*time.Second).Should(HaveLen(2))
+		replacement("web-4", "1g.10gb")
+		Eventually(func() string { return s.get(big1.Name).Spec.NodeName }, 30*time.Second).ShouldNot(BeEmpty())
+		Eventually(webLeft, 30*time.Second).Should(HaveLen(3))
+		By("the second plan, one move too, waits for the cap and evicts nothing")
+		big2 := s.create(s.pod("big-2", map[string]int64{"7g.80gb": 1}))
+		Eventually(func() string { return unschedulable(s.get(big2.Name)) }, 30*time.Second).Should(
+			ContainSubstring("defragmentation (Evict) waits: the plan's 1 eviction(s) would pass the cap of 1 per 1h0m0s"))
+		Consistently(webLeft, 3*time.Second).Should(HaveLen(3), "no replica is evicted past the cap")
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragRefused.WithLabelValues(plugin.DefragRefusedEvictionCap))).To(BeNumerically(">=", 1))
 	})
 
 	// The Eviction API enforces a PodDisruptionBudget on running pods only (and lets an unready
@@ -462,20 +516,11 @@ var _ = Describe("Defragmentation", func() {
 	// scheduler's PreBind would have left it), owned by the ReplicaSet "web" when owned.
 	placedAt := func(node, name, profile string, gpu, start int, owned bool) *corev1.Pod {
 		GinkgoHelper()
-		p := s.pod(name, map[string]int64{profile: 1})
-		p.Spec.NodeName = node
-		if owned {
-			p.Labels = map[string]string{"app": "web"}
-			p.OwnerReferences = []metav1.OwnerReference{rsRef}
+		if !owned {
+			return placeAt(s, s.ns, node, name, profile, gpu, start, nil, "", nil)
 		}
-		s.create(p)
-		prof, err := mig.H100_80GB.Profile(profile)
-		Expect(err).NotTo(HaveOccurred())
-		a := framework.MakeSliceAllocation(s.ns, slicerv1alpha1.AllocationName(p.Name, string(p.UID), 0)).Node(node).
-			GPU(framework.GPUUUID(node, gpu)).Profile(profile, int32(start), int32(prof.MemorySlices)).Pod(p.Name, string(p.UID)).Obj()
-		a.Labels = map[string]string{slicerv1alpha1.LabelNode: node, slicerv1alpha1.LabelPodUID: string(p.UID)}
-		Expect(k8s.Create(ctx, a)).To(Succeed())
-		return p
+		return placeAt(s, s.ns, node, name, profile, gpu, start, map[string]string{"app": "web"}, "",
+			func(p *corev1.Pod) { p.OwnerReferences = []metav1.OwnerReference{rsRef} })
 	}
 	// placementOf is "GPU index@start" of the pod's one allocation, "" while it has none.
 	placementOf := func(name string) string {
@@ -506,13 +551,7 @@ var _ = Describe("Defragmentation", func() {
 		placedAt(node, "web-1", "1g.20gb", 1, 2, true)
 		placedAt(node, "keep", "1g.10gb", 1, 4, false)
 		placedAt(node, "web-2", "1g.10gb", 1, 6, true)
-		Eventually(func() int {
-			n := 0
-			for _, h := range r.plugin.Cache().Holders(node) {
-				n += len(h)
-			}
-			return n
-		}).Should(Equal(5))
+		Eventually(func() int { return holders(r, node) }).Should(Equal(5))
 	}
 
 	It("carries a repack plan out in Evict mode: a replica moves into the room another one leaves, the pod lands where planned", func() {

@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,6 +29,8 @@ type scenario struct {
 	ns    string
 	pool  string
 	nodes []string
+	// others are more namespaces of the scenario (other tenants'), cleaned up with it.
+	others []string
 }
 
 func newScenario(name string) *scenario {
@@ -50,8 +53,14 @@ func (s *scenario) addNode(name string, gpus int) {
 // cleanup deletes the pool's pods, nodes and NodeAccelerators.
 func (s *scenario) cleanup() {
 	GinkgoHelper()
-	Expect(k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(s.ns), client.GracePeriodSeconds(0))).To(Succeed())
-	Eventually(func() int { return len(s.allocations()) }).Should(BeZero(), "allocations of deleted pods are released")
+	for _, ns := range append([]string{s.ns}, s.others...) {
+		Expect(k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func() int {
+			var list slicerv1alpha1.SliceAllocationList
+			Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			return len(list.Items)
+		}).Should(BeZero(), "allocations of deleted pods are released")
+	}
 	for _, n := range s.nodes {
 		Expect(client.IgnoreNotFound(k8s.Delete(ctx, &slicerv1alpha1.NodeAccelerator{ObjectMeta: metav1.ObjectMeta{Name: n}}))).To(Succeed())
 		Expect(client.IgnoreNotFound(k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}))).To(Succeed())
@@ -196,4 +205,45 @@ func sortedNames(allocs []slicerv1alpha1.SliceAllocation) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// holders counts, over the node's GPUs, the pods the scheduler's snapshot shows holding slices.
+func holders(r *running, node string) int {
+	n := 0
+	for _, hs := range r.plugin.Cache().Holders(node) {
+		n += len(hs)
+	}
+	return n
+}
+
+// placeAt creates a pod of namespace ns bound to node with its one allocation at GPU gpu, start
+// (as the scheduler's PreBind would have left it), with labels and a PriorityClass ("": none),
+// changed by mutate (nil: unchanged), and returns it once the fake agent has made the
+// allocation Ready. The agent deletes an allocation whose pod its cache does not show (it
+// plays the garbage collector), which a pod created a moment before can be: the allocation is
+// then created again.
+func placeAt(s *scenario, ns, node, name, profile string, gpu, start int, labels map[string]string, class string, mutate func(*corev1.Pod)) *corev1.Pod {
+	GinkgoHelper()
+	p := withPriority(s.pod(name, map[string]int64{profile: 1}), class)
+	p.Namespace, p.Labels, p.Spec.NodeName = ns, labels, node
+	if mutate != nil {
+		mutate(p)
+	}
+	Expect(k8s.Create(ctx, p)).To(Succeed())
+	prof, err := mig.H100_80GB.Profile(profile)
+	Expect(err).NotTo(HaveOccurred())
+	a := framework.MakeSliceAllocation(ns, slicerv1alpha1.AllocationName(p.Name, string(p.UID), 0)).Node(node).
+		GPU(framework.GPUUUID(node, gpu)).Profile(profile, int32(start), int32(prof.MemorySlices)).Pod(p.Name, string(p.UID)).Obj()
+	a.Labels = map[string]string{slicerv1alpha1.LabelNode: node, slicerv1alpha1.LabelPodUID: string(p.UID)}
+	Expect(k8s.Create(ctx, a.DeepCopy())).To(Succeed())
+	Eventually(func(g Gomega) {
+		var got slicerv1alpha1.SliceAllocation
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(a), &got)
+		if apierrors.IsNotFound(err) {
+			g.Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, a.DeepCopy()))).To(Succeed())
+		}
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got.Status.State).To(Equal(slicerv1alpha1.AllocationReady))
+	}).Should(Succeed(), "allocation %s Ready", a.Name)
+	return p
 }

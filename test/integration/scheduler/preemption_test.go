@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -187,6 +188,90 @@ var _ = Describe("Preempting for MIG slices", func() {
 		}
 		Expect(mids).To(Equal(6), "pods of lower priority were placed on the cleared room, then preempted")
 		Expect(remaining()).To(BeEmpty())
+	})
+
+	// The cause of the CI failure of the spec above (2026-12-01), as a deterministic interleaving:
+	// the last victim's slice is released while the nominated pod is being judged, after its
+	// Filter refused the node and before its PostFilter. Preemption then finds the room free and
+	// nothing to evict; the plugin took that for "the room is free and the pod did not take it",
+	// dropped the pod's nomination and the framework's, and the pods of lower priority the
+	// release woke took the room before the pod's retry (it is in its cycle, so it is retried after
+	// its backoff), then were preempted by it, over and over.
+	It("keeps a nominated pod's room when its last victim's slice is released while the pod is judged", func() {
+		node := s.ns + "-n1"
+		var (
+			frozen, released atomic.Bool
+			release          = make(chan struct{})
+			plug             atomic.Pointer[plugin.Plugin]
+			took             atomic.Int32 // pods of lower priority reserved on the node
+		)
+		empty := func() bool {
+			for _, claims := range plug.Load().Cache().Claims(node) {
+				if len(claims) > 0 {
+					return false
+				}
+			}
+			return true
+		}
+		hooks := plugin.Hooks{
+			AfterReserve: func(_ context.Context, pod *corev1.Pod) error {
+				if pod.Namespace == s.ns && pod.Spec.PriorityClassName == prioMid {
+					took.Add(1)
+				}
+				return nil
+			},
+			// While frozen the snapshot applies no event: the last victim's slice stays.
+			BeforeSnapshotEvent: func(client.Object, bool) {
+				if frozen.Load() {
+					<-release
+				}
+			},
+			// The nominated pod's PostFilter begins (its Filter refused the node): the snapshot
+			// catches up now, and the pod is judged on, until the last slice is released.
+			Rejected: func(pod *corev1.Pod) {
+				if pod.Namespace != s.ns || pod.Name != "high" || !frozen.Load() || released.Swap(true) {
+					return
+				}
+				close(release)
+				for deadline := time.Now().Add(20 * time.Second); !empty() && time.Now().Before(deadline); {
+					time.Sleep(20 * time.Millisecond)
+				}
+			},
+		}
+		s.addNode(node, 1)
+		r = startScheduler(ctx, plugin.Options{Hooks: hooks, OnStart: func(p *plugin.Plugin) { plug.Store(p) }}, timeout)
+		var c context.Context
+		c, stop = context.WithCancel(ctx)
+		fakeKubelet(c, s.ns, 2*time.Second, time.Second) // the victims go one a second, from 2 s
+		fill()
+		high := s.create(withPriority(s.pod("high", map[string]int64{"7g.80gb": 1}), prioHigh))
+		Eventually(func() string { return s.get(high.Name).Status.NominatedNodeName }).Should(Equal(node))
+		for i := 0; i < 6; i++ {
+			s.create(withPriority(s.pod(fmt.Sprintf("mid-%d", i), map[string]int64{"1g.10gb": 1}), prioMid))
+		}
+		lows := func() int { // victims still in the API, terminating or not
+			n := 0
+			for _, p := range s.pods() {
+				if p.Spec.PriorityClassName == prioLow {
+					n++
+				}
+			}
+			return n
+		}
+		By("one victim left: the snapshot is frozen before it goes")
+		Eventually(lows, 30*time.Second, 20*time.Millisecond).Should(Equal(1))
+		frozen.Store(true)
+		Eventually(lows, 30*time.Second).Should(BeZero(), "the last victim is gone from the API")
+		By("a node added retries the pending pods; the nominated pod's cycle releases the snapshot")
+		s.addNode(s.ns+"-trigger", 0)
+		Eventually(released.Load, 30*time.Second).Should(BeTrue())
+		Eventually(func() string { return s.get(high.Name).Spec.NodeName }, 60*time.Second).Should(Equal(node))
+		Expect(took.Load()).To(BeZero(), "pods of lower priority were reserved on the room cleared for the nominated pod")
+		for _, p := range s.pods() {
+			if p.Spec.PriorityClassName == prioMid {
+				Expect(p.Spec.NodeName).To(BeEmpty(), "pod %s took room cleared for the nominated pod", p.Name)
+			}
+		}
 	})
 
 	It("spares a pod a PodDisruptionBudget protects when another victim will do", func() {

@@ -28,6 +28,7 @@ import (
 	"github.com/slicer-operator/slicer/scheduler/plugin"
 	"github.com/slicer-operator/slicer/scheduler/server"
 	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/suite"
 )
 
 var (
@@ -47,9 +48,7 @@ func TestScheduler(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	var err error
-	env, err = framework.Start(framework.Options{WithoutExternalCRDs: true})
-	Expect(err).NotTo(HaveOccurred())
+	env = suite.Start(framework.Options{WithoutExternalCRDs: true})
 	// Each minor's scheduler build runs against an apiserver of its own minor
 	// (make test-minors, docs/design/k8s-minors.md); another one means the
 	// wrong KUBEBUILDER_ASSETS.
@@ -75,7 +74,6 @@ var _ = AfterSuite(func() {
 	if proxy != nil {
 		Expect(proxy.Stop()).To(Succeed())
 	}
-	Expect(env.Stop()).To(Succeed())
 	Expect(os.RemoveAll(dir)).To(Succeed())
 })
 

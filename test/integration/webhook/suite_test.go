@@ -32,6 +32,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/test/framework"
+	"github.com/slicer-operator/slicer/test/suite"
 	"github.com/slicer-operator/slicer/webhook"
 	"github.com/slicer-operator/slicer/webhook/config"
 )
@@ -71,14 +72,12 @@ var _ = BeforeSuite(func() {
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 	opts := config.Options{Namespace: slicerNS, ServiceName: "slicer-webhook", ServicePath: webhook.PathMutatePod}
 	Expect(opts.Validate()).To(Succeed())
-	var err error
-	env, err = framework.Start(framework.Options{Webhooks: &envtest.WebhookInstallOptions{
+	env = suite.Start(framework.Options{Webhooks: &envtest.WebhookInstallOptions{
 		LocalServingHost: "127.0.0.1",
 		MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{
 			config.RenderMutatingWebhookConfiguration(opts), dummyMutatorConfiguration(), slowConfiguration(opts),
 		},
 	}})
-	Expect(err).NotTo(HaveOccurred())
 	k8s = env.Client
 	wio = &env.Environment.WebhookInstallOptions
 	GinkgoWriter.Printf("kube-apiserver %s; webhook served at https://%s:%d, certs in %s\n", env.ServerVersion, wio.LocalServingHost, wio.LocalServingPort, wio.LocalServingCertDir)
@@ -108,7 +107,6 @@ var _ = BeforeSuite(func() {
 
 var _ = AfterSuite(func() {
 	stopWebhook()
-	Expect(env.Stop()).To(Succeed())
 })
 
 // startWebhook runs the webhook the way cmd/slicer-webhook does, on envtest's host, port and certs.

@@ -12,7 +12,8 @@
 //   - destroying a GPU instance that has compute instances, or a compute instance whose MIG
 //     device a process uses (SetInUse): ERROR_IN_USE; a handle already destroyed:
 //     ERROR_INVALID_ARGUMENT;
-//   - MIG device handles (nvmlDeviceGetMigDeviceHandleByIndex) for every compute instance.
+//   - MIG device handles (nvmlDeviceGetMigDeviceHandleByIndex) for every compute instance;
+//   - event sets, XID events and the recovery-action field, which the mock lacks (events.go).
 //
 // Every limit is read from the mock's own data (its possible placements, instance and slice
 // counts, engine counts), never from internal/mig: the conformance suite compares Slicer's
@@ -114,6 +115,7 @@ type Device struct {
 	inUse     map[string]bool
 	forbidden func(call string) // set by Library.Forbid
 	known     []gonvml.GpuInstanceProfileInfo
+	events    deviceEvents // events.go
 }
 
 // refuse reports a mutating call when Forbid is in effect (d.mu held).
