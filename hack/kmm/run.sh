@@ -47,7 +47,8 @@ step() { printf '\n[kmm] %s\n' "$*"; }
 wait_for() {
   local what=$1 secs=$2 t; shift 2
   t=$(now)
-  for _ in $(seq 1 $((secs * 5))); do
+  # by the clock, not a count of tries: on a busy machine one try can take a second
+  while [ $(( $(now) - t )) -lt $((secs * 1000000000)) ]; do
     if "$@" >/dev/null 2>&1; then echo "  $what: $(since "$t") (t+$(since "$T0"))"; return 0; fi
     sleep 0.2
   done
@@ -87,6 +88,8 @@ cleanup() {
   set +e
   if [ -n "${KMM_PID:-}" ]; then kill "$KMM_PID" 2>/dev/null; wait "$KMM_PID" 2>/dev/null; fi
   [ -n "${WATCH_PID:-}" ] && kill "$WATCH_PID" 2>/dev/null
+  # shellcheck disable=SC2086 # upgrade.sh's watches: a list of pids
+  [ -n "${UPG_WATCH_PIDS:-}" ] && kill $UPG_WATCH_PIDS 2>/dev/null
   "$LC" down >/dev/null 2>&1
   for p in "${created[@]}"; do rm -rf "$p"; done
   echo "[kmm] node down; host paths removed: ${created[*]:-none}; exit $rc"
