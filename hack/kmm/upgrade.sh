@@ -37,6 +37,18 @@ agent_uid() { agent_pods | cut -d' ' -f2; }
 # stamp: each line of stdin with the time it arrived (seconds since the epoch, microseconds).
 stamp() { local l; while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done; }
 UPG_SECTION_T0=$(now)
+# mig_pod_spec INDENT: the spec of the test's MIG pods (one slice each, gone at once on TERM).
+mig_pod_spec() {
+  sed "s/^/$1/" <<'EOF'
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: localhost/busybox:local
+    imagePullPolicy: Never
+    command: [/bin/sh, -c, "trap 'exit 0' TERM; sleep 86400 & wait"]
+    resources: {limits: {nvidia.com/mig-1g.10gb: 1}}
+EOF
+}
 
 step "rolling driver upgrade: version 1 to 2, the MIG pods of a Deployment drained (a PDB-protected one waits its budget)"
 kubectl create namespace $UPG_NS >/dev/null
@@ -50,13 +62,7 @@ spec:
   template:
     metadata: {labels: {app: trainer}}
     spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: main
-        image: localhost/busybox:local
-        imagePullPolicy: Never
-        command: [/bin/sh, -c, "trap 'exit 0' TERM; sleep 86400 & wait"]
-        resources: {limits: {nvidia.com/mig-1g.10gb: 1}}
+$(mig_pod_spec "    ")
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
@@ -115,13 +121,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: notebook, namespace: $UPG_NS}
 spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: localhost/busybox:local
-    imagePullPolicy: Never
-    command: [/bin/sh, -c, "trap 'exit 0' TERM; sleep 86400 & wait"]
-    resources: {limits: {nvidia.com/mig-1g.10gb: 1}}
+$(mig_pod_spec "")
 EOF
 notebook_running() { [ "$(kubectl -n $UPG_NS get pod notebook -o jsonpath='{.status.phase}')" = Running ]; }
 wait_for "the bare pod running on a slice" 60 notebook_running
