@@ -14,7 +14,9 @@
 # Steps: build (bin/kmm, the node, Slicer), node up, KMM's CRDs and the two
 # OpenShift stand-ins, the guard policy, Slicer installed as `make demo` does
 # (Emulated), KMM's manager started on the host (loopback-only listeners),
-# then the Slicer switched to driver mode KMM with the no-op driver image.
+# then the Slicer switched to driver mode KMM with the no-op driver image (the
+# agent keeps emulating its GPUs), then the rolling driver upgrade to a second
+# no-op driver image and back (hack/kmm/upgrade.sh).
 # It waits for: the worker Pod Succeeded, the node's
 # kmm.node.kubernetes.io/<ns>.slicer-nvidia.ready label, the agent Pod back on
 # the node, DriverReady=True; then deletes the Slicer and waits for KMM's
@@ -32,6 +34,7 @@ MODULE=slicer-nvidia
 KMM_NS=kmm-system
 WORKER_IMAGE=localhost/slicer-kmm-noop-worker:v1
 DRIVER_REPO=localhost/slicer-kmm-noop-driver
+DRIVER_REPO_V2=localhost/slicer-kmm-noop-driver-v2 # the rolling upgrade's second version (upgrade.sh)
 READY_LABEL=kmm.node.kubernetes.io/$NS.$MODULE.ready
 WAIT_S=${KMM_WAIT_S:-180}
 FIRMWARE=/var/lib/slicer-kmm-run/firmware # KMM's firmwareHostPath (see below; removed after)
@@ -44,7 +47,8 @@ step() { printf '\n[kmm] %s\n' "$*"; }
 wait_for() {
   local what=$1 secs=$2 t; shift 2
   t=$(now)
-  for _ in $(seq 1 $((secs * 5))); do
+  # by the clock, not a count of tries: on a busy machine one try can take a second
+  while [ $(( $(now) - t )) -lt $((secs * 1000000000)) ]; do
     if "$@" >/dev/null 2>&1; then echo "  $what: $(since "$t") (t+$(since "$T0"))"; return 0; fi
     sleep 0.2
   done
@@ -63,14 +67,19 @@ nice -n 19 make -C "$ROOT" --no-print-directory build >/dev/null
 
 KVER=$(uname -r)
 DRIVER_IMAGE=$DRIVER_REPO:$KVER
-step "no-op images: $WORKER_IMAGE, $DRIVER_IMAGE"
+DRIVER_IMAGE_V2=$DRIVER_REPO_V2:$KVER
+step "no-op images: $WORKER_IMAGE, $DRIVER_IMAGE, $DRIVER_IMAGE_V2"
 # KMM's worker image: entrypoint /usr/local/bin/worker (KMM's Dockerfile.worker);
 # the Pod passes `kmod load|unload /etc/kmm-worker/config.yaml ...` as args.
 "$ROOT/bin/tools/mkimage" -o "$OUT/noop-worker.tar" -name "$WORKER_IMAGE" \
   -entrypoint /usr/local/bin/worker -file /usr/local/bin/worker="$ROOT/bin/kmm/noop"
 # The driver image as KMM expects it (modules under <dirName>/lib/modules/<kernel>,
 # firmware under the Module's firmwarePath), empty; its /bin/sh is the no-op.
-"$ROOT/bin/tools/mkimage" -o "$OUT/noop-driver.tar" -name "$DRIVER_IMAGE" \
+# Two versions of it, for the rolling upgrade: the same no-op, told apart by their
+# config (an environment variable), so they are two images to the runtime too.
+"$ROOT/bin/tools/mkimage" -o "$OUT/noop-driver.tar" -name "$DRIVER_IMAGE" -env SLICER_NOOP_DRIVER_VERSION=1 \
+  -file /bin/sh="$ROOT/bin/kmm/noop" -dir "/opt/lib/modules/$KVER" -dir /firmware
+"$ROOT/bin/tools/mkimage" -o "$OUT/noop-driver-v2.tar" -name "$DRIVER_IMAGE_V2" -env SLICER_NOOP_DRIVER_VERSION=2 \
   -file /bin/sh="$ROOT/bin/kmm/noop" -dir "/opt/lib/modules/$KVER" -dir /firmware
 
 created=()
@@ -79,6 +88,8 @@ cleanup() {
   set +e
   if [ -n "${KMM_PID:-}" ]; then kill "$KMM_PID" 2>/dev/null; wait "$KMM_PID" 2>/dev/null; fi
   [ -n "${WATCH_PID:-}" ] && kill "$WATCH_PID" 2>/dev/null
+  # shellcheck disable=SC2086 # upgrade.sh's watches: a list of pids
+  [ -n "${UPG_WATCH_PIDS:-}" ] && kill $UPG_WATCH_PIDS 2>/dev/null
   "$LC" down >/dev/null 2>&1
   for p in "${created[@]}"; do rm -rf "$p"; done
   echo "[kmm] node down; host paths removed: ${created[*]:-none}; exit $rc"
@@ -87,7 +98,7 @@ trap cleanup EXIT
 
 step "node up"
 "$LC" up --default-scheduler | tail -n 2
-"$LC" load "$OUT/noop-worker.tar" "$OUT/noop-driver.tar" >/dev/null
+"$LC" load "$OUT/noop-worker.tar" "$OUT/noop-driver.tar" "$OUT/noop-driver-v2.tar" >/dev/null
 
 # The worker Pod mounts these host paths with type Directory/File (KMM's
 # baseWorkerPod); this host has none of them (its kernel has no module
@@ -108,7 +119,7 @@ fi
 step "KMM's CRDs, the OpenShift stand-ins, the no-op-only admission policy"
 kmmdir=$(cd "$ROOT/hack/kmm" && go list -m -f '{{.Dir}}' github.com/rh-ecosystem-edge/kernel-module-management)
 kubectl apply --server-side -f "$kmmdir/config/crd/bases/" -f "$ROOT/hack/kmm/openshift-crds.yaml" >/dev/null
-sed -e "s|WORKER_IMAGE|$WORKER_IMAGE|" -e "s|DRIVER_IMAGE|$DRIVER_IMAGE|" "$ROOT/hack/kmm/noop-only-policy.yaml" |
+sed -e "s|WORKER_IMAGE|$WORKER_IMAGE|" -e "s|DRIVER_IMAGES|'$DRIVER_IMAGE', '$DRIVER_IMAGE_V2'|" "$ROOT/hack/kmm/noop-only-policy.yaml" |
   kubectl apply --server-side -f - >/dev/null
 kubectl wait --for condition=established --timeout=60s crd --all >/dev/null
 # The guard must refuse a worker Pod with any other image before KMM runs.
@@ -179,13 +190,16 @@ no_label() { ! node_labels | grep -qxF "$READY_LABEL"; }
 worker_succeeded() { grep -Eq '"phase": ?"Succeeded"' "$OUT/worker-pods.json"; }
 nmc_loaded() { [ -n "$(kubectl get nodemodulesconfig $NODE -o jsonpath="{.status.modules[?(@.name==\"$MODULE\")].config.containerImage}")" ]; }
 driver_ready() { [ "$(kubectl get slicer default -o jsonpath='{.status.conditions[?(@.type=="DriverReady")].status}')" = True ]; }
-unload_done() { grep -Eq '"kmm.node.kubernetes.io/worker-action": ?"Unload"' "$OUT/worker-pods.json" && no_label; }
+# unloads: the Unload worker Pods seen (watch events: several per Pod); the rolling upgrade
+# runs some before the uninstall's.
+unloads() { grep -Ec '"kmm.node.kubernetes.io/worker-action": ?"Unload"' "$OUT/worker-pods.json" || true; }
+unload_done() { [ "$(unloads)" -gt "$UNLOADS_BEFORE" ] && no_label; }
 
-step "Slicer switched to driver mode KMM (driver image $DRIVER_REPO:\${KERNEL_FULL_VERSION})"
+step "Slicer switched to driver mode KMM (driver image $DRIVER_REPO:\${KERNEL_FULL_VERSION}; the agent keeps emulating its GPUs)"
 OLD_AGENT_UID=$(agent_pods | cut -d' ' -f2)
 echo "  agent Pod before: $(agent_pods)"
 T0=$(now)
-kubectl patch slicer default --type merge -p "{\"spec\":{\"agent\":{\"emulatedGPUs\":null},\"driver\":{\"mode\":\"KMM\",\"image\":\"$DRIVER_REPO:\${KERNEL_FULL_VERSION}\",\"inTreeModulesToRemove\":[\"nouveau\"]}}}" >/dev/null
+kubectl patch slicer default --type merge -p "{\"spec\":{\"driver\":{\"mode\":\"KMM\",\"image\":\"$DRIVER_REPO:\${KERNEL_FULL_VERSION}\",\"inTreeModulesToRemove\":[\"nouveau\"]}}}" >/dev/null
 wait_for "Module $NS/$MODULE rendered by the operator" 60 kubectl -n $NS get module $MODULE
 wait_for "agent Pod off the node (its affinity now needs $READY_LABEL)" 60 agent_gone
 wait_for "KMM's CA ConfigMaps filled (OpenShift's injectors' job)" 60 fill_ca
@@ -197,6 +211,10 @@ wait_for "Slicer DriverReady=True" 60 driver_ready
 kubectl get slicer default -o jsonpath='{range .status.conditions[?(@.type=="DriverReady")]}  DriverReady={.status} {.reason}: {.message}{"\n"}{end}'
 kubectl -n $NS get module $MODULE -o jsonpath='  Module status: {.status.moduleLoader}{"\n"}'
 kubectl get pods -A -l app.kubernetes.io/name=slicer-agent -o wide --no-headers | sed 's/^/  agent: /'
+
+# The rolling driver upgrade, on the same node and KMM manager (docs/driver-upgrade.md).
+# shellcheck source=hack/kmm/upgrade.sh
+. "$ROOT/hack/kmm/upgrade.sh"
 
 step "the worker Pod KMM created, as admitted"
 python3 "$ROOT/hack/kmm/worker-pods.py" "$OUT/worker-pods.json"
@@ -217,9 +235,11 @@ kubectl create --dry-run=server -f "$OUT/psa-pod.json" 2>&1 | sed 's/^/  /' | cu
 
 step "Slicer deleted: KMM unloads (no-op) and removes its label"
 T0=$(now)
+UNLOADS_BEFORE=$(unloads)
 kubectl delete slicer default --wait=false >/dev/null
 wait_for "unload worker Pod ran and $READY_LABEL removed" 120 unload_done
 wait_for "agent Pod gone" 60 agent_gone
-python3 "$ROOT/hack/kmm/worker-pods.py" "$OUT/worker-pods.json" | sed -n '/action=Unload/,$p'
+# The last Unload worker Pod (the uninstall's) and what followed it.
+python3 "$ROOT/hack/kmm/worker-pods.py" "$OUT/worker-pods.json" | awk '/action=Unload/ { buf = "" } { buf = buf $0 "\n" } END { printf "%s", buf }'
 echo
 echo "[kmm] OK; KMM manager log: $OUT/kmm-manager.log, worker Pods: $OUT/worker-pods.json"
