@@ -288,10 +288,11 @@ func drain(f Facts, n *Node, nd *NodeDecision, elapsed time.Duration) *NodeDecis
 		nd.Want.Step, nd.Want.Since = "", time.Time{}
 		return nd
 	}
-	var live, bare []Pod
+	var live, bare, deleting []Pod
 	for _, p := range n.Holders {
 		switch {
 		case p.Deleting:
+			deleting = append(deleting, p)
 		case p.Bare:
 			live = append(live, p)
 			bare = append(bare, p)
@@ -312,8 +313,9 @@ func drain(f Facts, n *Node, nd *NodeDecision, elapsed time.Duration) *NodeDecis
 		nd.Message = fmt.Sprintf("draining: %d pods hold MIG slices: %s%s", len(n.Holders), podList(n.Holders), note)
 		if elapsed > f.Policy.DrainTimeout {
 			nd.Stalled = true
-			nd.Message = fmt.Sprintf("drain timed out after %s: %d pods hold MIG slices and did not leave (a disruption budget, or no controller to recreate them): %s%s; "+
-				"evictions go on; delete them, relax their budgets, or set spec.driver.upgrade.drainTimeoutPolicy to Force", f.Policy.DrainTimeout, len(n.Holders), podList(n.Holders), note)
+			nd.Message = fmt.Sprintf("drain timed out after %s: %d pods hold MIG slices and did not leave: %s; "+
+				"delete them, relax their budgets, or set spec.driver.upgrade.drainTimeoutPolicy to Force", f.Policy.DrainTimeout, len(n.Holders),
+				whyNotLeft(nd.Evict, bare, deleting))
 		}
 	case n.Releasing > 0:
 		nd.Message = fmt.Sprintf("draining: %d slices of pods that left are being released", n.Releasing)
@@ -374,6 +376,23 @@ func verify(f Facts, n *Node, nd *NodeDecision, elapsed time.Duration) *NodeDeci
 		}
 	}
 	return nd
+}
+
+// whyNotLeft words the pods a timed-out drain still waits for, each named once under its cause:
+// evicted and held back (a disruption budget refuses the eviction), bare (not evicted), being
+// deleted (their grace period).
+func whyNotLeft(evicted, bare, deleting []Pod) string {
+	var parts []string
+	if len(evicted) > 0 {
+		parts = append(parts, "evictions go on, a disruption budget refusing them: "+podList(evicted))
+	}
+	if len(bare) > 0 {
+		parts = append(parts, "not evicted, no controller would recreate them: "+podList(bare))
+	}
+	if len(deleting) > 0 {
+		parts = append(parts, "being deleted: "+podList(deleting))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // maxNamedPods caps the pods a message names; the rest are counted.

@@ -228,6 +228,24 @@ func TestWhatAStallLooksLike(t *testing.T) {
 	}
 }
 
+// A timed-out drain names each pod it waits for once, under its cause (the stall message once
+// named a bare pod among the holders and again in the "not evicted" note).
+func TestStallNamesEachPodOnceWithItsCause(t *testing.T) {
+	drain := slicerv1alpha1.DriverUpgradeDrain
+	n := node("a", v1).at(drain, t0.Add(-time.Hour)).holding("budgeted", "bare", "going").with(func(n *Node) {
+		n.Holders[1].Bare = true
+		n.Holders[2].Deleting = true
+	})
+	nd := decisionOf(t, Decide(facts(n, node("b", v1))), "a")
+	want := "drain timed out after 10m0s: 3 pods hold MIG slices and did not leave: " +
+		"evictions go on, a disruption budget refusing them: team/budgeted; " +
+		"not evicted, no controller would recreate them: team/bare; being deleted: team/going; " +
+		"delete them, relax their budgets, or set spec.driver.upgrade.drainTimeoutPolicy to Force"
+	if !nd.Stalled || nd.Message != want {
+		t.Errorf("stalled %v, message\n%q\nwant\n%q", nd.Stalled, nd.Message, want)
+	}
+}
+
 // The platform's own upgrades (a kernel upgrade: the platform cordons and drains the node,
 // reboots it, KMM loads the same version for the new kernel): Slicer neither starts the node
 // nor drains it a second time, nor fences it; a node the platform takes down while Slicer
