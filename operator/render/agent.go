@@ -188,7 +188,7 @@ func Agent(o Options) ([]client.Object, error) {
 				{Name: "health", ContainerPort: p.AgentHealth, Protocol: corev1.ProtocolTCP},
 			},
 			LivenessProbe:   httpProbe("/healthz", "health", healthHost(o), ""),
-			ReadinessProbe:  httpProbe("/readyz", "health", healthHost(o), ""),
+			ReadinessProbe:  agentReadiness(o),
 			Resources:       resources("50m", "64Mi"),
 			SecurityContext: sc,
 			VolumeMounts:    mounts,
@@ -220,4 +220,17 @@ func hostPathVolume(name, path string, t corev1.HostPathType) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 		HostPath: &corev1.HostPathVolumeSource{Path: path, Type: ptr.To(t)},
 	}}
+}
+
+// agentReadinessPeriod is how often the kubelet asks the agent whether it is ready: every 2 s
+// rather than the API's default 10 s, because a node serves slices again only once its agent
+// is seen ready (a driver upgrade's Verify step, docs/driver-upgrade.md "Measured": about 10 s
+// of each node's upgrade went on waiting for the next probe; a DaemonSet rollout), and the
+// probe is one loopback HTTP request.
+const agentReadinessPeriod = 2
+
+func agentReadiness(o Options) *corev1.Probe {
+	p := httpProbe("/readyz", "health", healthHost(o), "")
+	p.PeriodSeconds = agentReadinessPeriod
+	return p
 }
