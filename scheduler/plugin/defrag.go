@@ -65,8 +65,8 @@ type defragmenter struct {
 	// kube-scheduler runs PostFilter for one pod at a time (k8s.io/kubernetes
 	// pkg/scheduler/schedule_one.go, the scheduling cycle), but nothing here relies on it.
 	indexes sync.Pool
-	// singles remembers which pods ask for one slice (defrag_slices.go).
-	singles singleSlices
+	// facts remembers what a search asks of every running pod (defrag_slices.go).
+	facts podFacts
 }
 
 // newDefragmenter builds the plugin's defragmentation on the scheduler's informers; outside
@@ -104,7 +104,7 @@ func (d *defragmenter) claim(log klog.Logger, pod *corev1.Pod, s *podState) *fwk
 // forget drops the pod's plan wait and refusal, and its slice count: it is bound, or gone.
 func (d *defragmenter) forget(uid types.UID) {
 	d.evictor.forget(uid)
-	d.singles.forget(uid)
+	d.facts.forget(uid)
 }
 
 // defragPolicy is spec.defragmentation as the plugin runs it.
@@ -404,7 +404,7 @@ func (m *movableIndex) at(node, gpu int, prof mig.Profile, pl mig.Placement) boo
 		}
 		nsLabels = o.Labels
 	}
-	ok, _ = movablePod(pod, m.d.singles.of, m.pdbs, nsLabels, m.d.policy.namespaces)
+	ok, _ = movablePod(pod, m.d.facts.singleSlice, m.pdbs, nsLabels, m.d.policy.namespaces)
 	if ok {
 		m.pods.Add(node, gpu, pl.Start, pod)
 	}

@@ -46,7 +46,7 @@ func (m *movableIndex) destinations(from mig.SliceAt) func(int) bool {
 // planner finds a class without hashing its encoding; 0 (a class of its own) for a slice whose
 // pod is not known. When some node's driver lacks a profile, the slice's profile is part of its
 // class (destinations reads it). Each pod's class is computed once per plan (a movable pod has
-// one slice).
+// one slice), and its encoding is remembered across plans (podFacts).
 func (m *movableIndex) destinationClass(from mig.SliceAt) int {
 	pod := m.podAt(from)
 	if pod == nil {
@@ -54,7 +54,7 @@ func (m *movableIndex) destinationClass(from mig.SliceAt) int {
 	}
 	c, ok := m.classes[pod]
 	if !ok {
-		key := destinationClassOf(pod)
+		key := m.d.facts.classKey(pod)
 		if key != "" && m.lacks {
 			key = from.Profile.Name + " " + key
 		}
