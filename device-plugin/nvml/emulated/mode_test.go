@@ -295,3 +295,39 @@ func TestTopology(t *testing.T) {
 		t.Errorf("NVLink to another node's GPU: %v, want ERROR_INVALID_ARGUMENT", err)
 	}
 }
+
+// ReadLinks reads the emulated topology pair by pair (emulated.Link, itself checked against
+// the written-out matrices above), reads a pair NVML cannot answer for as the farthest link,
+// and returns any other error.
+func TestReadLinks(t *testing.T) {
+	models := []mig.Model{mig.H100_80GB, mig.H100_80GB, mig.H100_80GB, mig.H100_80GB}
+	b := newBackend(t, emulated.Options{Node: "n1", GPUs: models})
+	devs := make([]nvml.Device, len(models))
+	for i := range devs {
+		devs[i] = device(t, b, i)
+	}
+	links, err := nvml.ReadLinks(devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range devs {
+		for j := range devs {
+			var want nvml.Link
+			if i != j {
+				want.Level, want.NVLink = emulated.Link(len(devs), i, j)
+			}
+			if links[i][j] != want {
+				t.Errorf("links[%d][%d] = %+v, want %+v", i, j, links[i][j], want)
+			}
+		}
+	}
+	b.InjectFault(emulated.OpTopology, nvml.ErrorNotSupported, 1)
+	b.InjectFault(emulated.OpP2PStatus, nvml.ErrorNotSupported, 1)
+	if links, err = nvml.ReadLinks(devs); err != nil || links[0][1] != (nvml.Link{Level: nvml.TopologySystem}) || links[1][0] != (nvml.Link{Level: nvml.TopologySingle, NVLink: true}) {
+		t.Errorf("ReadLinks with the first pair unsupported: %v, links[0][1] %+v, links[1][0] %+v", err, links[0][1], links[1][0])
+	}
+	b.InjectFault(emulated.OpP2PStatus, nvml.ErrorGPUIsLost, 1)
+	if _, err := nvml.ReadLinks(devs); nvml.ReturnOf(err) != nvml.ErrorGPUIsLost {
+		t.Errorf("ReadLinks with a lost GPU: %v, want ERROR_GPU_IS_LOST", err)
+	}
+}
