@@ -331,3 +331,55 @@ func TestReadLinks(t *testing.T) {
 		t.Errorf("ReadLinks with a lost GPU: %v, want ERROR_GPU_IS_LOST", err)
 	}
 }
+
+// From outside the agent's process (e2e on the node): a control file holds, releases and
+// resets GPUs at the backend's next event wait, and ReadStateGPUs reads the modes back; a
+// crash right after a switch leaves it in the state file for the restarted agent.
+func TestModeFromOutside(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "nvml.json")
+	opts := emulated.Options{Node: "n1", GPUs: []mig.Model{mig.A100_80GB, mig.H200_141GB}, StateFile: state}
+	b := newBackend(t, opts)
+	set, err := b.EventSetCreate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(c emulated.Control) {
+		t.Helper()
+		if err := emulated.SendControl(state, c); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := set.Wait(50 * time.Millisecond); !nvml.IsTimeout(err) {
+			t.Fatalf("event wait applying %+v: %v", c, err)
+		}
+		if emulated.ControlPending(state) {
+			t.Fatalf("control %+v not applied", c)
+		}
+	}
+	apply(emulated.Control{Hold: []int{0}})
+	a100 := device(t, b, 0)
+	if activation, err := a100.SetMIGMode(nvml.MIGDisabled); err != nil || activation != nvml.ErrorInUse {
+		t.Errorf("SetMIGMode while held by control = %s, %v; want activation ERROR_IN_USE", activation, err)
+	}
+	apply(emulated.Control{Release: []int{0}, Reset: []int{0}})
+	b.CrashAfter(emulated.OpSetMIGMode, 1, nil)
+	if _, err := device(t, b, 1).SetMIGMode(nvml.MIGDisabled); err != nil {
+		t.Fatalf("SetMIGMode at the crash point: %v", err)
+	}
+	if !b.Crashed() {
+		t.Fatal("the crash point did not fire")
+	}
+	got, err := emulated.ReadStateGPUs(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []emulated.StateGPU{
+		{UUID: emulated.GPUUUID("n1", 0), Model: mig.A100_80GB, MIGMode: nvml.MIGDisabled, PendingMIGMode: nvml.MIGDisabled, ModeRecorded: true},
+		{UUID: emulated.GPUUUID("n1", 1), Model: mig.H200_141GB, MIGMode: nvml.MIGDisabled, PendingMIGMode: nvml.MIGDisabled, ModeRecorded: true},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("ReadStateGPUs (-want +got):\n%s", d)
+	}
+	if c, _, err := device(t, newBackend(t, opts), 1).MIGMode(); err != nil || c != nvml.MIGDisabled {
+		t.Errorf("after the crash and a restart: current %s, %v; want Disabled", c, err)
+	}
+}
