@@ -26,6 +26,7 @@ const (
 	ErrorTimeout              Return = 10
 	ErrorLibraryNotFound      Return = 12
 	ErrorGPUIsLost            Return = 15
+	ErrorResetRequired        Return = 16
 	ErrorInUse                Return = 19
 	ErrorUnknown              Return = 999
 )
@@ -42,6 +43,7 @@ var returnNames = map[Return]string{
 	ErrorTimeout:              "ERROR_TIMEOUT",
 	ErrorLibraryNotFound:      "ERROR_LIBRARY_NOT_FOUND",
 	ErrorGPUIsLost:            "ERROR_GPU_IS_LOST",
+	ErrorResetRequired:        "ERROR_RESET_REQUIRED",
 	ErrorInUse:                "ERROR_IN_USE",
 	ErrorUnknown:              "ERROR_UNKNOWN",
 }
@@ -124,6 +126,54 @@ const (
 	MIGEnabled  MIGMode = 1
 )
 
+// String is nvidia-smi's word for the mode ("Enabled", "Disabled").
+func (m MIGMode) String() string {
+	switch m {
+	case MIGEnabled:
+		return "Enabled"
+	case MIGDisabled:
+		return "Disabled"
+	}
+	return fmt.Sprintf("MIG mode %d", int(m))
+}
+
+// TopologyLevel is nvmlGpuTopologyLevel_t: how far apart two GPUs are in the PCIe tree. A
+// smaller value is a closer pair.
+type TopologyLevel int
+
+// Topology levels (values and meanings as in nvml.h's nvmlGpuTopologyLevel_t).
+const (
+	// TopologyInternal is two GPUs on one board (e.g. Tesla K80).
+	TopologyInternal TopologyLevel = 0
+	// TopologySingle is GPUs behind one PCIe switch.
+	TopologySingle TopologyLevel = 10
+	// TopologyMultiple is GPUs behind several PCIe switches, without crossing a host bridge.
+	TopologyMultiple TopologyLevel = 20
+	// TopologyHostBridge is GPUs on one host bridge.
+	TopologyHostBridge TopologyLevel = 30
+	// TopologyNode is GPUs on one NUMA node, possibly across host bridges.
+	TopologyNode TopologyLevel = 40
+	// TopologySystem is GPUs on different NUMA nodes.
+	TopologySystem TopologyLevel = 50
+)
+
+var topologyNames = map[TopologyLevel]string{
+	TopologyInternal: "internal", TopologySingle: "single PCIe switch", TopologyMultiple: "multiple PCIe switches",
+	TopologyHostBridge: "host bridge", TopologyNode: "NUMA node", TopologySystem: "system",
+}
+
+// String names the level as nvml.h describes it.
+func (l TopologyLevel) String() string {
+	if n, ok := topologyNames[l]; ok {
+		return n
+	}
+	return fmt.Sprintf("topology level %d", int(l))
+}
+
+// SameNUMANode reports whether two GPUs this far apart share a NUMA node (every level up
+// to TopologyNode does).
+func (l TopologyLevel) SameNUMANode() bool { return l <= TopologyNode }
+
 // Placement is a GPU instance placement in memory slices (nvmlGpuInstancePlacement_t).
 type Placement struct {
 	Start int `json:"start"`
@@ -202,6 +252,19 @@ type Device interface {
 	// MIGMode returns the current and pending MIG modes; ErrorNotSupported on
 	// GPUs without MIG.
 	MIGMode() (current, pending MIGMode, err error)
+	// SetMIGMode is nvmlDeviceSetMigMode. err is the call's own return: ErrorNotSupported on
+	// a GPU without MIG, ErrorNoPermission without root, ErrorInUse (docs/design/geometry.md,
+	// "MIG mode") while the GPU has a GPU instance. activation is its activationStatus, set
+	// when err is nil: Success when mode is now current, ErrorResetRequired when it is pending
+	// until a GPU reset, ErrorInUse when it is pending because a client holds the GPU (idle
+	// it and call again). Whatever it says, read MIGMode back.
+	SetMIGMode(mode MIGMode) (activation Return, err error)
+	// TopologyCommonAncestor is nvmlDeviceGetTopologyCommonAncestor: the nearest point of
+	// the PCIe tree this GPU and other share; ErrorNotSupported where the OS cannot tell.
+	TopologyCommonAncestor(other Device) (TopologyLevel, error)
+	// NVLinkPeer is nvmlDeviceGetP2PStatus with NVML_P2P_CAPS_INDEX_NVLINK: whether this
+	// GPU and other reach each other peer-to-peer over NVLink.
+	NVLinkPeer(other Device) (bool, error)
 	// GPUInstanceProfileInfo is nvmlDeviceGetGpuInstanceProfileInfo for a
 	// GPU_INSTANCE_PROFILE_* value; ErrorNotSupported when the GPU lacks it.
 	GPUInstanceProfileInfo(profile int) (GPUInstanceProfileInfo, error)

@@ -43,11 +43,13 @@ func (d *device) PCIDeviceID() (uint32, error) {
 	return uint32(ids[0])<<16 | 0x10DE, d.b.call(OpPCIInfo)
 }
 
-func (d *device) MIGMode() (current, pending nvml.MIGMode, err error) {
-	d.b.mu.Lock()
-	defer d.b.mu.Unlock()
-	m := d.gpu().migMode
-	return m, m, d.b.call(OpMIGMode)
+// migOn refuses a MIG call on a GPU whose current MIG mode is off, with NVML's
+// ERROR_NOT_SUPPORTED (nvml.h: "If device doesn't have MIG mode enabled").
+func (d *device) migOn(op string) error {
+	if d.gpu().migMode != nvml.MIGEnabled {
+		return nvml.NewError(op, nvml.ErrorNotSupported, "MIG mode is disabled")
+	}
+	return nil
 }
 
 func (d *device) profile(op string, nvmlProfile int) (mig.Profile, error) {
@@ -67,8 +69,8 @@ func (d *device) GPUInstanceProfileInfo(profile int) (nvml.GPUInstanceProfileInf
 	if err := d.b.call(op); err != nil {
 		return nvml.GPUInstanceProfileInfo{}, err
 	}
-	if d.gpu().migMode != nvml.MIGEnabled {
-		return nvml.GPUInstanceProfileInfo{}, nvml.NewError(op, nvml.ErrorNotSupported, "MIG mode is disabled")
+	if err := d.migOn(op); err != nil {
+		return nvml.GPUInstanceProfileInfo{}, err
 	}
 	p, err := d.profile(op, profile)
 	if err != nil {
@@ -85,6 +87,9 @@ func (d *device) GPUInstancePossiblePlacements(info nvml.GPUInstanceProfileInfo)
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
 	if err := d.b.call(op); err != nil {
+		return nil, err
+	}
+	if err := d.migOn(op); err != nil {
 		return nil, err
 	}
 	p, err := d.profile(op, info.Profile)
@@ -126,6 +131,9 @@ func (d *device) GPUInstances(info nvml.GPUInstanceProfileInfo) ([]nvml.GPUInsta
 	if err := d.b.call(op); err != nil {
 		return nil, err
 	}
+	if err := d.migOn(op); err != nil {
+		return nil, err
+	}
 	var ids []int
 	for id, gi := range d.gpu().gis {
 		if gi.profile.NVMLProfile == info.Profile {
@@ -144,6 +152,9 @@ func (d *device) MIGDevices() ([]nvml.MIGDevice, error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
 	if err := d.b.call(OpMIGDevices); err != nil {
+		return nil, err
+	}
+	if err := d.migOn(OpMIGDevices); err != nil {
 		return nil, err
 	}
 	var out []nvml.MIGDevice

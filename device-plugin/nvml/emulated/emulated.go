@@ -65,12 +65,15 @@ type Options struct {
 	Node string
 	// GPUs lists the model of each GPU, by index.
 	GPUs []mig.Model
-	// MIGDisabled lists GPU indexes whose MIG mode is off.
+	// MIGDisabled lists GPU indexes whose MIG mode is off at first boot: whole GPUs. Every
+	// other GPU starts in MIG mode. A state file's modes, once written, win over this.
 	MIGDisabled []int
 	// StateFile, when set, persists MIG state across instances of the backend.
 	StateFile string
 	// Latency is added to every MIG create/destroy call.
 	Latency time.Duration
+	// MIGModeLatency is added to every SetMIGMode call (a mode switch takes seconds).
+	MIGModeLatency time.Duration
 }
 
 // Backend is an emulated NVML. It is safe for concurrent use.
@@ -96,8 +99,12 @@ type gpu struct {
 	uuid    string
 	model   mig.Model
 	migMode nvml.MIGMode
-	state   mig.GPUState
-	gis     map[int]*gpuInstance
+	// pendingMode is the mode after the next GPU reset (mode.go); migMode when none is pending.
+	pendingMode nvml.MIGMode
+	// held is a client (DCGM, a monitoring daemon) holding the GPU (mode.go).
+	held  bool
+	state mig.GPUState
+	gis   map[int]*gpuInstance
 	// recovery is the recovery action the driver reports (events.go).
 	recovery nvml.RecoveryAction
 }
@@ -135,6 +142,7 @@ func New(opts Options) (*Backend, error) {
 		if disabled[i] {
 			g.migMode = nvml.MIGDisabled
 		}
+		g.pendingMode = g.migMode
 		b.gpus = append(b.gpus, g)
 	}
 	if opts.StateFile != "" {
@@ -178,15 +186,16 @@ func (b *Backend) Calls(op string) int {
 	return b.calls[op]
 }
 
-// Reboot empties every GPU, as a node reboot does (MIG mode is kept), and clears the
-// recovery actions the GPUs asked for.
+// Reboot empties every GPU, as a node reboot does, ends the clients holding GPUs and clears
+// the recovery actions the GPUs asked for. MIG mode is kept, a pending mode becoming current
+// (a reboot resets every GPU); on Hopper the real driver forgets MIG mode across a reboot,
+// which the emulator does not model (docs/design/geometry.md, "MIG mode").
 func (b *Backend) Reboot() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, g := range b.gpus {
-		g.gis = map[int]*gpuInstance{}
-		g.state = mig.EmptyGPU(g.model)
-		g.recovery = nvml.RecoveryNone
+		g.held = false
+		b.resetLocked(g)
 	}
 	b.inUse = map[string]bool{}
 	return b.saveLocked()
@@ -391,6 +400,10 @@ type persistedGPU struct {
 	Instances []persistedGI `json:"instances"`
 	// RecoveryAction is what the driver asks of the GPU after an XID (events.go).
 	RecoveryAction nvml.RecoveryAction `json:"recoveryAction,omitempty"`
+	// MIGMode and PendingMIGMode are the current and pending MIG modes (mode.go); absent in
+	// files written before modes could change, whose GPUs keep the configured mode.
+	MIGMode        *nvml.MIGMode `json:"migMode,omitempty"`
+	PendingMIGMode *nvml.MIGMode `json:"pendingMigMode,omitempty"`
 }
 
 type persistedGI struct {
@@ -428,6 +441,12 @@ func (b *Backend) load() error {
 			return fmt.Errorf("emulated NVML state %s: GPU %d is %s %s, configured %s %s", b.opts.StateFile, i, pg.Model, pg.UUID, g.model, g.uuid)
 		}
 		g.recovery = pg.RecoveryAction
+		if pg.MIGMode != nil {
+			g.migMode, g.pendingMode = *pg.MIGMode, *pg.MIGMode
+		}
+		if pg.PendingMIGMode != nil {
+			g.pendingMode = *pg.PendingMIGMode
+		}
 		for _, pgi := range pg.Instances {
 			prof, err := g.model.Profile(pgi.Profile)
 			if err != nil {
@@ -456,7 +475,9 @@ func (b *Backend) saveLocked() error {
 	}
 	p := persisted{Seq: b.seq}
 	for _, g := range b.gpus {
-		pg := persistedGPU{UUID: g.uuid, Model: g.model.String(), Instances: []persistedGI{}, RecoveryAction: g.recovery}
+		cur, pending := g.migMode, g.pendingMode
+		pg := persistedGPU{UUID: g.uuid, Model: g.model.String(), Instances: []persistedGI{}, RecoveryAction: g.recovery,
+			MIGMode: &cur, PendingMIGMode: &pending}
 		ids := make([]int, 0, len(g.gis))
 		for id := range g.gis {
 			ids = append(ids, id)

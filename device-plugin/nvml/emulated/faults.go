@@ -39,7 +39,8 @@ const (
 	OpDestroyGPUInstance         = "GpuInstanceDestroy"
 )
 
-// Ops lists every operation the backend implements (events.go's included), in a stable order.
+// Ops lists every operation of the agent's observe, create, destroy and health paths
+// (events.go's included), in a stable order; ModeOps (mode.go) lists the others.
 func Ops() []string {
 	return []string{OpInit, OpDriverVersion, OpDeviceCount, OpDeviceHandle, OpUUID, OpName, OpMemory, OpPCIInfo, OpMIGMode,
 		OpGPUInstanceProfileInfo, OpPossiblePlacements, OpGPUInstances, OpMIGDevices, OpGPUInstanceInfo, OpComputeInstanceProfileInfo,

@@ -49,6 +49,46 @@ func ReadStateFile(path string) ([]StateInstance, error) {
 	return out, nil
 }
 
+// StateGPU is one GPU recorded in a state file with its MIG modes (mode.go).
+type StateGPU struct {
+	UUID           string
+	Model          mig.Model
+	MIGMode        nvml.MIGMode
+	PendingMIGMode nvml.MIGMode
+	// ModeRecorded is false for a file written before modes were recorded: the backend then
+	// keeps the configured mode, which the file does not say.
+	ModeRecorded bool
+}
+
+// ReadStateGPUs returns the GPUs a state file records, by index, with their MIG modes: the
+// device view of an emulated node (whole or sliced), read without opening a backend.
+func ReadStateGPUs(path string) ([]StateGPU, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("emulated NVML state: %w", err)
+	}
+	var p persisted
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("emulated NVML state %s: %w", path, err)
+	}
+	out := make([]StateGPU, 0, len(p.GPUs))
+	for _, g := range p.GPUs {
+		m, err := mig.ParseModel(g.Model)
+		if err != nil {
+			return nil, fmt.Errorf("emulated NVML state %s: GPU %s: %w", path, g.UUID, err)
+		}
+		sg := StateGPU{UUID: g.UUID, Model: m}
+		if g.MIGMode != nil {
+			sg.MIGMode, sg.PendingMIGMode, sg.ModeRecorded = *g.MIGMode, *g.MIGMode, true
+		}
+		if g.PendingMIGMode != nil {
+			sg.PendingMIGMode = *g.PendingMIGMode
+		}
+		out = append(out, sg)
+	}
+	return out, nil
+}
+
 // Control is what a test outside the agent's process (e2e, on the node) asks of its
 // emulated NVML: XIDs to raise and GPUs to recover (events.go). It is written to
 // ControlPath(state file) with SendControl; the backend applies it once, at its next event
@@ -56,6 +96,11 @@ func ReadStateFile(path string) ([]StateInstance, error) {
 type Control struct {
 	XIDs    []ControlXID `json:"xids,omitempty"`
 	Recover []int        `json:"recover,omitempty"`
+	// Hold and Release are GPUs a client (as DCGM would) starts or stops holding; Reset
+	// are GPUs to reset, after the holds and releases (mode.go).
+	Hold    []int `json:"hold,omitempty"`
+	Release []int `json:"release,omitempty"`
+	Reset   []int `json:"reset,omitempty"`
 }
 
 // ControlXID is an XID of a Control; GPUInstance absent is the whole GPU.
@@ -121,6 +166,15 @@ func (b *Backend) applyControl() error {
 	}
 	for _, i := range c.Recover {
 		errs = append(errs, b.Recover(i))
+	}
+	for _, i := range c.Hold {
+		errs = append(errs, b.HoldGPU(i, true))
+	}
+	for _, i := range c.Release {
+		errs = append(errs, b.HoldGPU(i, false))
+	}
+	for _, i := range c.Reset {
+		errs = append(errs, b.ResetGPU(i))
 	}
 	return errors.Join(errs...)
 }

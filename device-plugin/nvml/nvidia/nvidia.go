@@ -99,6 +99,46 @@ func (d *device) MIGMode() (current, pending nvml.MIGMode, err error) {
 	return nvml.MIGMode(c), nvml.MIGMode(p), wrap("DeviceGetMigMode", r)
 }
 
+func (d *device) SetMIGMode(mode nvml.MIGMode) (nvml.Return, error) {
+	activation, r := d.d.SetMigMode(int(mode))
+	if err := wrap("DeviceSetMigMode", r); err != nil {
+		return nvml.Success, err
+	}
+	return nvml.Return(activation), nil
+}
+
+// peer is the go-nvml device behind other, which must come from this adapter.
+func peer(op string, other nvml.Device) (gonvml.Device, error) {
+	o, ok := other.(*device)
+	if !ok {
+		return nil, nvml.NewError(op, nvml.ErrorInvalidArgument, fmt.Sprintf("the other device is a %T, not a go-nvml device", other))
+	}
+	return o.d, nil
+}
+
+func (d *device) TopologyCommonAncestor(other nvml.Device) (nvml.TopologyLevel, error) {
+	const op = "DeviceGetTopologyCommonAncestor"
+	o, err := peer(op, other)
+	if err != nil {
+		return nvml.TopologySystem, err
+	}
+	l, r := d.d.GetTopologyCommonAncestor(o)
+	return nvml.TopologyLevel(l), wrap(op, r)
+}
+
+func (d *device) NVLinkPeer(other nvml.Device) (bool, error) {
+	const op = "DeviceGetP2PStatus"
+	o, err := peer(op, other)
+	if err != nil {
+		return false, err
+	}
+	s, r := d.d.GetP2PStatus(o, gonvml.P2P_CAPS_INDEX_NVLINK)
+	if err := wrap(op, r); err != nil {
+		return false, err
+	}
+	return s == gonvml.P2P_STATUS_OK, nil
+}
+
 func (d *device) GPUInstanceProfileInfo(profile int) (nvml.GPUInstanceProfileInfo, error) {
 	i, r := d.d.GetGpuInstanceProfileInfo(profile)
 	if err := wrap("DeviceGetGpuInstanceProfileInfo", r); err != nil {

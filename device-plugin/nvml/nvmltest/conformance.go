@@ -1,7 +1,8 @@
 // Package nvmltest is the conformance suite every nvml.Library backend must
 // pass: placements as internal/mig's tables say, exact-placement creation,
 // NVML's error codes for overlap and in-use destroys. It mutates MIG state on
-// the device it is given, so on real hardware run it only on an idle GPU.
+// the device it is given, so on real hardware run it only on an idle GPU. RunMode (mode.go)
+// checks the MIG mode rules; it switches MIG mode, so it is for the emulator and the mock.
 package nvmltest
 
 import (

@@ -13,7 +13,9 @@
 //     device a process uses (SetInUse): ERROR_IN_USE; a handle already destroyed:
 //     ERROR_INVALID_ARGUMENT;
 //   - MIG device handles (nvmlDeviceGetMigDeviceHandleByIndex) for every compute instance;
-//   - event sets, XID events and the recovery-action field, which the mock lacks (events.go).
+//   - event sets, XID events and the recovery-action field, which the mock lacks (events.go);
+//   - MIG mode as the driver changes it (current and pending, a reset, a client holding the
+//     GPU) and a topology the test sets, which the mock lacks too (mode.go).
 //
 // Every limit is read from the mock's own data (its possible placements, instance and slice
 // counts, engine counts), never from internal/mig: the conformance suite compares Slicer's
@@ -51,6 +53,9 @@ type Library struct {
 	gonvml.Interface
 	srv     *server.Server
 	devices []*Device
+
+	topoMu   sync.Mutex
+	topology Topology // mode.go
 }
 
 // Forbid makes every call that changes a GPU (MIG mode, creating or destroying a GPU or
@@ -85,7 +90,7 @@ func New(configs ...gpus.Config) (*Library, error) {
 		if !ok {
 			return nil, fmt.Errorf("go-nvml mock device %d is a %T", i, d)
 		}
-		l.devices = append(l.devices, &Device{Device: md, mock: md, live: map[*GPUInstance]bool{}})
+		l.devices = append(l.devices, &Device{Device: md, mock: md, live: map[*GPUInstance]bool{}, lib: l, index: i, pending: md.MigMode})
 	}
 	return l, nil
 }
@@ -116,6 +121,10 @@ type Device struct {
 	forbidden func(call string) // set by Library.Forbid
 	known     []gonvml.GpuInstanceProfileInfo
 	events    deviceEvents // events.go
+	lib       *Library
+	index     int
+	pending   int  // the pending MIG mode (mode.go); the current one is the mock's
+	held      bool // a client (DCGM, a monitoring daemon) holds the GPU (mode.go)
 }
 
 // refuse reports a mutating call when Forbid is in effect (d.mu held).
@@ -127,9 +136,13 @@ func (d *Device) refuse(call string) bool {
 	return true
 }
 
-// EnableMIG sets MIG mode on, as an administrator does before Slicer runs.
+// EnableMIG sets MIG mode on, current and pending, as an administrator does (and the GPU
+// is reset) before Slicer runs.
 func (d *Device) EnableMIG() {
 	_, _ = d.mock.SetMigMode(gonvml.DEVICE_MIG_ENABLE) // the mock's SetMigMode cannot fail
+	d.mu.Lock()
+	d.pending = gonvml.DEVICE_MIG_ENABLE
+	d.mu.Unlock()
 }
 
 // Raw is go-nvml's mock device under the wrapper: a test replaces one of its functions to make
