@@ -154,10 +154,12 @@ type GPUModeSwitchReason string
 
 const (
 	// GPUModeSwitchHeldByClient: a client holds the GPU (a process, DCGM, a monitoring
-	// daemon), and the driver refuses the change or keeps it pending until it lets go.
+	// daemon), and the driver refuses the change or keeps it pending until it lets go
+	// (nvmlDeviceSetMigMode's activation status NVML_ERROR_IN_USE, go-nvml's nvml.h).
 	GPUModeSwitchHeldByClient GPUModeSwitchReason = "HeldByClient"
-	// GPUModeSwitchResetRequired: the change is pending until a GPU reset (A100, A30), which
-	// the policy allows and which has not been done yet.
+	// GPUModeSwitchResetRequired: the change is pending until a GPU reset (A100, A30; or a
+	// VM reboot where the reset is not exposed, NVML_ERROR_RESET_REQUIRED in go-nvml's nvml.h),
+	// which the policy allows and which has not been done yet.
 	GPUModeSwitchResetRequired GPUModeSwitchReason = "ResetRequired"
 	// GPUModeSwitchResetNotAllowed: the change needs a GPU reset and the GPU's policy does
 	// not allow one (allowReset false).
