@@ -1,12 +1,15 @@
 package api_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
@@ -213,4 +216,20 @@ var _ = Describe("NodeAccelerator GPU mode validation", func() {
 			s.GPUs[1].ModeSwitch.LastTransitionTime = metav1.Time{}
 		}, rejected("status.gpus[1].modeSwitch.lastTransitionTime", "Required value")),
 	)
+})
+
+// The example Slicer of docs/gpu-modes.md is accepted as written.
+var _ = Describe("docs/gpu-modes.md", func() {
+	It("has an example Slicer the apiserver accepts", func() {
+		raw, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "gpu-modes.md"))
+		Expect(err).NotTo(HaveOccurred())
+		_, rest, found := strings.Cut(string(raw), "```yaml\n")
+		Expect(found).To(BeTrue(), "docs/gpu-modes.md has no yaml block")
+		example, _, found := strings.Cut(rest, "```")
+		Expect(found).To(BeTrue(), "docs/gpu-modes.md: the yaml block does not end")
+		s := &slicerv1alpha1.Slicer{}
+		Expect(yaml.UnmarshalStrict([]byte(example), s)).To(Succeed())
+		Expect(s.Spec.GPUModes).NotTo(BeEmpty())
+		expectOutcome(k8s.Create(ctx, s, client.DryRunAll), nil)
+	})
 })
