@@ -138,6 +138,11 @@ type MIGSlice struct {
 }
 
 // GPUStatus is one physical GPU of the node.
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Switching' || has(self.modeSwitch)",message="mode Switching needs modeSwitch: the mode the GPU is switching to and why it has not yet",fieldPath=".modeSwitch"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || !has(self.modeSwitch) || self.modeSwitch.targetMode != self.mode",message="modeSwitch.targetMode is the mode the GPU already has: a GPU does not switch to its own mode",fieldPath=".modeSwitch.targetMode"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'MIG' || self.migMode == 'Enabled'",message="mode MIG needs migMode Enabled: MIG slices exist only in MIG mode",fieldPath=".mode"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Whole' || self.migMode in ['Disabled', 'NotSupported']",message="mode Whole needs migMode Disabled or NotSupported: a GPU in MIG mode cannot be used whole",fieldPath=".mode"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Whole' || !has(self.slices) || size(self.slices) == 0",message="a Whole GPU has no MIG slices",fieldPath=".slices"
 type GPUStatus struct {
 	// index is NVML's device index.
 	// +required
@@ -170,6 +175,18 @@ type GPUStatus struct {
 	// migMode is the current MIG mode.
 	// +required
 	MIGMode MIGMode `json:"migMode"`
+
+	// mode is how the agent publishes the GPU: Whole (MIG mode off, as nvidia.com/gpu), MIG
+	// (as MIG slices) or Switching (its MIG mode is being changed, see modeSwitch). Unset by
+	// agents that predate GPU modes: those publish a GPU with migMode Enabled as MIG slices
+	// and no other GPU (docs/gpu-modes.md).
+	// +optional
+	Mode GPUMode `json:"mode,omitempty"`
+
+	// modeSwitch is the change of the GPU's MIG mode that has not taken effect: Pending while
+	// the agent waits for it, Failed once given up. Unset when no change is under way.
+	// +optional
+	ModeSwitch *GPUModeSwitch `json:"modeSwitch,omitempty"`
 
 	// health of the GPU: Unhealthy when an NVML call on it failed, after an XID that means
 	// the GPU is broken (an application's fault does not count), or while the driver asks for

@@ -497,6 +497,18 @@ type SlicerSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Uninstall UninstallSpec `json:"uninstall,omitempty"`
+
+	// gpuModes says which GPUs Slicer may switch between a whole GPU (MIG mode off) and MIG
+	// slices (docs/gpu-modes.md). The first policy that selects a GPU wins; a GPU no policy
+	// selects, like every GPU while gpuModes is empty (the default), is fixed in MIG mode.
+	// Two policies with the same model and the same nodeSelector are refused: the second
+	// could never apply. Not yet acted on: the operator and the agents accept the field and
+	// keep every GPU in MIG mode.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.all(p, self.exists_one(q, has(p.model) == has(q.model) && (!has(p.model) || p.model == q.model) && has(p.nodeSelector) == has(q.nodeSelector) && (!has(p.nodeSelector) || p.nodeSelector == q.nodeSelector)))",message="two policies select the same GPUs (the same model and nodeSelector): the first wins and the second could never apply; remove one or narrow its selector"
+	GPUModes []GPUModePolicy `json:"gpuModes,omitempty"`
 }
 
 // SlicerSummary counts what the agents report.
