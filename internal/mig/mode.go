@@ -1,5 +1,7 @@
 package mig
 
+import "fmt"
+
 // A GPU's MIG mode and what it can serve (docs/design/whole-gpus.md). Facts from NVIDIA's MIG
 // user guide and go-nvml's nvml.h (nvmlDeviceGetMigMode returns the current and the pending
 // mode, nvmlDeviceSetMigMode changes it): MIG operations fail with MIG off, a whole GPU
@@ -111,17 +113,68 @@ const (
 	LinkNVLink
 )
 
-// maxTopologyGPUs is how many GPUs of a node the whole-GPU search considers (bit masks of a
-// uint32); GPUs beyond it are never chosen for whole-GPU requests.
+// maxTopologyGPUs is how many GPUs a Topology holds (bit masks of a uint32); GPUs of a node
+// beyond it are never chosen for whole-GPU requests.
 const maxTopologyGPUs = 32
 
-// link is the rank between GPUs a and b of the node: Node.Links[a*len(GPUs)+b], the lower of
-// the two directions; LinkOther when Links is not len(GPUs)² long.
-func (n Node) link(a, b int) Link {
-	k := len(n.GPUs)
-	if len(n.Links) != k*k || a == b {
+// Topology is how the GPUs of one node are connected, built once per node (NewTopology) and
+// shared by every Score: the whole-GPU choice reads it as bit masks.
+type Topology struct {
+	n int
+	// atLeast[r][a] is the mask of the GPUs linked to GPU a at rank r or closer (r >= 1).
+	atLeast [LinkNVLink + 1][maxTopologyGPUs]uint32
+	// bit0[a] and bit1[a] are the bit planes of the ranks from GPU a (rank = bit0 + 2·bit1),
+	// for sums of ranks in two popcounts.
+	bit0, bit1 [maxTopologyGPUs]uint32
+}
+
+// NewTopology builds the topology of n GPUs from links, n×n ranks with links[a*n+b] the
+// connection between GPUs a and b. A pair ranks as the lower of its two directions; ranks
+// above LinkNVLink count as LinkNVLink; the diagonal is ignored.
+func NewTopology(n int, links []Link) (*Topology, error) {
+	if n < 0 || n > maxTopologyGPUs {
+		return nil, fmt.Errorf("topology of %d GPUs: at most %d are supported", n, maxTopologyGPUs)
+	}
+	if len(links) != n*n {
+		return nil, fmt.Errorf("topology of %d GPUs needs %d links, got %d", n, n*n, len(links))
+	}
+	t := &Topology{n: n}
+	for a := 0; a < n; a++ {
+		for b := 0; b < n; b++ {
+			if a == b {
+				continue
+			}
+			l := min(links[a*n+b], links[b*n+a], LinkNVLink)
+			for r := Link(1); r <= l; r++ {
+				t.atLeast[r][a] |= 1 << b
+			}
+			t.bit0[a] |= uint32(l&1) << b
+			t.bit1[a] |= uint32(l>>1) << b
+		}
+	}
+	return t, nil
+}
+
+// Link is the rank between GPUs a and b; LinkOther for a GPU outside the topology or itself.
+func (t *Topology) Link(a, b int) Link {
+	if t == nil || a < 0 || b < 0 || a >= t.n || b >= t.n {
 		return LinkOther
 	}
-	l := min(n.Links[a*k+b], n.Links[b*k+a])
-	return min(l, LinkNVLink)
+	l := LinkOther
+	for r := Link(1); r <= LinkNVLink && t.atLeast[r][a]&(1<<b) != 0; r++ {
+		l = r
+	}
+	return l
 }
+
+// topology is the node's Topology when it describes the node's GPUs, else nil (every pair
+// LinkOther).
+func (n Node) topology() *Topology {
+	if n.Topology == nil || n.Topology.n != len(n.GPUs) {
+		return nil
+	}
+	return n.Topology
+}
+
+// link is the rank between GPUs a and b of the node.
+func (n Node) link(a, b int) Link { return n.topology().Link(a, b) }

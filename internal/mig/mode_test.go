@@ -42,7 +42,7 @@ func TestSliceAndWholeUse(t *testing.T) {
 	}
 }
 
-func TestNodeLink(t *testing.T) {
+func TestTopology(t *testing.T) {
 	two := []GPU{{}, {}}
 	for _, tc := range []struct {
 		name  string
@@ -50,15 +50,37 @@ func TestNodeLink(t *testing.T) {
 		a, b  int
 		want  Link
 	}{
-		{"no topology", nil, 0, 1, LinkOther},
-		{"wrong length", []Link{0, 3, 3}, 0, 1, LinkOther},
 		{"symmetric", []Link{0, LinkNVLink, LinkNVLink, 0}, 0, 1, LinkNVLink},
 		{"the lower direction", []Link{0, LinkNVLink, LinkSameNUMA, 0}, 1, 0, LinkSameNUMA},
+		{"the lower direction, other way", []Link{0, LinkSamePCIeSwitch, LinkNVLink, 0}, 0, 1, LinkSamePCIeSwitch},
 		{"above NVLink clamps", []Link{0, 200, 200, 0}, 0, 1, LinkNVLink},
 		{"a GPU to itself", []Link{3, 3, 3, 3}, 1, 1, LinkOther},
+		{"out of range", []Link{0, 3, 3, 0}, 0, 2, LinkOther},
 	} {
-		if got := (Node{GPUs: two, Links: tc.links}).link(tc.a, tc.b); got != tc.want {
-			t.Errorf("%s: link(%d, %d) = %d, want %d", tc.name, tc.a, tc.b, got, tc.want)
+		topo, err := NewTopology(2, tc.links)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := topo.Link(tc.a, tc.b); got != tc.want {
+			t.Errorf("%s: Link(%d, %d) = %d, want %d", tc.name, tc.a, tc.b, got, tc.want)
+		}
+		if got := (Node{GPUs: two, Topology: topo}).link(tc.a, tc.b); got != tc.want {
+			t.Errorf("%s: node.link(%d, %d) = %d, want %d", tc.name, tc.a, tc.b, got, tc.want)
+		}
+		// A topology of another number of GPUs, or none, ranks every pair LinkOther.
+		if got := (Node{GPUs: []GPU{{}, {}, {}}, Topology: topo}).link(tc.a, tc.b); got != LinkOther {
+			t.Errorf("%s: a 2-GPU topology on 3 GPUs links %d", tc.name, got)
+		}
+	}
+	if got := (Node{GPUs: two}).link(0, 1); got != LinkOther {
+		t.Errorf("no topology: %d", got)
+	}
+	for _, tc := range []struct {
+		n     int
+		links int
+	}{{2, 3}, {-1, 1}, {maxTopologyGPUs + 1, (maxTopologyGPUs + 1) * (maxTopologyGPUs + 1)}} {
+		if _, err := NewTopology(tc.n, make([]Link, tc.links)); err == nil {
+			t.Errorf("NewTopology(%d, %d links) accepted", tc.n, tc.links)
 		}
 	}
 }

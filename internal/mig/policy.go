@@ -30,9 +30,9 @@ type GPU struct {
 // for Place's result).
 type Node struct {
 	GPUs []GPU
-	// Links is nil (no topology: every pair LinkOther) or len(GPUs)² ranks, Links[a*len(GPUs)+b]
-	// the connection between GPUs a and b; the whole-GPU choice reads it (whole.go).
-	Links []Link
+	// Topology is how the GPUs are connected (NewTopology), read by the whole-GPU choice
+	// (whole.go); nil, or one of another number of GPUs, ranks every pair LinkOther.
+	Topology *Topology
 }
 
 // Assignment is where one slice of a request goes.
@@ -196,6 +196,11 @@ func switchForSlice(node Node, req *Request, i int, inOverlay func(int) bool) (i
 	best, bestSlot, bestLinks := -1, noSlot, 0
 	var bestCost int64
 	var bestT *modelTable
+	topo := node.topology()
+	var ready uint32
+	if topo != nil {
+		ready, _ = wholeCandidates(node)
+	}
 	for g := range node.GPUs {
 		gpu := &node.GPUs[g]
 		if gpu.SliceUse() != UseAfterSwitch || inOverlay(g) {
@@ -212,12 +217,7 @@ func switchForSlice(node Node, req *Request, i int, inOverlay func(int) bool) (i
 			continue
 		}
 		cost := switchCost + int64(t.bestCost[p])*1e6/int64(t.emptyValue)
-		links := 0
-		for o := range node.GPUs {
-			if o != g && node.GPUs[o].WholeUse() == UseReady {
-				links += int(node.link(g, o))
-			}
-		}
+		links := topo.linksTo(g, ready&^(1<<g))
 		if best < 0 || cost < bestCost || (cost == bestCost && links < bestLinks) {
 			best, bestSlot, bestCost, bestLinks, bestT = g, int(s), cost, links, t
 		}

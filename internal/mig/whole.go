@@ -15,14 +15,15 @@ import (
 //     highest sum of its pairs' links (no preference for N = 1);
 //  3. the most room left: the highest sum of links between the free GPUs it leaves (an NVLink
 //     pair stays whole for the next multi-GPU request);
-//  4. the lowest GPU indices (the smallest bit mask).
+//  4. the lowest GPU indices (the first set in lexicographic order of its sorted indices).
+//
+// The search is exact: a depth-first search over the GPUs that need the fewest switches, which
+// prunes a branch whose weakest link or whose best possible pair sum is already below the best
+// set found. A node whose free GPUs are all linked alike (no topology, one NVSwitch) has every
+// set equal and takes the first.
 
 // MaxWholeGPUs is the most whole GPUs one request may ask for.
 const MaxWholeGPUs = 16
-
-// maxWholeSubsets bounds the exact search; a larger one (nodes of more than 8 candidate GPUs)
-// is chosen greedily, see greedyWhole.
-const maxWholeSubsets = 4096
 
 // WholeChoice is where a whole-GPU request goes on a node.
 type WholeChoice struct {
@@ -52,54 +53,6 @@ func (k wholeKey) better(o wholeKey) bool {
 	return k.leftSum > o.leftSum
 }
 
-// linkLevels holds, per link rank r in 1..LinkNVLink, the mask of the GPUs each GPU links to at
-// rank r or better. Sums of links over a set are popcounts of these masks.
-type linkLevels [LinkNVLink + 1][maxTopologyGPUs]uint32
-
-func (l *linkLevels) build(node Node, candidates uint32) {
-	for a := range min(len(node.GPUs), maxTopologyGPUs) {
-		if candidates&(1<<a) == 0 {
-			continue
-		}
-		for b := range min(len(node.GPUs), maxTopologyGPUs) {
-			if b == a || candidates&(1<<b) == 0 {
-				continue
-			}
-			for r := Link(1); r <= node.link(a, b); r++ {
-				l[r][a] |= 1 << b
-			}
-		}
-	}
-}
-
-// pairSum is Σ over unordered pairs of set of their link rank.
-func (l *linkLevels) pairSum(set uint32) int {
-	n := 0
-	for r := Link(1); r <= LinkNVLink; r++ {
-		for s := set; s != 0; s &= s - 1 {
-			n += bits.OnesCount32(l[r][bits.TrailingZeros32(s)] & set)
-		}
-	}
-	return n / 2
-}
-
-// weakest is the lowest link rank between two GPUs of set; LinkNVLink for a set of one.
-func (l *linkLevels) weakest(set uint32) Link {
-	w := LinkNVLink
-	for w > LinkOther {
-		all := true
-		for s := set; s != 0 && all; s &= s - 1 {
-			g := bits.TrailingZeros32(s)
-			all = (l[w][g]|1<<g)&set == set
-		}
-		if all {
-			break
-		}
-		w--
-	}
-	return w
-}
-
 // wholeCandidates returns the masks of the GPUs ready as whole GPUs and of those usable after a
 // switch, among the first maxTopologyGPUs.
 func wholeCandidates(node Node) (ready, after uint32) {
@@ -112,6 +65,112 @@ func wholeCandidates(node Node) (ready, after uint32) {
 		}
 	}
 	return ready, after
+}
+
+// linksTo is Σ over the GPUs of set of their link rank to GPU g (g not in set); 0 without a
+// topology.
+func (t *Topology) linksTo(g int, set uint32) int {
+	if t == nil {
+		return 0
+	}
+	return bits.OnesCount32(t.bit0[g]&set) + 2*bits.OnesCount32(t.bit1[g]&set)
+}
+
+// weakestTo is the lowest link rank from GPU g to a GPU of set (g not in set); LinkNVLink
+// when set is empty.
+func (t *Topology) weakestTo(g int, set uint32) Link {
+	if set == 0 {
+		return LinkNVLink
+	}
+	if t == nil {
+		return LinkOther
+	}
+	w := LinkNVLink
+	for w > LinkOther && set&^t.atLeast[w][g] != 0 {
+		w--
+	}
+	return w
+}
+
+// uniform reports whether every pair of GPUs of set has the same rank (true without a
+// topology).
+func (t *Topology) uniform(set uint32) bool {
+	if t == nil {
+		return true
+	}
+	for r := Link(1); r <= LinkNVLink; r++ {
+		all, none := true, true
+		for s := set; s != 0; s &= s - 1 {
+			g := bits.TrailingZeros32(s)
+			got := t.atLeast[r][g] & set
+			all, none = all && got == set&^(1<<g), none && got == 0
+		}
+		if !all && !none {
+			return false
+		}
+	}
+	return true
+}
+
+// setKey is what chooseWhole ranks a set by, but its switches: its weakest link, its pair
+// sum, and Σ over set of links to free GPUs.
+func (t *Topology) setKey(set, free uint32) (weakest Link, pair, deg int) {
+	weakest = LinkNVLink
+	for f := set; f != 0; f &= f - 1 {
+		g := bits.TrailingZeros32(f)
+		weakest = min(weakest, t.weakestTo(g, set&^(1<<g)))
+		pair += t.linksTo(g, set)
+		deg += t.linksTo(g, free)
+	}
+	return weakest, pair / 2, deg
+}
+
+// wholeSearch is the state of chooseWhole's depth-first search.
+type wholeSearch struct {
+	topo     *Topology
+	pool     [maxTopologyGPUs]uint8 // the GPUs to choose from, ascending
+	npool    int
+	free     uint32               // every GPU that can serve
+	freeSum  int                  // Σ of the links between free GPUs
+	deg      [maxTopologyGPUs]int // deg[g]: Σ of g's links to free GPUs
+	switches int
+	best     uint32
+	bestKey  wholeKey
+	found    bool
+}
+
+// visit extends set (of rank weakest, pair sum pair, Σ over set of links to free GPUs deg) with
+// left more GPUs of pool[from:].
+func (s *wholeSearch) visit(from, left int, set uint32, weakest Link, pair, deg int) {
+	if left == 0 {
+		// The links left among free GPUs: those not touching set.
+		k := wholeKey{switches: s.switches, weakest: weakest, pairSum: pair, leftSum: s.freeSum - deg + pair}
+		if !s.found || k.better(s.bestKey) {
+			s.best, s.bestKey, s.found = set, k, true
+		}
+		return
+	}
+	size := bits.OnesCount32(set)
+	for i := from; i+left <= s.npool; i++ {
+		g := int(s.pool[i])
+		w, p := weakest, pair
+		if size > 0 {
+			w = min(w, s.topo.weakestTo(g, set))
+			p += s.topo.linksTo(g, set)
+		}
+		if s.found {
+			// Adding GPUs never raises the weakest link; the pair sum grows by at most
+			// LinkNVLink per new pair.
+			if w < s.bestKey.weakest {
+				continue
+			}
+			newPairs := (left-1)*(size+1) + (left-1)*(left-2)/2
+			if w == s.bestKey.weakest && p+int(LinkNVLink)*newPairs < s.bestKey.pairSum {
+				continue
+			}
+		}
+		s.visit(i+1, left-1, set|1<<g, w, p, deg+s.deg[g])
+	}
 }
 
 // chooseWhole is the whole-GPU choice: the chosen set's mask, its key and whether n GPUs fit. It
@@ -131,80 +190,27 @@ func chooseWhole(node Node, n int) (uint32, wholeKey, bool) {
 	if n > nr {
 		fixed, pool, r = ready, after, n-nr
 	}
-	var levels linkLevels
-	levels.build(node, ready|after)
-	free := ready | after
-	key := func(set uint32) wholeKey {
-		k := wholeKey{switches: bits.OnesCount32(set & after), weakest: levels.weakest(set),
-			pairSum: levels.pairSum(set), leftSum: levels.pairSum(free &^ set)}
-		return k
-	}
-	k := bits.OnesCount32(pool)
-	if binomial(k, r) > maxWholeSubsets {
-		set := greedyWhole(&levels, fixed, pool, r)
-		return set, key(set), true
-	}
-	// Every r-subset of pool's k members, as r-subsets of 0..k-1 in increasing order (Gosper's
-	// hack), mapped onto pool's bits.
-	var members [maxTopologyGPUs]uint8
-	for i, s := 0, pool; s != 0; i, s = i+1, s&(s-1) {
-		members[i] = uint8(bits.TrailingZeros32(s))
-	}
-	var best uint32
-	var bestKey wholeKey
-	found := false
-	for c := uint64(1)<<r - 1; c < 1<<k; {
+	topo := node.topology()
+	s := wholeSearch{topo: topo, free: ready | after, switches: max(0, n-nr)}
+	_, s.freeSum, _ = topo.setKey(s.free, s.free)
+	if topo.uniform(s.free) {
+		// Every set of r is equal: the first.
 		set := fixed
-		for s := c; s != 0; s &= s - 1 {
-			set |= 1 << members[bits.TrailingZeros64(s)]
+		for p := pool; r > 0; p, r = p&(p-1), r-1 {
+			set |= 1 << bits.TrailingZeros32(p)
 		}
-		if kk := key(set); !found || kk.better(bestKey) {
-			best, bestKey, found = set, kk, true
-		}
-		if r == 0 {
-			break
-		}
-		low := c & -c
-		ripple := c + low
-		c = ripple | ((c^ripple)>>2)/low
+		w, pair, deg := topo.setKey(set, s.free)
+		return set, wholeKey{switches: s.switches, weakest: w, pairSum: pair, leftSum: s.freeSum - deg + pair}, true
 	}
-	return best, bestKey, found
-}
-
-// greedyWhole chooses r GPUs of pool beside fixed one at a time, each the one that keeps the
-// set's weakest link and then its pair sum highest (lowest index on ties). Only for searches
-// over maxWholeSubsets; not optimal in general.
-func greedyWhole(levels *linkLevels, fixed, pool uint32, r int) uint32 {
-	set := fixed
-	for ; r > 0; r-- {
-		var pick uint32
-		var pickW Link
-		pickSum := -1
-		for s := pool &^ set; s != 0; s &= s - 1 {
-			g := uint32(1) << bits.TrailingZeros32(s)
-			w, sum := levels.weakest(set|g), levels.pairSum(set|g)
-			if pickSum < 0 || w > pickW || (w == pickW && sum > pickSum) {
-				pick, pickW, pickSum = g, w, sum
-			}
-		}
-		set |= pick
+	for p := pool; p != 0; p &= p - 1 {
+		g := bits.TrailingZeros32(p)
+		s.pool[s.npool] = uint8(g)
+		s.npool++
+		s.deg[g] = topo.linksTo(g, s.free)
 	}
-	return set
-}
-
-// binomial is C(n, k), saturating above maxWholeSubsets.
-func binomial(n, k int) int {
-	if k < 0 || k > n {
-		return 0
-	}
-	c := 1
-	for i := 1; i <= k; i++ {
-		c = c * (n - k + i) / i
-		if c > maxWholeSubsets {
-			return maxWholeSubsets + 1
-		}
-	}
-	return c
+	weakest, pair, deg := topo.setKey(fixed, s.free)
+	s.visit(0, r, fixed, weakest, pair, deg)
+	return s.best, s.bestKey, s.found
 }
 
 // ScoreWhole is the scheduler's Filter and Score for a request of n whole GPUs: a score in [0,

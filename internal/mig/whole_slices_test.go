@@ -66,8 +66,8 @@ func oracleSliceChoices(node Node, p Profile) (mig, switched map[int][]int) {
 	return mig, switched
 }
 
-func randomMixedNode(rng *rand.Rand, m Model) Node {
-	node := randomWholeNode(rng, m)
+func randomMixedNode(rng *rand.Rand, m Model) (Node, []Link) {
+	node, links := randomWholeNode(rng, m)
 	ps := m.Profiles()
 	for g := range node.GPUs {
 		if node.GPUs[g].Mode != ModeMIG {
@@ -82,7 +82,7 @@ func randomMixedNode(rng *rand.Rand, m Model) Node {
 		}
 		node.GPUs[g].State = st
 	}
-	return node
+	return node, links
 }
 
 // One slice goes to a MIG GPU when one has a legal placement, to a GPU in use before an empty
@@ -93,7 +93,7 @@ func TestSliceSwitchesAWholeGPULast(t *testing.T) {
 	seen := map[string]int{}
 	for run := 0; run < 6000; run++ {
 		m := []Model{A100_40GB, A30_24GB, H100_80GB}[run%3]
-		node := randomMixedNode(rng, m)
+		node, links := randomMixedNode(rng, m)
 		p := m.Profiles()[rng.IntN(len(m.Profiles()))]
 		req := MustRequest(RequestItem{Profile: p.Name, Count: 1})
 		migChoices, switchChoices := oracleSliceChoices(node, p)
@@ -131,7 +131,7 @@ func TestSliceSwitchesAWholeGPULast(t *testing.T) {
 				n := 0
 				for o, other := range node.GPUs {
 					if o != g && other.Usable && !other.InUse && other.Mode == ModeWhole {
-						n += oracleLink(node, g, o)
+						n += oracleLink(links, len(node.GPUs), g, o)
 					}
 				}
 				return n
@@ -145,7 +145,7 @@ func TestSliceSwitchesAWholeGPULast(t *testing.T) {
 				t.Fatalf("run %d: a node that must switch scores %d", run, score)
 			}
 		}
-		cp := Node{GPUs: append([]GPU(nil), node.GPUs...), Links: node.Links}
+		cp := Node{GPUs: append([]GPU(nil), node.GPUs...), Topology: node.Topology}
 		if err := Apply(cp, as); err != nil {
 			t.Fatalf("run %d: apply: %v", run, err)
 		}
@@ -168,7 +168,7 @@ func TestSlicesSwitchOnlyWhenNeeded(t *testing.T) {
 	switched := 0
 	for run := 0; run < 3000; run++ {
 		m := []Model{A100_40GB, A30_24GB, H100_80GB}[run%3]
-		node := randomMixedNode(rng, m)
+		node, _ := randomMixedNode(rng, m)
 		ps := m.Profiles()
 		req := MustRequest(RequestItem{Profile: ps[rng.IntN(len(ps))].Name, Count: 1 + rng.IntN(2)},
 			RequestItem{Profile: ps[rng.IntN(len(ps))].Name, Count: rng.IntN(3)})
@@ -236,10 +236,10 @@ func TestSwitchedGPUTakesTheNextSlices(t *testing.T) {
 			Node{GPUs: []GPU{whole, {State: EmptyGPU(H100_80GB), Usable: true}}},
 			[]RequestItem{{"4g.40gb", 1}, {"3g.40gb", 1}, {"1g.10gb", 1}}, []int{1, 1, 0}},
 		{"the whole GPU outside the NVLink pair switches",
-			Node{GPUs: []GPU{whole, whole, whole}, Links: []Link{
+			Node{GPUs: []GPU{whole, whole, whole}, Topology: mustTopology(3, []Link{
 				0, LinkNVLink, LinkSameNUMA,
 				LinkNVLink, 0, LinkSameNUMA,
-				LinkSameNUMA, LinkSameNUMA, 0}},
+				LinkSameNUMA, LinkSameNUMA, 0})},
 			[]RequestItem{{"1g.10gb", 1}}, []int{2}},
 		{"a whole GPU in use does not switch",
 			Node{GPUs: []GPU{{State: EmptyGPU(H100_80GB), Usable: true, Mode: ModeWhole, Switchable: true, InUse: true}, whole}},

@@ -2,6 +2,7 @@ package mig
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 )
@@ -12,12 +13,12 @@ import (
 // free GPUs). It reads Node.Links itself.
 type oracleWholeKey [4]int
 
-func oracleLink(node Node, a, b int) int {
-	n := len(node.GPUs)
-	if len(node.Links) != n*n {
+// oracleLink reads the n×n matrix the test built the node's topology from (nil: none).
+func oracleLink(links []Link, n, a, b int) int {
+	if len(links) != n*n {
 		return 0
 	}
-	return min(int(node.Links[a*n+b]), int(node.Links[b*n+a]), 3)
+	return min(int(links[a*n+b]), int(links[b*n+a]), 3)
 }
 
 // oracleServes is whether the GPU can take a whole-GPU request and whether it must switch.
@@ -35,12 +36,12 @@ func oracleServes(g GPU) (ok, switches bool) {
 }
 
 // oracleKey is the key of a legal set; free lists every GPU that can serve.
-func oracleKey(node Node, set, free []int) oracleWholeKey {
+func oracleKey(node Node, links []Link, set, free []int) oracleWholeKey {
 	pairs := func(gs []int) (weakest, sum int) {
 		weakest = 3
 		for i := range gs {
 			for j := i + 1; j < len(gs); j++ {
-				l := oracleLink(node, gs[i], gs[j])
+				l := oracleLink(links, len(node.GPUs), gs[i], gs[j])
 				weakest, sum = min(weakest, l), sum+l
 			}
 		}
@@ -75,7 +76,7 @@ func oracleFree(node Node) []int {
 
 // oracleWhole enumerates every set of n GPUs and returns the best key, and whether any set is
 // legal.
-func oracleWhole(node Node, n int) (key oracleWholeKey, found bool) {
+func oracleWhole(node Node, links []Link, n int) (key oracleWholeKey, found bool) {
 	free := oracleFree(node)
 	for mask := 0; mask < 1<<len(node.GPUs); mask++ {
 		var set []int
@@ -90,7 +91,7 @@ func oracleWhole(node Node, n int) (key oracleWholeKey, found bool) {
 		if !legal || len(set) != n {
 			continue
 		}
-		if k := oracleKey(node, set, free); !found || slices.Compare(k[:], key[:]) > 0 {
+		if k := oracleKey(node, links, set, free); !found || slices.Compare(k[:], key[:]) > 0 {
 			key, found = k, true
 		}
 	}
@@ -99,7 +100,7 @@ func oracleWhole(node Node, n int) (key oracleWholeKey, found bool) {
 
 // randomWholeNode is a node of 1 to 8 GPUs of mixed modes, holders and switchability, with no
 // topology, a symmetric one or an asymmetric one.
-func randomWholeNode(rng *rand.Rand, m Model) Node {
+func randomWholeNode(rng *rand.Rand, m Model) (Node, []Link) {
 	n := 1 + rng.IntN(8)
 	node := Node{GPUs: make([]GPU, n)}
 	small := m.Profiles()[len(m.Profiles())-1]
@@ -114,20 +115,34 @@ func randomWholeNode(rng *rand.Rand, m Model) Node {
 			node.GPUs[g].State = EmptyGPU(m)
 		}
 	}
-	switch rng.IntN(3) {
-	case 1, 2:
-		node.Links = make([]Link, n*n)
+	var links []Link
+	if rng.IntN(4) != 0 {
+		links = make([]Link, n*n)
+		levels := 1 + rng.IntN(5) // few ranks make ties, many make differences
 		for a := 0; a < n; a++ {
 			for b := a + 1; b < n; b++ {
-				l := Link(rng.IntN(5))
-				node.Links[a*n+b], node.Links[b*n+a] = l, l
+				l := Link(rng.IntN(levels))
+				links[a*n+b], links[b*n+a] = l, l
 				if rng.IntN(4) == 0 {
-					node.Links[b*n+a] = Link(rng.IntN(5))
+					links[b*n+a] = Link(rng.IntN(5))
 				}
 			}
 		}
+		node.Topology = mustTopology(n, links)
 	}
-	return node
+	if rng.IntN(10) == 0 {
+		// A topology of another node's GPUs is ignored.
+		node.Topology, links = mustTopology(n+1, make([]Link, (n+1)*(n+1))), nil
+	}
+	return node, links
+}
+
+func mustTopology(n int, links []Link) *Topology {
+	t, err := NewTopology(n, links)
+	if err != nil {
+		panic(err)
+	}
+	return t
 }
 
 func TestWholeMatchesOracle(t *testing.T) {
@@ -135,9 +150,9 @@ func TestWholeMatchesOracle(t *testing.T) {
 	models := []Model{A100_40GB, A30_24GB, H100_80GB}
 	fits := 0
 	for run := 0; run < 4000; run++ {
-		node := randomWholeNode(rng, models[run%len(models)])
+		node, links := randomWholeNode(rng, models[run%len(models)])
 		n := 1 + rng.IntN(len(node.GPUs)+1)
-		wantKey, ok := oracleWhole(node, n)
+		wantKey, ok := oracleWhole(node, links, n)
 		score, feasible := ScoreWhole(node, n)
 		c, err := PlaceWhole(node, n)
 		if feasible != ok || (err == nil) != ok || (ExplainWhole(node, n) == "") != ok {
@@ -148,8 +163,15 @@ func TestWholeMatchesOracle(t *testing.T) {
 			continue
 		}
 		fits++
-		if score < 0 || score > MaxNodeScore {
-			t.Fatalf("run %d: score %d", run, score)
+		// The documented score: 50 for the share of switches, 30 for the weakest link below
+		// NVLink (n > 1), 20 for the share of GPUs left free.
+		ceil := func(a, b int) int { return (a + b - 1) / b }
+		want := 100 - ceil(50*-wantKey[0], n) - ceil(20*(len(oracleFree(node))-n), len(node.GPUs))
+		if n > 1 {
+			want -= ceil(30*(3-wantKey[1]), 3)
+		}
+		if score != int64(max(want, 0)) {
+			t.Fatalf("run %d: %d GPUs on %+v: score %d, want %d", run, n, node, score, max(want, 0))
 		}
 		if len(c.GPUs) != n || !slices.IsSorted(c.GPUs) {
 			t.Fatalf("run %d: chose %v for %d GPUs", run, c.GPUs, n)
@@ -169,7 +191,7 @@ func TestWholeMatchesOracle(t *testing.T) {
 		if !slices.Equal(switches, c.Switch) {
 			t.Fatalf("run %d: switch %v, want %v", run, c.Switch, switches)
 		}
-		if got := oracleKey(node, c.GPUs, oracleFree(node)); got != wantKey {
+		if got := oracleKey(node, links, c.GPUs, oracleFree(node)); got != wantKey {
 			t.Fatalf("run %d: %d GPUs on %+v: chose %v of key %v, the best key is %v", run, n, node, c.GPUs, got, wantKey)
 		}
 	}
@@ -194,7 +216,7 @@ func nvlPairs(gpus []GPU) Node {
 			}
 		}
 	}
-	return Node{GPUs: gpus, Links: links}
+	return Node{GPUs: gpus, Topology: mustTopology(n, links)}
 }
 
 func TestWholeNVLinkPairs(t *testing.T) {
@@ -343,11 +365,15 @@ func BenchmarkWholeFilterScore(b *testing.B) {
 	}{{"8free", 1}, {"8free", 2}, {"8free", 4}, {"8free", 8}, {"mixed", 2}, {"mixed", 4}, {"migsw", 4}, {"mig", 1}} {
 		node := nodes[bc.node]
 		b.Run(bc.node+"/n="+string(rune('0'+bc.n)), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			b.ReportAllocs()
+			c0 := threadCPU()
 			for b.Loop() {
 				ScoreWhole(node, bc.n)
 				ScoreWhole(node, bc.n)
 			}
+			b.ReportMetric(float64(threadCPU()-c0)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
@@ -359,9 +385,36 @@ func BenchmarkWholeSliceSwitch(b *testing.B) {
 	full, _ := NewGPUState(H100_80GB, []Instance{{"7g.80gb", Placement{0, 8}}})
 	node := nvlPairs([]GPU{{State: full, Usable: true}, {State: full, Usable: true}, whole, whole, whole, whole, whole, whole})
 	req := MustRequest(RequestItem{Profile: "3g.40gb", Count: 1})
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
+	c0 := threadCPU()
 	for b.Loop() {
 		Score(node, req)
 		Score(node, req)
 	}
+	b.ReportMetric(float64(threadCPU()-c0)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkWholeScoreNodeCPU is BenchmarkScoreNode's request mix on its all-MIG node, two
+// Score calls (Filter and Score) per op, in thread CPU time: the slice path's cost beside the
+// rows above on a shared machine.
+func BenchmarkWholeScoreNodeCPU(b *testing.B) {
+	node := benchNode(b)
+	reqs := []*Request{
+		MustRequest(RequestItem{Profile: "1g.10gb", Count: 1}),
+		MustRequest(RequestItem{Profile: "3g.40gb", Count: 1}),
+		MustRequest(RequestItem{Profile: "2g.20gb", Count: 1}),
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ReportAllocs()
+	c0 := threadCPU()
+	i := 0
+	for b.Loop() {
+		Score(node, reqs[i%len(reqs)])
+		Score(node, reqs[i%len(reqs)])
+		i++
+	}
+	b.ReportMetric(float64(threadCPU()-c0)/float64(b.N), "cpu-ns/op")
 }
