@@ -89,16 +89,7 @@ func plan(node Node, req *Request, out *[MaxRequestSlices]Assignment) (int64, bo
 		}
 		return node.GPUs[g].State.idx
 	}
-	inOverlay := func(g int) bool {
-		for i := 0; i < nover; i++ {
-			if overlay[i].gpu == g {
-				return true
-			}
-		}
-		return false
-	}
-	// switched: a whole GPU this plan already switched to MIG for an earlier slice.
-	switched := func(gpu *GPU, g int) bool { return gpu.SliceUse() == UseAfterSwitch && inOverlay(g) }
+	var switched uint32 // whole GPUs this plan switched to MIG for an earlier slice
 	var total int64
 	for i := 0; i < req.n; i++ {
 		bestGPU, bestSlot := -1, noSlot
@@ -107,8 +98,8 @@ func plan(node Node, req *Request, out *[MaxRequestSlices]Assignment) (int64, bo
 		for g := range node.GPUs {
 			gpu := &node.GPUs[g]
 			m := gpu.State.model
-			if m == 0 || m > numModels || (!gpu.slicesNow() && !switched(gpu, g)) {
-				continue
+			if m == 0 || m > numModels || (!gpu.slicesNow() && switched&(1<<g) == 0) {
+				continue // not in MIG mode, nor switched by this plan for an earlier slice
 			}
 			p := req.prof[m][i]
 			if p < 0 {
@@ -126,10 +117,11 @@ func plan(node Node, req *Request, out *[MaxRequestSlices]Assignment) (int64, bo
 		}
 		if bestGPU < 0 {
 			// No MIG GPU takes the slice: switch an empty whole GPU to MIG, the last resort.
-			g, slot, cost, t := switchForSlice(node, req, i, inOverlay)
+			g, slot, cost, t := switchForSlice(node, req, i, switched)
 			if g < 0 {
 				return 0, false
 			}
+			switched |= 1 << g
 			bestGPU, bestSlot, bestCost, bestT = g, slot, cost, t
 		}
 		t := bestT
@@ -188,11 +180,12 @@ func Apply(node Node, as []Assignment) error {
 const switchCost = 1_000_000
 
 // switchForSlice picks the whole-mode GPU to switch to MIG for slice i when no MIG GPU takes
-// it: among the empty switchable whole GPUs this plan has not switched yet whose model has the
+// it: among the empty switchable whole GPUs of the first maxTopologyGPUs that this plan has not
+// switched yet (the mask switched) whose model has the
 // profile, the lowest cost, then the one least connected to the other free whole GPUs (the
 // best-connected stay whole for multi-GPU requests), then the lowest index. It returns the GPU,
 // the slot on its empty state, the cost with switchCost, and the table; GPU -1 when none.
-func switchForSlice(node Node, req *Request, i int, inOverlay func(int) bool) (int, int, int64, *modelTable) {
+func switchForSlice(node Node, req *Request, i int, switched uint32) (int, int, int64, *modelTable) {
 	best, bestSlot, bestLinks := -1, noSlot, 0
 	var bestCost int64
 	var bestT *modelTable
@@ -201,9 +194,9 @@ func switchForSlice(node Node, req *Request, i int, inOverlay func(int) bool) (i
 	if topo != nil {
 		ready, _ = wholeCandidates(node)
 	}
-	for g := range node.GPUs {
+	for g := range min(len(node.GPUs), maxTopologyGPUs) {
 		gpu := &node.GPUs[g]
-		if gpu.SliceUse() != UseAfterSwitch || inOverlay(g) {
+		if gpu.SliceUse() != UseAfterSwitch || switched&(1<<g) != 0 {
 			continue
 		}
 		m := gpu.State.model
