@@ -137,7 +137,13 @@ type wholeSearch struct {
 	best     uint32
 	bestKey  wholeKey
 	found    bool
+	work     int // sets visited, bounded by maxWholeWork
 }
+
+// maxWholeWork bounds the sets one search visits. An 8-GPU node needs at most a few hundred; a
+// larger node whose free GPUs are linked unevenly may stop at the bound with the best set found
+// so far (legal, deterministic, not proven best).
+const maxWholeWork = 1 << 14
 
 // visit extends set (of rank weakest, pair sum pair, Σ over set of links to free GPUs deg) with
 // left more GPUs of pool[from:].
@@ -152,6 +158,9 @@ func (s *wholeSearch) visit(from, left int, set uint32, weakest Link, pair, deg 
 	}
 	size := bits.OnesCount32(set)
 	for i := from; i+left <= s.npool; i++ {
+		if s.work++; s.work > maxWholeWork && s.found {
+			return
+		}
 		g := int(s.pool[i])
 		w, p := weakest, pair
 		if size > 0 {

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"time"
 )
 
 // oracleWholeKey is the preference order of docs/design/whole-gpus.md written out directly:
@@ -417,4 +418,30 @@ func BenchmarkWholeScoreNodeCPU(b *testing.B) {
 		i++
 	}
 	b.ReportMetric(float64(threadCPU()-c0)/float64(b.N), "cpu-ns/op")
+}
+
+// A 32-GPU node of uneven links: the search stops at its work bound with a legal set of n.
+func TestWholeSearchIsBounded(t *testing.T) {
+	rng := rand.New(rand.NewPCG(40, 6))
+	n := maxTopologyGPUs
+	links := make([]Link, n*n)
+	for a := 0; a < n; a++ {
+		for b := a + 1; b < n; b++ {
+			l := Link(rng.IntN(4))
+			links[a*n+b], links[b*n+a] = l, l
+		}
+	}
+	gpus := make([]GPU, n)
+	for g := range gpus {
+		gpus[g] = GPU{State: EmptyGPU(H100_80GB), Usable: true, Mode: ModeWhole}
+	}
+	node := Node{GPUs: gpus, Topology: mustTopology(n, links)}
+	c0 := threadCPU()
+	c, err := PlaceWhole(node, MaxWholeGPUs)
+	if err != nil || len(c.GPUs) != MaxWholeGPUs {
+		t.Fatalf("PlaceWhole: %+v, %v", c, err)
+	}
+	if d := threadCPU() - c0; d > 50*time.Millisecond {
+		t.Errorf("the search took %v of CPU", d)
+	}
 }
