@@ -313,7 +313,7 @@ func (r *defragRun) survey() DefragOutcome {
 		for i := range gpus {
 			g := &gpus[i]
 			m := g.State.model
-			if !g.Usable || m == 0 || m > numModels {
+			if !g.slicesNow() || m == 0 || m > numModels {
 				continue
 			}
 			t := r.tabs[m]

@@ -152,7 +152,7 @@ func (r *defragRun) gpusFitting(m Model, q int) []gpuRef {
 scan:
 	for n := range r.nodes {
 		for g, gpu := range r.nodes[n].GPUs {
-			if !gpu.Usable || gpu.State.model != m {
+			if !gpu.slicesNow() || gpu.State.model != m {
 				continue
 			}
 			for rest := want[gpu.State.idx]; rest != 0; rest &= rest - 1 {
@@ -266,7 +266,7 @@ func (r *defragRun) bestUntouched(m Model, q int, allow func(int) bool) SliceAt 
 	best, bestCost := gpuRef{-1, -1}, int32(0)
 	for n := range r.nodes {
 		for g, gpu := range r.nodes[n].GPUs {
-			if !gpu.Usable || gpu.State.model != m {
+			if !gpu.slicesNow() || gpu.State.model != m {
 				continue
 			}
 			k := int(gpu.State.idx)*np + q

@@ -72,7 +72,7 @@ func PlanRepack(nodes []Node, req *Request, movable MovableFunc, opt RepackOptio
 		for g := range nodes[n].GPUs {
 			gpu := &nodes[n].GPUs[g]
 			m := gpu.State.model
-			if !gpu.Usable || m == 0 || m > numModels || req.prof[m][0] < 0 {
+			if !gpu.slicesNow() || m == 0 || m > numModels || req.prof[m][0] < 0 {
 				continue
 			}
 			t := tableFor(m)

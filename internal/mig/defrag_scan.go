@@ -28,7 +28,7 @@ func (r *defragRun) scan(budget int) {
 			gi++
 			gpu := &gpus[g]
 			m := gpu.State.model
-			if !gpu.Usable || m == 0 || m > numModels || r.dts[m] == nil {
+			if !gpu.slicesNow() || m == 0 || m > numModels || r.dts[m] == nil {
 				continue
 			}
 			keep := r.visit[m][gpu.State.idx]

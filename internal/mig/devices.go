@@ -67,7 +67,7 @@ func Devices(node Node, order DeviceOrder) []DRADevice {
 	var all []ranked
 	for g, gpu := range node.GPUs {
 		t := tableFor(gpu.State.model)
-		if !gpu.Usable || t == nil {
+		if !gpu.slicesNow() || t == nil {
 			continue
 		}
 		st := int(gpu.State.idx)
@@ -134,7 +134,7 @@ func Devices(node Node, order DeviceOrder) []DRADevice {
 // beside what is allocated. It returns false when none fits.
 func FirstFitting(node Node, devices []DRADevice, profile string) (DRADevice, bool) {
 	for _, d := range devices {
-		if d.Profile.Name == profile && d.GPU < len(node.GPUs) && node.GPUs[d.GPU].Usable &&
+		if d.Profile.Name == profile && d.GPU < len(node.GPUs) && node.GPUs[d.GPU].slicesNow() &&
 			node.GPUs[d.GPU].State.CanTake(d.Profile, d.Placement) {
 			return d, true
 		}

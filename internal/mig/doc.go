@@ -47,6 +47,20 @@
 // memory slices), ties broken by the largest free aligned block and the highest start. This
 // prefers GPUs already in use and keeps 4g/7g starts free.
 //
+// Whole GPUs (docs/design/whole-gpus.md): GPU.Mode (ModeMIG, the zero value; ModeWhole;
+// ModeSwitching), GPU.Switchable, GPU.InUse; Node.Topology (NewTopology(n, links), per-pair
+// Link ranks: LinkOther < LinkSameNUMA < LinkSamePCIeSwitch < LinkNVLink).
+//
+//	gpu.SliceUse(), gpu.WholeUse() Use        // UseNo, UseReady, UseAfterSwitch
+//	ScoreWhole(node, n) (int64, bool)         // n whole GPUs: Filter and Score, 0 allocations
+//	PlaceWhole(node, n) (WholeChoice, error)  // the GPUs and which of them switch off MIG
+//	ExplainWhole(node, n) string; ApplyWhole(node, choice) error
+//
+// The choice prefers the fewest switches, then the best-connected set (weakest link, then sum
+// of links), then the most links left among the free GPUs. Slices go to MIG GPUs only; an empty
+// switchable whole GPU is switched to MIG (Apply records it) only when no MIG GPU takes the
+// slice, and such a node scores 0.
+//
 // DRA devices: Devices(node, order) lists every (GPU, profile, placement) in NameOrder or
 // PreferredOrder (the policy's order); FirstFitting(node, devices, profile) is the stock
 // allocator's pick.

@@ -49,6 +49,10 @@ func Explain(node Node, req *Request) string {
 				b.WriteString("unknown model")
 			case !g.Usable:
 				b.WriteString("not usable (unhealthy or not managed by Slicer)")
+			case g.Mode == ModeSwitching:
+				b.WriteString("MIG mode change pending")
+			case g.Mode == ModeWhole:
+				b.WriteString(wholeWhyNotSlices(g))
 			default:
 				p, ok := req.Profile(n-1, g.State.Model())
 				if !ok {
@@ -64,4 +68,16 @@ func Explain(node Node, req *Request) string {
 		return b.String()
 	}
 	return ""
+}
+
+// wholeWhyNotSlices says why a whole-mode GPU takes no slice (SliceUse is UseNo, or a switched
+// one would not hold the slice either).
+func wholeWhyNotSlices(g GPU) string {
+	switch {
+	case g.InUse:
+		return "MIG off, in use as a whole GPU"
+	case !g.Switchable:
+		return "MIG off, not switchable"
+	}
+	return "MIG off; switched to MIG it would not hold the slice either"
 }

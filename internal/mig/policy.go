@@ -10,15 +10,29 @@ const MaxNodeScore int64 = 100
 
 // GPU is one GPU of a node as the scheduler sees it.
 type GPU struct {
+	// State is the MIG occupancy; a whole-mode GPU of a MIG model has its model's EmptyGPU.
 	State GPUState
-	// Usable is false for an unhealthy GPU, one without MIG mode, or one another tool owns.
+	// Usable is false for an unhealthy GPU or one another tool owns (and, for callers that
+	// predate Mode, one without MIG mode).
 	Usable bool
+	// Mode is the GPU's MIG mode; the zero value is MIG mode (mode.go).
+	Mode GPUMode
+	// Switchable is true when the node may switch the GPU's MIG mode once it is empty: the
+	// policy allows it and, on A100/A30, a GPU reset is allowed. The zero value never switches.
+	Switchable bool
+	// InUse is true when a pod or another client holds the GPU as a whole (whole mode), or a
+	// client holds an empty MIG GPU: either way its mode cannot change, and a whole-mode GPU
+	// takes no whole-GPU request.
+	InUse bool
 }
 
 // Node is the list of GPUs of one node, in a stable order (the index is the GPU's identity
 // for Place's result).
 type Node struct {
 	GPUs []GPU
+	// Topology is how the GPUs are connected (NewTopology), read by the whole-GPU choice
+	// (whole.go); nil, or one of another number of GPUs, ranks every pair LinkOther.
+	Topology *Topology
 }
 
 // Assignment is where one slice of a request goes.
@@ -75,6 +89,7 @@ func plan(node Node, req *Request, out *[MaxRequestSlices]Assignment) (int64, bo
 		}
 		return node.GPUs[g].State.idx
 	}
+	var switched uint32 // whole GPUs this plan switched to MIG for an earlier slice
 	var total int64
 	for i := 0; i < req.n; i++ {
 		bestGPU, bestSlot := -1, noSlot
@@ -83,8 +98,8 @@ func plan(node Node, req *Request, out *[MaxRequestSlices]Assignment) (int64, bo
 		for g := range node.GPUs {
 			gpu := &node.GPUs[g]
 			m := gpu.State.model
-			if !gpu.Usable || m == 0 || m > numModels {
-				continue
+			if m == 0 || m > numModels || (!gpu.slicesNow() && switched&(1<<g) == 0) {
+				continue // not in MIG mode, nor switched by this plan for an earlier slice
 			}
 			p := req.prof[m][i]
 			if p < 0 {
@@ -101,7 +116,13 @@ func plan(node Node, req *Request, out *[MaxRequestSlices]Assignment) (int64, bo
 			}
 		}
 		if bestGPU < 0 {
-			return 0, false
+			// No MIG GPU takes the slice: switch an empty whole GPU to MIG, the last resort.
+			g, slot, cost, t := switchForSlice(node, req, i, switched)
+			if g < 0 {
+				return 0, false
+			}
+			switched |= 1 << g
+			bestGPU, bestSlot, bestCost, bestT = g, slot, cost, t
 		}
 		t := bestT
 		st := int(stateOf(bestGPU))
@@ -125,29 +146,74 @@ func plan(node Node, req *Request, out *[MaxRequestSlices]Assignment) (int64, bo
 }
 
 // Apply takes the assignments on the node's GPU states, in place (for callers that keep their
-// own snapshot, e.g. the simulator and the scheduler's Reserve). On error nothing changes.
+// own snapshot, e.g. the simulator and the scheduler's Reserve). An assignment to a whole-mode
+// GPU that SliceUse allows switching sets its Mode to ModeMIG: the snapshot records the switch
+// the node will make. On error nothing changes.
 func Apply(node Node, as []Assignment) error {
-	saved := make([]GPUState, len(node.GPUs))
-	for i, g := range node.GPUs {
-		saved[i] = g.State
-	}
+	saved := make([]GPU, len(node.GPUs))
+	copy(saved, node.GPUs)
 	for _, a := range as {
 		if a.GPU < 0 || a.GPU >= len(node.GPUs) {
-			restore(node, saved)
+			copy(node.GPUs, saved)
 			return fmt.Errorf("assignment for GPU %d on a node with %d GPUs", a.GPU, len(node.GPUs))
 		}
-		next, err := node.GPUs[a.GPU].State.Take(a.Profile, a.Placement)
+		gpu := &node.GPUs[a.GPU]
+		if gpu.SliceUse() == UseAfterSwitch {
+			gpu.Mode = ModeMIG
+		}
+		if gpu.Mode != ModeMIG {
+			copy(node.GPUs, saved)
+			return fmt.Errorf("GPU %d is in %s mode: it takes no MIG slice", a.GPU, gpu.Mode)
+		}
+		next, err := gpu.State.Take(a.Profile, a.Placement)
 		if err != nil {
-			restore(node, saved)
+			copy(node.GPUs, saved)
 			return fmt.Errorf("GPU %d: %w", a.GPU, err)
 		}
-		node.GPUs[a.GPU].State = next
+		gpu.State = next
 	}
 	return nil
 }
 
-func restore(node Node, saved []GPUState) {
-	for i := range node.GPUs {
-		node.GPUs[i].State = saved[i]
+// switchCost is what switching a whole GPU to MIG costs a plan, in plan's unit (millionths of
+// an empty GPU's V): a whole GPU is lost to whole-GPU requests, which outweighs any slice.
+const switchCost = 1_000_000
+
+// switchForSlice picks the whole-mode GPU to switch to MIG for slice i when no MIG GPU takes
+// it: among the empty switchable whole GPUs of the first maxTopologyGPUs that this plan has not
+// switched yet (the mask switched) whose model has the
+// profile, the lowest cost, then the one least connected to the other free whole GPUs (the
+// best-connected stay whole for multi-GPU requests), then the lowest index. It returns the GPU,
+// the slot on its empty state, the cost with switchCost, and the table; GPU -1 when none.
+func switchForSlice(node Node, req *Request, i int, switched uint32) (int, int, int64, *modelTable) {
+	best, bestSlot, bestLinks := -1, noSlot, 0
+	var bestCost int64
+	var bestT *modelTable
+	topo := node.topology()
+	var ready uint32
+	if topo != nil {
+		ready, _ = wholeCandidates(node)
 	}
+	for g := range min(len(node.GPUs), maxTopologyGPUs) {
+		gpu := &node.GPUs[g]
+		if gpu.SliceUse() != UseAfterSwitch || switched&(1<<g) != 0 {
+			continue
+		}
+		m := gpu.State.model
+		p := req.prof[m][i]
+		if p < 0 {
+			continue
+		}
+		t := tableFor(m)
+		s := t.best[p] // state 0 is the empty GPU
+		if s == noSlot {
+			continue
+		}
+		cost := switchCost + int64(t.bestCost[p])*1e6/int64(t.emptyValue)
+		links := topo.linksTo(g, ready&^(1<<g))
+		if best < 0 || cost < bestCost || (cost == bestCost && links < bestLinks) {
+			best, bestSlot, bestCost, bestLinks, bestT = g, int(s), cost, links, t
+		}
+	}
+	return best, bestSlot, bestCost, bestT
 }
