@@ -24,13 +24,9 @@ type StateInstance struct {
 // view of an emulated node, read without opening a backend (the agent owns
 // the file; it replaces it atomically, so a reader never sees half a write).
 func ReadStateFile(path string) ([]StateInstance, error) {
-	data, err := os.ReadFile(path)
+	p, err := readPersisted(path)
 	if err != nil {
-		return nil, fmt.Errorf("emulated NVML state: %w", err)
-	}
-	var p persisted
-	if err := json.Unmarshal(data, &p); err != nil {
-		return nil, fmt.Errorf("emulated NVML state %s: %w", path, err)
+		return nil, err
 	}
 	var out []StateInstance
 	for _, g := range p.GPUs {
@@ -63,13 +59,9 @@ type StateGPU struct {
 // ReadStateGPUs returns the GPUs a state file records, by index, with their MIG modes: the
 // device view of an emulated node (whole or sliced), read without opening a backend.
 func ReadStateGPUs(path string) ([]StateGPU, error) {
-	data, err := os.ReadFile(path)
+	p, err := readPersisted(path)
 	if err != nil {
-		return nil, fmt.Errorf("emulated NVML state: %w", err)
-	}
-	var p persisted
-	if err := json.Unmarshal(data, &p); err != nil {
-		return nil, fmt.Errorf("emulated NVML state %s: %w", path, err)
+		return nil, err
 	}
 	out := make([]StateGPU, 0, len(p.GPUs))
 	for _, g := range p.GPUs {
@@ -177,4 +169,17 @@ func (b *Backend) applyControl() error {
 		errs = append(errs, b.ResetGPU(i))
 	}
 	return errors.Join(errs...)
+}
+
+// readPersisted reads and decodes a state file.
+func readPersisted(path string) (persisted, error) {
+	var p persisted
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return p, fmt.Errorf("emulated NVML state: %w", err)
+	}
+	if err := json.Unmarshal(data, &p); err != nil {
+		return p, fmt.Errorf("emulated NVML state %s: %w", path, err)
+	}
+	return p, nil
 }

@@ -139,14 +139,7 @@ func wholeGPU(s *slicerv1alpha1.NodeAcceleratorStatus, i int) {
 var _ = Describe("NodeAccelerator GPU mode validation", func() {
 	DescribeTable("status (server-side dry run of a status update)",
 		func(mutate func(*slicerv1alpha1.NodeAcceleratorStatus), want *rejection) {
-			na := validNodeAccelerator("node-gpu-mode")
-			status := na.Status
-			na.Status = slicerv1alpha1.NodeAcceleratorStatus{}
-			Expect(k8s.Create(ctx, na)).To(Succeed())
-			DeferCleanup(func() { Expect(k8s.Delete(ctx, na)).To(Succeed()) })
-			mutate(&status)
-			na.Status = status
-			expectOutcome(k8s.Status().Update(ctx, na, client.DryRunAll), want)
+			expectStatusUpdate("node-gpu-mode", mutate, want)
 		},
 		Entry("no mode (an agent that predates GPU modes)", func(*slicerv1alpha1.NodeAcceleratorStatus) {}, nil),
 		Entry("one GPU MIG, one Whole", func(s *slicerv1alpha1.NodeAcceleratorStatus) {

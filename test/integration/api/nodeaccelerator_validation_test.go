@@ -43,14 +43,7 @@ var _ = Describe("NodeAccelerator validation", func() {
 
 	DescribeTable("status (server-side dry run of a status update)",
 		func(mutate func(*slicerv1alpha1.NodeAcceleratorStatus), want *rejection) {
-			na := validNodeAccelerator("node-status")
-			status := na.Status
-			na.Status = slicerv1alpha1.NodeAcceleratorStatus{}
-			Expect(k8s.Create(ctx, na)).To(Succeed())
-			DeferCleanup(func() { Expect(k8s.Delete(ctx, na)).To(Succeed()) })
-			mutate(&status)
-			na.Status = status
-			expectOutcome(k8s.Status().Update(ctx, na, client.DryRunAll), want)
+			expectStatusUpdate("node-status", mutate, want)
 		},
 		Entry("valid", func(*slicerv1alpha1.NodeAcceleratorStatus) {}, nil),
 		Entry("GPU UUID malformed", func(s *slicerv1alpha1.NodeAcceleratorStatus) { s.GPUs[1].UUID = "MIG-1234" },
@@ -94,3 +87,17 @@ var _ = Describe("NodeAccelerator validation", func() {
 		}, rejected("status.gpus[0].slices", "must have at most 8 items")),
 	)
 })
+
+// expectStatusUpdate creates a valid NodeAccelerator called name without status, then checks
+// the outcome of a server-side dry run of a status update to its valid status changed by mutate.
+func expectStatusUpdate(name string, mutate func(*slicerv1alpha1.NodeAcceleratorStatus), want *rejection) {
+	GinkgoHelper()
+	na := validNodeAccelerator(name)
+	status := na.Status
+	na.Status = slicerv1alpha1.NodeAcceleratorStatus{}
+	Expect(k8s.Create(ctx, na)).To(Succeed())
+	DeferCleanup(func() { Expect(k8s.Delete(ctx, na)).To(Succeed()) })
+	mutate(&status)
+	na.Status = status
+	expectOutcome(k8s.Status().Update(ctx, na, client.DryRunAll), want)
+}
