@@ -226,11 +226,11 @@ func TestWholeNVLinkPairs(t *testing.T) {
 	busy.InUse = true
 	migEmpty := GPU{State: EmptyGPU(H100_80GB), Usable: true, Switchable: true}
 	for _, tc := range []struct {
-		name    string
-		gpus    []GPU
-		n       int
-		want    []int
-		switchs []int
+		name     string
+		gpus     []GPU
+		n        int
+		want     []int
+		toSwitch []int
 	}{
 		// The pair whose partner is busy goes first for one GPU: the two whole pairs stay.
 		{"one GPU: break no free pair", []GPU{free, free, busy, free, free, free, migEmpty, migEmpty}, 1, []int{3}, nil},
@@ -244,8 +244,8 @@ func TestWholeNVLinkPairs(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
 		}
-		if !slices.Equal(c.GPUs, tc.want) || !slices.Equal(c.Switch, tc.switchs) {
-			t.Errorf("%s: %+v, want GPUs %v switch %v", tc.name, c, tc.want, tc.switchs)
+		if !slices.Equal(c.GPUs, tc.want) || !slices.Equal(c.Switch, tc.toSwitch) {
+			t.Errorf("%s: %+v, want GPUs %v switch %v", tc.name, c, tc.want, tc.toSwitch)
 		}
 	}
 }
