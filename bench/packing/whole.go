@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/slicer-operator/slicer/cmd/slicer-sim/sim"
@@ -66,16 +67,17 @@ func wholeTrace(mi, li int, events int, seed uint64) *sim.MixedTrace {
 	return tr
 }
 
-// wholeRow is one trace's three replays.
+// wholeRow is one trace's replays.
 type wholeRow struct {
 	static    *sim.MixedResult
 	staticMIG int
 	pool      *sim.MixedResult
+	packed    *sim.MixedResult // one pool with sim.MixedOptions.PackNodes, a what-if
 	ref       *sim.MixedPoolResult
 }
 
 // replayWhole replays one trace: every static split (the best overall acceptance kept; ties:
-// the fewest MIG nodes), one pool, and the pool without geometry.
+// the fewest MIG nodes), one pool, one pool with packed nodes, and the pool without geometry.
 func replayWhole(tr *sim.MixedTrace, switchUnits float64, startWhole bool) wholeRow {
 	var row wholeRow
 	for k := 0; k <= tr.Cluster.Nodes; k++ {
@@ -91,18 +93,21 @@ func replayWhole(tr *sim.MixedTrace, switchUnits float64, startWhole bool) whole
 	if row.pool, err = sim.RunMixed(tr, sim.MixedOptions{Policy: sim.OnePool, SwitchTime: switchUnits, StartWhole: startWhole}); err != nil {
 		fail(err)
 	}
+	if row.packed, err = sim.RunMixed(tr, sim.MixedOptions{Policy: sim.OnePool, SwitchTime: switchUnits, StartWhole: startWhole, PackNodes: true}); err != nil {
+		fail(err)
+	}
 	if row.ref, err = sim.RunMixedPool(tr); err != nil {
 		fail(err)
 	}
 	return row
 }
 
-// verdicts is the row's goals: the gain over the best static split, whole-GPU acceptance no
-// lower than the split's, at most 0.1 switches per accepted request.
-func (w wholeRow) verdicts(goal float64) (gain bool, whole bool, switches bool) {
-	return 100*(w.pool.Acceptance-w.static.Acceptance) >= goal-1e-9,
-		w.pool.WholeAcceptance >= w.static.WholeAcceptance,
-		w.pool.SwitchesPerAccepted <= 0.1
+// goalWords is a one-pool result's goals against the static split: the gain over it (goal
+// points), whole-GPU acceptance no lower, at most 0.1 switches per accepted request.
+func goalWords(static, r *sim.MixedResult, goal float64) string {
+	gain := 100 * (r.Acceptance - static.Acceptance)
+	return fmt.Sprintf("≥ static %+g: %s (%+.1f); whole ≥ static: %s; ≤ 0.1 sw/acc: %s", goal, metWord(gain >= goal-1e-9), gain,
+		metWord(r.WholeAcceptance >= static.WholeAcceptance), metWord(r.SwitchesPerAccepted <= 0.1))
 }
 
 func metWord(ok bool) string {
@@ -124,13 +129,18 @@ func wholeSection(seed uint64, events int, switchTime, unit time.Duration, start
 	for mi, mx := range wholeMixes {
 		for li, load := range wholeLoads {
 			row := replayWhole(wholeTrace(mi, li, events, seed), units, startWhole)
-			gain, whole, sw := row.verdicts(mx.goal)
-			s, p := row.static, row.pool
+			s := row.static
 			fmt.Printf("| %s | %.1f | static split (k = %d) | %.1f%% | %.1f%% | %.1f%% | 0 | 0 | %d | |\n", mx.name, load, row.staticMIG,
 				100*s.Acceptance, 100*s.WholeAcceptance, 100*s.SliceAcceptance, s.WholeStranded)
-			fmt.Printf("| %s | %.1f | one pool | %.1f%% | %.1f%% | %.1f%% | %.3f | %.4f%% | %d | ≥ static %+g: %s (%+.1f); whole ≥ static: %s; ≤ 0.1 sw/acc: %s |\n",
-				mx.name, load, 100*p.Acceptance, 100*p.WholeAcceptance, 100*p.SliceAcceptance, p.SwitchesPerAccepted, 100*p.SwitchingShare, p.WholeStranded,
-				mx.goal, metWord(gain), 100*(p.Acceptance-s.Acceptance), metWord(whole), metWord(sw))
+			for _, pr := range []struct {
+				name string
+				r    *sim.MixedResult
+			}{{"one pool", row.pool}, {"one pool, nodes packed (what-if)", row.packed}} {
+				p := pr.r
+				fmt.Printf("| %s | %.1f | %s | %.1f%% | %.1f%% | %.1f%% | %.3f | %.4f%% | %d | %s |\n",
+					mx.name, load, pr.name, 100*p.Acceptance, 100*p.WholeAcceptance, 100*p.SliceAcceptance, p.SwitchesPerAccepted,
+					100*p.SwitchingShare, p.WholeStranded, goalWords(s, p, mx.goal))
+			}
 			fmt.Printf("| %s | %.1f | (pool, no geometry) | %.1f%% | %.1f%% | %.1f%% | | | | |\n", mx.name, load,
 				100*row.ref.Acceptance, 100*row.ref.WholeAcceptance, 100*row.ref.SliceAcceptance)
 		}
@@ -141,29 +151,32 @@ func wholeSection(seed uint64, events int, switchTime, unit time.Duration, start
 // wholeMeans prints, per trace kind and load, the mean over seeds against the goals.
 func wholeMeans(seeds []uint64, events int, switchTime, unit time.Duration, startWhole bool) {
 	units := switchTime.Seconds() / unit.Seconds()
-	fmt.Printf("Whole GPUs and slices, mean of seeds %v: %s, %d nodes × %d GPUs, %d arrivals per trace; a switch takes %s; one pool starts %s.\n\n",
+	fmt.Printf("Whole GPUs and slices, mean of seeds %v: %s, %d nodes × %d GPUs, %d arrivals per trace; a switch takes %s; one pool starts %s. Acceptance in %%, gains in points over the best static split; whole = whole-GPU acceptance.\n\n",
 		seeds, model, wholeNodes, gpusPerNode, events, switchTime, startWord(startWhole))
-	fmt.Println("| trace | load | static (best split) | one pool | pool | gain (points) | worst seed (points) | whole: static / one pool | sw/acc | goals |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| trace | load | static (best split) | one pool | gain | worst seed | whole: static / one pool | sw/acc | goals | packed (what-if) | gain | whole | pool, no geometry |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for mi, mx := range wholeMixes {
 		for li, load := range wholeLoads {
-			var st, op, ref, stW, opW, sw float64
-			worst := 1e9
+			var st, op, pk, ref, stW, opW, pkW, sw float64
+			worst := math.Inf(1)
 			for _, seed := range seeds {
 				row := replayWhole(wholeTrace(mi, li, events, seed), units, startWhole)
 				st += row.static.Acceptance
 				op += row.pool.Acceptance
+				pk += row.packed.Acceptance
 				ref += row.ref.Acceptance
 				stW += row.static.WholeAcceptance
 				opW += row.pool.WholeAcceptance
+				pkW += row.packed.WholeAcceptance
 				sw += row.pool.SwitchesPerAccepted
 				worst = min(worst, 100*(row.pool.Acceptance-row.static.Acceptance))
 			}
 			n := float64(len(seeds))
 			gain := 100 * (op - st) / n
-			fmt.Printf("| %s | %.1f | %.2f%% | %.2f%% | %.2f%% | %+.2f | %+.2f | %.2f%% / %.2f%% | %.3f | ≥ %+g: %s; whole: %s; sw/acc: %s |\n",
-				mx.name, load, 100*st/n, 100*op/n, 100*ref/n, gain, worst, 100*stW/n, 100*opW/n, sw/n,
-				mx.goal, metWord(gain >= mx.goal-1e-9), metWord(opW >= stW), metWord(sw/n <= 0.1))
+			fmt.Printf("| %s | %.1f | %.2f | %.2f | %+.2f | %+.2f | %.2f / %.2f | %.3f | ≥ %+g: %s; whole: %s; sw/acc: %s | %.2f | %+.2f | %.2f | %.2f |\n",
+				mx.name, load, 100*st/n, 100*op/n, gain, worst, 100*stW/n, 100*opW/n, sw/n,
+				mx.goal, metWord(gain >= mx.goal-1e-9), metWord(opW >= stW), metWord(sw/n <= 0.1),
+				100*pk/n, 100*(pk-st)/n, 100*pkW/n, 100*ref/n)
 		}
 	}
 	fmt.Println()

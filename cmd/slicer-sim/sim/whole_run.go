@@ -35,6 +35,13 @@ type MixedOptions struct {
 	// nothing until it is done, so a request placed on a switching GPU starts when it ends and
 	// its slice-time before that is not accepted.
 	SwitchTime float64
+	// PackNodes (OnePool only) is a what-if node order, not the scheduler's: a whole-GPU pod
+	// goes to the node left with the fewest GPUs free for whole use (then the best
+	// mig.ScoreWhole), a slice to a node that already runs something (then the fewest GPUs free
+	// for whole use, then the best mig.Score), so that whole nodes stay whole. On the chosen
+	// node the GPUs are still mig.PlaceWhole's and mig.Place's. It measures what a node score
+	// that counts whole-GPU demand would buy (docs/benchmarks.md).
+	PackNodes bool
 	// Observe, when set, is called after every event (tests).
 	Observe func(MixedStep)
 }
@@ -88,6 +95,7 @@ type mixedReplay struct {
 	// The candidate nodes of each class: [sliceLo, sliceHi) and [wholeLo, wholeHi).
 	sliceLo, sliceHi, wholeLo, wholeHi int
 	reqs                               map[string]*mig.Request
+	packNodes                          bool
 }
 
 func newMixedReplay(tr *MixedTrace, opt MixedOptions) (*mixedReplay, error) {
@@ -97,7 +105,7 @@ func newMixedReplay(tr *MixedTrace, opt MixedOptions) (*mixedReplay, error) {
 	}
 	n := tr.Cluster.Nodes
 	r := &mixedReplay{model: model, nodes: make([]mig.Node, n), readyAt: make([][]float64, n),
-		sliceHi: n, wholeHi: n, reqs: map[string]*mig.Request{}}
+		sliceHi: n, wholeHi: n, reqs: map[string]*mig.Request{}, packNodes: opt.PackNodes && opt.Policy == OnePool}
 	if opt.Policy == StaticSplit {
 		if opt.MIGNodes < 0 || opt.MIGNodes > n {
 			return nil, fmt.Errorf("static split of %d MIG nodes on %d nodes", opt.MIGNodes, n)
@@ -125,12 +133,63 @@ func newMixedReplay(tr *MixedTrace, opt MixedOptions) (*mixedReplay, error) {
 }
 
 // selectWhole is the candidate node of the best mig.ScoreWhole for n GPUs (ties: the lowest
-// index), -1 when none fits.
+// index), -1 when none fits; with packNodes, of the fewest GPUs left free for whole use first.
 func (r *mixedReplay) selectWhole(n int) int {
-	best, bestScore := -1, int64(-1)
+	best, bestKey := -1, int64(-1)
 	for i := r.wholeLo; i < r.wholeHi; i++ {
-		if s, ok := mig.ScoreWhole(r.nodes[i], n); ok && s > bestScore {
-			best, bestScore = i, s
+		s, ok := mig.ScoreWhole(r.nodes[i], n)
+		if !ok {
+			continue
+		}
+		if r.packNodes {
+			free, _ := wholeFree(r.nodes[i])
+			s += int64(maxNodeGPUs-(free-n)) << 8
+		}
+		if s > bestKey {
+			best, bestKey = i, s
+		}
+	}
+	return best
+}
+
+// maxNodeGPUs bounds the GPUs of a node in packNodes' keys.
+const maxNodeGPUs = 1 << 10
+
+// wholeFree counts a node's GPUs free for whole use (now or after a switch), and reports
+// whether any GPU runs something (a slice or a whole-GPU pod).
+func wholeFree(node mig.Node) (int, bool) {
+	free, busy := 0, false
+	for _, g := range node.GPUs {
+		if g.WholeUse() != mig.UseNo {
+			free++
+		}
+		busy = busy || g.InUse || !g.State.IsEmpty()
+	}
+	return free, busy
+}
+
+// selectSlice is the candidate node for req: migsim.SelectNode's, or with packNodes the best
+// by (runs something, fewest GPUs free for whole use, mig.Score); -1 when none fits.
+func (r *mixedReplay) selectSlice(req *mig.Request) int {
+	if !r.packNodes {
+		if idx := migsim.SelectNode(migsim.Slicer, r.nodes[r.sliceLo:r.sliceHi], req); idx >= 0 {
+			return idx + r.sliceLo
+		}
+		return -1
+	}
+	best, bestKey := -1, int64(-1)
+	for i := r.sliceLo; i < r.sliceHi; i++ {
+		s, ok := mig.Score(r.nodes[i], req)
+		if !ok {
+			continue
+		}
+		free, busy := wholeFree(r.nodes[i])
+		key := int64(maxNodeGPUs-free)<<8 + s
+		if busy {
+			key += 2 * maxNodeGPUs << 8
+		}
+		if key > bestKey {
+			best, bestKey = i, key
 		}
 	}
 	return best
@@ -177,11 +236,10 @@ func (r *mixedReplay) placeSlice(profile string) (int, []mig.Assignment, []int, 
 		}
 		r.reqs[profile] = req
 	}
-	idx := migsim.SelectNode(migsim.Slicer, r.nodes[r.sliceLo:r.sliceHi], req)
+	idx := r.selectSlice(req)
 	if idx < 0 {
 		return -1, nil, nil, nil
 	}
-	idx += r.sliceLo
 	as, err := mig.Place(r.nodes[idx], req)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("Score said node %d fits but Place failed: %w", idx, err)
@@ -345,11 +403,7 @@ func (r *mixedReplay) sliceSnapshot(profile string) []mig.GPU {
 	if err != nil {
 		return nil
 	}
-	idx := migsim.SelectNode(migsim.Slicer, r.nodes[r.sliceLo:r.sliceHi], req)
-	if idx < 0 {
-		return nil
-	}
-	return snapshotBest(r, idx+r.sliceLo)
+	return snapshotBest(r, r.selectSlice(req))
 }
 
 // mixedOffer is one arrival's compute slices and duration.

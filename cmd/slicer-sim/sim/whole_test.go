@@ -238,6 +238,7 @@ func TestRunMixedInvariants(t *testing.T) {
 			for _, opt := range []MixedOptions{
 				{Policy: OnePool, SwitchTime: 0.01},
 				{Policy: OnePool, StartWhole: true},
+				{Policy: OnePool, PackNodes: true, SwitchTime: 0.01},
 				{Policy: StaticSplit, MIGNodes: 1},
 				{Policy: StaticSplit, MIGNodes: 2},
 			} {
