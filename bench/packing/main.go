@@ -8,7 +8,7 @@
 //	    [-loads 0.7,0.9,1.1,1.2] [-sections online,elastic,static,dra] [-out DIR]
 //	    [-moves N] [-repack-gpus K] [-bare 0.05] [-annotated 0.05] [-lifetime 1h] [-restart 1m]
 //	    [-max-evictions E] [-eviction-window W] [-upper] [-chains]
-//	go run ./bench/packing -sections whole [-seed 1 | -seeds 2,3,4,5,6] [-events 6000]
+//	go run ./bench/packing -sections whole [-seed 1 | -seeds 2,3,4,5,6] [-whole-arrivals 6000]
 //	    [-switch-time 10s] [-start-whole]
 //
 // The whole section (whole.go, not among the default sections) replays traces that mix
@@ -76,6 +76,7 @@ func main() {
 	window := flag.Duration("eviction-window", 0, "the eviction cap's window (0: the API's default)")
 	upper := flag.Bool("upper", false, "also replay with every pod movable, no cap and no restart (an upper bound, not the scheduler)")
 	switchTime := flag.Duration("switch-time", 10*time.Second, "the whole section's MIG mode switch time (the GPU serves nothing meanwhile)")
+	wholeArrivals := flag.Int("whole-arrivals", 6000, "arrivals per trace of the whole section")
 	startWhole := flag.Bool("start-whole", false, "the whole section's one pool starts with every GPU whole (default: every GPU in MIG mode)")
 	flag.Parse()
 	m, err := mig.ParseModel(model)
@@ -108,7 +109,7 @@ func main() {
 			seeds = append(seeds, v)
 		}
 		if want["whole"] {
-			wholeMeans(seeds, *events, *switchTime, *lifetime, *startWhole)
+			wholeMeans(seeds, *wholeArrivals, *switchTime, *lifetime, *startWhole)
 		}
 		if !want["whole"] || len(want) > 1 {
 			goals(m, loads, seeds, *events, mv)
@@ -128,7 +129,7 @@ func main() {
 		dra(m, loads, *seed, *events)
 	}
 	if want["whole"] {
-		wholeSection(*seed, *events, *switchTime, *lifetime, *startWhole)
+		wholeSection(*seed, *wholeArrivals, *switchTime, *lifetime, *startWhole)
 	}
 }
 
