@@ -228,13 +228,9 @@ func (r *mixedReplay) placeWhole(n int) (int, []int, []int, error) {
 // placeSlice places one slice of profile: the node (-1 when none fits), the assignments and
 // the GPUs it switched.
 func (r *mixedReplay) placeSlice(profile string) (int, []mig.Assignment, []int, error) {
-	req, ok := r.reqs[profile]
-	if !ok {
-		var err error
-		if req, err = mig.NewRequest(mig.RequestItem{Profile: profile, Count: 1}); err != nil {
-			return 0, nil, nil, err
-		}
-		r.reqs[profile] = req
+	req, err := r.request(profile)
+	if err != nil {
+		return 0, nil, nil, err
 	}
 	idx := r.selectSlice(req)
 	if idx < 0 {
@@ -254,6 +250,19 @@ func (r *mixedReplay) placeSlice(profile string) (int, []mig.Assignment, []int, 
 		return 0, nil, nil, err
 	}
 	return idx, as, switched, nil
+}
+
+// request is the one-slice request of profile, built once per profile.
+func (r *mixedReplay) request(profile string) (*mig.Request, error) {
+	if req, ok := r.reqs[profile]; ok {
+		return req, nil
+	}
+	req, err := mig.NewRequest(mig.RequestItem{Profile: profile, Count: 1})
+	if err != nil {
+		return nil, err
+	}
+	r.reqs[profile] = req
+	return req, nil
 }
 
 func containsInt(xs []int, x int) bool {
@@ -399,7 +408,7 @@ func snapshotBest(r *mixedReplay, idx int) []mig.GPU {
 
 // sliceSnapshot copies the GPUs of the node a slice of profile would go to.
 func (r *mixedReplay) sliceSnapshot(profile string) []mig.GPU {
-	req, err := mig.NewRequest(mig.RequestItem{Profile: profile, Count: 1})
+	req, err := r.request(profile)
 	if err != nil {
 		return nil
 	}
