@@ -8,6 +8,12 @@
 //	    [-loads 0.7,0.9,1.1,1.2] [-sections online,elastic,static,dra] [-out DIR]
 //	    [-moves N] [-repack-gpus K] [-bare 0.05] [-annotated 0.05] [-lifetime 1h] [-restart 1m]
 //	    [-max-evictions E] [-eviction-window W] [-upper] [-chains]
+//	go run ./bench/packing -sections whole [-seed 1 | -seeds 2,3,4,5,6] [-whole-arrivals 6000]
+//	    [-switch-time 10s] [-start-whole]
+//
+// The whole section (whole.go, not among the default sections) replays traces that mix
+// whole-GPU pods with slices: the best static split into MIG and whole-GPU nodes, one pool of
+// switchable GPUs, and a pool without geometry, against issue 40's goals.
 //
 // The online table's defragmentation row is the scheduler's Evict mode in its default
 // configuration (sim.Options.DefragMoves): maxMovesPerPlan moves, repack plans over
@@ -69,6 +75,9 @@ func main() {
 	maxEvictions := flag.Int("max-evictions", 0, "the eviction cap per -eviction-window, cluster-wide (0: the API's default; -1: none)")
 	window := flag.Duration("eviction-window", 0, "the eviction cap's window (0: the API's default)")
 	upper := flag.Bool("upper", false, "also replay with every pod movable, no cap and no restart (an upper bound, not the scheduler)")
+	switchTime := flag.Duration("switch-time", 10*time.Second, "the whole section's MIG mode switch time (the GPU serves nothing meanwhile)")
+	wholeArrivals := flag.Int("whole-arrivals", 6000, "arrivals per trace of the whole section")
+	startWhole := flag.Bool("start-whole", false, "the whole section's one pool starts with every GPU whole (default: every GPU in MIG mode)")
 	flag.Parse()
 	m, err := mig.ParseModel(model)
 	if err != nil {
@@ -99,7 +108,12 @@ func main() {
 			}
 			seeds = append(seeds, v)
 		}
-		goals(m, loads, seeds, *events, mv)
+		if want["whole"] {
+			wholeMeans(seeds, *wholeArrivals, *switchTime, *lifetime, *startWhole)
+		}
+		if !want["whole"] || len(want) > 1 {
+			goals(m, loads, seeds, *events, mv)
+		}
 		return
 	}
 	if want["online"] {
@@ -113,6 +127,9 @@ func main() {
 	}
 	if want["dra"] {
 		dra(m, loads, *seed, *events)
+	}
+	if want["whole"] {
+		wholeSection(*seed, *wholeArrivals, *switchTime, *lifetime, *startWhole)
 	}
 }
 
