@@ -21,7 +21,7 @@ func validate(obs *engine.Observation, a *slicerv1alpha1.SliceAllocation) (reaso
 	}
 	if !g.MIGReady() {
 		if g.MIGMode != nvml.MIGEnabled {
-			return slicerv1alpha1.ReasonMIGModeOff, fmt.Sprintf("GPU %s has MIG mode off; the agent never changes MIG mode", g.UUID)
+			return slicerv1alpha1.ReasonMIGModeOff, fmt.Sprintf("GPU %s has MIG mode off, so it takes no MIG slice; the agent does not change MIG mode (the NodeAccelerator status says whether a switch is pending)", g.UUID)
 		}
 		return slicerv1alpha1.ReasonInvalidPlacement, fmt.Sprintf("GPU %s (%s) is not a MIG model Slicer knows", g.UUID, g.ProductName)
 	}

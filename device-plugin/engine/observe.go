@@ -42,8 +42,13 @@ type GPU struct {
 	// Model is zero when the GPU is not a MIG model Slicer knows; Unrecognized then says why.
 	Model        mig.Model
 	Unrecognized *mig.RecognitionError
-	MIGMode      nvml.MIGMode
-	// MIGSupported is false when NVML reports MIG as not supported.
+	// MIGMode is the current MIG mode as NVML reports it.
+	MIGMode nvml.MIGMode
+	// MIGModePending: NVML reports a pending MIG mode other than MIGMode, a change that has
+	// not taken effect yet (PendingMIGMode). False, the zero value, when none is pending.
+	MIGModePending bool
+	// MIGSupported is false when NVML reports MIG as not supported, and when the
+	// observation failed before the MIG mode was read (Err says why).
 	MIGSupported bool
 	Healthy      bool
 	// Recovery is the recovery action the driver asks of the GPU (RecoveryNone on a driver
@@ -63,6 +68,18 @@ type GPU struct {
 // and in MIG mode. Only such a GPU has observed slices (Observe lists none elsewhere), free
 // room, metrics and devices in a pool. Health is not part of it: Unusable adds it.
 func (g *GPU) MIGReady() bool { return g.Model.Valid() && g.MIGMode == nvml.MIGEnabled }
+
+// PendingMIGMode is the MIG mode g has once its pending change takes effect: MIGMode when
+// none is pending, the other mode when one is.
+func (g *GPU) PendingMIGMode() nvml.MIGMode {
+	switch {
+	case !g.MIGModePending:
+		return g.MIGMode
+	case g.MIGMode == nvml.MIGEnabled:
+		return nvml.MIGDisabled
+	}
+	return nvml.MIGEnabled
+}
 
 // AppendOccupants appends to dst the occupants of g's observed slices, holding no one (the
 // input of mig.Occupancy, beside the claims a frontend lists).
@@ -209,7 +226,7 @@ func observeGPU(lib nvml.Library, i int) (*GPU, error) {
 	default:
 		g.Recovery = ra
 	}
-	cur, _, err := dev.MIGMode()
+	cur, pending, err := dev.MIGMode()
 	switch {
 	case nvml.ReturnOf(err) == nvml.ErrorNotSupported:
 		return g, nil
@@ -217,7 +234,7 @@ func observeGPU(lib nvml.Library, i int) (*GPU, error) {
 		g.Healthy, g.Err = false, fmt.Errorf("device %d MIG mode: %w", i, err)
 		return g, nil
 	}
-	g.MIGSupported, g.MIGMode = true, cur
+	g.MIGSupported, g.MIGMode, g.MIGModePending = true, cur, pending != cur
 	if !g.MIGReady() {
 		return g, nil
 	}

@@ -172,8 +172,8 @@ func (w *StatusWriter) Publish(ctx context.Context, v NodeView) (time.Duration, 
 		// the next reconcile. (A client that reads from the API server never gets here.)
 		return 0, nil
 	}
-	st := renderStatus(na.Status, na.Generation, v)
 	now := w.now()
+	st := renderStatus(na.Status, na.Generation, v, now)
 	k := classify(na.Status, st)
 	if wait := w.clock.wait(k, now, w.every); k == changeNone || wait > 0 {
 		return wait, nil

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,9 +35,10 @@ type NodeView struct {
 	Claims  map[string]slicerv1alpha1.ClaimReference
 }
 
-// renderStatus computes the NodeAccelerator status (pure; conditions keep
-// their transition times when unchanged).
-func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v NodeView) slicerv1alpha1.NodeAcceleratorStatus {
+// renderStatus computes the NodeAccelerator status (pure but for the transition times of
+// conditions that change; conditions and mode switches keep theirs when unchanged, and a
+// mode switch that starts or changes takes now).
+func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v NodeView, now time.Time) slicerv1alpha1.NodeAcceleratorStatus {
 	st := slicerv1alpha1.NodeAcceleratorStatus{Conditions: append([]metav1.Condition(nil), old.Conditions...)}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: generation})
@@ -49,9 +51,10 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 	default:
 		st.Driver = slicerv1alpha1.DriverStateReady
 	}
-	migOff := 0
+	var migOff []string
 	if v.Obs != nil {
 		st.DriverVersion = v.Obs.DriverVersion
+		oldSwitches := oldModeSwitches(old)
 		for _, g := range v.Obs.GPUs {
 			gs := slicerv1alpha1.GPUStatus{Index: int32(g.Index), UUID: g.UUID, ProductName: utilstrings.ShortenString(g.ProductName, 96), MemoryMiB: int64(g.MemoryMiB), Health: slicerv1alpha1.GPUHealthy}
 			if g.Model.Valid() {
@@ -68,8 +71,9 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 				gs.MIGMode = slicerv1alpha1.MIGModeEnabled
 			default:
 				gs.MIGMode = slicerv1alpha1.MIGModeDisabled
-				migOff++
+				migOff = append(migOff, fmt.Sprintf("GPU %d", g.Index))
 			}
+			gs.Mode, gs.ModeSwitch = renderMode(g, oldSwitches[g.UUID], metav1.NewTime(now))
 			for _, s := range g.Slices {
 				ms := slicerv1alpha1.MIGSlice{
 					Profile: migapi.APIProfile(s.Profile), Placement: migapi.APIPlacement(s.Placement),
@@ -99,8 +103,10 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 	} else {
 		set(slicerv1alpha1.ConditionDriverNotReady, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "NVML is usable")
 	}
-	if migOff > 0 {
-		set(slicerv1alpha1.ConditionMIGDisabled, metav1.ConditionTrue, slicerv1alpha1.ReasonMIGModeOff, "a MIG-capable GPU has MIG mode disabled; the agent never changes MIG mode")
+	if len(migOff) > 0 {
+		set(slicerv1alpha1.ConditionMIGDisabled, metav1.ConditionTrue, slicerv1alpha1.ReasonMIGModeOff, utilstrings.ShortenString(
+			"MIG mode is off on MIG-capable "+strings.Join(migOff, ", ")+": Slicer makes no MIG slice there; "+
+				"status.gpus[].mode and .modeSwitch say whether a switch is pending (the agent does not change MIG mode)", 1024))
 	} else {
 		set(slicerv1alpha1.ConditionMIGDisabled, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "MIG mode is enabled on every MIG-capable GPU")
 	}

@@ -52,10 +52,10 @@ func claimNode() (*Observation, func(*GPU, Slice) (slicerv1alpha1.ClaimReference
 // frontend renders them.
 func TestRenderClaimView(t *testing.T) {
 	obs, claim := claimNode()
-	st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 3, ClaimView{Emulated: true, Obs: obs, Claim: claim}.NodeView())
+	st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 3, ClaimView{Emulated: true, Obs: obs, Claim: claim}.NodeView(), testNow)
 	want := []slicerv1alpha1.GPUStatus{{
 		Index: 0, UUID: testGPU, Model: "H100-80GB", ProductName: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559,
-		MIGMode: slicerv1alpha1.MIGModeEnabled, Health: slicerv1alpha1.GPUHealthy,
+		MIGMode: slicerv1alpha1.MIGModeEnabled, Mode: slicerv1alpha1.GPUModeMIG, Health: slicerv1alpha1.GPUHealthy,
 		Slices: []slicerv1alpha1.MIGSlice{
 			{Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 4, Size: 4}, GPUInstanceID: 2, MIGDeviceUUID: "MIG-held",
 				State: slicerv1alpha1.SliceAllocated, Claim: &slicerv1alpha1.ClaimReference{Namespace: "ns", Name: "c", UID: "uid-c", Device: "gpu-0-3g-40gb-at-4"}},
@@ -63,7 +63,8 @@ func TestRenderClaimView(t *testing.T) {
 				State: slicerv1alpha1.SliceOrphaned},
 		},
 	}, {
-		Index: 1, UUID: "GPU-1", Model: "H100-80GB", MIGMode: slicerv1alpha1.MIGModeDisabled, Health: slicerv1alpha1.GPUUnhealthy, HealthMessage: "GPU 1 is unhealthy",
+		Index: 1, UUID: "GPU-1", Model: "H100-80GB", MIGMode: slicerv1alpha1.MIGModeDisabled, Mode: slicerv1alpha1.GPUModeWhole,
+		Health: slicerv1alpha1.GPUUnhealthy, HealthMessage: "GPU 1 is unhealthy",
 	}}
 	if diff := cmp.Diff(want, st.GPUs); diff != "" {
 		t.Fatalf("GPUs (-want +got):\n%s", diff)
@@ -96,7 +97,7 @@ func TestRenderClaimViewNotReady(t *testing.T) {
 		{"another device plugin", ClaimView{Obs: obs, Claim: claim, Conflict: foreignPlugin}, slicerv1alpha1.ReasonForeignDevicePlugin, 2},
 	}
 	for _, tc := range cases {
-		st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, tc.v.NodeView())
+		st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, tc.v.NodeView(), testNow)
 		c := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionReady)
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
 			t.Errorf("%s: Ready = %+v, want False/%s", tc.name, c, tc.reason)
@@ -113,12 +114,12 @@ var foreignPlugin = migapi.Foreign{Reason: slicerv1alpha1.ReasonForeignDevicePlu
 // with none.
 func TestRenderOwnershipConflict(t *testing.T) {
 	obs, claim := claimNode()
-	st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, ClaimView{Obs: obs, Claim: claim, Conflict: foreignPlugin}.NodeView())
+	st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, ClaimView{Obs: obs, Claim: claim, Conflict: foreignPlugin}.NodeView(), testNow)
 	c := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != foreignPlugin.Reason || c.Message != foreignPlugin.Message {
 		t.Fatalf("OwnershipConflict = %+v, want True/%s/%q", c, foreignPlugin.Reason, foreignPlugin.Message)
 	}
-	st = renderStatus(st, 2, ClaimView{Obs: obs, Claim: claim}.NodeView())
+	st = renderStatus(st, 2, ClaimView{Obs: obs, Claim: claim}.NodeView(), testNow)
 	if c := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionOwnershipConflict); c == nil || c.Status != metav1.ConditionFalse || c.Reason != slicerv1alpha1.ReasonAsExpected {
 		t.Fatalf("OwnershipConflict once the other owner is gone = %+v", c)
 	}
@@ -139,7 +140,7 @@ func TestRenderRuntimeBypass(t *testing.T) {
 		{name: "unreadable", bypass: RuntimeBypass(nil, nil, errors.New("forbidden")), status: metav1.ConditionUnknown, reason: slicerv1alpha1.ReasonRuntimeClassesUnreadable},
 		{name: "none", bypass: RuntimeBypass(nil, nil, nil), status: metav1.ConditionFalse, reason: slicerv1alpha1.ReasonAsExpected},
 	} {
-		st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, ClaimView{Obs: obs, Claim: claim, Bypass: tc.bypass}.NodeView())
+		st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, ClaimView{Obs: obs, Claim: claim, Bypass: tc.bypass}.NodeView(), testNow)
 		c := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionRuntimeBypass)
 		if c == nil || c.Status != tc.status || c.Reason != tc.reason || c.Message == "" {
 			t.Errorf("%s: RuntimeBypass = %+v, want %s/%s", tc.name, c, tc.status, tc.reason)

@@ -36,7 +36,7 @@ func TestRenderUnrecognizedGPU(t *testing.T) {
 			slicerv1alpha1.ReasonGPUMemoryMismatch, []string{"GPU 1: ", "not a B200-180GB", "GPU 2: ", "H20-3e"}},
 		{"unknown model", []*GPU{gpu(0, true, unknown)}, metav1.ConditionTrue, slicerv1alpha1.ReasonUnknownGPUModel, []string{"is not a MIG model Slicer knows"}},
 	} {
-		st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, NodeView{Obs: &Observation{GPUs: tc.gpus}})
+		st := renderStatus(slicerv1alpha1.NodeAcceleratorStatus{}, 1, NodeView{Obs: &Observation{GPUs: tc.gpus}}, testNow)
 		c := meta.FindStatusCondition(st.Conditions, slicerv1alpha1.ConditionUnrecognizedGPU)
 		if c == nil || c.Status != tc.status || c.Reason != tc.reason {
 			t.Errorf("%s: UnrecognizedGPU = %+v, want %s/%s", tc.name, c, tc.status, tc.reason)

@@ -34,17 +34,6 @@ const (
 // make none of these calls), in a stable order. They fail, slow down and crash like the others.
 func ModeOps() []string { return []string{OpSetMIGMode, OpTopology, OpP2PStatus} }
 
-// modeChangeNeedsReset reports whether a MIG mode change on m waits for a GPU reset: on the
-// Ampere GPUs (A100, A30), not on Hopper and later (NVIDIA's MIG user guide, "Enable MIG
-// Mode"; docs/design/geometry.md).
-func modeChangeNeedsReset(m mig.Model) bool {
-	switch m {
-	case mig.A30_24GB, mig.A100_40GB, mig.A100_80GB:
-		return true
-	}
-	return false
-}
-
 func (d *device) MIGMode() (current, pending nvml.MIGMode, err error) {
 	d.b.mu.Lock()
 	defer d.b.mu.Unlock()
@@ -79,7 +68,7 @@ func (d *device) SetMIGMode(mode nvml.MIGMode) (nvml.Return, error) {
 	case mode == g.migMode:
 	case g.held:
 		activation = nvml.ErrorInUse
-	case modeChangeNeedsReset(g.model):
+	case g.model.ModeChangeNeedsReset():
 		activation = nvml.ErrorResetRequired
 	default:
 		g.migMode = mode
