@@ -92,6 +92,7 @@ func TestHandler(t *testing.T) {
 		code      int32 // Result.Code when not allowed
 		wantPatch []jsonpatch.JsonPatchOperation
 		result    string
+		message   string // in Result.Message when not allowed
 	}{
 		{
 			name: "nvidia pod translated", path: PathMutatePod, allowed: true, result: ResultMutated,
@@ -116,6 +117,20 @@ func TestHandler(t *testing.T) {
 		{
 			name: "unknown profile denied", path: PathMutatePod, allowed: false, code: http.StatusForbidden, result: ResultRejected,
 			body: review(t, "u5", admissionv1.Create, "Pod", makePod().Container("app", both("nvidia.com/mig-3g.41gb", "1")).Obj()),
+		},
+		{
+			name: "whole-GPU pod routed", path: PathMutatePod, allowed: true, result: ResultMutated,
+			body:      review(t, "u10", admissionv1.Create, "Pod", makePod().Container("app", both("nvidia.com/gpu", "2")).Obj()),
+			wantPatch: []jsonpatch.JsonPatchOperation{setScheduler},
+		},
+		{
+			name: "whole-GPU pod on the no-translate path untouched", path: PathMutatePodNoTranslate, allowed: true, result: ResultSkipped,
+			body: review(t, "u11", admissionv1.Create, "Pod", makePod().Container("app", both("nvidia.com/gpu", "2")).Obj()),
+		},
+		{
+			name: "zero whole GPUs denied", path: PathMutatePod, allowed: false, code: http.StatusForbidden, result: ResultRejected,
+			body:    review(t, "u12", admissionv1.Create, "Pod", makePod().Container("app", both("nvidia.com/gpu", "0")).Obj()),
+			message: `container "app": nvidia.com/gpu is 0, but the number of whole GPUs must be a positive integer`,
 		},
 		{
 			name: "update is not ours", path: PathMutatePod, allowed: true, result: ResultSkipped,
@@ -154,6 +169,9 @@ func TestHandler(t *testing.T) {
 			if !tc.allowed && out.Response.Result.Code != tc.code {
 				t.Errorf("code = %d, want %d", out.Response.Result.Code, tc.code)
 			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.message) {
+				t.Errorf("message %q\ndoes not contain %q", out.Response.Result.Message, tc.message)
+			}
 			var got []jsonpatch.JsonPatchOperation
 			if len(out.Response.Patch) > 0 {
 				if err := json.Unmarshal(out.Response.Patch, &got); err != nil {
@@ -175,9 +193,9 @@ func TestHandler(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP slicer_webhook_mutations_total Pod admission requests answered by the Slicer webhook, by result: mutated (a non-empty patch), skipped (nothing to change) or rejected (denied, or a malformed request).
 # TYPE slicer_webhook_mutations_total counter
-slicer_webhook_mutations_total{result="mutated"} 2
-slicer_webhook_mutations_total{result="rejected"} 3
-slicer_webhook_mutations_total{result="skipped"} 4
+slicer_webhook_mutations_total{result="mutated"} 3
+slicer_webhook_mutations_total{result="rejected"} 4
+slicer_webhook_mutations_total{result="skipped"} 5
 `), "slicer_webhook_mutations_total"); err != nil {
 		t.Error(err)
 	}

