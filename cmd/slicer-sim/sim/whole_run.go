@@ -238,7 +238,7 @@ func (r *mixedReplay) placeSlice(profile string) (int, []mig.Assignment, []int, 
 	}
 	as, err := mig.Place(r.nodes[idx], req)
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("Score said node %d fits but Place failed: %w", idx, err)
+		return 0, nil, nil, fmt.Errorf("mig.Score said node %d fits but Place failed: %w", idx, err)
 	}
 	var switched []int
 	for _, a := range as {
