@@ -63,7 +63,7 @@ func Score(node Node, req *Request) (int64, bool) {
 
 // wholeBreakWeight is the most a slice's score loses for taking a GPU that could serve a
 // whole-GPU request.
-const wholeBreakWeight = 30
+const wholeBreakWeight = 75
 
 // wholeBreakPenalty is what a plan loses for the whole-GPU demand it strands: when one of its
 // slices takes a GPU free for whole use (an empty switchable MIG GPU, or a whole GPU it

@@ -247,9 +247,9 @@ func ScoreWhole(node Node, n int) (int64, bool) {
 
 // The weights of ScoreWhole's terms; they sum to MaxNodeScore.
 const (
-	wholeLeftWeight   = 65
-	wholeSwitchWeight = 20
-	wholeLinkWeight   = 15
+	wholeLeftWeight   = 80
+	wholeSwitchWeight = 12
+	wholeLinkWeight   = 8
 )
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
