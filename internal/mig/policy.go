@@ -47,8 +47,9 @@ type Assignment struct {
 // Score is the Slicer policy's answer to the scheduler's Filter and Score: a score in [0,
 // MaxNodeScore] and whether the request fits on the node. Each slice goes to the (GPU, start)
 // that loses the least future placeability V, which prefers GPUs already in use and the start
-// that leaves the largest legal free blocks. It does not allocate. Score and Place share one
-// code path, so Place succeeds exactly when Score reports the node feasible.
+// that leaves the largest legal free blocks; a node loses more when the plan takes a GPU free
+// for whole use, the more of its GPUs are (wholeBreakPenalty). It does not allocate. Score and
+// Place share one code path, so Place succeeds exactly when Score reports the node feasible.
 func Score(node Node, req *Request) (int64, bool) {
 	var out [MaxRequestSlices]Assignment
 	cost, ok := plan(node, req, &out)
