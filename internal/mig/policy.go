@@ -47,8 +47,9 @@ type Assignment struct {
 // Score is the Slicer policy's answer to the scheduler's Filter and Score: a score in [0,
 // MaxNodeScore] and whether the request fits on the node. Each slice goes to the (GPU, start)
 // that loses the least future placeability V, which prefers GPUs already in use and the start
-// that leaves the largest legal free blocks. It does not allocate. Score and Place share one
-// code path, so Place succeeds exactly when Score reports the node feasible.
+// that leaves the largest legal free blocks; a node loses more when the plan takes a GPU free
+// for whole use, the more of its GPUs are (wholeBreakPenalty). It does not allocate. Score and
+// Place share one code path, so Place succeeds exactly when Score reports the node feasible.
 func Score(node Node, req *Request) (int64, bool) {
 	var out [MaxRequestSlices]Assignment
 	cost, ok := plan(node, req, &out)
@@ -57,7 +58,36 @@ func Score(node Node, req *Request) (int64, bool) {
 	}
 	// cost is in millionths of a whole GPU's V, summed over the slices.
 	s := MaxNodeScore - int64(math.Ceil(float64(cost)*float64(MaxNodeScore)/(1e6*float64(req.n))))
+	s -= wholeBreakPenalty(node, out[:req.n])
 	return min(max(s, 0), MaxNodeScore), true
+}
+
+// wholeBreakWeight is the most a slice's score loses for taking a GPU that could serve a
+// whole-GPU request.
+const wholeBreakWeight = 75
+
+// wholeBreakPenalty is what a plan loses for the whole-GPU demand it strands: when one of its
+// slices takes a GPU free for whole use (an empty switchable MIG GPU, or a whole GPU it
+// switches), up to wholeBreakWeight for the share of the node's GPUs free for whole use. Among
+// nodes where a slice must break a GPU it prefers the node already sliced or busy, so that the
+// nodes with the most free whole GPUs stay whole for multi-GPU requests. A node with no GPU
+// free for whole use (not switchable, as on a MIG-only node) loses nothing. It does not
+// allocate.
+func wholeBreakPenalty(node Node, as []Assignment) int64 {
+	breaks := false
+	for _, a := range as {
+		breaks = breaks || node.GPUs[a.GPU].WholeUse() != UseNo
+	}
+	if !breaks {
+		return 0
+	}
+	free := 0
+	for g := range node.GPUs {
+		if node.GPUs[g].WholeUse() != UseNo {
+			free++
+		}
+	}
+	return ceilDiv(wholeBreakWeight*int64(free), int64(len(node.GPUs)))
 }
 
 // Place is where Score's policy puts each slice, or an error when the request does not fit.

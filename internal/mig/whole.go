@@ -224,24 +224,33 @@ func chooseWhole(node Node, n int) (uint32, wholeKey, bool) {
 
 // ScoreWhole is the scheduler's Filter and Score for a request of n whole GPUs: a score in [0,
 // MaxNodeScore] of the choice PlaceWhole makes, and whether it fits. It does not allocate. The
-// score starts at MaxNodeScore and loses up to 50 for the share of the chosen GPUs that must
-// switch mode, up to 30 for the weakest link below LinkNVLink (n > 1), and up to 20 for the
-// share of the node's GPUs left free for whole use (best fit: busy nodes first, empty nodes
-// stay empty for large requests).
+// score starts at MaxNodeScore and loses up to wholeLeftWeight for the share of the node's GPUs
+// left free for whole use (best fit across nodes: a busy or sliced node first, so that empty
+// nodes stay whole for 4- and 8-GPU requests), up to wholeSwitchWeight for the share of the
+// chosen GPUs that must switch mode, and up to wholeLinkWeight for the weakest link below
+// LinkNVLink (n > 1). The GPUs left free weigh most: a switch takes seconds on Hopper, while a
+// whole node broken by a 1-GPU pod strands an 8-GPU pod for hours (docs/design/whole-gpus.md).
 func ScoreWhole(node Node, n int) (int64, bool) {
 	set, k, ok := chooseWhole(node, n)
 	if !ok {
 		return 0, false
 	}
-	s := MaxNodeScore - ceilDiv(50*int64(k.switches), int64(n))
+	s := MaxNodeScore - ceilDiv(wholeSwitchWeight*int64(k.switches), int64(n))
 	if n > 1 {
-		s -= ceilDiv(30*int64(LinkNVLink-k.weakest), int64(LinkNVLink))
+		s -= ceilDiv(wholeLinkWeight*int64(LinkNVLink-k.weakest), int64(LinkNVLink))
 	}
 	ready, after := wholeCandidates(node)
 	left := bits.OnesCount32((ready | after) &^ set)
-	s -= ceilDiv(20*int64(left), int64(len(node.GPUs)))
+	s -= ceilDiv(wholeLeftWeight*int64(left), int64(len(node.GPUs)))
 	return min(max(s, 0), MaxNodeScore), true
 }
+
+// The weights of ScoreWhole's terms; they sum to MaxNodeScore.
+const (
+	wholeLeftWeight   = 80
+	wholeSwitchWeight = 12
+	wholeLinkWeight   = 8
+)
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 

@@ -164,12 +164,12 @@ func TestWholeMatchesOracle(t *testing.T) {
 			continue
 		}
 		fits++
-		// The documented score: 50 for the share of switches, 30 for the weakest link below
-		// NVLink (n > 1), 20 for the share of GPUs left free.
+		// The documented score: 80 for the share of GPUs left free, 12 for the share of
+		// switches, 8 for the weakest link below NVLink (n > 1).
 		ceil := func(a, b int) int { return (a + b - 1) / b }
-		want := 100 - ceil(50*-wantKey[0], n) - ceil(20*(len(oracleFree(node))-n), len(node.GPUs))
+		want := 100 - ceil(12*-wantKey[0], n) - ceil(80*(len(oracleFree(node))-n), len(node.GPUs))
 		if n > 1 {
-			want -= ceil(30*(3-wantKey[1]), 3)
+			want -= ceil(8*(3-wantKey[1]), 3)
 		}
 		if score != int64(max(want, 0)) {
 			t.Fatalf("run %d: %d GPUs on %+v: score %d, want %d", run, n, node, score, max(want, 0))
@@ -296,8 +296,8 @@ func TestScoreWholeOrdersNodes(t *testing.T) {
 	if a, b := score(2, free, free, busy, busy), score(2, free, busy, free, busy); a <= b {
 		t.Errorf("an NVLink pair scores %d <= %d", a, b)
 	}
-	if s := score(2, migEmpty, migEmpty); s != MaxNodeScore-50 {
-		t.Errorf("two switches on an NVLink pair, nothing left: %d, want %d", s, MaxNodeScore-50)
+	if s := score(2, migEmpty, migEmpty); s != MaxNodeScore-12 {
+		t.Errorf("two switches on an NVLink pair, nothing left: %d, want %d", s, MaxNodeScore-12)
 	}
 }
 
