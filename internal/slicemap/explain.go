@@ -29,7 +29,7 @@ type GPUVerdict struct {
 	Node  string `json:"node"`
 	Index int32  `json:"index"`
 	// Obstacle is "" when the GPU can take the profile; otherwise a migapi.Blocked kind
-	// (unsupportedModel, migDisabled, unhealthy, nodeBlocked), a mig.Obstacle kind (model: no
+	// (unsupportedModel, migDisabled, unhealthy, nodeBlocked, wholeMode, switchingMode), a mig.Obstacle kind (model: no
 	// such profile on this model; countLimit, mediaEngines, full, fragmented), or
 	// "inconsistent" (the reported slices do not add up).
 	Obstacle string `json:"obstacle,omitempty"`

@@ -145,7 +145,8 @@ func (pr *preemptor) planOn(n *snapshot.Node, claims map[string][]snapshot.Claim
 	req *mig.Request, prio int32, spared map[types.UID]bool) (mig.PreemptionPlan, bool, error) {
 	gpus := make([]mig.VictimGPU, len(n.GPUs))
 	for i, g := range n.GPUs {
-		gpus[i] = mig.VictimGPU{Model: g.Model, Usable: n.MIG.GPUs[i].Usable && g.Model.Valid()}
+		// g.Usable: the GPU takes slices (in MIG mode); a whole or switching GPU hosts no victim.
+		gpus[i] = mig.VictimGPU{Model: g.Model, Usable: g.Usable && g.Model.Valid()}
 		for _, c := range claims[g.UUID] {
 			h := mig.Holder{Instance: mig.Instance{Profile: c.Slot.Profile, Placement: c.Slot.Placement},
 				Owner: string(c.PodUID), Leaving: c.Leaving, Pinned: true, Priority: prio}

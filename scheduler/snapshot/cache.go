@@ -24,20 +24,28 @@ import (
 type GPU struct {
 	Index int32
 	UUID  string
+	// Model is the GPU's MIG model; zero for a GPU of no MIG model (which can only be whole).
 	Model mig.Model
-	// Usable is true when Slicer may place new slices on the GPU.
+	// Mode is the GPU's mode (migapi.GPUServes), as in MIG.GPUs.
+	Mode mig.GPUMode
+	// Usable is true when Slicer may place new slices on the GPU: it serves (MIG.GPUs[i].Usable)
+	// and is in MIG mode.
 	Usable bool
-	// Reason says why the GPU is not usable ("" when usable).
+	// Reason says why the GPU is not usable ("" when usable): why it serves nothing, or that it
+	// is whole or switching (migapi.SlicesBlocked).
 	Reason string
 }
 
 // Node is an immutable view of one node. Filter and Score read it without a lock.
 type Node struct {
 	Name string
-	// MIG is what internal/mig scores; MIG.GPUs[i] is GPUs[i].
+	// MIG is what internal/mig scores; MIG.GPUs[i] is GPUs[i]. A GPU in whole mode or
+	// switching is Usable there when it serves in its mode; readers that mean "takes slices"
+	// read GPUs[i].Usable (or ask the core, whose slice rules skip such GPUs).
 	MIG  mig.Node
 	GPUs []GPU
-	// Reason is non-empty when no GPU of the node can take a slice, and says why.
+	// Reason is non-empty when no GPU of the node can take a slice, and says why (a node whose
+	// GPUs are all whole has one: nothing asks it for whole GPUs yet).
 	Reason string
 	// Lacks maps each profile (NVIDIA spelling) the node's driver does not have on one of its
 	// GPUs' models to the reason Filter gives (driver.go); nil when it lacks none. Shared by
@@ -410,41 +418,97 @@ func (c *Cache) rebuildNode(name string) {
 	for _, u := range c.unseenOn(name) {
 		claims[u.slot.GPU] = append(claims[u.slot.GPU], holder{slot: u.slot, pod: u.pod})
 	}
-	anyUsable := false
+	anyUsable, notMIG := false, 0
 	var occ []mig.Occupant
-	for _, g := range gpus {
-		gpu := GPU{Index: g.Index, UUID: g.UUID}
-		var state mig.GPUState
-		model, err := mig.ParseModel(string(g.Model))
-		var blocked migapi.Blocked
-		blocked, gpu.Reason = migapi.GPUBlocked(na, &g)
-		if blocked == migapi.BlockedHealth && g.HealthMessage != "" {
-			// Say why (an NVML error, an XID, a reset the driver asks for): the Pending
-			// reason of a pod that fits only there names it.
-			gpu.Reason += " (" + g.HealthMessage + ")"
-		}
-		if gpu.Reason == "" {
-			gpu.Reason = c.fenceReason(name)
-		}
-		if err == nil && g.Model != "" {
-			gpu.Model = model
-			state, occ, err = c.gpuState(name, &g, model, claims[g.UUID], occ)
-			if err != nil && gpu.Reason == "" {
-				gpu.Reason = err.Error()
-			}
-		}
-		gpu.Usable = gpu.Reason == ""
+	for i := range gpus {
+		var gpu GPU
+		var mg mig.GPU
+		gpu, mg, occ = c.gpuView(na, &gpus[i], claims[gpus[i].UUID], occ)
 		anyUsable = anyUsable || gpu.Usable
+		if mg.Usable && mg.Mode != mig.ModeMIG {
+			notMIG++
+		}
 		n.GPUs = append(n.GPUs, gpu)
-		n.MIG.GPUs = append(n.MIG.GPUs, mig.GPU{State: state, Usable: gpu.Usable})
+		n.MIG.GPUs = append(n.MIG.GPUs, mg)
 	}
 	if !anyUsable && n.Reason == "" {
-		n.Reason = "no usable MIG GPU"
-		if len(gpus) == 0 {
+		switch {
+		case len(gpus) == 0:
 			n.Reason = "no GPU reported"
+		case notMIG > 0:
+			n.Reason = fmt.Sprintf("no usable MIG GPU (%d of %d GPUs in whole mode or switching MIG mode)", notMIG, len(gpus))
+		default:
+			n.Reason = "no usable MIG GPU"
 		}
 	}
 	c.nodes[name] = n
+}
+
+// gpuView is GPU g of na as the snapshot shows it and as the core is told (mig.GPU); claims are
+// the scheduler's on it, occ is scratch space. The core's Usable is whether the GPU serves in
+// its mode (migapi.GPUServes, the fence, a consistent occupancy); the snapshot's, whether it
+// takes slices (migapi.SlicesBlocked too). Switchable stays false: the Slicer's spec.gpuModes
+// (api/v1alpha1/gpumode_types.go) is not rendered to the scheduler yet, so no GPU is switched
+// for a request (docs/design/whole-gpus.md).
+func (c *Cache) gpuView(na *slicerv1alpha1.NodeAccelerator, g *slicerv1alpha1.GPUStatus, claims []holder, occ []mig.Occupant) (GPU, mig.GPU, []mig.Occupant) {
+	gpu := GPU{Index: g.Index, UUID: g.UUID}
+	mode, blocked, why := migapi.GPUServes(na, g)
+	gpu.Mode = mode
+	if blocked == migapi.BlockedHealth && g.HealthMessage != "" {
+		// Say why (an NVML error, an XID, a reset the driver asks for): the Pending
+		// reason of a pod that fits only there names it.
+		why += " (" + g.HealthMessage + ")"
+	}
+	if why == "" {
+		why = c.fenceReason(na.Name)
+	}
+	var state mig.GPUState
+	if model, err := mig.ParseModel(string(g.Model)); err == nil && g.Model != "" {
+		gpu.Model = model
+		state = mig.EmptyGPU(model) // a whole or switching GPU: its model's empty GPU
+		if mode == mig.ModeMIG {
+			state, occ, err = c.gpuState(na.Name, g, model, claims, occ)
+			if err != nil && why == "" {
+				why = err.Error()
+			}
+		}
+	}
+	if err := c.modeConflict(na.Name, g, mode, claims); err != nil && why == "" {
+		why = err.Error()
+	}
+	serves := why == ""
+	gpu.Reason = why
+	if serves {
+		_, gpu.Reason = migapi.SlicesBlocked(mode, g)
+	}
+	gpu.Usable = gpu.Reason == ""
+	return gpu, mig.GPU{State: state, Usable: serves, Mode: mode}, occ
+}
+
+// modeConflict is the error of claims that the GPU's mode cannot hold: a slice on a GPU in
+// whole mode is a double allocation (I1), handled as two pods on overlapping slots are (the
+// GPU unusable, the conflict counted once). A GPU that is switching may hold the claims the
+// switch is for.
+func (c *Cache) modeConflict(node string, g *slicerv1alpha1.GPUStatus, mode mig.GPUMode, claims []holder) error {
+	if mode == mig.ModeMIG {
+		return nil // gpuState's
+	}
+	if mode != mig.ModeWhole || len(claims) == 0 {
+		delete(c.conflicted, g.UUID)
+		return nil
+	}
+	c.conflict(g.UUID)
+	err := fmt.Errorf("slices allocated on a GPU in whole mode (double allocation)")
+	c.log.Error(err, "scheduler claims a slice on a whole GPU", "node", node, "gpu", g.UUID, "pod", claims[0].pod)
+	return err
+}
+
+// conflict counts a new double allocation on GPU uuid, once while it lasts; c.mu is held.
+func (c *Cache) conflict(uuid string) {
+	if !c.conflicted[uuid] {
+		c.conflicted[uuid] = true
+		c.events.Conflict()
+	}
 }
 
 // gpuState is the union of the scheduler's claims and the slices the agent
@@ -461,10 +525,7 @@ func (c *Cache) gpuState(node string, g *slicerv1alpha1.GPUStatus, model mig.Mod
 	state, err := mig.Occupancy(model, occ, mig.FailOnMisfit)
 	var misfit *mig.OccupancyError
 	if err != nil && (!errors.As(err, &misfit) || misfit.Occupant < len(claims)) {
-		if !c.conflicted[g.UUID] {
-			c.conflicted[g.UUID] = true
-			c.events.Conflict()
-		}
+		c.conflict(g.UUID)
 		c.log.Error(err, "scheduler claims overlap on a GPU: double allocation", "node", node, "gpu", g.UUID)
 		return mig.GPUState{}, occ, fmt.Errorf("allocations on this GPU overlap (double allocation)")
 	}

@@ -108,6 +108,18 @@ func TestSnapshotUnion(t *testing.T) {
 			}),
 			allocs:   []*Allocation{alloc("a", "p", "n1", "GPU-n1-a", "1g.10gb", 6, 1)},
 			wantFree: []int{-1}, wantReason: "no usable MIG GPU"},
+		{name: "whole and switching GPUs serve, take no slice",
+			na: accel("n1", 2, func(na *slicerv1alpha1.NodeAccelerator) {
+				na.Status.GPUs[0].Mode, na.Status.GPUs[0].MIGMode = slicerv1alpha1.GPUModeWhole, slicerv1alpha1.MIGModeDisabled
+				na.Status.GPUs[1].Mode = slicerv1alpha1.GPUModeSwitching
+			}),
+			wantFree: []int{7, 7}, wantReason: "no usable MIG GPU (2 of 2 GPUs in whole mode or switching MIG mode)"},
+		{name: "a slice on a whole GPU is a double allocation",
+			na: accel("n1", 2, func(na *slicerv1alpha1.NodeAccelerator) {
+				na.Status.GPUs[0].Mode, na.Status.GPUs[0].MIGMode = slicerv1alpha1.GPUModeWhole, slicerv1alpha1.MIGModeDisabled
+			}),
+			allocs:   []*Allocation{alloc("a", "p", "n1", "GPU-n1-a", "1g.10gb", 0, 1)},
+			wantFree: []int{-1, 7}, wantConflicts: 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

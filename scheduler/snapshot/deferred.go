@@ -34,8 +34,8 @@ func (c *Cache) HoldWhenFree(r *Reservation) (bool, error) {
 	}
 	for _, s := range r.Slots {
 		usable := false
-		for i, g := range n.GPUs {
-			usable = usable || (g.UUID == s.GPU && n.MIG.GPUs[i].Usable)
+		for _, g := range n.GPUs {
+			usable = usable || (g.UUID == s.GPU && g.Usable)
 		}
 		if !usable {
 			return false, fmt.Errorf("GPU %s of node %s is not usable", s.GPU, r.NodeName)

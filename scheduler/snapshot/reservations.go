@@ -58,7 +58,7 @@ func (c *Cache) canTake(r *Reservation) error {
 	usable := map[string]bool{}
 	for i, g := range n.GPUs {
 		states[g.UUID] = n.MIG.GPUs[i].State
-		usable[g.UUID] = n.MIG.GPUs[i].Usable
+		usable[g.UUID] = g.Usable // takes slices: in MIG mode
 	}
 	for _, s := range r.Slots {
 		if own[s] {
