@@ -69,7 +69,7 @@ func taint(pool *resourceslice.Pool, u unhealthy) {
 		for j := range pool.Slices[i].Devices {
 			dev := &pool.Slices[i].Devices[j]
 			value := ""
-			if ref, err := migdra.ParseDeviceName(dev.Name); err == nil && u.GPUs[ref.GPU] {
+			if i, err := migdra.DeviceGPU(dev.Name); err == nil && u.GPUs[i] {
 				value = "gpu"
 			} else if u.Devices[dev.Name] {
 				value = "instance"
@@ -119,6 +119,7 @@ type gpuShape struct {
 	UUID       string
 	Model      mig.Model
 	MIGEnabled bool
+	Switchable bool
 	Healthy    bool
 }
 
@@ -126,7 +127,7 @@ type gpuShape struct {
 func node(gpus []migdra.GPU) mig.Node {
 	var n mig.Node
 	for _, g := range gpus {
-		if g.Healthy && g.MIGEnabled && g.State.Valid() {
+		if g.Healthy && migdra.PublishesMIGDevices(g) {
 			n.GPUs = append(n.GPUs, mig.GPU{State: g.State, Usable: true})
 		}
 	}
@@ -136,7 +137,7 @@ func node(gpus []migdra.GPU) mig.Node {
 func shape(gpus []migdra.GPU) []gpuShape {
 	out := make([]gpuShape, 0, len(gpus))
 	for _, g := range gpus {
-		out = append(out, gpuShape{Index: g.Index, UUID: g.UUID, Model: g.State.Model(), MIGEnabled: g.MIGEnabled, Healthy: g.Healthy})
+		out = append(out, gpuShape{Index: g.Index, UUID: g.UUID, Model: g.State.Model(), MIGEnabled: g.MIGEnabled, Switchable: g.Switchable, Healthy: g.Healthy})
 	}
 	return out
 }

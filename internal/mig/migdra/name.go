@@ -35,6 +35,18 @@ func (r DeviceRef) ProfileName() (string, bool) {
 	return "", false
 }
 
+// DeviceGPU is the GPU index of a device of this driver, a MIG device (DeviceName) or a whole
+// GPU (WholeGPUDeviceName).
+func DeviceGPU(name string) (int, error) {
+	if rest, ok := strings.CutPrefix(name, "gpu-"); ok {
+		if i, err := strconv.Atoi(rest); err == nil && i >= 0 && strconv.Itoa(i) == rest {
+			return i, nil
+		}
+	}
+	ref, err := ParseDeviceName(name)
+	return ref.GPU, err
+}
+
 // ParseDeviceName reads a name DeviceName made ("gpu-<i>-<profile>-at-<start>"). A whole-GPU
 // device name (WholeGPUDeviceName) is not a MIG device and is refused.
 func ParseDeviceName(name string) (DeviceRef, error) {

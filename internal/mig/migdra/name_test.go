@@ -83,3 +83,19 @@ func TestProfileNameWithoutModel(t *testing.T) {
 		t.Errorf("ProfileName of an unknown token = %q", got)
 	}
 }
+
+// DeviceGPU reads the GPU index of both kinds of device and refuses what neither kind spells.
+func TestDeviceGPU(t *testing.T) {
+	h100, _ := mig.ParseModel("H100-80GB")
+	p, _ := h100.Profile("3g.40gb")
+	for name, want := range map[string]int{WholeGPUDeviceName(0): 0, WholeGPUDeviceName(13): 13, DeviceName(5, p, p.Placements()[0]): 5} {
+		if got, err := DeviceGPU(name); err != nil || got != want {
+			t.Errorf("DeviceGPU(%q) = %d, %v; want %d", name, got, err, want)
+		}
+	}
+	for _, bad := range []string{"gpu-", "gpu-01", "gpu--1", "gpu-x", "cpu-0", ""} {
+		if _, err := DeviceGPU(bad); err == nil {
+			t.Errorf("DeviceGPU(%q) accepted", bad)
+		}
+	}
+}

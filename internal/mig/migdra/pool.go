@@ -10,6 +10,11 @@
 // Devices are grouped one profile per slice: the allocator orders slices by name, which a
 // publisher does not control, but a class selects one profile, so the order inside that
 // profile's slice is the order the allocator tries (see mig.DeviceOrder).
+//
+// A GPU Slicer may switch between MIG slices and a whole GPU (GPU.Switchable) is published
+// both ways: its MIG devices, and one whole-GPU device that consumes every counter of its
+// counter set. A whole device and any of its GPU's MIG devices then never fit together, so the
+// stock allocator never hands out a GPU and one of its slices (docs/design/whole-gpus.md, "DRA").
 package migdra
 
 import (
@@ -57,12 +62,21 @@ type GPU struct {
 	State mig.GPUState
 	// MIGEnabled is false for a GPU in whole-GPU mode: it is published as one device.
 	MIGEnabled bool
+	// Switchable is a GPU whose MIG mode Slicer may switch (the Slicer's spec.gpuModes says
+	// Dynamic): with a State of its model, it is published as its MIG devices and as a whole
+	// device that consumes every counter of its GPU, in either mode. Preparing a device of the
+	// other mode than the GPU's current one needs the switch first.
+	Switchable bool
 	// Healthy GPUs are published; an unhealthy one is left out until it recovers.
 	Healthy bool
 	// Driver is the node's NVIDIA driver version: the devices of a profile it is too old for
 	// (mig.Profile.SupportedBy) are not published.
 	Driver string
 }
+
+// PublishesMIGDevices says whether Pool publishes the MIG devices (and the counter set) of a
+// healthy GPU: one of a model Slicer knows that is in MIG mode or may be switched to it.
+func PublishesMIGDevices(g GPU) bool { return g.State.Valid() && (g.MIGEnabled || g.Switchable) }
 
 // CounterSetName is the counter set of GPU index i.
 func CounterSetName(i int) string { return "gpu-" + strconv.Itoa(i) }
@@ -93,8 +107,10 @@ func Pool(gpus []GPU, order mig.DeviceOrder) (resourceslice.Pool, error) {
 		if !g.Healthy {
 			continue
 		}
-		if !g.MIGEnabled || !g.State.Valid() {
+		if g.Switchable || !PublishesMIGDevices(g) {
 			whole = append(whole, wholeDevice(g))
+		}
+		if !PublishesMIGDevices(g) {
 			continue
 		}
 		migGPUs = append(migGPUs, g)
@@ -129,7 +145,7 @@ func Pool(gpus []GPU, order mig.DeviceOrder) (resourceslice.Pool, error) {
 	}
 	flush()
 	for len(whole) > 0 {
-		n := min(len(whole), resourceapi.ResourceSliceMaxDevices)
+		n := min(len(whole), resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures)
 		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: whole[:n]})
 		whole = whole[n:]
 	}
@@ -183,14 +199,26 @@ func migDevice(g GPU, d mig.DRADevice) resourceapi.Device {
 	}
 }
 
+// wholeDevice is the GPU as one device. On a switchable GPU it consumes every counter of the
+// GPU's counter set (all compute slices, every memory slice, the media engine), so it fits only
+// while no MIG device of the GPU is allocated, and none fits while it is.
 func wholeDevice(g GPU) resourceapi.Device {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		AttrType:     {StringValue: ptr.To("gpu")},
 		AttrGPUUUID:  {StringValue: ptr.To(g.UUID)},
 		AttrGPUIndex: {IntValue: ptr.To(int64(g.Index))},
 	}
-	if m := g.State.Model(); m.Valid() {
-		attrs[AttrModel] = resourceapi.DeviceAttribute{StringValue: ptr.To(m.String())}
+	d := resourceapi.Device{Name: WholeGPUDeviceName(g.Index), Attributes: attrs}
+	m := g.State.Model()
+	if !m.Valid() {
+		return d
 	}
-	return resourceapi.Device{Name: WholeGPUDeviceName(g.Index), Attributes: attrs}
+	attrs[AttrModel] = resourceapi.DeviceAttribute{StringValue: ptr.To(m.String())}
+	d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+		CapacityMemory: {Value: *resource.NewQuantity(int64(m.MemoryMiB())<<20, resource.BinarySI)},
+	}
+	if g.Switchable {
+		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: CounterSetName(g.Index), Counters: counterSet(g).Counters}}
+	}
+	return d
 }
