@@ -112,6 +112,9 @@ const (
 	// ReasonProfileNotSupported: the node's GPU or driver has no such MIG profile (a profile
 	// newer than the driver, mig.Profile.MinDriver); the allocation fails.
 	ReasonProfileNotSupported = "ProfileNotSupported"
+	// ReasonWholeGPUNotServed: the allocation holds a whole GPU (spec.wholeGPU) and the node's
+	// agent does not serve whole GPUs yet (docs/design/whole-gpus.md, "Not done yet"); it fails.
+	ReasonWholeGPUNotServed = "WholeGPUNotServed"
 	// ReasonWaitingForPods: the Slicer's deletion waits for the pods that hold MIG slices
 	// (uninstall policy Wait).
 	ReasonWaitingForPods = "WaitingForPods"

@@ -143,6 +143,7 @@ type MIGSlice struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'MIG' || self.migMode == 'Enabled'",message="mode MIG needs migMode Enabled: MIG slices exist only in MIG mode",fieldPath=".mode"
 // +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Whole' || self.migMode in ['Disabled', 'NotSupported']",message="mode Whole needs migMode Disabled or NotSupported: a GPU in MIG mode cannot be used whole",fieldPath=".mode"
 // +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Whole' || !has(self.slices) || size(self.slices) == 0",message="a Whole GPU has no MIG slices",fieldPath=".slices"
+// +kubebuilder:validation:XValidation:rule="!has(self.resetAllowed) || !self.resetAllowed || (has(self.modePolicy) && self.modePolicy == 'Dynamic')",message="resetAllowed applies only to modePolicy Dynamic: a fixed mode never switches",fieldPath=".resetAllowed"
 type GPUStatus struct {
 	// index is NVML's device index.
 	// +required
@@ -182,6 +183,18 @@ type GPUStatus struct {
 	// and no other GPU (docs/gpu-modes.md).
 	// +optional
 	Mode GPUMode `json:"mode,omitempty"`
+
+	// modePolicy is the mode policy of the Slicer's spec.gpuModes that the agent applies to
+	// this GPU (the first policy selecting it by model and node labels): Dynamic, MIG or
+	// Whole; MIG when no policy selects it. Unset by agents that do not switch MIG modes: the
+	// scheduler then never asks for a switch of the GPU (docs/gpu-modes.md).
+	// +optional
+	ModePolicy GPUModePolicyMode `json:"modePolicy,omitempty"`
+
+	// resetAllowed: the GPU's policy allows a GPU reset for a change of its MIG mode
+	// (allowReset), which A100 and A30 need. Only with modePolicy Dynamic.
+	// +optional
+	ResetAllowed bool `json:"resetAllowed,omitempty"`
 
 	// modeSwitch is the change of the GPU's MIG mode that has not taken effect: Pending while
 	// the agent waits for it, Failed once given up. Unset when no change is under way.

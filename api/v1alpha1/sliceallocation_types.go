@@ -40,6 +40,7 @@ const AllocationFinalizer = "slicer.dev/slice-release"
 // SliceAllocationSpec is one slice a pod holds; written only by the scheduler
 // (PreBind) and immutable.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: the scheduler commits an allocation once"
+// +kubebuilder:validation:XValidation:rule="has(self.wholeGPU) && self.wholeGPU ? !has(self.profile) && !has(self.placement) : has(self.profile) && has(self.placement)",message="a slice names its profile and placement; a whole GPU (wholeGPU true) names neither"
 type SliceAllocationSpec struct {
 	// podName of the pod that holds the slice (in this namespace).
 	// +required
@@ -59,22 +60,28 @@ type SliceAllocationSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName"`
 
-	// gpuUUID of the GPU the slice is placed on.
+	// wholeGPU: the pod holds the whole GPU, MIG mode off (nvidia.com/gpu), and the
+	// allocation names no profile nor placement (docs/design/whole-gpus.md). False for a
+	// MIG slice.
+	// +optional
+	WholeGPU bool `json:"wholeGPU,omitempty"`
+
+	// gpuUUID of the GPU the slice is placed on (of the GPU itself, for a whole GPU).
 	// +required
 	// +kubebuilder:validation:MinLength=5
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^GPU-[0-9a-fA-F-]+$`
 	GPUUUID string `json:"gpuUUID"`
 
-	// profile of the slice.
-	// +required
-	Profile MIGProfile `json:"profile"`
+	// profile of the slice; unset for a whole GPU.
+	// +optional
+	Profile MIGProfile `json:"profile,omitempty"`
 
-	// placement of the GPU instance on the GPU.
-	// +required
-	Placement Placement `json:"placement"`
+	// placement of the GPU instance on the GPU; unset for a whole GPU.
+	// +optional
+	Placement *Placement `json:"placement,omitempty"`
 
-	// index of this slice among the pod's slices (0-based).
+	// index of this slice (or whole GPU) among the pod's slices (or whole GPUs), 0-based.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=63
@@ -133,9 +140,9 @@ type SliceAllocationStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
-// SliceAllocation is one MIG slice held by one pod: the durable hand-off from
-// the scheduler to the node agent. Its owner reference to the pod lets the
-// garbage collector remove it once the pod is gone; the agent's finalizer, set at
+// SliceAllocation is one MIG slice, or one whole GPU (spec.wholeGPU), held by one pod: the
+// durable hand-off from the scheduler to the node agent. Its owner reference to the pod lets
+// the garbage collector remove it once the pod is gone; the agent's finalizer, set at
 // creation, keeps it until the slice is destroyed.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -144,6 +151,7 @@ type SliceAllocationStatus struct {
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="GPU",type=string,JSONPath=`.spec.gpuUUID`,priority=1
 // +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=`.spec.profile`
+// +kubebuilder:printcolumn:name="Whole",type=boolean,JSONPath=`.spec.wholeGPU`,priority=1
 // +kubebuilder:printcolumn:name="Start",type=integer,JSONPath=`.spec.placement.start`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.status.migDeviceUUID`,priority=1

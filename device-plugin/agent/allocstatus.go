@@ -19,6 +19,9 @@ func validate(obs *engine.Observation, a *slicerv1alpha1.SliceAllocation) (reaso
 	if g == nil {
 		return slicerv1alpha1.ReasonGPUNotFound, fmt.Sprintf("GPU %s is not on node %s", a.Spec.GPUUUID, a.Spec.NodeName)
 	}
+	if a.Spec.WholeGPU {
+		return slicerv1alpha1.ReasonWholeGPUNotServed, fmt.Sprintf("the allocation holds GPU %s whole, and this agent serves only MIG slices", g.UUID)
+	}
 	if !g.MIGReady() {
 		if g.MIGMode != nvml.MIGEnabled {
 			return slicerv1alpha1.ReasonMIGModeOff, fmt.Sprintf("GPU %s has MIG mode off, so it takes no MIG slice; the agent does not change MIG mode (the NodeAccelerator status says whether a switch is pending)", g.UUID)
@@ -73,7 +76,7 @@ func ready(a *slicerv1alpha1.SliceAllocation, sl engine.Slice) slicerv1alpha1.Sl
 	gi, ci := int32(sl.GI), int32(sl.CI)
 	s.State, s.MIGDeviceUUID, s.GPUInstanceID, s.ComputeInstanceID = slicerv1alpha1.AllocationReady, sl.MIGUUID, &gi, &ci
 	s.Message = "MIG device " + sl.MIGUUID + " is ready"
-	if sl.GPU != a.Spec.GPUUUID || sl.Placement != migapi.Placement(a.Spec.Placement) {
+	if sl.GPU != a.Spec.GPUUUID || sl.Placement != migapi.SlotAsWritten(&a.Spec).Placement {
 		s.ActualPlacement = ptr.To(migapi.APIPlacement(sl.Placement))
 		if sl.GPU != a.Spec.GPUUUID {
 			s.ActualGPUUUID = sl.GPU

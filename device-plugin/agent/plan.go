@@ -266,10 +266,7 @@ func plan(in planInput) Plan {
 
 // wantFromAllocation turns an allocation into a Want.
 func wantFromAllocation(a *slicerv1alpha1.SliceAllocation) Want {
-	spec, err := migapi.SlotOf(&a.Spec)
-	if err != nil { // the CRD's enum keeps this from happening; keep the name as written
-		spec = Slot{GPU: a.Spec.GPUUUID, Profile: string(a.Spec.Profile), Placement: migapi.Placement(a.Spec.Placement)}
-	}
+	spec := migapi.SlotAsWritten(&a.Spec)
 	w := Want{
 		Key: types.NamespacedName{Namespace: a.Namespace, Name: a.Name}, Pod: a.Namespace + "/" + a.Spec.PodName, Spec: spec,
 		Device: a.Status.MIGDeviceUUID, Deleting: a.DeletionTimestamp != nil,

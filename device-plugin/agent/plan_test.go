@@ -174,7 +174,7 @@ func TestPlan(t *testing.T) {
 }
 
 func TestWantFromAllocationActual(t *testing.T) {
-	spec := slicerv1alpha1.SliceAllocationSpec{PodName: "p", NodeName: "n", GPUUUID: "GPU-1", Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 1, Size: 1}}
+	spec := slicerv1alpha1.SliceAllocationSpec{PodName: "p", NodeName: "n", GPUUUID: "GPU-1", Profile: "1g.10gb", Placement: &slicerv1alpha1.Placement{Start: 1, Size: 1}}
 	tests := []struct {
 		name   string
 		status slicerv1alpha1.SliceAllocationStatus
@@ -200,7 +200,7 @@ func TestWantFromAllocationActual(t *testing.T) {
 }
 
 func TestReadyRecordsActualGPU(t *testing.T) {
-	a := &slicerv1alpha1.SliceAllocation{Spec: slicerv1alpha1.SliceAllocationSpec{GPUUUID: "GPU-1", Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: 1, Size: 1}}}
+	a := &slicerv1alpha1.SliceAllocation{Spec: slicerv1alpha1.SliceAllocationSpec{GPUUUID: "GPU-1", Profile: "1g.10gb", Placement: &slicerv1alpha1.Placement{Start: 1, Size: 1}}}
 	tests := []struct {
 		name      string
 		sl        engine.Slice

@@ -83,7 +83,7 @@ func churn(t *testing.T, interval time.Duration, rounds int) (writes int64, elap
 				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{slicerv1alpha1.LabelNode: node},
 					Finalizers: []string{slicerv1alpha1.AllocationFinalizer}},
 				Spec: slicerv1alpha1.SliceAllocationSpec{PodName: "p-" + name, PodUID: "uid-" + name, NodeName: node, GPUUUID: gpu,
-					Profile: "1g.10gb", Placement: slicerv1alpha1.Placement{Start: slot, Size: 1}},
+					Profile: "1g.10gb", Placement: &slicerv1alpha1.Placement{Start: slot, Size: 1}},
 			}
 			if err := c.Create(ctx, &a); err != nil {
 				t.Fatal(err)

@@ -56,7 +56,7 @@ func sliceAlloc(ns, name, pod, podUID, node, gpuUUID, profile string, start, siz
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: slicerv1alpha1.SliceAllocationSpec{
 			PodName: pod, PodUID: podUID, NodeName: node, GPUUUID: gpuUUID,
-			Profile: slicerv1alpha1.MIGProfile(profile), Placement: slicerv1alpha1.Placement{Start: start, Size: size},
+			Profile: slicerv1alpha1.MIGProfile(profile), Placement: &slicerv1alpha1.Placement{Start: start, Size: size},
 		},
 		Status: slicerv1alpha1.SliceAllocationStatus{State: state},
 	}

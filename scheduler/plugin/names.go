@@ -12,7 +12,7 @@ import (
 
 // allocationFor is the SliceAllocation the scheduler commits for one slot.
 func allocationFor(pod *corev1.Pod, node string, s snapshot.Slot) *slicerv1alpha1.SliceAllocation {
-	return &slicerv1alpha1.SliceAllocation{
+	a := &slicerv1alpha1.SliceAllocation{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: pod.Namespace,
 			Name:      slicerv1alpha1.AllocationName(pod.Name, string(pod.UID), s.Index),
@@ -30,13 +30,12 @@ func allocationFor(pod *corev1.Pod, node string, s snapshot.Slot) *slicerv1alpha
 			}},
 		},
 		Spec: slicerv1alpha1.SliceAllocationSpec{
-			PodName:   pod.Name,
-			PodUID:    string(pod.UID),
-			NodeName:  node,
-			GPUUUID:   s.GPU,
-			Profile:   migapi.APIProfile(s.Profile),
-			Placement: migapi.APIPlacement(s.Placement),
-			Index:     s.Index,
+			PodName:  pod.Name,
+			PodUID:   string(pod.UID),
+			NodeName: node,
+			Index:    s.Index,
 		},
 	}
+	migapi.SpecSlot(&a.Spec, s.Slot)
+	return a
 }

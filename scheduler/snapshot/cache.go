@@ -238,10 +238,7 @@ func (c *Cache) DeleteNodeAccelerator(name string) {
 
 // AllocationFromObject converts a SliceAllocation.
 func AllocationFromObject(a *slicerv1alpha1.SliceAllocation) *Allocation {
-	slot, err := migapi.SlotOf(&a.Spec)
-	if err != nil { // the CRD's enum keeps this from happening; keep the name as written
-		slot = mig.Slot{GPU: a.Spec.GPUUUID, Profile: string(a.Spec.Profile), Placement: migapi.Placement(a.Spec.Placement)}
-	}
+	slot := migapi.SlotAsWritten(&a.Spec)
 	return &Allocation{
 		Namespace: a.Namespace, Name: a.Name,
 		PodName: a.Spec.PodName, PodUID: types.UID(a.Spec.PodUID), NodeName: a.Spec.NodeName,

@@ -116,7 +116,7 @@ func (b *AllocationBuilder) GPU(uuid string) *AllocationBuilder {
 // Profile sets the profile and its placement.
 func (b *AllocationBuilder) Profile(p string, start, size int32) *AllocationBuilder {
 	b.a.Spec.Profile = slicerv1alpha1.MIGProfile(p)
-	b.a.Spec.Placement = slicerv1alpha1.Placement{Start: start, Size: size}
+	b.a.Spec.Placement = &slicerv1alpha1.Placement{Start: start, Size: size}
 	return b
 }
 

@@ -54,7 +54,7 @@ func TestAllocation(t *testing.T) {
 	want.Labels = map[string]string{"k": "v"}
 	want.Finalizers = []string{slicerv1alpha1.AllocationFinalizer}
 	want.Spec = slicerv1alpha1.SliceAllocationSpec{PodName: "p", PodUID: "uid", NodeName: "n1", GPUUUID: "GPU-0",
-		Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 4, Size: 4}}
+		Profile: "3g.40gb", Placement: &slicerv1alpha1.Placement{Start: 4, Size: 4}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("allocation (-want +got):\n%s", d)
 	}

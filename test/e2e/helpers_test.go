@@ -27,6 +27,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/test/builder"
 	"github.com/slicer-operator/slicer/test/e2e/localnode"
 	"github.com/slicer-operator/slicer/test/framework"
@@ -209,11 +210,10 @@ func specOverlaps(ctx context.Context) error {
 			if !live(a) || !live(b) || a.Spec.GPUUUID != b.Spec.GPUUUID {
 				continue
 			}
-			pa, pb := a.Spec.Placement, b.Spec.Placement
-			if pa.Start < pb.Start+pb.Size && pb.Start < pa.Start+pa.Size {
-				errs = append(errs, fmt.Errorf("I1: %s/%s (%s %d+%d, %s) and %s/%s (%s %d+%d, %s) were given overlapping slots on %s",
-					a.Namespace, a.Name, a.Spec.Profile, pa.Start, pa.Size, a.Status.State,
-					b.Namespace, b.Name, b.Spec.Profile, pb.Start, pb.Size, b.Status.State, a.Spec.GPUUUID))
+			sa, sb := migapi.SlotAsWritten(&a.Spec), migapi.SlotAsWritten(&b.Spec)
+			if sa.Overlaps(sb) {
+				errs = append(errs, fmt.Errorf("I1: %s/%s (%s, %s) and %s/%s (%s, %s) were given overlapping slots",
+					a.Namespace, a.Name, sa, a.Status.State, b.Namespace, b.Name, sb, b.Status.State))
 			}
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/device-plugin/plugin"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 // RecordingAdvertiser remembers the devices the agent last advertised.
@@ -231,7 +232,7 @@ func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []Device
 		if a.DeletionTimestamp != nil || a.Status.State == slicerv1alpha1.AllocationFailed {
 			continue
 		}
-		pl := a.Spec.Placement
+		pl := migapi.APIPlacement(migapi.SlotAsWritten(&a.Spec).Placement)
 		if a.Status.ActualPlacement != nil {
 			pl = *a.Status.ActualPlacement
 		}

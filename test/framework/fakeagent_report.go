@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 // sliceReporter writes the fake agent's slices into NodeAccelerator status,
@@ -66,7 +67,7 @@ func (r *sliceReporter) run(ctx context.Context) {
 func (r *sliceReporter) set(sa *slicerv1alpha1.SliceAllocation, present bool) {
 	key := types.NamespacedName{Namespace: sa.Namespace, Name: sa.Name}
 	ch := sliceChange{present: present, gpu: sa.Spec.GPUUUID, slice: slicerv1alpha1.MIGSlice{
-		Profile: sa.Spec.Profile, Placement: sa.Spec.Placement, MIGDeviceUUID: FakeMIGUUID(sa),
+		Profile: sa.Spec.Profile, Placement: migapi.APIPlacement(migapi.SlotAsWritten(&sa.Spec).Placement), MIGDeviceUUID: FakeMIGUUID(sa),
 		State: slicerv1alpha1.SliceAllocated, Allocation: &slicerv1alpha1.AllocationReference{Namespace: sa.Namespace, Name: sa.Name}}}
 	node := sa.Spec.NodeName
 	r.mu.Lock()

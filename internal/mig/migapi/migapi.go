@@ -32,11 +32,42 @@ func APIPlacement(p mig.Placement) slicerv1alpha1.Placement {
 	return slicerv1alpha1.Placement{Start: int32(p.Start), Size: int32(p.Size)}
 }
 
-// SlotOf is the slot a SliceAllocation's spec names.
+// SlotOf is the slot a SliceAllocation's spec names: mig.WholeSlot for a whole GPU.
 func SlotOf(spec *slicerv1alpha1.SliceAllocationSpec) (mig.Slot, error) {
+	if spec.WholeGPU {
+		return mig.WholeSlot(spec.GPUUUID), nil
+	}
 	prof, err := Profile(spec.Profile)
 	if err != nil {
 		return mig.Slot{}, fmt.Errorf("allocation profile: %w", err)
 	}
-	return mig.Slot{GPU: spec.GPUUUID, Profile: prof, Placement: Placement(spec.Placement)}, nil
+	if spec.Placement == nil {
+		return mig.Slot{}, fmt.Errorf("allocation of a %s slice names no placement", spec.Profile)
+	}
+	return mig.Slot{GPU: spec.GPUUUID, Profile: prof, Placement: Placement(*spec.Placement)}, nil
+}
+
+// SlotAsWritten is SlotOf, or when the spec does not convert (the CRD's enum and rules keep
+// that from happening) its GPU, profile and placement as written.
+func SlotAsWritten(spec *slicerv1alpha1.SliceAllocationSpec) mig.Slot {
+	if slot, err := SlotOf(spec); err == nil {
+		return slot
+	}
+	slot := mig.Slot{GPU: spec.GPUUUID, Profile: string(spec.Profile)}
+	if spec.Placement != nil {
+		slot.Placement = Placement(*spec.Placement)
+	}
+	return slot
+}
+
+// SpecSlot fills the GPU, profile and placement of an allocation's spec from slot (a whole
+// GPU for mig.WholeSlot).
+func SpecSlot(spec *slicerv1alpha1.SliceAllocationSpec, slot mig.Slot) {
+	spec.GPUUUID = slot.GPU
+	if slot.Whole() {
+		spec.WholeGPU, spec.Profile, spec.Placement = true, "", nil
+		return
+	}
+	p := APIPlacement(slot.Placement)
+	spec.WholeGPU, spec.Profile, spec.Placement = false, APIProfile(slot.Profile), &p
 }

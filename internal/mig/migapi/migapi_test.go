@@ -23,13 +23,38 @@ func TestRoundTrip(t *testing.T) {
 	if _, err := Profile("5g.1tb"); err == nil {
 		t.Error("unknown profile accepted")
 	}
-	spec := &slicerv1alpha1.SliceAllocationSpec{GPUUUID: "GPU-1", Profile: "3g.40gb", Placement: slicerv1alpha1.Placement{Start: 4, Size: 4}}
+	spec := &slicerv1alpha1.SliceAllocationSpec{GPUUUID: "GPU-1", Profile: "3g.40gb", Placement: &slicerv1alpha1.Placement{Start: 4, Size: 4}}
 	slot, err := SlotOf(spec)
 	want := mig.Slot{GPU: "GPU-1", Profile: "3g.40gb", Placement: mig.Placement{Start: 4, Size: 4}}
 	if err != nil || slot != want {
 		t.Errorf("SlotOf = %+v, %v; want %+v", slot, err, want)
 	}
-	if APIPlacement(slot.Placement) != spec.Placement {
+	if APIPlacement(slot.Placement) != *spec.Placement {
 		t.Errorf("APIPlacement(%v) = %v", slot.Placement, APIPlacement(slot.Placement))
+	}
+}
+
+// A whole GPU and a slice each survive SpecSlot then SlotOf, and a slice without a placement
+// is an error, not a slice at start 0.
+func TestSpecSlotRoundTrip(t *testing.T) {
+	for _, slot := range []mig.Slot{
+		mig.WholeSlot("GPU-1"),
+		{GPU: "GPU-2", Profile: "1g.10gb+me", Placement: mig.Placement{Start: 6, Size: 1}},
+	} {
+		spec := &slicerv1alpha1.SliceAllocationSpec{}
+		SpecSlot(spec, slot)
+		if spec.WholeGPU != slot.Whole() || (spec.Placement == nil) != slot.Whole() {
+			t.Errorf("SpecSlot(%v) = %+v", slot, spec)
+		}
+		if got, err := SlotOf(spec); err != nil || got != slot {
+			t.Errorf("SlotOf(SpecSlot(%v)) = %v, %v", slot, got, err)
+		}
+	}
+	bad := &slicerv1alpha1.SliceAllocationSpec{GPUUUID: "GPU-1", Profile: "3g.40gb"}
+	if slot, err := SlotOf(bad); err == nil {
+		t.Errorf("SlotOf of a slice without placement = %v, want an error", slot)
+	}
+	if got := SlotAsWritten(bad); got != (mig.Slot{GPU: "GPU-1", Profile: "3g.40gb"}) {
+		t.Errorf("SlotAsWritten = %v", got)
 	}
 }

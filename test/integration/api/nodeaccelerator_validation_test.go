@@ -58,6 +58,14 @@ var _ = Describe("NodeAccelerator validation", func() {
 			s.GPUs[1].Model = ""
 			s.GPUs[1].MIGMode = slicerv1alpha1.MIGModeNotSupported
 		}, nil),
+		Entry("dynamic policy allowing a reset", func(s *slicerv1alpha1.NodeAcceleratorStatus) {
+			s.GPUs[0].ModePolicy, s.GPUs[0].ResetAllowed = slicerv1alpha1.GPUModePolicyDynamic, true
+		}, nil),
+		Entry("reset allowed under a fixed policy", func(s *slicerv1alpha1.NodeAcceleratorStatus) {
+			s.GPUs[0].ModePolicy, s.GPUs[0].ResetAllowed = slicerv1alpha1.GPUModePolicyMIG, true
+		}, rejected("status.gpus[0].resetAllowed", "resetAllowed applies only to modePolicy Dynamic")),
+		Entry("mode policy unknown", func(s *slicerv1alpha1.NodeAcceleratorStatus) { s.GPUs[0].ModePolicy = "Auto" },
+			rejected("status.gpus[0].modePolicy", "Unsupported value")),
 		Entry("MIG mode unknown", func(s *slicerv1alpha1.NodeAcceleratorStatus) { s.GPUs[0].MIGMode = "On" },
 			rejected("status.gpus[0].migMode", "Unsupported value")),
 		Entry("health unknown", func(s *slicerv1alpha1.NodeAcceleratorStatus) { s.GPUs[0].Health = "Sick" },

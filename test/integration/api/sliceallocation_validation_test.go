@@ -18,7 +18,7 @@ var _ = Describe("SliceAllocation validation", func() {
 		},
 		Entry("valid 3g at 4", func(*slicerv1alpha1.SliceAllocation) {}, nil),
 		Entry("valid +me profile spelled .me", func(a *slicerv1alpha1.SliceAllocation) {
-			a.Spec.Profile, a.Spec.Placement = "1g.10gb.me", slicerv1alpha1.Placement{Start: 6, Size: 1}
+			a.Spec.Profile, a.Spec.Placement = "1g.10gb.me", &slicerv1alpha1.Placement{Start: 6, Size: 1}
 		}, nil),
 		Entry("profile spelled with +", func(a *slicerv1alpha1.SliceAllocation) { a.Spec.Profile = "1g.10gb+me" },
 			rejected("spec.profile", "Unsupported value")),
@@ -27,7 +27,7 @@ var _ = Describe("SliceAllocation validation", func() {
 		Entry("placement misaligned", func(a *slicerv1alpha1.SliceAllocation) { a.Spec.Placement.Start = 2 },
 			rejected("spec.placement", "start must be a multiple of size")),
 		Entry("placement past the end", func(a *slicerv1alpha1.SliceAllocation) {
-			a.Spec.Placement = slicerv1alpha1.Placement{Start: 4, Size: 8}
+			a.Spec.Placement = &slicerv1alpha1.Placement{Start: 4, Size: 8}
 		}, rejected("spec.placement", "must not exceed the GPU's 8 memory slices")),
 		Entry("negative start", func(a *slicerv1alpha1.SliceAllocation) { a.Spec.Placement.Start = -4 },
 			rejected("spec.placement.start", "greater than or equal to 0")),
@@ -39,6 +39,19 @@ var _ = Describe("SliceAllocation validation", func() {
 			rejected("spec.nodeName", "at least 1 chars long")),
 		Entry("index 64", func(a *slicerv1alpha1.SliceAllocation) { a.Spec.Index = 64 },
 			rejected("spec.index", "less than or equal to 63")),
+		Entry("valid whole GPU", func(a *slicerv1alpha1.SliceAllocation) {
+			a.Spec.WholeGPU, a.Spec.Profile, a.Spec.Placement = true, "", nil
+		}, nil),
+		Entry("whole GPU naming a profile", func(a *slicerv1alpha1.SliceAllocation) {
+			a.Spec.WholeGPU, a.Spec.Placement = true, nil
+		}, rejected("spec", "a whole GPU (wholeGPU true) names neither")),
+		Entry("whole GPU naming a placement", func(a *slicerv1alpha1.SliceAllocation) {
+			a.Spec.WholeGPU, a.Spec.Profile = true, ""
+		}, rejected("spec", "a whole GPU (wholeGPU true) names neither")),
+		Entry("slice without a placement", func(a *slicerv1alpha1.SliceAllocation) { a.Spec.Placement = nil },
+			rejected("spec", "a slice names its profile and placement")),
+		Entry("slice without a profile", func(a *slicerv1alpha1.SliceAllocation) { a.Spec.Profile = "" },
+			rejected("spec", "a slice names its profile and placement")),
 	)
 
 	It("keeps the spec immutable and validates the agent's status", func() {
