@@ -36,3 +36,20 @@ func TestSlotDeviceID(t *testing.T) {
 		t.Errorf("DeviceID = %q, want %q", got, want)
 	}
 }
+
+// A whole GPU overlaps every slot of its GPU and none of another's; the kubelet knows it by its
+// UUID, as NVIDIA's device plugin names whole GPUs.
+func TestWholeSlot(t *testing.T) {
+	whole := mig.WholeSlot("GPU-a")
+	slice := mig.Slot{GPU: "GPU-a", Profile: "1g.10gb", Placement: mig.Placement{Start: 6, Size: 1}}
+	other := mig.Slot{GPU: "GPU-b", Profile: "1g.10gb", Placement: mig.Placement{Start: 6, Size: 1}}
+	if !whole.Whole() || slice.Whole() {
+		t.Fatalf("Whole: %v, %v", whole.Whole(), slice.Whole())
+	}
+	if !whole.Overlaps(slice) || !slice.Overlaps(whole) || !whole.Overlaps(whole) || whole.Overlaps(other) {
+		t.Errorf("Overlaps wrong for %v, %v, %v", whole, slice, other)
+	}
+	if whole.DeviceID() != "GPU-a" || whole.String() != "GPU-a whole" {
+		t.Errorf("DeviceID %q, String %q", whole.DeviceID(), whole.String())
+	}
+}

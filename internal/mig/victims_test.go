@@ -72,7 +72,7 @@ func oracleVictims(t testing.TB, m Model, hs []Holder, p Profile, preemptor int3
 			}
 			leaving := 0
 			for _, h := range hs {
-				if h.Leaving && (Slot{Placement: h.Placement}).Overlaps(Slot{Placement: pl}) {
+				if h.Leaving && (Slot{Profile: h.Profile, Placement: h.Placement}).Overlaps(Slot{Profile: h.Profile, Placement: pl}) {
 					leaving++
 				}
 			}

@@ -196,6 +196,10 @@ func (p *Plugin) applyOverlay(n *snapshot.Node, ov *nodeOverlay) mig.Node {
 					continue
 				}
 				g := &out.GPUs[i]
+				if c.Slot.Whole() {
+					g.InUse = false // the GPU keeps its mode, free for a whole-GPU request
+					continue
+				}
 				if prof, err := g.State.Model().Profile(c.Slot.Profile); err == nil {
 					if next, err := g.State.Release(prof, c.Slot.Placement); err == nil {
 						g.State = next
@@ -218,6 +222,15 @@ func (p *Plugin) applyOverlay(n *snapshot.Node, ov *nodeOverlay) mig.Node {
 				continue
 			}
 			g := &out.GPUs[i]
+			if s.Whole() {
+				// The pod holds the GPU whole: it is whole from now on (mig.ApplyWhole's
+				// rule), or unusable when it cannot be had whole.
+				if g.WholeUse() == mig.UseNo {
+					g.Usable = false
+				}
+				g.Mode, g.InUse = mig.ModeWhole, true
+				continue
+			}
 			prof, err := g.State.Model().Profile(s.Profile)
 			if err == nil {
 				var next mig.GPUState

@@ -148,6 +148,9 @@ func (pr *preemptor) planOn(n *snapshot.Node, claims map[string][]snapshot.Claim
 		// g.Usable: the GPU takes slices (in MIG mode); a whole or switching GPU hosts no victim.
 		gpus[i] = mig.VictimGPU{Model: g.Model, Usable: g.Usable && g.Model.Valid()}
 		for _, c := range claims[g.UUID] {
+			if c.Slot.Whole() {
+				continue // a GPU held whole is not in MIG mode: no slice victim (g.Usable is false)
+			}
 			h := mig.Holder{Instance: mig.Instance{Profile: c.Slot.Profile, Placement: c.Slot.Placement},
 				Owner: string(c.PodUID), Leaving: c.Leaving, Pinned: true, Priority: prio}
 			if pi, ok := cands[c.PodUID]; ok && c.PodUID != "" {

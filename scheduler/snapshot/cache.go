@@ -44,8 +44,13 @@ type Node struct {
 	// read GPUs[i].Usable (or ask the core, whose slice rules skip such GPUs).
 	MIG  mig.Node
 	GPUs []GPU
-	// Reason is non-empty when no GPU of the node can take a slice, and says why (a node whose
-	// GPUs are all whole has one: nothing asks it for whole GPUs yet).
+	// Blocked is non-empty when the node takes no request at all, slice or whole GPU, and
+	// says why: another tool owns MIG on it, its driver is not ready, or a driver upgrade
+	// fences it.
+	Blocked string
+	// Reason is non-empty when no GPU of the node can take a slice, and says why: Blocked,
+	// or every GPU unusable for slices (a node whose GPUs are all whole has one, and may still
+	// take whole-GPU requests).
 	Reason string
 	// Lacks maps each profile (NVIDIA spelling) the node's driver does not have on one of its
 	// GPUs' models to the reason Filter gives (driver.go); nil when it lacks none. Shared by
@@ -391,10 +396,11 @@ func (c *Cache) rebuildNode(name string) {
 		return
 	}
 	n := &Node{Name: name, Lacks: c.lacks[name]}
-	n.Reason = migapi.NodeBlocked(na)
-	if n.Reason == "" {
-		n.Reason = c.fenceReason(name)
+	n.Blocked = migapi.NodeBlocked(na)
+	if n.Blocked == "" {
+		n.Blocked = c.fenceReason(name)
 	}
+	n.Reason = n.Blocked
 
 	gpus := append([]slicerv1alpha1.GPUStatus(nil), na.Status.GPUs...)
 	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Index < gpus[j].Index })
@@ -443,14 +449,14 @@ func (c *Cache) rebuildNode(name string) {
 
 // gpuView is GPU g of na as the snapshot shows it and as the core is told (mig.GPU); claims are
 // the scheduler's on it, occ is scratch space. The core's Usable is whether the GPU serves in
-// its mode (migapi.GPUServes, the fence, a consistent occupancy); the snapshot's, whether it
-// takes slices (migapi.SlicesBlocked too). Switchable stays false: the Slicer's spec.gpuModes
-// (api/v1alpha1/gpumode_types.go) is not rendered to the scheduler yet, so no GPU is switched
-// for a request (docs/design/whole-gpus.md).
+// its mode (migapi.GPUServes, the fence, its mode policy, a consistent occupancy); the
+// snapshot's, whether it takes slices (migapi.SlicesBlocked too). Switchable is
+// migapi.Switchable; InUse, that a pod holds the GPU whole. The mode is the one the claims
+// commit the GPU to (claimedMode): a GPU the scheduler switched for a request is shown in its
+// new mode from the claim on, before its agent has switched it.
 func (c *Cache) gpuView(na *slicerv1alpha1.NodeAccelerator, g *slicerv1alpha1.GPUStatus, claims []holder, occ []mig.Occupant) (GPU, mig.GPU, []mig.Occupant) {
 	gpu := GPU{Index: g.Index, UUID: g.UUID}
-	mode, blocked, why := migapi.GPUServes(na, g)
-	gpu.Mode = mode
+	reported, blocked, why := migapi.GPUServes(na, g)
 	if blocked == migapi.BlockedHealth && g.HealthMessage != "" {
 		// Say why (an NVML error, an XID, a reset the driver asks for): the Pending
 		// reason of a pod that fits only there names it.
@@ -459,19 +465,26 @@ func (c *Cache) gpuView(na *slicerv1alpha1.NodeAccelerator, g *slicerv1alpha1.GP
 	if why == "" {
 		why = c.fenceReason(na.Name)
 	}
+	if why == "" {
+		why = migapi.PolicyBlocks(reported, g)
+	}
+	switchable := migapi.Switchable(g)
+	mode, whole, conflict := c.claimedMode(na.Name, g, reported, switchable, claims)
+	if conflict != nil && why == "" {
+		why = conflict.Error()
+	}
+	gpu.Mode = mode
 	var state mig.GPUState
 	if model, err := mig.ParseModel(string(g.Model)); err == nil && g.Model != "" {
 		gpu.Model = model
 		state = mig.EmptyGPU(model) // a whole or switching GPU: its model's empty GPU
-		if mode == mig.ModeMIG {
+		// In MIG mode without a conflict no claim is whole: the claims are slices.
+		if mode == mig.ModeMIG && conflict == nil {
 			state, occ, err = c.gpuState(na.Name, g, model, claims, occ)
 			if err != nil && why == "" {
 				why = err.Error()
 			}
 		}
-	}
-	if err := c.modeConflict(na.Name, g, mode, claims); err != nil && why == "" {
-		why = err.Error()
 	}
 	serves := why == ""
 	gpu.Reason = why
@@ -479,25 +492,46 @@ func (c *Cache) gpuView(na *slicerv1alpha1.NodeAccelerator, g *slicerv1alpha1.GP
 		_, gpu.Reason = migapi.SlicesBlocked(mode, g)
 	}
 	gpu.Usable = gpu.Reason == ""
-	return gpu, mig.GPU{State: state, Usable: serves, Mode: mode}, occ
+	return gpu, mig.GPU{State: state, Usable: serves, Mode: mode, Switchable: switchable, InUse: whole}, occ
 }
 
-// modeConflict is the error of claims that the GPU's mode cannot hold: a slice on a GPU in
-// whole mode is a double allocation (I1), handled as two pods on overlapping slots are (the
-// GPU unusable, the conflict counted once). A GPU that is switching may hold the claims the
-// switch is for.
-func (c *Cache) modeConflict(node string, g *slicerv1alpha1.GPUStatus, mode mig.GPUMode, claims []holder) error {
-	if mode == mig.ModeMIG {
-		return nil // gpuState's
+// claimedMode is the mode the scheduler's claims commit GPU g to, reported being the mode NVML
+// reports (GPUServes), and whether a pod holds it whole. A whole-GPU claim makes it whole; a
+// slice claim on a GPU that is whole or switching makes it MIG when the GPU may switch (the
+// switch is the claim's) or is switching; no claim leaves reported. A whole-GPU claim beside
+// any other claim, or a slice claim on a whole GPU that may not switch, is a double allocation
+// (I1), handled as two pods on overlapping slots are (the GPU unusable, the conflict counted
+// once).
+func (c *Cache) claimedMode(node string, g *slicerv1alpha1.GPUStatus, reported mig.GPUMode, switchable bool, claims []holder) (mig.GPUMode, bool, error) {
+	var whole, sliced int
+	for _, h := range claims {
+		if h.slot.Whole() {
+			whole++
+		} else {
+			sliced++
+		}
 	}
-	if mode != mig.ModeWhole || len(claims) == 0 {
-		delete(c.conflicted, g.UUID)
-		return nil
+	var err error
+	mode := reported
+	switch {
+	case whole > 1 || (whole > 0 && sliced > 0):
+		err = fmt.Errorf("a whole-GPU allocation and another allocation on one GPU (double allocation)")
+	case whole > 0:
+		mode = mig.ModeWhole
+	case sliced > 0 && reported == mig.ModeWhole && !switchable:
+		err = fmt.Errorf("slices allocated on a GPU in whole mode that may not switch (double allocation)")
+	case sliced > 0:
+		mode = mig.ModeMIG
+	}
+	if err == nil {
+		if mode != mig.ModeMIG {
+			delete(c.conflicted, g.UUID) // gpuState's in MIG mode
+		}
+		return mode, whole > 0, nil
 	}
 	c.conflict(g.UUID)
-	err := fmt.Errorf("slices allocated on a GPU in whole mode (double allocation)")
-	c.log.Error(err, "scheduler claims a slice on a whole GPU", "node", node, "gpu", g.UUID, "pod", claims[0].pod)
-	return err
+	c.log.Error(err, "scheduler claims conflict on a GPU", "node", node, "gpu", g.UUID, "pod", claims[0].pod)
+	return reported, whole > 0, err
 }
 
 // conflict counts a new double allocation on GPU uuid, once while it lasts; c.mu is held.
