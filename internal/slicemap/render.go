@@ -72,8 +72,12 @@ func writeNode(ew *errWriter, n *Node) {
 		if a.GPUIndex < 0 {
 			gpu = shortUUID(a.GPUUUID) + " (not on node)"
 		}
-		fmt.Fprintf(tw, "    %s/%s\t%s\t%s\t%d+%d\t%s\t%s\t%s\n", a.Namespace, a.Name, gpu, dash(a.Profile),
-			a.Start, a.Size, dash(a.State), podText(a.Pod, "allocation"), reasonText(a.Reason, a.Message))
+		profile, placement := dash(a.Profile), fmt.Sprintf("%d+%d", a.Start, a.Size)
+		if a.WholeGPU {
+			profile, placement = "whole GPU", "-"
+		}
+		fmt.Fprintf(tw, "    %s/%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Namespace, a.Name, gpu, profile,
+			placement, dash(a.State), podText(a.Pod, "allocation"), reasonText(a.Reason, a.Message))
 	}
 	if err := tw.Flush(); err != nil && ew.err == nil {
 		ew.err = err
@@ -91,9 +95,16 @@ func writeGPU(ew *errWriter, g *GPU) {
 		}
 		occupancy = fmt.Sprintf("%s  %d/%d free", g.Bar, free, g.MemorySlices)
 	}
-	ew.printf("  GPU %d  %s  %s  MIG %s  %s  %s\n", g.Index, dash(g.Model), g.UUID, dash(g.MIGMode), dash(g.Health), occupancy)
+	mode := ""
+	if g.Mode != "" {
+		mode = "  mode " + g.Mode
+	}
+	ew.printf("  GPU %d  %s  %s  MIG %s%s  %s  %s\n", g.Index, dash(g.Model), g.UUID, dash(g.MIGMode), mode, dash(g.Health), occupancy)
 	for _, p := range g.Problems {
 		ew.printf("    ! %s\n", p)
+	}
+	for _, a := range g.Whole {
+		ew.printf("    whole GPU: %s/%s  %s  %s%s\n", a.Namespace, a.Name, dash(a.State), podText(a.Pod, "allocation"), reasonText(a.Reason, a.Message))
 	}
 	if len(g.Slices) == 0 {
 		return

@@ -12,6 +12,7 @@ package slicemap
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -76,7 +77,12 @@ type GPU struct {
 	UUID    string `json:"uuid"`
 	Model   string `json:"model"`
 	MIGMode string `json:"migMode"`
-	Health  string `json:"health"`
+	// Mode is how the agent publishes the GPU (status.gpus[].mode: Whole, MIG, Switching), with
+	// where a switch stands; "" from an agent that predates GPU modes.
+	Mode   string `json:"mode,omitempty"`
+	Health string `json:"health"`
+	// Whole are the allocations that hold the GPU whole (spec.wholeGPU), by name.
+	Whole []Allocation `json:"whole,omitempty"`
 	// MemorySlices is the model's number of memory slices (0 when the model is unknown).
 	MemorySlices int `json:"memorySlices"`
 	// Columns holds, per memory slice, the key of the slice that covers it ("" when free,
@@ -116,9 +122,11 @@ type Allocation struct {
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 	Profile string `json:"profile,omitempty"`
-	Start   int32  `json:"start"`
-	Size    int32  `json:"size"`
-	GPUUUID string `json:"gpuUUID,omitempty"`
+	// WholeGPU: the allocation holds its GPU whole; it has no profile nor placement.
+	WholeGPU bool   `json:"wholeGPU,omitempty"`
+	Start    int32  `json:"start"`
+	Size     int32  `json:"size"`
+	GPUUUID  string `json:"gpuUUID,omitempty"`
 	// GPUIndex is the index of spec.gpuUUID on the node, -1 when the node reports no such GPU.
 	GPUIndex int32 `json:"gpuIndex"`
 	Pod      *Pod  `json:"pod,omitempty"`
@@ -304,9 +312,21 @@ func (j *joiner) buildGPU(node string, g slicerv1alpha1.GPUStatus, idx map[strin
 		UUID:    g.UUID,
 		Model:   string(g.Model),
 		MIGMode: string(g.MIGMode),
+		Mode:    string(g.Mode),
 		Health:  string(g.Health),
 		Columns: []string{},
 		Slices:  []Slice{},
+	}
+	if sw := g.ModeSwitch; sw != nil {
+		out.Mode += fmt.Sprintf(" (to %s, %s: %s)", sw.TargetMode, sw.Phase, sw.Reason)
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(j.allocs), func(a, b podKey) int {
+		return cmp.Or(strings.Compare(a.namespace, b.namespace), strings.Compare(a.name, b.name))
+	}) {
+		if a := j.allocs[k]; a.Spec.WholeGPU && a.Spec.GPUUUID == g.UUID && a.Spec.NodeName == node {
+			out.Whole = append(out.Whole, j.allocation(a, idx))
+			j.realized[k] = true
+		}
 	}
 	byStart := append([]slicerv1alpha1.MIGSlice(nil), g.Slices...)
 	sort.SliceStable(byStart, func(i, j int) bool { return byStart[i].Placement.Start < byStart[j].Placement.Start })
@@ -439,10 +459,12 @@ func (j *joiner) allocation(a *slicerv1alpha1.SliceAllocation, idx map[string]in
 		Reason:    a.Status.Reason,
 		Message:   a.Status.Message,
 		Profile:   string(a.Spec.Profile),
-		Start:     a.Spec.Placement.Start,
-		Size:      a.Spec.Placement.Size,
+		WholeGPU:  a.Spec.WholeGPU,
 		GPUUUID:   a.Spec.GPUUUID,
 		GPUIndex:  -1,
+	}
+	if pl := a.Spec.Placement; pl != nil {
+		out.Start, out.Size = pl.Start, pl.Size
 	}
 	if i, ok := idx[a.Spec.GPUUUID]; ok {
 		out.GPUIndex = i
