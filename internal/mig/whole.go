@@ -245,6 +245,22 @@ func ScoreWhole(node Node, n int) (int64, bool) {
 	return min(max(s, 0), MaxNodeScore), true
 }
 
+// ScoreWholeCount is ScoreWhole for a node whose GPUs Slicer does not manage (NVIDIA's device
+// plugin serves them as nvidia.com/gpu), known only by how many it has and how many are free:
+// the same best fit (up to wholeLeftWeight for the share left free), no switch, and for n > 1
+// the weakest link unknown, so taken as LinkOther (a node whose links Slicer knows to be NVLink
+// scores higher). It fits when n GPUs are free.
+func ScoreWholeCount(gpus, free, n int) (int64, bool) {
+	if n <= 0 || n > free || free > gpus {
+		return 0, false
+	}
+	s := MaxNodeScore - ceilDiv(wholeLeftWeight*int64(free-n), int64(gpus))
+	if n > 1 {
+		s -= wholeLinkWeight
+	}
+	return min(max(s, 0), MaxNodeScore), true
+}
+
 // The weights of ScoreWhole's terms; they sum to MaxNodeScore.
 const (
 	wholeLeftWeight   = 80

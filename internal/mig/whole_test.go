@@ -445,3 +445,33 @@ func TestWholeSearchIsBounded(t *testing.T) {
 		t.Errorf("the search took %v of CPU", d)
 	}
 }
+
+// A node known only by counts scores as ScoreWhole scores a node of as many free whole GPUs with
+// unknown links (no topology): the two kinds of node compare on one scale.
+func TestScoreWholeCountMatchesScoreWhole(t *testing.T) {
+	free := GPU{State: EmptyGPU(H100_80GB), Usable: true, Mode: ModeWhole}
+	busy := free
+	busy.InUse = true
+	for gpus := 1; gpus <= 8; gpus++ {
+		for nfree := 0; nfree <= gpus; nfree++ {
+			node := Node{}
+			for g := range gpus {
+				if g < nfree {
+					node.GPUs = append(node.GPUs, free)
+				} else {
+					node.GPUs = append(node.GPUs, busy)
+				}
+			}
+			for n := 1; n <= gpus+1; n++ {
+				want, wantOK := ScoreWhole(node, n)
+				got, ok := ScoreWholeCount(gpus, nfree, n)
+				if got != want || ok != wantOK {
+					t.Errorf("%d GPUs, %d free, %d asked: ScoreWholeCount = %d, %v; ScoreWhole = %d, %v", gpus, nfree, n, got, ok, want, wantOK)
+				}
+			}
+		}
+	}
+	if _, ok := ScoreWholeCount(2, 3, 1); ok {
+		t.Error("more GPUs free than the node has fits")
+	}
+}

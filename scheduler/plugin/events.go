@@ -30,10 +30,10 @@ func (p *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint
 	}, nil
 }
 
-// queueOnNode retries MIG pods when a node is added or NVIDIA's MIG manager
+// queueOnNode retries MIG and whole-GPU pods when a node is added or NVIDIA's MIG manager
 // label leaves it (the only label Filter reads).
 func queueOnNode(_ logr.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	if !hasMIGRequest(pod) {
+	if !asksForGPUs(pod) {
 		return fwk.QueueSkip, nil
 	}
 	if oldObj == nil {

@@ -32,6 +32,9 @@ func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	if s.adoptedNode != "" && node.Name != s.adoptedNode {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonPinned)
 	}
+	if s.whole > 0 {
+		return p.filterWhole(cs, pod, s, nodeInfo)
+	}
 	if _, ok := node.Labels[slicerv1alpha1.LabelNVIDIAMIGConfig]; ok {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonForeignManager)
 	}

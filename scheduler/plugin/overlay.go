@@ -85,7 +85,7 @@ func (p *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, pod
 		return nil // the pod being scheduled asks for no slice: Filter is skipped
 	}
 	pod := podInfoToAdd.GetPod()
-	if nodeInfo.Node() == nil || !hasMIGRequest(pod) {
+	if nodeInfo.Node() == nil || !asksForGPUs(pod) {
 		return nil
 	}
 	p.addPod(nodeOverlayFor(cs, nodeInfo.Node().Name), nodeInfo.Node().Name, pod)
@@ -111,6 +111,9 @@ func (p *Plugin) addPod(ov *nodeOverlay, node string, pod *corev1.Pod) {
 // as the overlay has it; when it fits nowhere, it blocks the node, as kube-scheduler counts a
 // nominated pod's resources whether or not they are free yet.
 func (p *Plugin) placeAdded(ov *nodeOverlay, node string, pod *corev1.Pod) addedPod {
+	if whole, err := wholeRequest(pod); err == nil && whole > 0 {
+		return p.placeAddedWhole(ov, node, whole)
+	}
 	items, err := PodRequest(pod)
 	if err != nil || items == nil {
 		return addedPod{}
@@ -141,7 +144,7 @@ func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, 
 		return nil
 	}
 	pod := podInfoToRemove.GetPod()
-	if nodeInfo.Node() == nil || !hasMIGRequest(pod) {
+	if nodeInfo.Node() == nil || !asksForGPUs(pod) {
 		return nil
 	}
 	p.removePod(nodeOverlayFor(cs, nodeInfo.Node().Name), nodeInfo.Node().Name, pod.UID)

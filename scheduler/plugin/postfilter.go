@@ -27,6 +27,12 @@ const maxHolders = 5
 // it cannot help.
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	s, err := readState(cs)
+	if err == nil && s.whole > 0 {
+		// No preemption nor defragmentation of Slicer's for whole GPUs yet: say why, and let
+		// DefaultPreemption, after this plugin in the profile, preempt by its own choice.
+		p.reject(klog.FromContext(ctx), pod, s.freedGen)
+		return nil, fwk.NewStatus(fwk.Unschedulable, p.explainWhole(s))
+	}
 	if err != nil || s.req == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}

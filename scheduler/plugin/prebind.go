@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/scheduler/snapshot"
 )
 
@@ -103,8 +104,8 @@ func (p *Plugin) create(ctx context.Context, want *slicerv1alpha1.SliceAllocatio
 		return fmt.Errorf("slice allocation %s/%s is still being released", want.Namespace, want.Name)
 	}
 	if !apiequality.Semantic.DeepEqual(have.Spec, want.Spec) {
-		return fmt.Errorf("slice allocation %s/%s exists with another spec (GPU %s %s at %d): conflict",
-			want.Namespace, want.Name, have.Spec.GPUUUID, have.Spec.Profile, have.Spec.Placement.Start)
+		return fmt.Errorf("slice allocation %s/%s exists with another spec (%s): conflict",
+			want.Namespace, want.Name, migapi.SlotAsWritten(&have.Spec))
 	}
 	return nil
 }

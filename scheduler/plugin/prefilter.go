@@ -24,6 +24,24 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
+	whole, err := wholeRequest(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if whole > 0 {
+		s := &podState{freedGen: gen}
+		if st := preFilterWhole(s, whole, p.cache.PodAllocations(pod.UID)); st != nil {
+			if st.Code() == fwk.Unschedulable {
+				p.reject(klog.FromContext(ctx), pod, gen)
+			}
+			return nil, st
+		}
+		cs.Write(stateKey, s)
+		if s.adoptedNode != "" {
+			return &fwk.PreFilterResult{NodeNames: sets.New(s.adoptedNode)}, nil
+		}
+		return nil, nil
+	}
 	if items == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
@@ -62,20 +80,11 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 
 // adopt fills s from the pod's existing allocations.
 func adopt(s *podState, existing []*snapshot.Allocation) *fwk.Status {
-	have := map[int32]bool{}
-	for _, a := range existing {
-		switch {
-		case a.Deleting:
-			return fwk.NewStatus(fwk.Unschedulable, "a previous slice allocation of this pod is still being released")
-		case s.adoptedNode != "" && a.NodeName != s.adoptedNode:
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "the pod's slice allocations are on different nodes")
-		case int(a.Slot.Index) >= len(s.slices) || a.Slot.Profile != s.slices[a.Slot.Index] || have[a.Slot.Index]:
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-				fmt.Sprintf("slice allocation %s/%s does not match the pod's request for %s", a.Namespace, a.Name, describe(s.slices)))
-		}
-		s.adoptedNode = a.NodeName
-		have[a.Slot.Index] = true
-		s.adopted = append(s.adopted, a.Slot)
+	have, st := adoptAllocations(s, existing, func(sl snapshot.Slot) bool {
+		return int(sl.Index) < len(s.slices) && sl.Profile == s.slices[sl.Index]
+	}, describe(s.slices))
+	if st != nil {
+		return st
 	}
 	var items []mig.RequestItem
 	for i, name := range s.slices {
@@ -93,4 +102,26 @@ func adopt(s *podState, existing []*snapshot.Allocation) *fwk.Status {
 		s.noRoom = "no GPU has free room for the rest of " + describe(s.slices)
 	}
 	return nil
+}
+
+// adoptAllocations records the pod's existing allocations in s (adopted, adoptedNode) and
+// returns the indices they hold: each must match the request (fits, which request describes),
+// none be in release, all be on one node.
+func adoptAllocations(s *podState, existing []*snapshot.Allocation, fits func(snapshot.Slot) bool, request string) (map[int32]bool, *fwk.Status) {
+	have := map[int32]bool{}
+	for _, a := range existing {
+		switch {
+		case a.Deleting:
+			return nil, fwk.NewStatus(fwk.Unschedulable, "a previous allocation of this pod is still being released")
+		case s.adoptedNode != "" && a.NodeName != s.adoptedNode:
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "the pod's allocations are on different nodes")
+		case !fits(a.Slot) || have[a.Slot.Index]:
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				fmt.Sprintf("allocation %s/%s does not match the pod's request for %s", a.Namespace, a.Name, request))
+		}
+		s.adoptedNode = a.NodeName
+		have[a.Slot.Index] = true
+		s.adopted = append(s.adopted, a.Slot)
+	}
+	return have, nil
 }

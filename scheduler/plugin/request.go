@@ -21,5 +21,11 @@ func PodRequest(pod *corev1.Pod) ([]mig.RequestItem, error) {
 // hasMIGRequest is the cheap check queueing hints use.
 func hasMIGRequest(pod *corev1.Pod) bool { return podrequest.Mentions(&pod.Spec) }
 
+// asksForGPUs is hasMIGRequest or a whole-GPU request (podrequest.MentionsWholeGPUs): a pod
+// that may hold Slicer's GPUs or slices.
+func asksForGPUs(pod *corev1.Pod) bool {
+	return hasMIGRequest(pod) || podrequest.MentionsWholeGPUs(&pod.Spec)
+}
+
 // describe is "1 × 3g.40gb, 2 × 1g.10gb" in Kubernetes spelling.
 func describe(slices []string) string { return podrequest.DescribeSlices(slices) }

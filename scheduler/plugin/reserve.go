@@ -30,6 +30,14 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	}
 	r := &snapshot.Reservation{PodUID: pod.UID, Namespace: pod.Namespace, PodName: pod.Name, NodeName: nodeName,
 		Slots: append([]snapshot.Slot(nil), s.adopted...)}
+	if s.whole > 0 {
+		slots, err := p.placeWhole(pod, nodeName, s)
+		if err != nil {
+			p.reject(klog.FromContext(ctx), pod, s.freedGen)
+			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %s: %v", nodeName, err))
+		}
+		r.Slots = append(r.Slots, slots...)
+	}
 	if s.req != nil {
 		n := p.cache.Node(nodeName)
 		if n == nil {
@@ -63,12 +71,23 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 // pods of equal or higher priority (the framework filtered the node with them added, and
 // Filter with the ones it held itself: heldOverlay).
 func (p *Plugin) place(pod *corev1.Pod, n *snapshot.Node, s *podState) ([]mig.Assignment, error) {
+	view := p.reserveView(pod, n)
+	if as := nominatedAssignments(n, view, s, p.held.slots(pod.UID, n.Name)); as != nil {
+		return as, nil
+	}
+	return mig.Place(view, s.req)
+}
+
+// reserveView is node n as Reserve places the pod on it: off the room cleared for other
+// nominated pods of equal or higher priority (slices or whole GPUs) and the room held for
+// others.
+func (p *Plugin) reserveView(pod *corev1.Pod, n *snapshot.Node) mig.Node {
 	ov := &nodeOverlay{removed: map[types.UID]bool{}, added: map[types.UID]addedPod{}}
 	if p.handle != nil {
 		prio := corev1helpers.PodPriority(pod)
 		for _, pi := range p.handle.NominatedPodsForNode(n.Name) {
 			q := pi.GetPod()
-			if q.UID != pod.UID && corev1helpers.PodPriority(q) >= prio && hasMIGRequest(q) {
+			if q.UID != pod.UID && corev1helpers.PodPriority(q) >= prio && asksForGPUs(q) {
 				p.addPod(ov, n.Name, q)
 			}
 		}
@@ -76,11 +95,7 @@ func (p *Plugin) place(pod *corev1.Pod, n *snapshot.Node, s *podState) ([]mig.As
 	if held := p.heldOverlay(ov, n.Name, pod); held != nil {
 		ov = held
 	}
-	view := p.applyOverlay(n, ov)
-	if as := nominatedAssignments(n, view, s, p.held.slots(pod.UID, n.Name)); as != nil {
-		return as, nil
-	}
-	return mig.Place(view, s.req)
+	return p.applyOverlay(n, ov)
 }
 
 // nominatedAssignments turns the cleared slots into assignments of s.req when every one of

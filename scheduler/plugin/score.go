@@ -17,6 +17,9 @@ func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, pod *corev1.Pod, no
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
+	if s.whole > 0 {
+		return p.scoreWhole(s, pod, nodeInfo), nil
+	}
 	if s.req == nil {
 		return mig.MaxNodeScore, nil // fwk.MaxScore since 1.36 (fwk.MaxNodeScore before): the same 100
 	}

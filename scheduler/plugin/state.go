@@ -16,12 +16,15 @@ type podState struct {
 	// slices are the pod's slices, NVIDIA spelling, largest first: slice i
 	// becomes the allocation with index i.
 	slices []string
+	// whole is how many whole GPUs the pod asks for (whole.go), 0 for a pod of slices; its
+	// whole GPU i becomes the allocation with index i, and missing lists those still to place.
+	whole int
 	// req holds the slices still to place (nil when the pod's existing
 	// allocations already cover them all); missing[k] is the index of req's k-th slice.
 	req     *mig.Request
 	missing []int32
 	// adopted are the pod's existing allocations (after a scheduler restart
-	// between PreBind and Bind), all on adoptedNode.
+	// between PreBind and Bind), all on adoptedNode; missing lists the rest.
 	adopted     []snapshot.Slot
 	adoptedNode string
 	// noRoom is Filter's reason, computed once per cycle.

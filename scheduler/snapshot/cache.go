@@ -427,7 +427,7 @@ func (c *Cache) rebuildNode(name string) {
 		var gpu GPU
 		var mg mig.GPU
 		gpu, mg, occ = c.gpuView(na, &gpus[i], claims[gpus[i].UUID], occ)
-		anyUsable = anyUsable || gpu.Usable
+		anyUsable = anyUsable || mg.SliceUse() != mig.UseNo // in MIG mode, or may switch to it
 		if mg.Usable && mg.Mode != mig.ModeMIG {
 			notMIG++
 		}
@@ -503,12 +503,17 @@ func (c *Cache) gpuView(na *slicerv1alpha1.NodeAccelerator, g *slicerv1alpha1.GP
 // (I1), handled as two pods on overlapping slots are (the GPU unusable, the conflict counted
 // once).
 func (c *Cache) claimedMode(node string, g *slicerv1alpha1.GPUStatus, reported mig.GPUMode, switchable bool, claims []holder) (mig.GPUMode, bool, error) {
-	var whole, sliced int
+	// One pod's claim of a slot may be seen more than once (its allocation, its reservation,
+	// the record of the allocation just created): holders count, not claims.
+	var wholeBy types.UID
+	whole, sliced := 0, 0
 	for _, h := range claims {
-		if h.slot.Whole() {
-			whole++
-		} else {
+		switch {
+		case !h.slot.Whole():
 			sliced++
+		case whole == 0 || h.pod != wholeBy:
+			wholeBy = h.pod
+			whole++
 		}
 	}
 	var err error

@@ -139,3 +139,23 @@ func TestNodeBlockedIsForEveryRequest(t *testing.T) {
 		t.Errorf("owned node: Reason %q, Blocked %q; want both the ownership conflict", n.Reason, n.Blocked)
 	}
 }
+
+// One pod's whole GPU seen twice (its reservation, then its allocation before the reservation
+// goes) is one holder, not a double allocation.
+func TestWholeGPUClaimedTwiceByOnePod(t *testing.T) {
+	ev := &countEvents{}
+	c := New(logr.Discard(), ev)
+	c.SetNodeAccelerator(accel("n1", 1, func(na *slicerv1alpha1.NodeAccelerator) { wholeMode(&na.Status.GPUs[0]) }))
+	a := wholeAlloc("w", "p", "n1", "GPU-n1-a")
+	if err := c.Reserve(&Reservation{PodUID: a.PodUID, Namespace: "ns", PodName: "p", NodeName: "n1", Slots: []Slot{a.Slot}}); err != nil {
+		t.Fatal(err)
+	}
+	c.SetAllocation(a)
+	if g := c.Node("n1").MIG.GPUs[0]; !g.Usable || !g.InUse || ev.conflicts != 0 {
+		t.Errorf("GPU %+v, %d conflicts; want usable, in use, no conflict", g, ev.conflicts)
+	}
+	// Another pod cannot reserve it.
+	if err := c.Reserve(&Reservation{PodUID: "q-uid", Namespace: "ns", PodName: "q", NodeName: "n1", Slots: []Slot{{Slot: mig.WholeSlot("GPU-n1-a")}}}); err == nil {
+		t.Error("a second pod reserved a GPU held whole")
+	}
+}

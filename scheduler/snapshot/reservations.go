@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -46,28 +47,38 @@ func (c *Cache) checkNew(r *Reservation) error {
 // canTake says why the reservation's slots cannot be taken on its node's snapshot (nil when
 // they can); c.mu is held.
 func (c *Cache) canTake(r *Reservation) error {
-	n := c.nodes[r.NodeName]
-	if n == nil {
-		return fmt.Errorf("node %s has no NodeAccelerator", r.NodeName)
-	}
 	own := map[Slot]bool{}
 	for _, a := range c.podAllocs[r.PodUID] {
 		own[a.Slot] = true
 	}
-	states := map[string]mig.GPUState{}
-	usable := map[string]bool{}
+	if !slices.ContainsFunc(r.Slots, func(s Slot) bool { return !own[s] }) {
+		return nil // nothing new to hold: a node Slicer does not manage, or all adopted
+	}
+	n := c.nodes[r.NodeName]
+	if n == nil {
+		return fmt.Errorf("node %s has no NodeAccelerator", r.NodeName)
+	}
+	gpus := map[string]mig.GPU{} // the core's view, as the slots are taken
 	for i, g := range n.GPUs {
-		states[g.UUID] = n.MIG.GPUs[i].State
-		usable[g.UUID] = g.Usable // takes slices: in MIG mode
+		gpus[g.UUID] = n.MIG.GPUs[i]
 	}
 	for _, s := range r.Slots {
 		if own[s] {
 			continue
 		}
-		st, ok := states[s.GPU]
-		if !ok || !usable[s.GPU] {
+		g, ok := gpus[s.GPU]
+		if s.Whole() {
+			if !ok || g.WholeUse() == mig.UseNo {
+				return fmt.Errorf("GPU %s of node %s cannot be had whole", s.GPU, r.NodeName)
+			}
+			g.Mode, g.InUse = mig.ModeWhole, true
+			gpus[s.GPU] = g
+			continue
+		}
+		if !ok || g.SliceUse() == mig.UseNo { // in MIG mode, or to be switched to it
 			return fmt.Errorf("GPU %s of node %s is not usable", s.GPU, r.NodeName)
 		}
+		st := g.State
 		p, err := st.Model().Profile(s.Profile)
 		if err != nil {
 			return fmt.Errorf("GPU %s: %w", s.GPU, err)
@@ -76,7 +87,8 @@ func (c *Cache) canTake(r *Reservation) error {
 		if err != nil {
 			return fmt.Errorf("GPU %s of node %s: %w", s.GPU, r.NodeName, err)
 		}
-		states[s.GPU] = next
+		g.Mode, g.State = mig.ModeMIG, next
+		gpus[s.GPU] = g
 	}
 	return nil
 }

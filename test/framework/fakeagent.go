@@ -188,13 +188,15 @@ func (a *FakeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 			return reconcile.Result{}, err
 		}
 	}
-	sa.Status = slicerv1alpha1.SliceAllocationStatus{State: slicerv1alpha1.AllocationReady,
-		MIGDeviceUUID: FakeMIGUUID(&sa), ObservedGeneration: sa.Generation}
+	sa.Status = slicerv1alpha1.SliceAllocationStatus{State: slicerv1alpha1.AllocationReady, ObservedGeneration: sa.Generation}
+	if !sa.Spec.WholeGPU { // a whole GPU has no MIG device, and its NodeAccelerator no slice
+		sa.Status.MIGDeviceUUID = FakeMIGUUID(&sa)
+	}
 	if err := a.client.Status().Update(ctx, &sa); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	a.realized.Store(sa.UID, struct{}{})
-	if a.reporter != nil {
+	if a.reporter != nil && !sa.Spec.WholeGPU {
 		a.reporter.set(&sa, true)
 	}
 	return reconcile.Result{}, nil
@@ -202,7 +204,7 @@ func (a *FakeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 
 // release drops the slice from the node's report and removes the finalizer.
 func (a *FakeAgent) release(ctx context.Context, sa *slicerv1alpha1.SliceAllocation) error {
-	if a.reporter != nil {
+	if a.reporter != nil && !sa.Spec.WholeGPU {
 		a.reporter.set(sa, false)
 	}
 	if controllerutil.RemoveFinalizer(sa, slicerv1alpha1.AllocationFinalizer) {

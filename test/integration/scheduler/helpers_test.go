@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,8 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
+	"github.com/slicer-operator/slicer/internal/podrequest"
 	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
 	"github.com/slicer-operator/slicer/test/builder"
@@ -160,11 +163,18 @@ func checkInvariants() {
 	Expect(err).NotTo(HaveOccurred())
 	perGPU := map[string][]mig.Instance{}
 	holders := map[string][]string{}
+	whole := map[string]int{} // whole-GPU allocations per GPU
 	for _, a := range allocs.Items {
-		key := a.Spec.GPUUUID
-		perGPU[key] = append(perGPU[key], mig.Instance{Profile: string(a.Spec.Profile),
-			Placement: mig.Placement{Start: int(a.Spec.Placement.Start), Size: int(a.Spec.Placement.Size)}})
-		holders[key] = append(holders[key], fmt.Sprintf("%s/%s@%d", a.Namespace, a.Spec.PodName, a.Spec.Placement.Start))
+		key, slot := a.Spec.GPUUUID, migapi.SlotAsWritten(&a.Spec)
+		holders[key] = append(holders[key], fmt.Sprintf("%s/%s %s", a.Namespace, a.Spec.PodName, slot))
+		if slot.Whole() {
+			whole[key]++
+			continue
+		}
+		perGPU[key] = append(perGPU[key], mig.Instance{Profile: string(a.Spec.Profile), Placement: slot.Placement})
+	}
+	for gpu, n := range whole {
+		Expect(n+len(perGPU[gpu])).To(Equal(1), "I1: GPU %s is held whole and more: %s", gpu, strings.Join(holders[gpu], ", "))
 	}
 	for gpu, inst := range perGPU {
 		m, ok := models[gpu]
@@ -176,6 +186,14 @@ func checkInvariants() {
 	}
 	var pods corev1.PodList
 	Expect(k8s.List(ctx, &pods)).To(Succeed())
+	var accels slicerv1alpha1.NodeAcceleratorList
+	Expect(k8s.List(ctx, &accels)).To(Succeed())
+	foreign := map[string]bool{}
+	var nodes corev1.NodeList
+	Expect(k8s.List(ctx, &nodes)).To(Succeed())
+	for _, n := range nodes.Items {
+		foreign[n.Name] = !slices.ContainsFunc(accels.Items, func(na slicerv1alpha1.NodeAccelerator) bool { return na.Name == n.Name })
+	}
 	byPod := map[string][]slicerv1alpha1.SliceAllocation{}
 	for _, a := range allocs.Items {
 		byPod[a.Spec.PodUID] = append(byPod[a.Spec.PodUID], a)
@@ -183,12 +201,16 @@ func checkInvariants() {
 	for _, p := range pods.Items {
 		items, err := plugin.PodRequest(&p)
 		Expect(err).NotTo(HaveOccurred())
-		if p.Spec.NodeName == "" || items == nil {
-			continue
+		want, err := podrequest.WholeGPUs(&p.Spec) // a pod holds whole GPUs or slices, not both
+		Expect(err).NotTo(HaveOccurred())
+		if foreign[p.Spec.NodeName] {
+			want = 0 // NVIDIA's device plugin serves the node: nothing of Slicer's to hold
 		}
-		want := 0
 		for _, it := range items {
 			want += it.Count
+		}
+		if p.Spec.NodeName == "" || want == 0 {
+			continue
 		}
 		have := byPod[string(p.UID)]
 		Expect(have).To(HaveLen(want), "I8: bound pod %s/%s holds %d allocations, wants %d", p.Namespace, p.Name, len(have), want)

@@ -20,7 +20,10 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
+	"github.com/slicer-operator/slicer/test/builder"
+	"github.com/slicer-operator/slicer/test/framework"
 )
 
 const timeout = 30e9 // PreBind's wait for Ready, 30 s
@@ -212,6 +215,56 @@ var _ = Describe("Scheduling MIG pods", func() {
 		}
 		Expect(fits).To(BeNumerically(">=", 3))
 		Expect(full).To(BeNumerically(">=", 1), "the sequence overfills the GPU")
+	})
+
+	It("places whole GPUs on Slicer nodes by their GPUs and on NVIDIA's nodes by their allocatable", func() {
+		// A Slicer node of two whole GPUs (its agent publishes nvidia.com/gpu for them) and a
+		// node NVIDIA's device plugin serves with two, without a NodeAccelerator.
+		slicerNode, nvidiaNode := s.ns+"-slicer", s.ns+"-nvidia"
+		Expect(framework.CreateNode(ctx, k8s, builder.Node(slicerNode).Label(poolLabel, s.pool).Ready().Capacity("nvidia.com/gpu", "2").Obj())).To(Succeed())
+		na := framework.MakeNodeAccelerator(slicerNode).GPUs("H100-80GB", 2).Obj()
+		for i := range na.Status.GPUs {
+			na.Status.GPUs[i].Mode, na.Status.GPUs[i].MIGMode = slicerv1alpha1.GPUModeWhole, slicerv1alpha1.MIGModeDisabled
+		}
+		Expect(framework.CreateNodeAccelerator(ctx, k8s, na)).To(Succeed())
+		Expect(framework.CreateNode(ctx, k8s, builder.Node(nvidiaNode).Label(poolLabel, s.pool).Ready().Capacity("nvidia.com/gpu", "2").Obj())).To(Succeed())
+		s.nodes = append(s.nodes, slicerNode, nvidiaNode)
+		start(plugin.Options{})
+
+		wholePod := func(name string, gpus string) *corev1.Pod {
+			return builder.Pod(s.ns, name).Scheduler(config.DefaultSchedulerName).NodeSelector(poolLabel, s.pool).
+				Container("c", builder.Both("nvidia.com/gpu", gpus)).Obj()
+		}
+		a, b := s.create(wholePod("train-a", "2")), s.create(wholePod("train-b", "2"))
+		Eventually(func() []string {
+			return []string{s.get(a.Name).Spec.NodeName, s.get(b.Name).Spec.NodeName}
+		}).Should(ConsistOf(slicerNode, nvidiaNode), "each pod takes the two GPUs of one node")
+		onSlicer := s.get(a.Name)
+		if onSlicer.Spec.NodeName != slicerNode {
+			onSlicer = s.get(b.Name)
+		}
+		allocs := s.allocationsOf(onSlicer)
+		Expect(allocs).To(HaveLen(2), "one allocation per whole GPU, on the Slicer node only")
+		Expect(s.allocations()).To(HaveLen(2))
+		var gpus []string
+		for _, al := range allocs {
+			Expect(al.Spec.WholeGPU).To(BeTrue())
+			Expect(al.Spec.Profile).To(BeEmpty())
+			Expect(al.Spec.Placement).To(BeNil())
+			gpus = append(gpus, al.Spec.GPUUUID)
+		}
+		Expect(gpus).To(ConsistOf(framework.GPUUUID(slicerNode, 0), framework.GPUUUID(slicerNode, 1)))
+
+		// Both nodes full: a third pod waits and says why, for each kind of node.
+		c := s.create(wholePod("train-c", "1"))
+		Eventually(func() string { return unschedulable(s.get(c.Name)) }).Should(SatisfyAll(
+			ContainSubstring("no 1 free or switchable whole GPUs"), ContainSubstring("nvidia.com/gpu")))
+		Consistently(func() string { return s.get(c.Name).Spec.NodeName }, "2s").Should(BeEmpty())
+
+		// The Slicer pod ends: its GPUs are free again, and the waiting pod takes one of them.
+		Expect(k8s.Delete(ctx, onSlicer, client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func() string { return s.get(c.Name).Spec.NodeName }).Should(Equal(slicerNode))
+		Expect(s.allocationsOf(s.get(c.Name))).To(HaveLen(1))
 	})
 
 	It("still schedules ordinary pods, on nodes without GPUs too", func() {
