@@ -71,7 +71,7 @@ func (h *Handler) Handle(_ context.Context, req admission.Request) admission.Res
 	}
 	h.Metrics.observe(ResultMutated)
 	log.V(1).Info("pod mutated", "operations", len(ops))
-	return admission.Patched("MIG request rewritten for the Slicer scheduler", ops...)
+	return admission.Patched("pod made ready for the Slicer scheduler (MIG resources rewritten, scheduler set)", ops...)
 }
 
 // Register serves the two pod handlers on srv: PathMutatePod with s as given

@@ -18,6 +18,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/podrequest"
 	"github.com/slicer-operator/slicer/webhook"
 )
 
@@ -144,20 +145,22 @@ func RenderMutatingWebhookConfiguration(o Options) *admissionregistrationv1.Muta
 		ObjectMeta: metav1.ObjectMeta{Name: ObjectName(o), Labels: map[string]string{LabelPartOf: PartOf}},
 	}
 	if o.TranslateNVIDIA == TranslateEnabled {
+		// Where Slicer serves NVIDIA's names it routes whole-GPU pods too (webhook.Settings).
 		cfg.Webhooks = append(cfg.Webhooks, mutatingWebhook(o, WebhookTranslate, "",
 			&metav1.LabelSelectorRequirement{Key: slicerv1alpha1.LabelTranslateNVIDIAResources, Operator: metav1.LabelSelectorOpNotIn, Values: []string{string(TranslateDisabled)}},
-			mig.ResourcePrefix, mig.NVIDIAResourcePrefix))
+			celMentions(mig.ResourcePrefix, mig.NVIDIAResourcePrefix)+" || "+celNames(string(podrequest.WholeGPUResource))))
 		cfg.Webhooks = append(cfg.Webhooks, mutatingWebhook(o, WebhookNoTranslate, webhook.NoTranslateSuffix,
 			&metav1.LabelSelectorRequirement{Key: slicerv1alpha1.LabelTranslateNVIDIAResources, Operator: metav1.LabelSelectorOpIn, Values: []string{string(TranslateDisabled)}},
-			mig.ResourcePrefix))
+			celMentions(mig.ResourcePrefix)))
 	} else {
-		cfg.Webhooks = append(cfg.Webhooks, mutatingWebhook(o, WebhookNoTranslate, webhook.NoTranslateSuffix, nil, mig.ResourcePrefix))
+		cfg.Webhooks = append(cfg.Webhooks, mutatingWebhook(o, WebhookNoTranslate, webhook.NoTranslateSuffix, nil, celMentions(mig.ResourcePrefix)))
 	}
 	return cfg
 }
 
-// mutatingWebhook renders one webhook; nsReq further narrows the namespaces (nil: all but the excluded).
-func mutatingWebhook(o Options, name, pathSuffix string, nsReq *metav1.LabelSelectorRequirement, prefixes ...string) admissionregistrationv1.MutatingWebhook {
+// mutatingWebhook renders one webhook for the pods that mentions (a CEL expression) matches;
+// nsReq further narrows the namespaces (nil: all but the excluded).
+func mutatingWebhook(o Options, name, pathSuffix string, nsReq *metav1.LabelSelectorRequirement, mentions string) admissionregistrationv1.MutatingWebhook {
 	sel := excludedNamespaces(o)
 	if nsReq != nil {
 		sel.MatchExpressions = append(sel.MatchExpressions, *nsReq)
@@ -188,7 +191,7 @@ func mutatingWebhook(o Options, name, pathSuffix string, nsReq *metav1.LabelSele
 		TimeoutSeconds:          ptr.To(TimeoutSeconds),
 		AdmissionReviewVersions: []string{"v1"},
 		ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
-		MatchConditions:         matchConditions(prefixes...),
+		MatchConditions:         matchConditions(mentions),
 	}
 }
 
@@ -217,18 +220,21 @@ const (
 	celNotMirror = `!has(object.metadata.annotations) || !('` + corev1.MirrorPodAnnotationKey + `' in object.metadata.annotations)`
 )
 
-func matchConditions(prefixes ...string) []admissionregistrationv1.MatchCondition {
+// matchConditions are a webhook's for the pods that mentions (a CEL expression) matches.
+func matchConditions(mentions string) []admissionregistrationv1.MatchCondition {
 	return []admissionregistrationv1.MatchCondition{
 		{Name: conditionNotSystem, Expression: celNotSystem},
 		{Name: conditionNotMirror, Expression: celNotMirror},
-		{Name: conditionMIG, Expression: celMentions(prefixes...)},
+		{Name: conditionMIG, Expression: mentions},
 	}
 }
 
-// policyMatchConditions are the webhook's, in every namespace.
+// policyMatchConditions are the webhook's, in every namespace, for the MIG resources of
+// prefixes (whole GPUs are not the policy's: a whole-GPU pod the webhook did not route can
+// still run where NVIDIA's device plugin serves nvidia.com/gpu).
 func policyMatchConditions(prefixes ...string) []admissionregistrationv1.MatchCondition {
 	var out []admissionregistrationv1.MatchCondition
-	for _, c := range matchConditions(prefixes...) {
+	for _, c := range matchConditions(celMentions(prefixes...)) {
 		if c.Name != conditionNotSystem {
 			out = append(out, c)
 		}
@@ -253,7 +259,22 @@ func celMentions(prefixes ...string) string {
 	for _, p := range prefixes {
 		keyTests = append(keyTests, fmt.Sprintf("k.startsWith('%s')", p))
 	}
-	key := strings.Join(keyTests, " || ")
+	return celKeys(strings.Join(keyTests, " || "))
+}
+
+// celNames is celMentions for resource keys equal to one of names (nvidia.com/gpu, not
+// nvidia.com/gpu.shared).
+func celNames(names ...string) string {
+	var keyTests []string
+	for _, n := range names {
+		keyTests = append(keyTests, fmt.Sprintf("k == '%s'", n))
+	}
+	return celKeys(strings.Join(keyTests, " || "))
+}
+
+// celKeys is a CEL expression, true when a container, init container or ephemeral container of
+// the pod (object) has a resource key k in its limits or requests for which key holds.
+func celKeys(key string) string {
 	container := fmt.Sprintf("has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, %[1]s)) || (has(c.resources.requests) && c.resources.requests.exists(k, %[1]s)))", key)
 	var lists []string
 	for _, l := range []string{"containers", "initContainers", "ephemeralContainers"} {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,6 +60,8 @@ var (
 	translateOn  = &metav1.LabelSelectorRequirement{Key: "slicer.dev/translate-nvidia-resources", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"disabled"}}
 	translateOff = &metav1.LabelSelectorRequirement{Key: "slicer.dev/translate-nvidia-resources", Operator: metav1.LabelSelectorOpIn, Values: []string{"disabled"}}
 	mentionsOnly = strings.ReplaceAll(mentionsBoth, " || k.startsWith('nvidia.com/mig-')", "")
+	// mentionsGPU: a resource named exactly nvidia.com/gpu (a whole GPU, routed where translated).
+	mentionsGPU = strings.ReplaceAll(mentionsOnly, "k.startsWith('slicer.dev/mig-')", "k == 'nvidia.com/gpu'")
 )
 
 func TestRenderMutatingWebhookConfiguration(t *testing.T) {
@@ -74,7 +77,7 @@ func TestRenderMutatingWebhookConfiguration(t *testing.T) {
 			name: "defaults: Ignore, translation on",
 			opts: func(*Options) {},
 			want: []admissionregistrationv1.MutatingWebhook{
-				wantWebhook("translate.pods.slicer.dev", "/mutate-pod", translateOn, mentionsBoth, admissionregistrationv1.Ignore),
+				wantWebhook("translate.pods.slicer.dev", "/mutate-pod", translateOn, mentionsBoth+" || "+mentionsGPU, admissionregistrationv1.Ignore),
 				wantWebhook("no-translate.pods.slicer.dev", "/mutate-pod-no-translate", translateOff, mentionsOnly, admissionregistrationv1.Ignore),
 			},
 		},
@@ -176,7 +179,11 @@ func TestRenderValidatingAdmissionPolicy(t *testing.T) {
 	if diff := cmp.Diff(&metav1.LabelSelector{}, policy.Spec.MatchConstraints.ObjectSelector); diff != "" {
 		t.Errorf("the policy must not exclude pods by label (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(RenderMutatingWebhookConfiguration(o).Webhooks[0].MatchConditions[1:], policy.Spec.MatchConditions); diff != "" {
+	// The webhook's conditions but the system-namespace one, and for MIG resources only: a
+	// whole-GPU pod the webhook did not route may still run on NVIDIA's nodes.
+	wantConds := slices.Clone(RenderMutatingWebhookConfiguration(o).Webhooks[0].MatchConditions[1:])
+	wantConds[len(wantConds)-1].Expression = mentionsBoth
+	if diff := cmp.Diff(wantConds, policy.Spec.MatchConditions); diff != "" {
 		t.Errorf("match conditions differ from the webhook's but the system-namespace one (-want +got):\n%s", diff)
 	}
 	if got := policy.Spec.Validations[1].Expression; !strings.Contains(got, "object.spec.schedulerName == 'my-sched'") {

@@ -59,11 +59,28 @@ var _ = Describe("pod admission", Ordered, func() {
 			expectSlicerPod(p, p.Spec.InitContainers, 0, map[string]string{"slicer.dev/mig-1g.10gb.me": "1"})
 		})
 
-		It("leaves whole GPUs and pods without MIG alone (I9)", func() {
-			p, err := create(ctx, makePod(userNS).Container("app", builder.Limits("nvidia.com/gpu", "1")).Obj())
+		It("routes whole GPUs to the Slicer scheduler without rewriting them", func() {
+			p, err := create(ctx, makePod(userNS).Container("app", builder.Limits("nvidia.com/gpu", "2")).Obj())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(p.Spec.SchedulerName).To(Equal(scheduler))
+			Expect(p.Spec.Containers[0].Resources.Limits).To(Equal(corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}))
+
+			p, err = create(ctx, makePod(nativeNS).Container("app", builder.Limits("nvidia.com/gpu", "1")).Obj())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(p.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName), "where NVIDIA's names are NVIDIA's, so is nvidia.com/gpu")
+		})
+
+		It("refuses a whole-GPU request a user can fix, at admission", func() {
+			_, err := create(ctx, makePod(userNS).Container("app", builder.Limits("nvidia.com/gpu", "1", nv1g, "1")).Obj())
+			Expect(err).To(MatchError(ContainSubstring("a container gets either whole GPUs or MIG slices")))
+			_, err = create(ctx, makePod(userNS).Container("app", builder.Limits("nvidia.com/gpu", "17")).Obj())
+			Expect(err).To(MatchError(ContainSubstring("at most 16 whole GPUs")))
+		})
+
+		It("leaves a GPU resource that only starts like nvidia.com/gpu alone", func() {
+			p, err := create(ctx, makePod(userNS).Container("app", builder.Limits("nvidia.com/gpu.shared", "1")).Obj())
 			Expect(err).NotTo(HaveOccurred())
 			Expect(p.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
-			Expect(p.Spec.Containers[0].Resources.Limits).To(HaveKey(corev1.ResourceName("nvidia.com/gpu")))
 		})
 
 		It("leaves nvidia.com/mig-* to NVIDIA in a namespace that opts out, but still serves slicer.dev", func() {
@@ -203,7 +220,7 @@ var _ = Describe("pod admission", Ordered, func() {
 				Expect(got.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
 			},
 			Entry("a pod without MIG", makePod(userNS).Container("app", builder.Limits("cpu", "1")).Obj()),
-			Entry("a whole-GPU pod", makePod(userNS).Container("app", builder.Limits("nvidia.com/gpu", "1")).Obj()),
+			Entry("a whole-GPU pod where NVIDIA serves nvidia.com/*", makePod(nativeNS).Container("app", builder.Limits("nvidia.com/gpu", "1")).Obj()),
 			Entry("a MIG pod in kube-system", makePod("kube-system").Container("app", builder.Limits(nv1g, "1")).Obj()),
 			Entry("a MIG pod in Slicer's namespace", makePod(slicerNS).Container("app", builder.Limits(nv1g, "1")).Obj()),
 			Entry("Slicer's own agent pod (W3)", makePod(userNS).Label(slicerv1alpha1.LabelComponent, "agent").Container("agent", builder.Limits("cpu", "100m")).Obj()),
