@@ -1,6 +1,7 @@
 package migapi
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -107,5 +108,58 @@ func TestModePolicyForBadSelector(t *testing.T) {
 	// A GPU of no MIG model is whole whatever the policies say.
 	if got, err := ModePolicyFor(policies, "", nil); err != nil || got.Mode != slicerv1alpha1.GPUModePolicyWhole {
 		t.Errorf("ModePolicyFor of a GPU without MIG = %+v, %v, want Whole", got, err)
+	}
+}
+
+func TestGPUModesFlag(t *testing.T) {
+	policies := []slicerv1alpha1.GPUModePolicy{
+		{Model: "H100-80GB", NodeSelector: &slicerv1alpha1.GPUNodeSelector{MatchLabels: map[string]string{"pool": "train"}}, Mode: slicerv1alpha1.GPUModePolicyWhole},
+		{Model: "A100-80GB", NodeSelector: &slicerv1alpha1.GPUNodeSelector{MatchExpressions: []slicerv1alpha1.GPUNodeSelectorRequirement{
+			{Key: "maintenance", Operator: metav1.LabelSelectorOpDoesNotExist},
+		}}, Mode: slicerv1alpha1.GPUModePolicyDynamic, AllowReset: true},
+	}
+	s, err := GPUModesFlag(policies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `[{"model":"H100-80GB","nodeSelector":{"matchLabels":{"pool":"train"}},"mode":"Whole"},` +
+		`{"model":"A100-80GB","nodeSelector":{"matchExpressions":[{"key":"maintenance","operator":"DoesNotExist"}]},"mode":"Dynamic","allowReset":true}]`
+	if s != want {
+		t.Errorf("GPUModesFlag =\n%s\nwant\n%s", s, want)
+	}
+	back, err := ParseGPUModesFlag(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(policies, back); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	for _, empty := range [][]slicerv1alpha1.GPUModePolicy{nil, {}} {
+		if s, err := GPUModesFlag(empty); s != "" || err != nil {
+			t.Errorf("GPUModesFlag(%v) = %q, %v, want \"\"", empty, s, err)
+		}
+	}
+	if p, err := ParseGPUModesFlag(""); p != nil || err != nil {
+		t.Errorf(`ParseGPUModesFlag("") = %v, %v`, p, err)
+	}
+}
+
+func TestParseGPUModesFlagRefuses(t *testing.T) {
+	nine := "[" + strings.Repeat(`{"model":"H100-80GB","mode":"MIG"},`, 8) + `{"model":"H100-80GB","mode":"MIG"}]`
+	for flag, words := range map[string]string{
+		`{"model":"H100-80GB","mode":"MIG"}`:                                                   "not a JSON list",
+		`[{"model":"H100-80GB","mode":"MIG"}] x`:                                               "text after the list",
+		`[{"model":"H100-80GB","mode":"MIG","reset":true}]`:                                    "unknown field",
+		`[{"model":"H100-80GB","mode":"Off"}]`:                                                 `mode "Off"`,
+		`[{"model":"T4-16GB","mode":"MIG"}]`:                                                   "unknown GPU model",
+		`[{"mode":"Whole"}]`:                                                                   "selects no GPU",
+		`[{"model":"A100-80GB","mode":"MIG","allowReset":true}]`:                               "allowReset applies only to mode Dynamic",
+		`[{"nodeSelector":{"matchExpressions":[{"key":"a","operator":"Near"}]},"mode":"MIG"}]`: "nodeSelector",
+		nine: "9 policies, at most 8",
+	} {
+		_, err := ParseGPUModesFlag(flag)
+		if err == nil || !strings.Contains(err.Error(), words) {
+			t.Errorf("ParseGPUModesFlag(%s) = %v, want an error with %q", flag, err, words)
+		}
 	}
 }
