@@ -148,6 +148,7 @@ func run(ctx context.Context, f flags) error {
 	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder(slicerv1alpha1.AgentName), agent.Options{
 		NodeName: f.node, Library: lib, Emulated: f.emulate != "", CDI: cdiWriter,
 		Usage: usage, Kubelet: kubelet, Advertiser: pm, OrphanGrace: f.grace, Resync: f.resync, Metrics: metrics, Live: mgr.GetAPIReader(),
+		GPUModes: gpuModes,
 	})
 	if err := r.SetupWithManager(mgr, trigger); err != nil {
 		return err
@@ -161,7 +162,7 @@ func run(ctx context.Context, f flags) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("readyz: %w", err)
 	}
-	log.Info("starting", "node", f.node, "cdiDir", f.cdiDir, "devicePluginDir", f.pluginDir,
+	log.Info("starting", "node", f.node, "gpuModePolicies", len(gpuModes), "cdiDir", f.cdiDir, "devicePluginDir", f.pluginDir,
 		"metrics", f.listen.MetricsAddr, "secureMetrics", f.listen.SecureMetrics, "health", f.listen.ProbeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)
