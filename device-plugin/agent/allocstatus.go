@@ -13,8 +13,10 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
-// validate returns a Failed reason for an allocation the node cannot realize.
-func validate(obs *engine.Observation, a *slicerv1alpha1.SliceAllocation) (reason, msg string) {
+// validate returns a Failed reason for an allocation the node cannot realize. switches: the
+// agent has GPU mode policies (an allocation that waits for a switch they allow is not
+// validated: waitsForMode).
+func validate(obs *engine.Observation, a *slicerv1alpha1.SliceAllocation, switches bool) (reason, msg string) {
 	g := obs.GPUByUUID(a.Spec.GPUUUID)
 	if g == nil {
 		return slicerv1alpha1.ReasonGPUNotFound, fmt.Sprintf("GPU %s is not on node %s", a.Spec.GPUUUID, a.Spec.NodeName)
@@ -23,8 +25,11 @@ func validate(obs *engine.Observation, a *slicerv1alpha1.SliceAllocation) (reaso
 		return slicerv1alpha1.ReasonWholeGPUNotServed, fmt.Sprintf("the allocation holds GPU %s whole, and this agent serves only MIG slices", g.UUID)
 	}
 	if !g.MIGReady() {
+		if g.MIGMode != nvml.MIGEnabled && switches {
+			return slicerv1alpha1.ReasonMIGModeOff, fmt.Sprintf("GPU %s has MIG mode off, so it takes no MIG slice; its mode policy (spec.gpuModes) does not let the agent switch it to MIG mode (the NodeAccelerator status says why)", g.UUID)
+		}
 		if g.MIGMode != nvml.MIGEnabled {
-			return slicerv1alpha1.ReasonMIGModeOff, fmt.Sprintf("GPU %s has MIG mode off, so it takes no MIG slice; the agent does not change MIG mode (the NodeAccelerator status says whether a switch is pending)", g.UUID)
+			return slicerv1alpha1.ReasonMIGModeOff, fmt.Sprintf("GPU %s has MIG mode off, so it takes no MIG slice; the agent has no GPU mode policies (spec.gpuModes), so it does not change MIG mode (the NodeAccelerator status says whether a switch is pending)", g.UUID)
 		}
 		return slicerv1alpha1.ReasonInvalidPlacement, fmt.Sprintf("GPU %s (%s) is not a MIG model Slicer knows", g.UUID, g.ProductName)
 	}

@@ -77,6 +77,9 @@ type Options struct {
 	// coalescing.
 	PublishInterval time.Duration
 	Metrics         *engine.Metrics
+	// GPUModes is the Slicer's spec.gpuModes (--gpu-modes): with policies the agent switches
+	// GPUs' MIG modes (modes.go); empty, it switches none, as before GPU modes.
+	GPUModes []slicerv1alpha1.GPUModePolicy
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -188,7 +191,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	log := r.log(ctx)
 	now := r.opts.Now()
 
-	conflict, bypass, err := r.nodeFacts(ctx)
+	conflict, bypass, nodeLabels, err := r.nodeFacts(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -229,7 +232,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	w := world{Node: r.opts.NodeName, Conflict: conflict, Bypass: bypass, Obs: obs, Allocs: allocs, Usage: r.usage(ctx), PodGone: gone,
-		OrphanSince: r.orphanSince, Now: now, Grace: r.opts.OrphanGrace}
+		Modes: modePolicies(r.opts.GPUModes, obs, nodeLabels, log), OrphanSince: r.orphanSince, Now: now, Grace: r.opts.OrphanGrace}
 
 	d := decide(w)
 	r.trackOrphans(d.Plan, now)
@@ -260,6 +263,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	r.opts.Metrics.Conflicts.Add(float64(o.Conflicts))
 	r.record(allocs, o.Notes)
 
+	// MIG mode switches, on the GPUs as the slice work left them; then the GPUs as NVML
+	// reports them after the switches.
+	modeSwitches, called, modeRetry := switchModes(obs, modeSteps(w, obs, o.Statuses), log)
+	if called {
+		if obs, err = r.observe(); err != nil {
+			return ctrl.Result{}, fmt.Errorf("observe GPUs after MIG mode switches: %w", err)
+		}
+	}
+	o.Retry = o.Retry || modeRetry
+
 	// CDI specs, then the kubelet, then Ready once the kubelet has the device.
 	retry, readyIDs := r.writeDevices(ctx, w, obs, o)
 	retry = r.awaitKubelet(ctx, w, o, readyIDs) || retry || o.Retry
@@ -271,7 +284,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	r.tellUnhealthy(w, obs, o)
 	view := o.view(w, obs, d.Plan.Release)
-	view.Emulated = r.opts.Emulated
+	view.Emulated, view.ModePolicies, view.ModeSwitches = r.opts.Emulated, w.Modes, modeSwitches
 	// The NodeAccelerator last: its writes are coalesced (publish.go), so a slice's Ready
 	// never waits for it, and a write still pending brings the next reconcile forward.
 	pending, err := r.status.Publish(ctx, view)

@@ -32,7 +32,10 @@ type world struct {
 	// admitted by an agent that named devices so (usageByMIGUUID).
 	Usage map[string]string
 	// PodGone maps a live allocation whose pod does not exist or finished (podsGone) to why.
-	PodGone     map[types.NamespacedName]podEnd
+	PodGone map[types.NamespacedName]podEnd
+	// Modes is the GPU mode policy applied to each GPU the agent may switch, by UUID
+	// (modePolicies); empty when the agent has no policies and switches nothing.
+	Modes       map[string]migapi.ModePolicy
 	OrphanSince engine.OrphanClock
 	Now         time.Time
 	Grace       time.Duration
@@ -103,7 +106,17 @@ func decide(w world) decision {
 			continue
 		}
 		if !wt.Deleting {
-			if reason, msg := validate(w.Obs, a); reason != "" {
+			g := w.Obs.GPUByUUID(a.Spec.GPUUUID)
+			policy, switches := w.Modes[a.Spec.GPUUUID]
+			if msg := refusedByPolicy(a, g, policy, switches); msg != "" {
+				d.Statuses[k] = failed(a, slicerv1alpha1.ReasonMIGModeOff, msg)
+				continue
+			}
+			if msg, ok := waitsForMode(a, g, policy, switches); ok {
+				d.Statuses[k] = pending(a, ReasonWaitingForModeSwitch, msg)
+				continue
+			}
+			if reason, msg := validate(w.Obs, a, switches); reason != "" {
 				d.Statuses[k] = failed(a, reason, msg)
 				continue
 			}

@@ -19,13 +19,14 @@ import (
 
 // nodeFacts reads, from the cache, what both frontends tell from the API about the node:
 // whether another tool owns its MIG devices (engine.Foreign) and whether a RuntimeClass
-// selects its NVIDIA runtime (engine.RuntimeBypass).
-func (r *Reconciler) nodeFacts(ctx context.Context) (migapi.Foreign, migapi.Bypass, error) {
+// selects its NVIDIA runtime (engine.RuntimeBypass); and the node's labels, which GPU mode
+// policies select by (nil when the node is not found).
+func (r *Reconciler) nodeFacts(ctx context.Context) (migapi.Foreign, migapi.Bypass, map[string]string, error) {
 	var node corev1.Node
 	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &node)
 	foreign, ferr := engine.Foreign(&node, err)
 	if ferr != nil {
-		return foreign, migapi.Bypass{}, ferr
+		return foreign, migapi.Bypass{}, nil, ferr
 	}
 	n := &node
 	if err != nil {
@@ -33,7 +34,7 @@ func (r *Reconciler) nodeFacts(ctx context.Context) (migapi.Foreign, migapi.Bypa
 	}
 	var classes nodev1.RuntimeClassList
 	lerr := r.client.List(ctx, &classes)
-	return foreign, engine.RuntimeBypass(n, classes.Items, lerr), nil
+	return foreign, engine.RuntimeBypass(n, classes.Items, lerr), node.Labels, nil
 }
 
 // allocations lists the node's allocations from the cache, and the live ones that lack the

@@ -77,7 +77,7 @@ func preparedFor(recs map[string]record, uid string, slot mig.Slot) (record, boo
 			continue
 		}
 		for _, s := range recs[u].Slices {
-			kept := mig.Slot{GPU: s.GPUUUID, Placement: mig.Placement{Start: s.PlacementStart, Size: s.PlacementSize}}
+			kept := mig.Slot{GPU: s.GPUUUID, Profile: s.Profile, Placement: mig.Placement{Start: s.PlacementStart, Size: s.PlacementSize}}
 			if kept.Overlaps(slot) {
 				return recs[u], true
 			}

@@ -10,6 +10,9 @@
 //   - owner.go: whether another tool owns the node's MIG devices (Foreign);
 //   - orphan.go: the orphan clock (OrphanClock): when an instance nothing holds is destroyed;
 //   - cdi.go: an observed slice as a CDI spec describes it (CDISlice);
+//   - mode.go, modeswitch.go: each GPU's mode as NVML reports it, and what to do about its
+//     MIG mode under a GPU mode policy (DecideModeSwitch, SetModeStep; only the device-plugin
+//     frontend switches);
 //   - status.go, publish.go: the node's NodeAccelerator status, rendered from a NodeView and
 //     written through StatusWriter (coalesced, never from a stale copy);
 //   - metrics.go: the agent's Prometheus collectors and the per-GPU and per-slice recording.

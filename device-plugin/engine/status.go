@@ -33,6 +33,13 @@ type NodeView struct {
 	States  map[string]slicerv1alpha1.SliceState
 	Holders map[string]types.NamespacedName
 	Claims  map[string]slicerv1alpha1.ClaimReference
+	// ModePolicies is the GPU mode policy the agent applies to each GPU, by UUID: written as
+	// status.gpus[].modePolicy and .resetAllowed. Only a frontend that switches MIG modes
+	// sets it, and only for the GPUs it may switch (a GPU in none gets neither field).
+	ModePolicies map[string]migapi.ModePolicy
+	// ModeSwitches is the switch the agent decided on this pass for each GPU, by UUID
+	// (engine.DecideModeSwitch; renderMode).
+	ModeSwitches map[string]*ModeReport
 }
 
 // renderStatus computes the NodeAccelerator status (pure but for the transition times of
@@ -73,7 +80,10 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 				gs.MIGMode = slicerv1alpha1.MIGModeDisabled
 				migOff = append(migOff, fmt.Sprintf("GPU %d", g.Index))
 			}
-			gs.Mode, gs.ModeSwitch = renderMode(g, oldSwitches[g.UUID], metav1.NewTime(now))
+			gs.Mode, gs.ModeSwitch = renderMode(g, v.ModeSwitches[g.UUID], oldSwitches[g.UUID], metav1.NewTime(now))
+			if p, ok := v.ModePolicies[g.UUID]; ok {
+				gs.ModePolicy, gs.ResetAllowed = p.Mode, p.AllowReset && p.Mode == slicerv1alpha1.GPUModePolicyDynamic
+			}
 			for _, s := range g.Slices {
 				ms := slicerv1alpha1.MIGSlice{
 					Profile: migapi.APIProfile(s.Profile), Placement: migapi.APIPlacement(s.Placement),
@@ -106,7 +116,7 @@ func renderStatus(old slicerv1alpha1.NodeAcceleratorStatus, generation int64, v 
 	if len(migOff) > 0 {
 		set(slicerv1alpha1.ConditionMIGDisabled, metav1.ConditionTrue, slicerv1alpha1.ReasonMIGModeOff, utilstrings.ShortenString(
 			"MIG mode is off on MIG-capable "+strings.Join(migOff, ", ")+": Slicer makes no MIG slice there; "+
-				"status.gpus[].mode and .modeSwitch say whether a switch is pending (the agent does not change MIG mode)", 1024))
+				"status.gpus[].mode and .modeSwitch say whether a switch is under way (the agent switches MIG modes only by the policies of spec.gpuModes, which .modePolicy names)", 1024))
 	} else {
 		set(slicerv1alpha1.ConditionMIGDisabled, metav1.ConditionFalse, slicerv1alpha1.ReasonAsExpected, "MIG mode is enabled on every MIG-capable GPU")
 	}

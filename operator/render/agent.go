@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 )
 
@@ -96,6 +97,10 @@ func AgentNodeAffinity(o Options) *corev1.NodeAffinity {
 	}}
 }
 
+// AgentGPUModesFlag is the agent's flag for spec.gpuModes (migapi.GPUModesFlag's value),
+// rendered only when the list is not empty.
+const AgentGPUModesFlag = "--" + migapi.GPUModesFlagName
+
 // EmulateFlag renders --emulate's value, e.g. "H100-80GB:2,A30-24GB:1".
 func EmulateFlag(gpus []slicerv1alpha1.EmulatedGPUs) string {
 	parts := make([]string, 0, len(gpus))
@@ -156,6 +161,17 @@ func Agent(o Options) ([]client.Object, error) {
 		for _, d := range []struct{ name, path string }{{"dra-plugins", kd.Plugins}, {"dra-registry", kd.PluginsRegistry}} {
 			mounts = append(mounts, corev1.VolumeMount{Name: d.name, MountPath: d.path})
 			volumes = append(volumes, hostPathVolume(d.name, d.path, corev1.HostPathDirectoryOrCreate))
+		}
+	}
+	if !UsesDRA(o) {
+		// Only the device-plugin frontend switches MIG modes: a DRA agent is not told the
+		// policies, so its DaemonSet does not roll when they change.
+		modes, err := migapi.GPUModesFlag(o.Slicer.Spec.GPUModes)
+		if err != nil {
+			return nil, err
+		}
+		if modes != "" {
+			args = append(args, AgentGPUModesFlag+"="+modes)
 		}
 	}
 	if emulated {

@@ -133,6 +133,8 @@ type AgentOptions struct {
 	Config *rest.Config
 	// PublishInterval is agent.Options.PublishInterval.
 	PublishInterval time.Duration
+	// GPUModes is agent.Options.GPUModes.
+	GPUModes []slicerv1alpha1.GPUModePolicy
 }
 
 // RunningAgent is an agent manager started against the test apiserver.
@@ -163,7 +165,7 @@ func (e *Env) StartAgent(opts AgentOptions, log logr.Logger) (*RunningAgent, err
 	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder(slicerv1alpha1.AgentName), agent.Options{
 		NodeName: opts.Node, Library: opts.Library, Emulated: true, CDI: &cdi.Writer{Dir: opts.CDIDir},
 		Usage: opts.Usage, Advertiser: opts.Advertiser, OrphanGrace: opts.OrphanGrace, Resync: 2 * time.Second, Metrics: opts.Metrics,
-		Live: live, PublishInterval: opts.PublishInterval,
+		Live: live, PublishInterval: opts.PublishInterval, GPUModes: opts.GPUModes,
 	})
 	var trigger <-chan event.GenericEvent
 	if opts.Trigger != nil {

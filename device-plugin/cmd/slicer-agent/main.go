@@ -35,12 +35,13 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/plugin"
 	"github.com/slicer-operator/slicer/device-plugin/podresources"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/internal/serving"
 )
 
 type flags struct {
 	node, emulate, stateFile, cdiDir, pluginDir, podResources, nvmlLib string
-	frontend, draPluginDir, draRegistryDir                             string
+	frontend, draPluginDir, draRegistryDir, gpuModes                   string
 	grace, resync, emulateLatency                                      time.Duration
 	listen                                                             serving.Flags
 }
@@ -60,6 +61,7 @@ func main() {
 	flag.StringVar(&f.draPluginDir, "dra-plugin-dir", draDefaultPluginDir, "--frontend=dra: directory of the DRA plugin's socket")
 	flag.StringVar(&f.draRegistryDir, "dra-registry-dir", draDefaultRegistryDir, "--frontend=dra: kubelet plugin registration directory")
 	f.listen.Bind(flag.CommandLine, "127.0.0.1:8080", "127.0.0.1:8081")
+	flag.StringVar(&f.gpuModes, migapi.GPUModesFlagName, "", "the Slicer's spec.gpuModes as a JSON list (empty: every GPU stays in MIG mode); the operator renders it")
 	flag.StringVar(&f.nvmlLib, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the loader's search path)")
 	zopts := zap.Options{}
 	zopts.BindFlags(flag.CommandLine)
@@ -75,6 +77,10 @@ func run(ctx context.Context, f flags) error {
 	log := ctrl.Log.WithName(slicerv1alpha1.AgentName)
 	if f.node == "" {
 		return errors.New("--node-name (or NODE_NAME) is required")
+	}
+	gpuModes, err := migapi.ParseGPUModesFlag(f.gpuModes)
+	if err != nil {
+		return fmt.Errorf("--%s: %w", migapi.GPUModesFlagName, err)
 	}
 	var (
 		lib       nvml.Library
@@ -99,6 +105,9 @@ func run(ctx context.Context, f flags) error {
 	switch f.frontend {
 	case frontendDevicePlugin:
 	case frontendDRA:
+		if len(gpuModes) > 0 {
+			log.Info("the DRA frontend does not switch MIG modes: --"+migapi.GPUModesFlagName+" is ignored", "policies", len(gpuModes))
+		}
 		return runDRA(ctx, f, lib, metrics, log)
 	default:
 		return fmt.Errorf("--frontend %q: want %s or %s", f.frontend, frontendDevicePlugin, frontendDRA)
@@ -139,6 +148,7 @@ func run(ctx context.Context, f flags) error {
 	r := agent.New(mgr.GetClient(), mgr.GetEventRecorder(slicerv1alpha1.AgentName), agent.Options{
 		NodeName: f.node, Library: lib, Emulated: f.emulate != "", CDI: cdiWriter,
 		Usage: usage, Kubelet: kubelet, Advertiser: pm, OrphanGrace: f.grace, Resync: f.resync, Metrics: metrics, Live: mgr.GetAPIReader(),
+		GPUModes: gpuModes,
 	})
 	if err := r.SetupWithManager(mgr, trigger); err != nil {
 		return err
@@ -152,7 +162,7 @@ func run(ctx context.Context, f flags) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("readyz: %w", err)
 	}
-	log.Info("starting", "node", f.node, "cdiDir", f.cdiDir, "devicePluginDir", f.pluginDir,
+	log.Info("starting", "node", f.node, "gpuModePolicies", len(gpuModes), "cdiDir", f.cdiDir, "devicePluginDir", f.pluginDir,
 		"metrics", f.listen.MetricsAddr, "secureMetrics", f.listen.SecureMetrics, "health", f.listen.ProbeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)

@@ -66,12 +66,21 @@ type node struct {
 	seq     int
 	// cfg, when set, is how the agent reaches the apiserver (default the Env's).
 	cfg *rest.Config
+	// migOff lists the GPUs whose MIG mode is off at first boot (emulated.Options.MIGDisabled).
+	migOff []int
+	// gpuModes is the agent's --gpu-modes (agent.Options.GPUModes).
+	gpuModes []slicerv1alpha1.GPUModePolicy
 }
 
 func newNode(name string, models ...mig.Model) *node {
+	return newNodeMIGOff(name, nil, models...)
+}
+
+// newNodeMIGOff is newNode with the GPUs of migOff whole (MIG mode off) at first boot.
+func newNodeMIGOff(name string, migOff []int, models ...mig.Model) *node {
 	dir := GinkgoT().TempDir()
 	n := &node{name: name, models: models, stateF: filepath.Join(dir, "nvml.json"), cdiDir: filepath.Join(dir, "cdi"),
-		adv: &framework.RecordingAdvertiser{}, usage: &framework.StaticUsage{}, grace: time.Hour}
+		adv: &framework.RecordingAdvertiser{}, usage: &framework.StaticUsage{}, grace: time.Hour, migOff: migOff}
 	Expect(k8s.Create(ctx, builder.Node(name).Obj())).To(Succeed())
 	n.newBackend()
 	return n
@@ -79,7 +88,7 @@ func newNode(name string, models ...mig.Model) *node {
 
 // newBackend is a process restart of the emulated NVML (state file kept).
 func (n *node) newBackend() {
-	b, err := emulated.New(emulated.Options{Node: n.name, GPUs: n.models, StateFile: n.stateF})
+	b, err := emulated.New(emulated.Options{Node: n.name, GPUs: n.models, StateFile: n.stateF, MIGDisabled: n.migOff})
 	Expect(err).NotTo(HaveOccurred())
 	n.backend = b
 }
@@ -87,7 +96,7 @@ func (n *node) newBackend() {
 func (n *node) start() {
 	n.metrics = engine.NewMetrics(prometheus.NewRegistry())
 	a, err := env.StartAgent(framework.AgentOptions{Node: n.name, Library: n.backend, CDIDir: n.cdiDir, OrphanGrace: n.grace,
-		Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics, PodGone: true, Config: n.cfg}, zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+		Usage: n.usage, Advertiser: n.adv, Metrics: n.metrics, PodGone: true, Config: n.cfg, GPUModes: n.gpuModes}, zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	Expect(err).NotTo(HaveOccurred())
 	n.agent = a
 }

@@ -1,0 +1,187 @@
+package agent
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/device-plugin/engine"
+	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
+)
+
+// GPU modes (docs/gpu-modes.md, "What the agent does"): with the Slicer's spec.gpuModes
+// (Options.GPUModes), the agent applies to each GPU the policy that selects it
+// (migapi.ModePolicyFor), writes it as status.gpus[].modePolicy and .resetAllowed, and
+// switches an empty GPU's MIG mode to the one the policy, and for Dynamic the GPU's live
+// allocations, ask for (engine.DecideModeSwitch). Without policies it switches nothing and
+// writes neither field, as before GPU modes.
+
+// ReasonWaitingForModeSwitch: an allocation waits (Pending) for its GPU's MIG mode to be
+// switched to the mode it needs, which the GPU's policy allows.
+const ReasonWaitingForModeSwitch = "WaitingForModeSwitch"
+
+// modePolicies is the policy of policies that applies to each GPU of obs the agent may
+// switch, by UUID: the healthy or not, fully identified GPUs of a MIG model, and the GPUs
+// without MIG (always whole). A GPU of no model Slicer knows, one whose MIG mode was not read,
+// and every GPU when policies is empty get none. A policy that does not convert (the CRD and
+// --gpu-modes keep that from happening) leaves the GPU without one, logged.
+func modePolicies(policies []slicerv1alpha1.GPUModePolicy, obs *engine.Observation, nodeLabels map[string]string, log logr.Logger) map[string]migapi.ModePolicy {
+	if len(policies) == 0 || obs == nil {
+		return nil
+	}
+	out := map[string]migapi.ModePolicy{}
+	for _, g := range obs.GPUs {
+		var model slicerv1alpha1.GPUModel
+		switch {
+		case g.MIGSupported && g.Model.Valid():
+			model = slicerv1alpha1.GPUModel(g.Model.String())
+		case g.MIGSupported || g.Err != nil:
+			continue
+		}
+		p, err := migapi.ModePolicyFor(policies, model, nodeLabels)
+		if err != nil {
+			log.Error(err, "GPU mode policy not applied", "gpu", g.UUID)
+			continue
+		}
+		out[g.UUID] = p
+	}
+	return out
+}
+
+// waitsForMode says why allocation a waits for its GPU g's MIG mode, ok false when it does
+// not: a slice on a GPU whose MIG mode is off, or a whole GPU on one in MIG mode, while the
+// GPU's policy p lets the agent switch it to the mode a needs (on A100 and A30, with
+// allowReset). A slice not realized yet also waits while a change of g's MIG mode is pending:
+// it gets no instance on a GPU that is leaving MIG mode. switches: the agent has policies.
+func waitsForMode(a *slicerv1alpha1.SliceAllocation, g *engine.GPU, p migapi.ModePolicy, switches bool) (string, bool) {
+	if g == nil || !g.MIGSupported || !g.Model.Valid() || g.Err != nil {
+		return "", false
+	}
+	if !switches {
+		return "", false
+	}
+	if !a.Spec.WholeGPU && g.MIGMode == nvml.MIGEnabled && g.MIGModePending && a.Status.MIGDeviceUUID == "" {
+		return fmt.Sprintf("GPU %s is switching out of MIG mode; the allocation's slice is made once it is back in MIG mode", g.UUID), true
+	}
+	need := engine.NeedNone.Add(a.Spec.WholeGPU)
+	target, ok := engine.ModeTarget(p, need)
+	asked := g.MIGModePending && g.PendingMIGMode() == target
+	switch {
+	case !ok:
+		return "", false
+	case g.Model.ModeChangeNeedsReset() && !p.AllowReset && !asked:
+		// The switch fails (ResetNotAllowed): the allocation fails as before GPU modes.
+		return "", false
+	case a.Spec.WholeGPU && target == nvml.MIGDisabled && g.MIGMode == nvml.MIGEnabled:
+		return fmt.Sprintf("GPU %s is switched out of MIG mode for this whole-GPU allocation (NodeAccelerator status.gpus[].modeSwitch says where it stands)", g.UUID), true
+	case !a.Spec.WholeGPU && target == nvml.MIGEnabled && g.MIGMode != nvml.MIGEnabled:
+		return fmt.Sprintf("GPU %s is switched to MIG mode for this slice (NodeAccelerator status.gpus[].modeSwitch says where it stands)", g.UUID), true
+	}
+	return "", false
+}
+
+// refusedByPolicy says why a slice allocation not realized yet is refused by its GPU's
+// policy (Whole), "" when it is not.
+func refusedByPolicy(a *slicerv1alpha1.SliceAllocation, g *engine.GPU, p migapi.ModePolicy, switches bool) string {
+	if g == nil || !switches || a.Spec.WholeGPU || p.Mode != slicerv1alpha1.GPUModePolicyWhole || a.Status.State == slicerv1alpha1.AllocationReady || a.Status.MIGDeviceUUID != "" {
+		return ""
+	}
+	return fmt.Sprintf("GPU %s's mode policy (spec.gpuModes) is Whole: it is kept whole, MIG mode off, and takes no MIG slice", g.UUID)
+}
+
+// modeSteps decides, for each GPU the agent has a policy for, what to do about its MIG mode
+// on this pass (engine.DecideModeSwitch), from obs (observed after this pass's slice work)
+// and the allocations as this pass leaves them (statuses: the ones it writes). It is pure.
+func modeSteps(w world, obs *engine.Observation, statuses map[types.NamespacedName]slicerv1alpha1.SliceAllocationStatus) map[string]engine.ModeStep {
+	if len(w.Modes) == 0 || obs == nil || w.Conflict.Present() {
+		return nil
+	}
+	out := map[string]engine.ModeStep{}
+	for _, g := range obs.GPUs {
+		p, ok := w.Modes[g.UUID]
+		if !ok {
+			continue
+		}
+		need, holders := engine.NeedNone, map[bool][]string{}
+		for _, k := range sortedKeys(w.Allocs) {
+			a := w.Allocs[k]
+			if wantFromAllocation(a).desired().GPU != g.UUID {
+				continue
+			}
+			state := a.Status.State
+			if st, ok := statuses[k]; ok {
+				state = st.State
+			}
+			if _, gone := w.PodGone[k]; (gone || state == slicerv1alpha1.AllocationFailed) && a.DeletionTimestamp == nil {
+				continue
+			}
+			if a.DeletionTimestamp == nil {
+				need = need.Add(a.Spec.WholeGPU)
+			}
+			holders[a.Spec.WholeGPU] = append(holders[a.Spec.WholeGPU], k.String())
+		}
+		// What holds the GPU in its current mode: allocations of the kind it serves now, and
+		// its devices the kubelet lists as assigned.
+		var busy []string
+		if held := holders[g.MIGMode != nvml.MIGEnabled]; len(held) > 0 {
+			busy = append(busy, "allocation(s) "+strings.Join(held, ", ")+" hold it")
+		}
+		if pods := podsOnGPU(w.Usage, g.UUID); len(pods) > 0 {
+			busy = append(busy, "the kubelet lists its devices as assigned to pod(s) "+strings.Join(pods, ", "))
+		}
+		out[g.UUID] = engine.DecideModeSwitch(g, engine.ModeInput{Policy: p, Need: need, Busy: strings.Join(busy, "; ")})
+	}
+	return out
+}
+
+// podsOnGPU lists the pods the kubelet's usage (device ID → pod) assigns a device of GPU uuid:
+// the whole GPU (its ID is the UUID) or a slice of it (mig.Slot.DeviceID).
+func podsOnGPU(usage map[string]string, uuid string) []string {
+	seen := map[string]bool{}
+	for id, pod := range usage {
+		if id == uuid || strings.HasPrefix(id, uuid+"_") {
+			seen[pod] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// switchModes carries out steps on obs's GPUs (SetMIGMode where a step says so) and returns
+// the switch each GPU reports, and whether a call was made (obs is then stale) or a switch
+// waits for something the agent should look at again soon (a client, an NVML error).
+func switchModes(obs *engine.Observation, steps map[string]engine.ModeStep, log logr.Logger) (reports map[string]*engine.ModeReport, called, retry bool) {
+	reports = map[string]*engine.ModeReport{}
+	for _, g := range obs.GPUs {
+		step, ok := steps[g.UUID]
+		if !ok {
+			continue
+		}
+		r := engine.SetModeStep(g, step)
+		if step.Set {
+			called = true
+			log.Info("MIG mode switch asked", "gpu", g.UUID, "index", g.Index, "from", g.MIGMode.String(), "to", step.Target.String(), "result", reportWords(r))
+		}
+		if r != nil {
+			reports[g.UUID] = r
+			retry = retry || r.Reason == slicerv1alpha1.GPUModeSwitchHeldByClient || r.Reason == slicerv1alpha1.GPUModeSwitchNVMLError
+		}
+	}
+	return reports, called, retry
+}
+
+func reportWords(r *engine.ModeReport) string {
+	if r == nil {
+		return "done"
+	}
+	return string(r.Phase) + " " + string(r.Reason) + ": " + r.Message
+}
