@@ -7,7 +7,8 @@ import (
 // This file is the API of issue 40's GPU modes: which GPUs Slicer may switch between a whole
 // GPU (MIG mode off) and MIG slices (spec.gpuModes), and what a node's agent reports of each
 // GPU's mode (NodeAccelerator status.gpus[].mode and .modeSwitch). docs/gpu-modes.md is the
-// user's guide. Neither the operator nor the agent acts on spec.gpuModes yet.
+// user's guide: the operator renders spec.gpuModes to the device-plugin agents, which switch
+// an empty GPU's MIG mode by it.
 
 // MaxGPUModePolicies bounds spec.gpuModes (its MaxItems marker carries the same number, which
 // TestGPUModesBoundsMatchCRD checks). Small, so that the list's CEL rules, which compare the
