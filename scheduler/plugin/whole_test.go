@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -154,5 +155,46 @@ func TestWholeGPURequestRefusals(t *testing.T) {
 		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), tc.want) {
 			t.Errorf("PreFilter(%s) = %v, want unresolvable with %q", tc.pod.Name, st, tc.want)
 		}
+	}
+}
+
+// Filter and Score of a whole-GPU pod allocate nothing, on a Slicer node (8 GPUs, half whole,
+// half switchable MIG) and on a node NVIDIA's device plugin serves.
+func TestWholeFilterScoreDoNotAllocate(t *testing.T) {
+	ctx := context.Background()
+	p := testPlugin(t, modes(accel("n1", 8), "wwwwdddd"))
+	pod := migPod("a", "nvidia.com/gpu", "2")
+	cs, _ := preFilter(t, p, pod)
+	for _, ni := range []fwk.NodeInfo{nodeInfo("n1", nil), foreignNodeInfo("nv", 8, 2)} {
+		allocs := testing.AllocsPerRun(100, func() {
+			if st := p.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			p.Score(ctx, cs, pod, ni)
+		})
+		if allocs != 0 {
+			t.Errorf("node %s: Filter+Score allocate %.0f times per call, want 0", ni.Node().Name, allocs)
+		}
+	}
+}
+
+// BenchmarkFilterScoreWhole is BenchmarkFilterScore for a pod of 2 whole GPUs.
+func BenchmarkFilterScoreWhole(b *testing.B) {
+	ctx := context.Background()
+	m, _ := NewMetrics(nil)
+	p := &Plugin{metrics: m, cache: snapshot.New(logr.Discard(), m), held: newNominations()}
+	p.defrag = testDefragmenter(p, defragPolicy{mode: slicerv1alpha1.DefragmentationDisabled})
+	p.cache.SetNodeAccelerator(modes(accel("n1", 8), "wwwwdddd"))
+	pod := migPod("a", "nvidia.com/gpu", "2")
+	cs := framework.NewCycleState()
+	p.PreFilter(ctx, cs, pod, nil)
+	for _, ni := range []fwk.NodeInfo{nodeInfo("n1", nil), foreignNodeInfo("nvidia", 8, 2)} {
+		b.Run(ni.Node().Name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p.Filter(ctx, cs, pod, ni)
+				p.Score(ctx, cs, pod, ni)
+			}
+		})
 	}
 }
