@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
@@ -156,18 +157,21 @@ func podsOnGPU(usage map[string]string, uuid string) []string {
 	return out
 }
 
-// switchModes carries out steps on obs's GPUs (SetMIGMode where a step says so) and returns
-// the switch each GPU reports, and whether a call was made (obs is then stale) or a switch
-// waits for something the agent should look at again soon (a client, an NVML error).
-func switchModes(obs *engine.Observation, steps map[string]engine.ModeStep, log logr.Logger) (reports map[string]*engine.ModeReport, called, retry bool) {
+// switchModes carries out steps on obs's GPUs (SetMIGMode where a step says so, each call
+// counted in m) and returns the switch each GPU reports, and whether a call was made (obs is
+// then stale) or a switch waits for something the agent should look at again soon (a client,
+// an NVML error).
+func switchModes(obs *engine.Observation, steps map[string]engine.ModeStep, m *engine.Metrics, log logr.Logger) (reports map[string]*engine.ModeReport, called, retry bool) {
 	reports = map[string]*engine.ModeReport{}
 	for _, g := range obs.GPUs {
 		step, ok := steps[g.UUID]
 		if !ok {
 			continue
 		}
+		start := time.Now()
 		r := engine.SetModeStep(g, step)
 		if step.Set {
+			m.ModeSwitchCalled(g, step, r, time.Since(start))
 			called = true
 			log.Info("MIG mode switch asked", "gpu", g.UUID, "index", g.Index, "from", g.MIGMode.String(), "to", step.Target.String(), "result", reportWords(r))
 		}
