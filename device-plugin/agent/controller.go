@@ -265,7 +265,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 
 	// MIG mode switches, on the GPUs as the slice work left them; then the GPUs as NVML
 	// reports them after the switches.
-	modeSwitches, called, modeRetry := switchModes(obs, modeSteps(w, obs, o.Statuses), r.opts.Metrics, log)
+	modeSwitches, modeDone, called, modeRetry := switchModes(obs, modeSteps(w, obs, o.Statuses), r.opts.Metrics, log)
 	if called {
 		if obs, err = r.observe(); err != nil {
 			return ctrl.Result{}, fmt.Errorf("observe GPUs after MIG mode switches: %w", err)
@@ -284,7 +284,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	r.tellUnhealthy(w, obs, o)
 	view := o.view(w, obs, d.Plan.Release)
-	view.Emulated, view.ModePolicies, view.ModeSwitches = r.opts.Emulated, w.Modes, modeSwitches
+	view.Emulated, view.ModePolicies, view.ModeSwitches, view.ModeSwitchesDone = r.opts.Emulated, w.Modes, modeSwitches, modeDone
 	// The NodeAccelerator last: its writes are coalesced (publish.go), so a slice's Ready
 	// never waits for it, and a write still pending brings the next reconcile forward.
 	pending, err := r.status.Publish(ctx, view)

@@ -150,7 +150,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "slicer_agent_gpu_mode_switch_requests_total", Help: "SetMIGMode calls the agent made, by target_mode (whole, mig) and result: done (the mode is current at once), cancelled (the target is the current mode: a pending change undone), held_by_client or reset_required (pending), instances_present or nvml_error (refused). A switch held by a client is asked again on every pass, and each call counts.",
 		}, []string{"target_mode", "result"}),
 		ModeSwitchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "slicer_agent_gpu_mode_switch_duration_seconds", Help: "Time a GPU's MIG mode switch took, by target_mode (whole, mig). A switch that SetMIGMode makes current at once: the call. One that stays pending: the agent keeps no memory across restarts, so from the modeSwitch.lastTransitionTime of the NodeAccelerator status it last wrote (pending; the time restarts when the switch's reason changes, and a change asked by hand that NVML reports pending counts too) until it writes the GPU in the target mode.",
+			Name: "slicer_agent_gpu_mode_switch_duration_seconds", Help: "Time a GPU's MIG mode switch took, by target_mode (whole, mig), observed when the agent writes the NodeAccelerator status that shows the GPU in its target mode. The agent keeps no memory across restarts: a switch the status it replaces showed pending is timed from that modeSwitch.lastTransitionTime (which restarts when the switch's reason changes; a change asked by hand that NVML reports pending counts too); one SetMIGMode made current at once, never shown pending, by the call.",
 			Buckets: prometheus.ExponentialBuckets(0.1, 4, 9),
 		}, []string{"target_mode"}),
 	}

@@ -65,33 +65,40 @@ func (m *Metrics) RecordModes(obs *Observation, reports map[string]*ModeReport) 
 }
 
 // ModeSwitchCalled counts one SetMIGMode call on g for step (step.Set), which returned the
-// switch r (SetModeStep; nil: the mode is current) after d; a switch done at once has d as
-// its duration.
-func (m *Metrics) ModeSwitchCalled(g *GPU, step ModeStep, r *ModeReport, d time.Duration) {
-	target := modeLabel[modeOf(step.Target)]
+// switch r (SetModeStep; nil: the mode is current). It says whether the call made g's MIG mode
+// current at once (a switch done; not a pending change cancelled), whose duration the status
+// writer observes (NodeView.ModeSwitchesDone).
+func (m *Metrics) ModeSwitchCalled(g *GPU, step ModeStep, r *ModeReport) (done bool) {
 	result := "done"
 	switch {
 	case r != nil:
 		result = switchReasonLabel[r.Reason]
 	case step.Target == g.MIGMode:
 		result = "cancelled"
-	default:
-		m.ModeSwitchDuration.WithLabelValues(target).Observe(d.Seconds())
 	}
-	m.ModeSwitchRequests.WithLabelValues(target, result).Inc()
+	m.ModeSwitchRequests.WithLabelValues(modeLabel[modeOf(step.Target)], result).Inc()
+	return result == "done"
 }
 
-// modeSwitchesDone observes the duration of each switch the status old showed pending whose
-// GPU st, written at now, shows in the target mode with no switch: from the switch's
-// lastTransitionTime in old (the agent remembers nothing else across restarts).
-func (m *Metrics) modeSwitchesDone(old, st slicerv1alpha1.NodeAcceleratorStatus, now time.Time) {
+// modeSwitchesDone observes the duration of each switch the status st, written at now, shows
+// done (its GPU in a mode with no switch): for one that the status old it replaces showed
+// pending to that mode, from the switch's lastTransitionTime there (the agent remembers
+// nothing else across restarts); for another, the SetMIGMode call that made it current at
+// once on this pass (calls, by UUID). Each switch is observed once: the next write replaces a
+// status that no longer shows it pending.
+func (m *Metrics) modeSwitchesDone(old, st slicerv1alpha1.NodeAcceleratorStatus, calls map[string]time.Duration, now time.Time) {
 	was := oldModeSwitches(old)
 	for i := range st.GPUs {
 		gs := &st.GPUs[i]
-		o := was[gs.UUID]
-		if o == nil || o.Phase != slicerv1alpha1.GPUModeSwitchPending || o.LastTransitionTime.IsZero() || gs.ModeSwitch != nil || gs.Mode != o.TargetMode {
+		if gs.ModeSwitch != nil || gs.Mode == "" || gs.Mode == slicerv1alpha1.GPUModeSwitching {
 			continue
 		}
-		m.ModeSwitchDuration.WithLabelValues(modeLabel[o.TargetMode]).Observe(max(now.Sub(o.LastTransitionTime.Time), 0).Seconds())
+		o := was[gs.UUID]
+		switch d, called := calls[gs.UUID]; {
+		case o != nil && o.Phase == slicerv1alpha1.GPUModeSwitchPending && o.TargetMode == gs.Mode && !o.LastTransitionTime.IsZero():
+			m.ModeSwitchDuration.WithLabelValues(modeLabel[gs.Mode]).Observe(max(now.Sub(o.LastTransitionTime.Time), 0).Seconds())
+		case called:
+			m.ModeSwitchDuration.WithLabelValues(modeLabel[gs.Mode]).Observe(d.Seconds())
+		}
 	}
 }

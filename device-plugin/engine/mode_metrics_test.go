@@ -69,8 +69,9 @@ func TestRecordModes(t *testing.T) {
 func testGPUOf(i int) string { return fmt.Sprintf("GPU-%d", i) }
 
 // A switch the written status showed pending is timed once, from its lastTransitionTime,
-// when the status the writer next writes shows it done; a restarted agent (a new writer) times
-// it the same way.
+// when the status the writer next writes shows it done, even when a SetMIGMode call of that
+// pass did it; a restarted agent (a new writer) times it the same way. A switch done at once,
+// never shown pending, is timed by its call.
 func TestStatusWriterTimesModeSwitches(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := slicerv1alpha1.AddToScheme(scheme); err != nil {
@@ -81,41 +82,49 @@ func TestStatusWriterTimesModeSwitches(t *testing.T) {
 	now := time.Unix(1000, 0)
 	clock := func() time.Time { return now }
 	w := NewStatusWriter(c, nil, "n1", -1, clock).WithMetrics(m)
-	g := &GPU{Index: 0, UUID: testGPUOf(0), Model: mig.A100_80GB, ProductName: "NVIDIA A100-SXM4-80GB", MIGSupported: true, MIGMode: nvml.MIGEnabled, MIGModePending: true, Healthy: true}
-	obs := &Observation{GPUs: []*GPU{g}}
+	a100 := &GPU{Index: 0, UUID: testGPUOf(0), Model: mig.A100_80GB, ProductName: "NVIDIA A100-SXM4-80GB", MIGSupported: true, MIGMode: nvml.MIGEnabled, MIGModePending: true, Healthy: true}
+	h100 := &GPU{Index: 1, UUID: testGPUOf(1), Model: mig.H100_80GB, ProductName: "NVIDIA H100 80GB HBM3", MIGSupported: true, MIGMode: nvml.MIGEnabled, Healthy: true}
+	obs := &Observation{GPUs: []*GPU{a100, h100}}
 	ctx := context.Background()
-	publish := func() {
+	publish := func(done map[string]time.Duration) {
 		t.Helper()
-		if _, err := w.Publish(ctx, NodeView{Obs: obs}); err != nil {
+		if _, err := w.Publish(ctx, NodeView{Obs: obs, ModeSwitchesDone: done}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	publish() // Switching to Whole, ResetRequired, since 1000
+	timed := func(target string) (uint64, float64) {
+		t.Helper()
+		var h dto.Metric
+		if err := m.ModeSwitchDuration.WithLabelValues(target).(prometheus.Histogram).Write(&h); err != nil {
+			t.Fatal(err)
+		}
+		return h.GetHistogram().GetSampleCount(), h.GetHistogram().GetSampleSum()
+	}
+	publish(nil) // the A100 Switching to Whole, ResetRequired, since 1000
 	now = now.Add(90 * time.Second)
-	publish() // unchanged
-	if n := durationCount(t, m); n != 0 {
+	publish(nil) // unchanged
+	if n, _ := timed("whole"); n != 0 {
 		t.Fatalf("a pending switch was timed: %d", n)
 	}
-	// The agent restarts; the GPU was reset meanwhile.
+	// The agent restarts; the A100 was reset meanwhile, and the H100 switched off by a call of
+	// 2 s (done at once: its status never showed it pending).
 	w = NewStatusWriter(c, nil, "n1", -1, clock).WithMetrics(m)
 	now = now.Add(30 * time.Second)
-	g.MIGMode, g.MIGModePending = nvml.MIGDisabled, false
-	publish()
-	publish()
-	var h dto.Metric
-	if err := m.ModeSwitchDuration.WithLabelValues("whole").(prometheus.Histogram).Write(&h); err != nil {
-		t.Fatal(err)
+	a100.MIGMode, a100.MIGModePending = nvml.MIGDisabled, false
+	h100.MIGMode = nvml.MIGDisabled
+	publish(map[string]time.Duration{h100.UUID: 2 * time.Second})
+	publish(nil)
+	if n, sum := timed("whole"); n != 2 || sum != 122 {
+		t.Errorf("switches to whole timed %d times, %v s in all; want twice, 120 s (the A100) + 2 s (the H100)", n, sum)
 	}
-	if n, s := h.GetHistogram().GetSampleCount(), h.GetHistogram().GetSampleSum(); n != 1 || s != 120 {
-		t.Errorf("switch to whole timed %d times, %v s in all; want once, 120 s", n, s)
+	// The H100 back to MIG: held (pending) for a minute, then done by a call of 1 s: timed once,
+	// the minute.
+	h100.MIGModePending = true
+	publish(nil)
+	now = now.Add(time.Minute)
+	h100.MIGMode, h100.MIGModePending = nvml.MIGEnabled, false
+	publish(map[string]time.Duration{h100.UUID: time.Second})
+	if n, sum := timed("mig"); n != 1 || sum != 60 {
+		t.Errorf("switches to mig timed %d times, %v s in all; want once, 60 s", n, sum)
 	}
-}
-
-func durationCount(t *testing.T, m *Metrics) uint64 {
-	t.Helper()
-	var h dto.Metric
-	if err := m.ModeSwitchDuration.WithLabelValues("whole").(prometheus.Histogram).Write(&h); err != nil {
-		t.Fatal(err)
-	}
-	return h.GetHistogram().GetSampleCount()
 }

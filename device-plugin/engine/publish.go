@@ -138,8 +138,9 @@ type StatusWriter struct {
 }
 
 // WithMetrics makes w observe, on each status write, the duration of the MIG mode switches
-// the status it replaces showed pending and the new one shows done
-// (slicer_agent_gpu_mode_switch_duration_seconds). It returns w.
+// the new status shows done (slicer_agent_gpu_mode_switch_duration_seconds): those the status
+// it replaces showed pending, and those the view says SetMIGMode made current at once. It
+// returns w.
 func (w *StatusWriter) WithMetrics(m *Metrics) *StatusWriter {
 	w.metrics = m
 	return w
@@ -199,7 +200,7 @@ func (w *StatusWriter) Publish(ctx context.Context, v NodeView) (time.Duration, 
 	w.replacedRV = replaced
 	w.clock.wrote(now)
 	if w.metrics != nil {
-		w.metrics.modeSwitchesDone(old, st, now)
+		w.metrics.modeSwitchesDone(old, st, v.ModeSwitchesDone, now)
 	}
 	if v.Conflict.Present() && !wasConflict {
 		Emit(w.recorder, &na, corev1.EventTypeWarning, v.Conflict.Reason, "%s", v.Conflict.Message)
