@@ -21,7 +21,8 @@ import (
 // The mode gauges say what the status says: GPUs by mode, one series per GPU with a switch
 // not done, gone once it is done.
 func TestRecordModes(t *testing.T) {
-	m := NewMetrics(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
 	E, D := nvml.MIGEnabled, nvml.MIGDisabled
 	gpu := func(i int, m mig.Model, cur, pend nvml.MIGMode) *GPU {
 		return &GPU{Index: i, UUID: testGPUOf(i), Model: m, MIGSupported: true, MIGMode: cur, MIGModePending: cur != pend, Healthy: true}
@@ -53,6 +54,11 @@ func TestRecordModes(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(m.ModeSwitch.WithLabelValues("1", "whole", "pending", "reset_required")); v != 1 {
 		t.Errorf("GPU 1's switch = %v, want 1", v)
+	}
+	m.ModeSwitchCalled(obs.GPUs[2], ModeStep{Set: true, Target: nvml.MIGEnabled}, nil)
+	m.ModeSwitchDuration.WithLabelValues("mig").Observe(1)
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
 	}
 	// GPU 0 turns whole, GPU 1 is reset: no switch left.
 	obs.GPUs[0].MIGMode = D
