@@ -125,7 +125,7 @@ func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconcil
 	}
 	r := &Reconciler{client: c, recorder: recorder, opts: opts, orphanSince: engine.OrphanClock{},
 		firstSeen: map[types.NamespacedName]time.Time{}, noted: engine.Told{},
-		status:     engine.NewStatusWriter(c, recorder, opts.NodeName, opts.PublishInterval, opts.Now),
+		status:     engine.NewStatusWriter(c, recorder, opts.NodeName, opts.PublishInterval, opts.Now).WithMetrics(opts.Metrics),
 		healthKick: make(chan event.GenericEvent, 1)}
 	r.health = engine.NewHealth(func() {
 		select {
@@ -265,7 +265,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 
 	// MIG mode switches, on the GPUs as the slice work left them; then the GPUs as NVML
 	// reports them after the switches.
-	modeSwitches, called, modeRetry := switchModes(obs, modeSteps(w, obs, o.Statuses), log)
+	modeSwitches, modeDone, called, modeRetry := switchModes(obs, modeSteps(w, obs, o.Statuses), r.opts.Metrics, log)
 	if called {
 		if obs, err = r.observe(); err != nil {
 			return ctrl.Result{}, fmt.Errorf("observe GPUs after MIG mode switches: %w", err)
@@ -284,7 +284,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	r.tellUnhealthy(w, obs, o)
 	view := o.view(w, obs, d.Plan.Release)
-	view.Emulated, view.ModePolicies, view.ModeSwitches = r.opts.Emulated, w.Modes, modeSwitches
+	view.Emulated, view.ModePolicies, view.ModeSwitches, view.ModeSwitchesDone = r.opts.Emulated, w.Modes, modeSwitches, modeDone
 	// The NodeAccelerator last: its writes are coalesced (publish.go), so a slice's Ready
 	// never waits for it, and a write still pending brings the next reconcile forward.
 	pending, err := r.status.Publish(ctx, view)
@@ -296,6 +296,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	r.recordMetrics(obs, view, allocs)
+	r.opts.Metrics.RecordModes(obs, modeSwitches)
 	after := r.nextResync(now)
 	if retry {
 		// Exponential backoff while something waits (in use, faults, orphans

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
@@ -156,18 +157,24 @@ func podsOnGPU(usage map[string]string, uuid string) []string {
 	return out
 }
 
-// switchModes carries out steps on obs's GPUs (SetMIGMode where a step says so) and returns
-// the switch each GPU reports, and whether a call was made (obs is then stale) or a switch
-// waits for something the agent should look at again soon (a client, an NVML error).
-func switchModes(obs *engine.Observation, steps map[string]engine.ModeStep, log logr.Logger) (reports map[string]*engine.ModeReport, called, retry bool) {
-	reports = map[string]*engine.ModeReport{}
+// switchModes carries out steps on obs's GPUs (SetMIGMode where a step says so, each call
+// counted in m) and returns the switch each GPU reports, how long each call that made a GPU's
+// mode current at once took (done, by UUID; the status writer times the switch by it), and
+// whether a call was made (obs is then stale) or a switch waits for something the agent should
+// look at again soon (a client, an NVML error).
+func switchModes(obs *engine.Observation, steps map[string]engine.ModeStep, m *engine.Metrics, log logr.Logger) (reports map[string]*engine.ModeReport, done map[string]time.Duration, called, retry bool) {
+	reports, done = map[string]*engine.ModeReport{}, map[string]time.Duration{}
 	for _, g := range obs.GPUs {
 		step, ok := steps[g.UUID]
 		if !ok {
 			continue
 		}
+		start := time.Now()
 		r := engine.SetModeStep(g, step)
 		if step.Set {
+			if m.ModeSwitchCalled(g, step, r) {
+				done[g.UUID] = time.Since(start)
+			}
 			called = true
 			log.Info("MIG mode switch asked", "gpu", g.UUID, "index", g.Index, "from", g.MIGMode.String(), "to", step.Target.String(), "result", reportWords(r))
 		}
@@ -176,7 +183,7 @@ func switchModes(obs *engine.Observation, steps map[string]engine.ModeStep, log 
 			retry = retry || r.Reason == slicerv1alpha1.GPUModeSwitchHeldByClient || r.Reason == slicerv1alpha1.GPUModeSwitchNVMLError
 		}
 	}
-	return reports, called, retry
+	return reports, done, called, retry
 }
 
 func reportWords(r *engine.ModeReport) string {

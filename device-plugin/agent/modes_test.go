@@ -1,15 +1,20 @@
 package agent
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
@@ -174,5 +179,76 @@ func TestModeSteps(t *testing.T) {
 				t.Errorf("%s: step %+v (%+v); want %+v", tc.name, got, s.Switch, *tc.want)
 			}
 		}
+	}
+}
+
+// Each SetMIGMode call the agent makes is counted by what NVML answered, and a call that makes
+// the mode current at once is timed for the status writer, on the emulated NVML: a client
+// holds the H100 (pending), then lets it go (done); the A100 waits for a reset; asking the
+// H100 for its mode again is no switch.
+func TestSwitchModesCountsCalls(t *testing.T) {
+	backend, err := emulated.New(emulated.Options{Node: "n1", GPUs: []mig.Model{mig.H100_80GB, mig.A100_80GB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backend.Init(); err != nil {
+		t.Fatal(err)
+	}
+	m := engine.NewMetrics(prometheus.NewRegistry())
+	h100, a100 := emulated.GPUUUID("n1", 0), emulated.GPUUUID("n1", 1)
+	off := engine.ModeStep{Set: true, Target: nvml.MIGDisabled}
+	pass := func(steps map[string]engine.ModeStep) (map[string]*engine.ModeReport, []string) {
+		t.Helper()
+		obs, err := engine.Observe(backend, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reports, done, called, _ := switchModes(obs, steps, m, logr.Discard())
+		if !called {
+			t.Fatal("no SetMIGMode call")
+		}
+		return reports, slices.Sorted(maps.Keys(done))
+	}
+	calls := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, res := range []string{"done", "cancelled", "held_by_client", "reset_required", "instances_present", "nvml_error"} {
+			if v := testutil.ToFloat64(m.ModeSwitchRequests.WithLabelValues("whole", res)); v != 0 {
+				out[res] = v
+			}
+		}
+		return out
+	}
+	if err := backend.HoldGPU(0, true); err != nil {
+		t.Fatal(err)
+	}
+	r, done := pass(map[string]engine.ModeStep{h100: off})
+	if r[h100] == nil || r[h100].Reason != slicerv1alpha1.GPUModeSwitchHeldByClient || len(done) != 0 {
+		t.Fatalf("held H100: %+v, done %v; want pending HeldByClient, none done", r[h100], done)
+	}
+	if diff := cmp.Diff(map[string]float64{"held_by_client": 1}, calls()); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+	if err := backend.HoldGPU(0, false); err != nil {
+		t.Fatal(err)
+	}
+	r, done = pass(map[string]engine.ModeStep{h100: off, a100: off})
+	if r[h100] != nil || r[a100] == nil || r[a100].Reason != slicerv1alpha1.GPUModeSwitchResetRequired {
+		t.Fatalf("released H100 and A100: %+v, %+v; want done and pending ResetRequired", r[h100], r[a100])
+	}
+	if diff := cmp.Diff([]string{h100}, done); diff != "" {
+		t.Errorf("done at once (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]float64{"held_by_client": 1, "done": 1, "reset_required": 1}, calls()); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+	// The H100 is whole now: asking again for whole is no switch.
+	if _, done = pass(map[string]engine.ModeStep{h100: off}); len(done) != 0 {
+		t.Errorf("asking for the current mode: done %v; want none", done)
+	}
+	if got := calls()["cancelled"]; got != 1 {
+		t.Errorf("cancelled calls = %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(m.ModeSwitchDuration); n != 0 {
+		t.Errorf("the agent timed %d switch(es) itself; the status writer does", n)
 	}
 }

@@ -93,7 +93,7 @@ func New(opts Options) *Driver {
 		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook(), told: engine.Told{}}
 	d.gpuHealth = engine.NewHealth(d.poke)
 	if opts.Status != nil {
-		d.status = engine.NewStatusWriter(opts.Status, opts.Events, opts.NodeName, opts.PublishInterval, opts.Now)
+		d.status = engine.NewStatusWriter(opts.Status, opts.Events, opts.NodeName, opts.PublishInterval, opts.Now).WithMetrics(opts.Metrics)
 	}
 	return d
 }

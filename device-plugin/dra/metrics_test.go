@@ -23,7 +23,7 @@ const (
 // series; a second recording drops gone series.
 func TestRecordMetrics(t *testing.T) {
 	m := engine.NewMetrics(prometheus.NewRegistry())
-	obs := &engine.Observation{GPUs: []*engine.GPU{{Index: 0, UUID: "GPU-0", Model: h100(t), Healthy: true, MIGMode: 1, Slices: []engine.Slice{
+	obs := &engine.Observation{GPUs: []*engine.GPU{{Index: 0, UUID: "GPU-0", Model: h100(t), Healthy: true, MIGSupported: true, MIGMode: 1, Slices: []engine.Slice{
 		{Slot: slot("1g.10gb", 3, 1), GI: 9, CI: 0, MIGUUID: "MIG-1"},
 		{Slot: slot("3g.40gb", 4, 4), GI: 2, CI: 0, MIGUUID: "MIG-2"},
 	}}}}
@@ -54,6 +54,9 @@ func TestRecordMetrics(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.FreeCompute.WithLabelValues("0")); got != 3 {
 		t.Fatalf("free compute slices = %v, want 3", got)
+	}
+	if got := testutil.ToFloat64(m.GPUModes.WithLabelValues("mig")); got != 1 {
+		t.Fatalf("GPUs in mode mig = %v, want 1", got)
 	}
 	obs.GPUs[0].Slices = nil
 	recordMetrics(m, obs, nil)

@@ -59,6 +59,11 @@ type Metrics struct {
 	XIDs            *prometheus.CounterVec
 	XIDLast         *prometheus.GaugeVec
 	GPUHealthy      *prometheus.GaugeVec
+	// GPU modes (mode_metrics.go).
+	GPUModes           *prometheus.GaugeVec
+	ModeSwitch         *prometheus.GaugeVec
+	ModeSwitchRequests *prometheus.CounterVec
+	ModeSwitchDuration *prometheus.HistogramVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not registered).
@@ -135,6 +140,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "slicer_agent_realize_duration_seconds", Help: "Time from the agent first seeing an allocation to its slice being Ready (DRA: from the kubelet's prepare call to the claim prepared).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
 		}),
+		GPUModes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_gpus", Help: "The node's GPUs by the mode the agent's NodeAccelerator status gives them (status.gpus[].mode): whole, mig, or switching (NVML reports a change of MIG mode pending). A GPU whose MIG mode was not read is in none.",
+		}, []string{"mode"}),
+		ModeSwitch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slicer_agent_gpu_mode_switch_info", Help: "One series (value 1) per GPU whose NodeAccelerator status shows a MIG mode switch not done (status.gpus[].modeSwitch), by GPU index, target_mode (whole, mig), phase (pending, failed) and reason (held_by_client, reset_required, reset_not_allowed, instances_present, nvml_error); absent once the GPU is in its target mode. SlicerGPUModeSwitchStuck fires on it.",
+		}, []string{"gpu", "target_mode", "phase", "reason"}),
+		ModeSwitchRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slicer_agent_gpu_mode_switch_requests_total", Help: "SetMIGMode calls the agent made, by target_mode (whole, mig) and result: done (the mode is current at once), cancelled (the target is the current mode: a pending change undone), held_by_client or reset_required (pending), instances_present or nvml_error (refused). A switch held by a client is asked again on every pass, and each call counts.",
+		}, []string{"target_mode", "result"}),
+		ModeSwitchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "slicer_agent_gpu_mode_switch_duration_seconds", Help: "Time a GPU's MIG mode switch took, by target_mode (whole, mig), observed when the agent writes the NodeAccelerator status that shows the GPU in its target mode. The agent keeps no memory across restarts: a switch the status it replaces showed pending is timed from that modeSwitch.lastTransitionTime (which restarts when the switch's reason changes; a change asked by hand that NVML reports pending counts too); one SetMIGMode made current at once, never shown pending, by the call.",
+			Buckets: prometheus.ExponentialBuckets(0.1, 4, 9),
+		}, []string{"target_mode"}),
 	}
 	if reg != nil {
 		for _, c := range m.Collectors() {
@@ -148,7 +166,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Instances, m.SliceInfo, m.StepDown, m.Operations, m.OpDuration, m.NVMLErrors, m.OrphansReclaim,
 		m.Conflicts, m.PodGone, m.PodFinished, m.Registrations, m.AllocateResults, m.DRARequests, m.CDIWrites, m.FreeCompute, m.FreeMemory,
-		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration, m.XIDs, m.XIDLast, m.GPUHealthy}
+		m.ComputeSlices, m.MemorySlices, m.Fragmentation, m.RealizeDuration, m.XIDs, m.XIDLast, m.GPUHealthy,
+		m.GPUModes, m.ModeSwitch, m.ModeSwitchRequests, m.ModeSwitchDuration}
 }
 
 func (m *Metrics) migOp(op string, d time.Duration, err error) {

@@ -133,6 +133,17 @@ type StatusWriter struct {
 	// replacedRV is the NodeAccelerator resourceVersion the last status write replaced (see
 	// Publish).
 	replacedRV string
+	// metrics, when set, observe the mode switches each write shows done (WithMetrics).
+	metrics *Metrics
+}
+
+// WithMetrics makes w observe, on each status write, the duration of the MIG mode switches
+// the new status shows done (slicer_agent_gpu_mode_switch_duration_seconds): those the status
+// it replaces showed pending, and those the view says SetMIGMode made current at once. It
+// returns w.
+func (w *StatusWriter) WithMetrics(m *Metrics) *StatusWriter {
+	w.metrics = m
+	return w
 }
 
 // NewStatusWriter returns a writer for node's NodeAccelerator through c (created when
@@ -181,13 +192,16 @@ func (w *StatusWriter) Publish(ctx context.Context, v NodeView) (time.Duration, 
 	wasConflict := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionOwnershipConflict)
 	wasDriverDown := hasTrue(na.Status.Conditions, slicerv1alpha1.ConditionDriverNotReady)
 	patch := client.MergeFromWithOptions(na.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	replaced := na.ResourceVersion
+	replaced, old := na.ResourceVersion, na.Status
 	na.Status = st
 	if err := w.client.Status().Patch(ctx, &na, patch); err != nil {
 		return 0, fmt.Errorf("NodeAccelerator status: %w", err)
 	}
 	w.replacedRV = replaced
 	w.clock.wrote(now)
+	if w.metrics != nil {
+		w.metrics.modeSwitchesDone(old, st, v.ModeSwitchesDone, now)
+	}
 	if v.Conflict.Present() && !wasConflict {
 		Emit(w.recorder, &na, corev1.EventTypeWarning, v.Conflict.Reason, "%s", v.Conflict.Message)
 	}

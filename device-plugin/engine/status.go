@@ -40,6 +40,10 @@ type NodeView struct {
 	// ModeSwitches is the switch the agent decided on this pass for each GPU, by UUID
 	// (engine.DecideModeSwitch; renderMode).
 	ModeSwitches map[string]*ModeReport
+	// ModeSwitchesDone is, for each GPU whose MIG mode SetMIGMode made current at once on
+	// this pass, by UUID, how long the call took: the switch's duration where the status
+	// it replaces did not show it pending (Metrics.modeSwitchesDone).
+	ModeSwitchesDone map[string]time.Duration
 }
 
 // renderStatus computes the NodeAccelerator status (pure but for the transition times of

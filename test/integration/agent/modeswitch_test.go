@@ -5,6 +5,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/agent"
@@ -120,11 +123,27 @@ var _ = Describe("GPU mode switches", func() {
 			g.Expect(st.Reason).To(Equal(slicerv1alpha1.ReasonMIGModeOff))
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 		Expect(n.backend.Instances()).To(BeEmpty())
+		// The metrics say what the status says.
+		Eventually(func(g Gomega) {
+			g.Expect(testutil.ToFloat64(n.metrics.ModeSwitch.WithLabelValues("0", "whole", "pending", "held_by_client"))).To(Equal(1.0))
+			g.Expect(testutil.ToFloat64(n.metrics.GPUModes.WithLabelValues("switching"))).To(Equal(1.0))
+			g.Expect(testutil.ToFloat64(n.metrics.ModeSwitchRequests.WithLabelValues("whole", "held_by_client"))).To(BeNumerically(">=", 1))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
 
 		Expect(n.backend.HoldGPU(0, false)).To(Succeed())
 		n.waitGPU(0, expectWhole)
 		cur, pend := n.migModeOf(0)
 		Expect([]nvml.MIGMode{cur, pend}).To(Equal([]nvml.MIGMode{nvml.MIGDisabled, nvml.MIGDisabled}))
+		Eventually(func(g Gomega) {
+			g.Expect(testutil.CollectAndCount(n.metrics.ModeSwitch)).To(BeZero())
+			g.Expect(testutil.ToFloat64(n.metrics.GPUModes.WithLabelValues("whole"))).To(Equal(1.0))
+			g.Expect(testutil.ToFloat64(n.metrics.ModeSwitchRequests.WithLabelValues("whole", "done"))).To(Equal(1.0))
+			// The status showed it pending, then done: timed once, from the pending switch's
+			// lastTransitionTime, though a SetMIGMode call made it current.
+			var h dto.Metric
+			g.Expect(n.metrics.ModeSwitchDuration.WithLabelValues("whole").(prometheus.Histogram).Write(&h)).To(Succeed())
+			g.Expect(h.GetHistogram().GetSampleCount()).To(Equal(uint64(1)))
+		}).WithTimeout(30 * time.Second).Should(Succeed())
 		n.invariants()
 	})
 
