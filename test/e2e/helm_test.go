@@ -28,6 +28,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 const (
@@ -351,7 +352,10 @@ func takeUpgradeSnapshot(ctx context.Context) (upgradeSnapshot, error) {
 		}
 	}
 	for _, a := range allocationsIn(ctx, demoNamespace) {
-		s.allocations[a.Name] = fmt.Sprintf("uid %s spec %+v device %s state %s", a.UID, a.Spec, a.Status.MIGDeviceUUID, a.Status.State)
+		// The spec by value: its placement is a pointer, whose address differs between reads.
+		spec := a.Spec
+		spec.Placement = nil
+		s.allocations[a.Name] = fmt.Sprintf("uid %s spec %+v slot %s device %s state %s", a.UID, spec, migapi.SlotAsWritten(&a.Spec), a.Status.MIGDeviceUUID, a.Status.State)
 	}
 	v, err := readDeviceView(ctx)
 	if err != nil {
