@@ -112,9 +112,9 @@ const (
 	// ReasonProfileNotSupported: the node's GPU or driver has no such MIG profile (a profile
 	// newer than the driver, mig.Profile.MinDriver); the allocation fails.
 	ReasonProfileNotSupported = "ProfileNotSupported"
-	// ReasonWholeGPUNotServed: the allocation holds a whole GPU (spec.wholeGPU) and the node's
-	// agent does not serve whole GPUs yet (docs/design/whole-gpus.md, "Not done yet"); it fails.
-	ReasonWholeGPUNotServed = "WholeGPUNotServed"
+	// ReasonMIGModeOn: the allocation holds a whole GPU (spec.wholeGPU), the GPU is in MIG mode,
+	// and its mode policy does not let the agent switch it out (docs/gpu-modes.md); it fails.
+	ReasonMIGModeOn = "MIGModeOn"
 	// ReasonWaitingForPods: the Slicer's deletion waits for the pods that hold MIG slices
 	// (uninstall policy Wait).
 	ReasonWaitingForPods = "WaitingForPods"

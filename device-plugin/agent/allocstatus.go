@@ -22,7 +22,15 @@ func validate(obs *engine.Observation, a *slicerv1alpha1.SliceAllocation, switch
 		return slicerv1alpha1.ReasonGPUNotFound, fmt.Sprintf("GPU %s is not on node %s", a.Spec.GPUUUID, a.Spec.NodeName)
 	}
 	if a.Spec.WholeGPU {
-		return slicerv1alpha1.ReasonWholeGPUNotServed, fmt.Sprintf("the allocation holds GPU %s whole, and this agent serves only MIG slices", g.UUID)
+		// A whole GPU needs MIG mode off; one in MIG mode that waits for a switch its policy
+		// allows is not validated (waitsForMode). Any GPU, of a MIG model or not, serves whole.
+		switch {
+		case g.MIGMode != nvml.MIGEnabled:
+			return "", ""
+		case switches:
+			return slicerv1alpha1.ReasonMIGModeOn, fmt.Sprintf("GPU %s is in MIG mode, so it is not handed out whole; its mode policy (spec.gpuModes) does not let the agent switch it out of MIG mode (the NodeAccelerator status says why)", g.UUID)
+		}
+		return slicerv1alpha1.ReasonMIGModeOn, fmt.Sprintf("GPU %s is in MIG mode, so it is not handed out whole; the agent has no GPU mode policies (spec.gpuModes), so it does not change MIG mode", g.UUID)
 	}
 	if !g.MIGReady() {
 		if g.MIGMode != nvml.MIGEnabled && switches {

@@ -14,6 +14,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
+	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
@@ -89,7 +90,8 @@ func decide(w world) decision {
 		Released:   map[types.NamespacedName]bool{},
 		Unobserved: map[types.NamespacedName]engine.Slice{},
 	}
-	var wants []Want
+	var wants, whole []Want
+	ready := map[types.NamespacedName]bool{}
 	for _, k := range sortedKeys(w.Allocs) {
 		a := w.Allocs[k]
 		wt := wantFromAllocation(a)
@@ -121,9 +123,14 @@ func decide(w world) decision {
 				continue
 			}
 		}
+		if a.Spec.WholeGPU {
+			whole, ready[k] = append(whole, wt), a.Status.State == slicerv1alpha1.AllocationReady
+			continue
+		}
 		wants = append(wants, wt)
 	}
 	d.Plan = plan(planInput{Slices: w.Obs.Slices(), Wants: wants, Use: usageByMIGUUID(w.Obs.Slices(), w.Usage), OrphanSince: w.OrphanSince, Now: w.Now, Grace: w.Grace})
+	bindWhole(&d.Plan, w.Obs, whole, ready, w.Usage)
 	p := d.Plan
 	for k, s := range p.Release {
 		if s == nil {
@@ -192,6 +199,8 @@ func unobserved(d *decision, a *slicerv1alpha1.SliceAllocation, wt Want, g *engi
 	switch {
 	case wt.Deleting:
 		d.Statuses[wt.Key] = releasing(a, slicerv1alpha1.ReasonNVMLError, "not destroying yet: "+msg)
+	case a.Status.State == slicerv1alpha1.AllocationReady && a.Spec.WholeGPU:
+		d.Unobserved[wt.Key] = engine.Slice{Slot: mig.WholeSlot(wt.desired().GPU), GI: -1, CI: -1}
 	case a.Status.State == slicerv1alpha1.AllocationReady && a.Status.MIGDeviceUUID != "":
 		s := engine.Slice{Slot: wt.desired(), GI: -1, CI: -1, MIGUUID: a.Status.MIGDeviceUUID}
 		if a.Status.GPUInstanceID != nil {
@@ -307,7 +316,7 @@ func settle(w world, d decision, log logr.Logger) outcome {
 		why := d.Plan.Blocked[k]
 		o.Retry = true
 		a := w.Allocs[k]
-		if a.Status.State == slicerv1alpha1.AllocationReady {
+		if a.Status.State == slicerv1alpha1.AllocationReady && !a.Spec.WholeGPU {
 			// Its slice is gone (a node reboot) and its slot cannot be recreated now. Its device
 			// is not advertised: the kubelet refuses to start the pod's containers (admission
 			// fails, or PreStartContainer refuses) rather than start them without it.

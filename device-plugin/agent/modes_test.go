@@ -93,10 +93,14 @@ func TestDecideWithModes(t *testing.T) {
 			allocation("a", "1g.10gb", 0, 1), "", []string{"create a GPU-0 1g.10gb@0"}},
 		{"a whole GPU on a MIG H100, Dynamic: waits for the switch", gpuIn(mig.H100_80GB, E, E), map[string]migapi.ModePolicy{testGPU: dyn},
 			allocation("w", "", 0, 0, wholeGPU), "w=Pending/" + ReasonWaitingForModeSwitch, nil},
-		{"a whole GPU on a whole H100: not served yet", gpuIn(mig.H100_80GB, D, D), map[string]migapi.ModePolicy{testGPU: dyn},
-			allocation("w", "", 0, 0, wholeGPU), "w=Failed/" + slicerv1alpha1.ReasonWholeGPUNotServed, nil},
-		{"a whole GPU on a MIG A100 without allowReset: not served", gpuIn(mig.A100_80GB, E, E), map[string]migapi.ModePolicy{testGPU: dyn},
-			allocation("w", "", 0, 0, wholeGPU), "w=Failed/" + slicerv1alpha1.ReasonWholeGPUNotServed, nil},
+		{"a whole GPU on a whole H100: bound, nothing to run", gpuIn(mig.H100_80GB, D, D), map[string]migapi.ModePolicy{testGPU: dyn},
+			allocation("w", "", 0, 0, wholeGPU), "", nil},
+		{"a whole GPU on a MIG A100 without allowReset: fails", gpuIn(mig.A100_80GB, E, E), map[string]migapi.ModePolicy{testGPU: dyn},
+			allocation("w", "", 0, 0, wholeGPU), "w=Failed/" + slicerv1alpha1.ReasonMIGModeOn, nil},
+		{"a whole GPU on a MIG H100 without policies: fails", gpuIn(mig.H100_80GB, E, E), nil,
+			allocation("w", "", 0, 0, wholeGPU), "w=Failed/" + slicerv1alpha1.ReasonMIGModeOn, nil},
+		{"a whole GPU on a MIG H100, fixed MIG: fails", gpuIn(mig.H100_80GB, E, E), map[string]migapi.ModePolicy{testGPU: {Mode: slicerv1alpha1.GPUModePolicyMIG}},
+			allocation("w", "", 0, 0, wholeGPU), "w=Failed/" + slicerv1alpha1.ReasonMIGModeOn, nil},
 	} {
 		d := decide(world{Obs: tc.obs, Modes: tc.modes, Allocs: allocMap(tc.alloc)})
 		var want []string

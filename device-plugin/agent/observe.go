@@ -24,7 +24,8 @@ import (
 func (r *Reconciler) nodeFacts(ctx context.Context) (migapi.Foreign, migapi.Bypass, map[string]string, error) {
 	var node corev1.Node
 	err := r.client.Get(ctx, types.NamespacedName{Name: r.opts.NodeName}, &node)
-	foreign, ferr := engine.Foreign(&node, err)
+	// Its own plugin serves whole GPUs as nvidia.com/gpu (whole.go).
+	foreign, ferr := engine.Foreign(&node, err, migapi.NVIDIAGPUResource)
 	if ferr != nil {
 		return foreign, migapi.Bypass{}, nil, ferr
 	}

@@ -143,7 +143,7 @@ func plan(in planInput) Plan {
 				}
 			}
 			if idx < 0 {
-				p.Blocked[w.Key] = [2]string{"Swapped", "the kubelet gave this allocation's slice to another pod; waiting for that pod's slice"}
+				p.Blocked[w.Key] = [2]string{ReasonSwapped, "the kubelet gave this allocation's slice to another pod; waiting for that pod's slice"}
 				continue
 			}
 		}

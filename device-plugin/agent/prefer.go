@@ -15,6 +15,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/internal/podrequest"
 )
 
@@ -85,9 +86,9 @@ func (c *Chooser) input(ctx context.Context, resource string) (preferInput, erro
 		return in, fmt.Errorf("kubelet pod resources: %w", err)
 	}
 	in.Kubelet = kp
-	profile, ok := mig.ProfileNameFromResource(resource)
+	kind, ok := deviceKind(resource)
 	if !ok {
-		return in, fmt.Errorf("%s is not a MIG resource", resource)
+		return in, fmt.Errorf("%s is not a resource the agent serves", resource)
 	}
 	var list slicerv1alpha1.SliceAllocationList
 	if err := c.Cache.List(ctx, &list, client.MatchingLabels{slicerv1alpha1.LabelNode: c.Node}); err != nil {
@@ -130,8 +131,8 @@ func (c *Chooser) input(ctx context.Context, resource string) (preferInput, erro
 		if pod == nil || pod.Spec.NodeName != c.Node {
 			continue
 		}
-		need, err := podrequest.ForPod(&pod.Spec)
-		if err != nil || distinct(kp[key][resource]) >= need.Count(profile) {
+		need, err := podNeed(resource, &pod.Spec)
+		if err != nil || distinct(kp[key][resource]) >= need.Count(kind) {
 			continue // not admitting this resource: no reads
 		}
 		in.Pods[key] = pod
@@ -184,7 +185,30 @@ func (c *Chooser) pod(ctx context.Context, key types.NamespacedName, uid string)
 // relevant reports whether a is a live allocation of this node for resource.
 func relevant(a *slicerv1alpha1.SliceAllocation, node, resource string) bool {
 	return a.DeletionTimestamp == nil && a.Spec.NodeName == node && a.Status.State != slicerv1alpha1.AllocationFailed &&
-		mig.ResourceName(string(a.Spec.Profile)) == resource
+		resourceOf(migapi.SlotAsWritten(&a.Spec)) == resource
+}
+
+// deviceKind is the key of a served resource's devices in a podrequest.Need: the MIG profile
+// (NVIDIA spelling) of slicer.dev/mig-<profile>, nvidia.com/gpu itself for whole GPUs.
+func deviceKind(resource string) (string, bool) {
+	if resource == migapi.NVIDIAGPUResource {
+		return resource, true
+	}
+	return mig.ProfileNameFromResource(resource)
+}
+
+// podNeed is what a pod needs of a served resource's kind (deviceKind): its slices
+// (podrequest.ForPod), or its whole GPUs (podrequest.WholeGPUNeed).
+func podNeed(resource string, spec *corev1.PodSpec) (podrequest.Need, error) {
+	if resource == migapi.NVIDIAGPUResource {
+		return podrequest.WholeGPUNeed(spec)
+	}
+	return podrequest.ForPod(spec)
+}
+
+// realized reports whether a Ready allocation has its device: a MIG device, or a whole GPU.
+func realized(a *slicerv1alpha1.SliceAllocation) bool {
+	return a.Status.State == slicerv1alpha1.AllocationReady && (a.Spec.WholeGPU || a.Status.MIGDeviceUUID != "")
 }
 
 // preferInput is everything one preference is computed from.
@@ -235,7 +259,7 @@ func preferred(in preferInput) ([]string, string) {
 	if in.Kubelet == nil || in.Size <= 0 {
 		return nil, ""
 	}
-	profile, ok := mig.ProfileNameFromResource(in.Resource)
+	kind, ok := deviceKind(in.Resource)
 	if !ok {
 		return nil, ""
 	}
@@ -266,7 +290,7 @@ func preferred(in preferInput) ([]string, string) {
 	for _, a := range allocs {
 		key := a.Namespace + "/" + a.Spec.PodName
 		dev := wantFromAllocation(a).desired().DeviceID() // the device ID of its slot (writeDevices)
-		if a.Status.State != slicerv1alpha1.AllocationReady || a.Status.MIGDeviceUUID == "" || !avail[dev] {
+		if !realized(a) || !avail[dev] {
 			continue
 		}
 		promised[dev] = true
@@ -280,7 +304,7 @@ func preferred(in preferInput) ([]string, string) {
 		}
 		c := byPod[key]
 		if c == nil {
-			need, ok := admitting(pod, profile, in.Size, fresh)
+			need, ok := admitting(pod, in.Resource, kind, in.Size, fresh)
 			if !ok {
 				continue
 			}
@@ -347,16 +371,16 @@ func preferred(in preferInput) ([]string, string) {
 }
 
 // admitting reports whether a pod can be the one whose container the kubelet admits with
-// size devices of profile, fresh of them new, and returns the pod's distinct slices of the
-// profile. A pod whose spec Slicer cannot read is no candidate.
-func admitting(pod *corev1.Pod, profile string, size, fresh int) (need int, ok bool) {
-	n, err := podrequest.ForPod(&pod.Spec)
+// size devices of resource (of kind, deviceKind), fresh of them new, and returns the pod's
+// distinct devices of the kind. A pod whose spec Slicer cannot read is no candidate.
+func admitting(pod *corev1.Pod, resource, kind string, size, fresh int) (need int, ok bool) {
+	n, err := podNeed(resource, &pod.Spec)
 	if err != nil || fresh <= 0 {
 		return 0, false
 	}
 	for _, c := range n.Containers {
-		if u := c.Uses[profile]; u.Total == size && u.New == fresh {
-			return n.Count(profile), true
+		if u := c.Uses[kind]; u.Total == size && u.New == fresh {
+			return n.Count(kind), true
 		}
 	}
 	return 0, false

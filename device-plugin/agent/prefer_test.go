@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/internal/podrequest"
 	"github.com/slicer-operator/slicer/test/builder"
 )
@@ -294,5 +296,45 @@ func TestPreferred(t *testing.T) {
 				t.Errorf("pod %q, want %q", gotPod, tc.wantPod)
 			}
 		})
+	}
+}
+
+// The kubelet admitting a pod that asks for whole GPUs is told the GPUs its allocations hold:
+// the set the scheduler chose (the best connected), not any free one.
+func TestPreferredWholeGPUs(t *testing.T) {
+	const node = "n1"
+	t0 := time.Unix(1000, 0)
+	whole := func(name, pod, gpu string, index int32) slicerv1alpha1.SliceAllocation {
+		return slicerv1alpha1.SliceAllocation{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+			Spec:       slicerv1alpha1.SliceAllocationSpec{PodName: pod, PodUID: "uid-" + pod, NodeName: node, GPUUUID: gpu, WholeGPU: true, Index: index},
+			Status:     slicerv1alpha1.SliceAllocationStatus{State: slicerv1alpha1.AllocationReady},
+		}
+	}
+	pod := func(name string, age time.Duration, gpus int) *corev1.Pod {
+		p := builder.Pod("ns", name).UID("uid-"+name).Node(node).Container("c", builder.Limits(migapi.NVIDIAGPUResource, strconv.Itoa(gpus))).Obj()
+		p.CreationTimestamp = metav1.NewTime(t0.Add(-age))
+		return p
+	}
+	in := preferInput{
+		Node: node, Resource: migapi.NVIDIAGPUResource,
+		Allocs:  []slicerv1alpha1.SliceAllocation{whole("a0", "pa", "GPU-3", 0), whole("a1", "pa", "GPU-1", 1), whole("b0", "pb", "GPU-0", 0)},
+		Pods:    map[string]*corev1.Pod{"ns/pa": pod("pa", time.Hour, 2), "ns/pb": pod("pb", time.Minute, 1)},
+		Kubelet: map[string]map[string][]string{"ns/pa": {}, "ns/pb": {}}, Available: []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3"}, Size: 2,
+	}
+	got, who := preferred(in)
+	if diff := cmp.Diff([]string{"GPU-3", "GPU-1"}, got); diff != "" || who != "ns/pa" {
+		t.Errorf("preferred = %v for %s; want pa's GPUs (-want +got):\n%s", got, who, diff)
+	}
+	// Once pa holds them, pb's container of one GPU gets pb's.
+	in.Kubelet["ns/pa"] = map[string][]string{migapi.NVIDIAGPUResource: {"GPU-3", "GPU-1"}}
+	in.Available, in.Size = []string{"GPU-0", "GPU-2"}, 1
+	if got, who := preferred(in); !slices.Equal(got, []string{"GPU-0"}) || who != "ns/pb" {
+		t.Errorf("preferred = %v for %s; want [GPU-0] for ns/pb", got, who)
+	}
+	// A MIG resource's question is not answered with whole GPUs.
+	in.Resource = "slicer.dev/mig-1g.10gb"
+	if got, _ := preferred(in); got != nil {
+		t.Errorf("preferred for a MIG resource = %v; want nil", got)
 	}
 }

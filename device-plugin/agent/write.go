@@ -18,7 +18,6 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/plugin"
-	"github.com/slicer-operator/slicer/internal/mig"
 )
 
 // writeStatuses patches changed statuses, a few at a time. An allocation that turns Ready
@@ -239,7 +238,8 @@ func (r *Reconciler) record(allocs map[types.NamespacedName]*slicerv1alpha1.Slic
 // its MIG UUID: the spec of a slice recreated at its slot after a reboot takes the name the
 // kubelet checkpointed for the pod and points at the new instance. A slice the kubelet knows
 // by its MIG UUID (a pod admitted when the agent named devices so) keeps a spec under that
-// name too, for its containers' restarts. It returns whether something must be retried, and
+// name too, for its containers' restarts. A whole GPU's device ID and CDI name are its UUID
+// (whole.go). It returns whether something must be retried, and
 // the device ID of each allocation it marked Ready.
 func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *engine.Observation, o outcome) (bool, map[types.NamespacedName]string) {
 	retry := false
@@ -247,17 +247,26 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *engine.Obse
 	var devices []plugin.Device
 	keep := map[string]bool{}
 	for k, s := range o.Bound {
-		if _, bad := o.Statuses[k]; bad || !s.Complete() {
+		if _, bad := o.Statuses[k]; bad {
 			continue
 		}
-		names := []string{s.DeviceID()}
-		if _, legacy := w.Usage[s.MIGUUID]; legacy {
-			names = append(names, s.MIGUUID)
-		}
 		var err error
-		for _, name := range names {
-			keep[name] = true
-			err = errors.Join(err, r.writeCDI(obs, s, name))
+		status := ready
+		switch {
+		case s.Whole():
+			keep[s.DeviceID()] = true
+			err, status = r.writeWholeCDI(obs, s), readyWhole
+		case !s.Complete():
+			continue
+		default:
+			names := []string{s.DeviceID()}
+			if _, legacy := w.Usage[s.MIGUUID]; legacy {
+				names = append(names, s.MIGUUID)
+			}
+			for _, name := range names {
+				keep[name] = true
+				err = errors.Join(err, r.writeCDI(obs, s, name))
+			}
 		}
 		if err != nil {
 			retry = true
@@ -265,7 +274,7 @@ func (r *Reconciler) writeDevices(ctx context.Context, w world, obs *engine.Obse
 			continue
 		}
 		devices = append(devices, deviceFor(obs, s))
-		o.Statuses[k] = ready(w.Allocs[k], s)
+		o.Statuses[k] = status(w.Allocs[k], s)
 		readyIDs[k] = s.DeviceID()
 	}
 	for _, s := range o.Unobserved {
@@ -315,10 +324,34 @@ func (r *Reconciler) writeCDI(obs *engine.Observation, s engine.Slice, name stri
 	return nil
 }
 
+// writeWholeCDI writes the CDI spec of a whole GPU bound to an allocation (cdi.WriteWhole).
+func (r *Reconciler) writeWholeCDI(obs *engine.Observation, s engine.Slice) error {
+	g := obs.GPUByUUID(s.GPU)
+	if g == nil {
+		return fmt.Errorf("CDI spec for %s: the GPU is not on the node", s.Slot)
+	}
+	_, err := r.opts.CDI.WriteWhole(cdi.WholeGPU{UUID: g.UUID, Minor: g.Index})
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	r.opts.Metrics.CDIWrites.WithLabelValues(result).Inc()
+	if err != nil {
+		return fmt.Errorf("CDI spec for %s: %w", s.Slot, err)
+	}
+	return nil
+}
+
+// deviceFor is the device the kubelet is told of for slice s: its slot's device ID under its
+// resource (resourceOf); a whole GPU's visible device is the GPU itself (its UUID).
 func deviceFor(obs *engine.Observation, s engine.Slice) plugin.Device {
 	g := obs.GPUByUUID(s.GPU)
+	visible, unusable := s.MIGUUID, g.Unusable()
+	if s.Whole() {
+		visible, unusable = s.GPU, g.UnusableWhole()
+	}
 	return plugin.Device{
-		ID: s.DeviceID(), MIGUUID: s.MIGUUID, Resource: mig.ResourceName(s.Profile), CDIName: cdi.QualifiedName(s.DeviceID()),
-		Healthy: g.Unusable() == "" && s.Unhealthy == "",
+		ID: s.DeviceID(), MIGUUID: visible, Resource: resourceOf(s.Slot), CDIName: cdi.QualifiedName(s.DeviceID()),
+		Healthy: unusable == "" && s.Unhealthy == "",
 	}
 }

@@ -93,6 +93,20 @@ func (g *GPU) AppendOccupants(dst []mig.Occupant) []mig.Occupant {
 // Unusable says why g (nil: not on the node) cannot serve MIG devices now, "" when it can:
 // it is unhealthy, or not MIGReady.
 func (g *GPU) Unusable() string {
+	switch why := g.UnusableWhole(); {
+	case why != "":
+		return why
+	case !g.Model.Valid():
+		return fmt.Sprintf("GPU %d (%s) is not a MIG model Slicer knows", g.Index, g.ProductName)
+	case g.MIGMode != nvml.MIGEnabled:
+		return fmt.Sprintf("GPU %d is not in MIG mode", g.Index)
+	}
+	return ""
+}
+
+// UnusableWhole says why g (nil: not on the node) cannot serve as a whole GPU now, "" when it
+// can: it is unhealthy. Its MIG mode is the caller's to check (a whole GPU needs it off).
+func (g *GPU) UnusableWhole() string {
 	switch {
 	case g == nil:
 		return "no such GPU"
@@ -102,10 +116,6 @@ func (g *GPU) Unusable() string {
 		return fmt.Sprintf("GPU %d is unhealthy", g.Index)
 	case !g.Healthy:
 		return fmt.Sprintf("GPU %d is unhealthy: %s", g.Index, g.why)
-	case !g.Model.Valid():
-		return fmt.Sprintf("GPU %d (%s) is not a MIG model Slicer knows", g.Index, g.ProductName)
-	case g.MIGMode != nvml.MIGEnabled:
-		return fmt.Sprintf("GPU %d is not in MIG mode", g.Index)
 	}
 	return ""
 }

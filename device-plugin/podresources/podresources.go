@@ -1,6 +1,7 @@
 // Package podresources asks the kubelet's PodResources API which MIG device
 // each pod really got: the kubelet may hand a realized slice to a different
-// pending pod of the same profile, and the agent must learn the truth.
+// pending pod of the same profile, and the agent must learn the truth. It reads
+// the resources the agent serves (Served): the MIG slices and whole GPUs.
 package podresources
 
 import (
@@ -14,7 +15,15 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
+
+// Served reports whether the device-plugin agent serves a resource: a MIG profile's
+// (slicer.dev/mig-*) or whole GPUs (nvidia.com/gpu, agent/whole.go). A whole GPU's device ID
+// is its UUID.
+func Served(resource string) bool {
+	return strings.HasPrefix(resource, mig.ResourcePrefix) || resource == migapi.NVIDIAGPUResource
+}
 
 // DefaultSocket is the kubelet's PodResources socket.
 const DefaultSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -29,7 +38,7 @@ type Client struct {
 // PodResources API carries no pod UID).
 func PodKey(namespace, name string) string { return namespace + "/" + name }
 
-// DeviceUsage maps every Slicer MIG device ID the kubelet assigned to the
+// DeviceUsage maps every served device ID (Served) the kubelet assigned to the
 // "namespace/name" of its pod.
 func (c *Client) DeviceUsage(ctx context.Context) (map[string]string, error) {
 	resp, err := c.list(ctx)
@@ -39,7 +48,7 @@ func (c *Client) DeviceUsage(ctx context.Context) (map[string]string, error) {
 	return Usage(resp), nil
 }
 
-// PodDevices maps every pod the kubelet lists to the Slicer MIG devices it
+// PodDevices maps every pod the kubelet lists to the served devices it
 // holds, by resource: "namespace/name" → resource → device IDs. A pod the
 // kubelet is admitting is listed with no devices yet (the kubelet adds a pod
 // to its pod manager before admitting it, and List reports the pod manager's
@@ -80,7 +89,7 @@ func (c *Client) call(ctx context.Context, f func(context.Context, podresourcesa
 	return f(ctx, podresourcesapi.NewPodResourcesListerClient(conn))
 }
 
-// PodDevicesOf extracts every pod and its Slicer MIG devices from a List
+// PodDevicesOf extracts every pod and its served devices from a List
 // response (see PodDevices).
 func PodDevicesOf(resp *podresourcesapi.ListPodResourcesResponse) map[string]map[string][]string {
 	out := map[string]map[string][]string{}
@@ -93,7 +102,7 @@ func PodDevicesOf(resp *podresourcesapi.ListPodResourcesResponse) map[string]map
 		}
 		for _, c := range p.GetContainers() {
 			for _, d := range c.GetDevices() {
-				if strings.HasPrefix(d.GetResourceName(), mig.ResourcePrefix) {
+				if Served(d.GetResourceName()) {
 					devs[d.GetResourceName()] = append(devs[d.GetResourceName()], d.GetDeviceIds()...)
 				}
 			}
@@ -102,7 +111,7 @@ func PodDevicesOf(resp *podresourcesapi.ListPodResourcesResponse) map[string]map
 	return out
 }
 
-// AllocatableDeviceIDs lists the Slicer MIG device IDs the kubelet holds as allocatable
+// AllocatableDeviceIDs lists the served device IDs the kubelet holds as allocatable
 // (GetAllocatableResources): those it has received from the device plugin's ListAndWatch.
 // The kubelet updates this list and the devices it admits pods with in one step, so a device
 // listed here can be handed to a pod being admitted now.
@@ -120,7 +129,7 @@ func (c *Client) AllocatableDeviceIDs(ctx context.Context) (map[string]bool, err
 	}
 	out := map[string]bool{}
 	for _, d := range resp.GetDevices() {
-		if strings.HasPrefix(d.GetResourceName(), mig.ResourcePrefix) {
+		if Served(d.GetResourceName()) {
 			for _, id := range d.GetDeviceIds() {
 				out[id] = true
 			}
@@ -129,13 +138,13 @@ func (c *Client) AllocatableDeviceIDs(ctx context.Context) (map[string]bool, err
 	return out, nil
 }
 
-// Usage extracts the Slicer MIG device assignments from a List response.
+// Usage extracts the served device assignments from a List response.
 func Usage(resp *podresourcesapi.ListPodResourcesResponse) map[string]string {
 	out := map[string]string{}
 	for _, p := range resp.GetPodResources() {
 		for _, c := range p.GetContainers() {
 			for _, d := range c.GetDevices() {
-				if !strings.HasPrefix(d.GetResourceName(), mig.ResourcePrefix) {
+				if !Served(d.GetResourceName()) {
 					continue
 				}
 				for _, id := range d.GetDeviceIds() {

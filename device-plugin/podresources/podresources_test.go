@@ -28,6 +28,7 @@ func (f *fakeLister) GetAllocatableResources(context.Context, *podresourcesapi.A
 		{ResourceName: "slicer.dev/mig-1g.10gb", DeviceIds: []string{"GPU-1_1g.10gb_0", "GPU-1_1g.10gb_1"}},
 		{ResourceName: "slicer.dev/mig-3g.40gb", DeviceIds: []string{"GPU-2_3g.40gb_4"}},
 		{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-x"}},
+		{ResourceName: "nvidia.com/mig-1g.10gb", DeviceIds: []string{"MIG-y"}},
 	}}, nil
 }
 
@@ -47,6 +48,7 @@ func TestDeviceUsage(t *testing.T) {
 		{Name: "p1", Namespace: "ns", Containers: []*podresourcesapi.ContainerResources{{Name: "c", Devices: []*podresourcesapi.ContainerDevices{
 			{ResourceName: "slicer.dev/mig-1g.10gb", DeviceIds: []string{"MIG-1"}},
 			{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-x"}},
+			{ResourceName: "example.com/fpga", DeviceIds: []string{"fpga-0"}},
 		}}}},
 		{Name: "p2", Namespace: "ns", Containers: []*podresourcesapi.ContainerResources{{Name: "c", Devices: []*podresourcesapi.ContainerDevices{
 			{ResourceName: "slicer.dev/mig-3g.40gb", DeviceIds: []string{"MIG-3", "MIG-4"}},
@@ -59,7 +61,8 @@ func TestDeviceUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"MIG-1": "ns/p1", "MIG-3": "ns/p2", "MIG-4": "ns/p2"}
+	// The served resources only: the slices, and whole GPUs by UUID.
+	want := map[string]string{"MIG-1": "ns/p1", "GPU-x": "ns/p1", "MIG-3": "ns/p2", "MIG-4": "ns/p2"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
@@ -68,7 +71,7 @@ func TestDeviceUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantPods := map[string]map[string][]string{
-		"ns/p1":        {"slicer.dev/mig-1g.10gb": {"MIG-1"}},
+		"ns/p1":        {"slicer.dev/mig-1g.10gb": {"MIG-1"}, "nvidia.com/gpu": {"GPU-x"}},
 		"ns/p2":        {"slicer.dev/mig-3g.40gb": {"MIG-3", "MIG-4"}},
 		"ns/admitting": {},
 	}
@@ -79,9 +82,9 @@ func TestDeviceUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantAllocatable := map[string]bool{"GPU-1_1g.10gb_0": true, "GPU-1_1g.10gb_1": true, "GPU-2_3g.40gb_4": true}
+	wantAllocatable := map[string]bool{"GPU-1_1g.10gb_0": true, "GPU-1_1g.10gb_1": true, "GPU-2_3g.40gb_4": true, "GPU-x": true}
 	if d := cmp.Diff(wantAllocatable, allocatable); d != "" {
-		t.Errorf("AllocatableDeviceIDs, Slicer's only (-want +got):\n%s", d)
+		t.Errorf("AllocatableDeviceIDs, the served ones only (-want +got):\n%s", d)
 	}
 	if _, err := (&podresources.Client{Socket: filepath.Join(dir, "missing.sock")}).AllocatableDeviceIDs(context.Background()); err == nil {
 		t.Error("a missing socket gave no error")

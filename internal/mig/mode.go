@@ -96,6 +96,21 @@ func (g GPU) WholeUse() Use {
 	return UseNo
 }
 
+// WholeOnceEmpty says whether g would serve a whole-GPU request once every holder of it is
+// gone, and whether a switch out of MIG mode would come first: WholeUse's rule without the
+// occupancy (the question preemption asks, whole_victims.go).
+func (g GPU) WholeOnceEmpty() (ok, switches bool) {
+	switch {
+	case !g.Usable:
+		return false, false
+	case g.Mode == ModeWhole:
+		return true, false
+	case g.Mode == ModeMIG && g.Switchable && g.State.Valid():
+		return true, true
+	}
+	return false, false
+}
+
 // Link ranks how directly two GPUs of a node are connected; higher is closer. The caller
 // derives it from NVML's topology (nvmlDeviceGetTopologyCommonAncestor, NVLink state). Values
 // above LinkNVLink count as LinkNVLink.

@@ -28,24 +28,32 @@ const MaxRequestGPUs = 16
 // container asks for whole GPUs and MIG slices (slicer.dev/mig-* or nvidia.com/mig-*), or one
 // container asks for whole GPUs and another for slices (not supported yet).
 func WholeGPUs(spec *corev1.PodSpec) (int, error) {
-	held, _, err := distinctDevices(spec, containerGPUs)
+	need, err := WholeGPUNeed(spec)
+	return need.Count(string(WholeGPUResource)), err
+}
+
+// WholeGPUNeed is WholeGPUs as a Need, the form ForPod gives a pod's slices: one item, of kind
+// WholeGPUResource, and each container's share in the kubelet's allocation order (what the
+// agent's preferred allocation reads). A pod that names no whole GPU gets a zero Need.
+func WholeGPUNeed(spec *corev1.PodSpec) (Need, error) {
+	held, containers, err := distinctDevices(spec, containerGPUs)
 	if err != nil {
-		return 0, err
+		return Need{}, err
 	}
 	n := held[string(WholeGPUResource)]
 	if n > MaxRequestGPUs {
-		return 0, fmt.Errorf("the pod needs %d whole GPUs at once; %s", n, tooManyGPUs())
+		return Need{}, fmt.Errorf("the pod needs %d whole GPUs at once; %s", n, tooManyGPUs())
 	}
 	if n == 0 {
-		return 0, nil
+		return Need{}, nil
 	}
 	gpus, slices := firstContainer(spec, isWholeGPU), firstContainer(spec, isSlice)
 	if slices != nil {
-		return 0, fmt.Errorf("the pod asks for whole GPUs (%s in container %q) and MIG slices (%s in container %q); "+
+		return Need{}, fmt.Errorf("the pod asks for whole GPUs (%s in container %q) and MIG slices (%s in container %q); "+
 			"one pod holding both is not supported yet: run the slices and the whole GPUs in separate pods",
 			WholeGPUResource, gpus.Name, firstResource(slices, isSlice), slices.Name)
 	}
-	return n, nil
+	return Need{Items: []mig.RequestItem{{Profile: string(WholeGPUResource), Count: n}}, Containers: containers}, nil
 }
 
 // MentionsWholeGPUs reports whether any container or init container names WholeGPUResource,

@@ -133,3 +133,28 @@ func TestWholeGPUsAgreesWithPodRequests(t *testing.T) {
 func quantity(name, res, q string) corev1.Container {
 	return corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(res): resource.MustParse(q)}}}
 }
+
+// WholeGPUNeed gives each container's share as ForPod does for slices: what the agent's
+// preferred allocation matches the kubelet's request against.
+func TestWholeGPUNeedContainers(t *testing.T) {
+	spec := &corev1.PodSpec{InitContainers: []corev1.Container{ctr("init", gpu, 2)}, Containers: []corev1.Container{ctr("a", gpu, 1), ctr("b", gpu, 2)}}
+	need, err := WholeGPUNeed(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if need.Count(gpu) != 3 {
+		t.Errorf("Count = %d, want 3", need.Count(gpu))
+	}
+	var got []string
+	for _, c := range need.Containers {
+		u := c.Uses[gpu]
+		got = append(got, c.Name+":"+c.Kind.String()+":"+string(rune('0'+u.Total))+"/"+string(rune('0'+u.New)))
+	}
+	want := "init:init container:2/2 a:container:1/0 b:container:2/1"
+	if strings.Join(got, " ") != want {
+		t.Errorf("containers = %v, want %s", got, want)
+	}
+	if n, err := WholeGPUNeed(&corev1.PodSpec{Containers: []corev1.Container{ctr("app", "cpu", 1)}}); err != nil || n.Count(gpu) != 0 || len(n.Containers) != 0 {
+		t.Errorf("no GPUs: %+v, %v; want a zero Need", n, err)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 
 	corev1 "k8s.io/api/core/v1"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 )
 
 // WriteJSON writes m as indented JSON (the stable form for scripts).
@@ -86,7 +88,12 @@ func writeNode(ew *errWriter, n *Node) {
 
 func writeGPU(ew *errWriter, g *GPU) {
 	occupancy := "(no geometry: unknown model)"
-	if g.MemorySlices > 0 {
+	switch {
+	case len(g.Whole) > 0:
+		occupancy = "held whole" // MIG mode off: its memory slices mean nothing now
+	case g.Mode == string(slicerv1alpha1.GPUModeWhole):
+		occupancy = "free whole"
+	case g.MemorySlices > 0:
 		free := 0
 		for _, c := range g.Columns {
 			if c == "" {
@@ -104,7 +111,7 @@ func writeGPU(ew *errWriter, g *GPU) {
 		ew.printf("    ! %s\n", p)
 	}
 	for _, a := range g.Whole {
-		ew.printf("    whole GPU: %s/%s  %s  %s%s\n", a.Namespace, a.Name, dash(a.State), podText(a.Pod, "allocation"), reasonText(a.Reason, a.Message))
+		ew.printf("    whole GPU: %s/%s  %s  %s  %s\n", a.Namespace, a.Name, dash(a.State), podText(a.Pod, "allocation"), reasonText(a.Reason, a.Message))
 	}
 	if len(g.Slices) == 0 {
 		return

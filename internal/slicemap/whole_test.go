@@ -38,7 +38,7 @@ func TestWholeGPUsAndModes(t *testing.T) {
 	if err := WriteText(&b, m); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"mode Whole", "whole GPU: team-a/train-0  Ready  team-a/train", "mode Switching (to Whole, Pending: HeldByClient)"} {
+	for _, want := range []string{"mode Whole", "whole GPU: team-a/train-0  Ready  team-a/train", "held whole", "mode Switching (to Whole, Pending: HeldByClient)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, b.String())
 		}

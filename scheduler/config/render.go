@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 const (
@@ -26,6 +27,8 @@ const (
 	DefaultSchedulerName = slicerv1alpha1.SchedulerName
 	// ResourceGroup is the extended-resource group the plugin decides.
 	ResourceGroup = "slicer.dev"
+	// WholeGPUResource is the whole-GPU resource the plugin decides too (migapi.NVIDIAGPUResource).
+	WholeGPUResource = migapi.NVIDIAGPUResource
 	// DefaultScoreWeight is the plugin's Score weight.
 	DefaultScoreWeight = 5
 	// DefaultSliceReadyTimeout bounds PreBind's wait for the agent.
@@ -121,8 +124,17 @@ func Build(o Options) (*schedconfigv1.KubeSchedulerConfiguration, error) {
 		return nil, fmt.Errorf("negative slice-ready timeout %s", timeout)
 	}
 
+	// Whole GPUs (nvidia.com/gpu) are the plugin's to count: a Slicer node's agent advertises
+	// a GPU only once an allocation holds it whole, and a node NVIDIA's device plugin serves
+	// is counted by its allocatable (scheduler/plugin/whole.go). Without the plugin the
+	// stock rule stays.
+	var ignored []string
+	if !o.DisablePlugin {
+		ignored = []string{WholeGPUResource}
+	}
 	fitArgs, err := rawArgs(&schedconfigv1.NodeResourcesFitArgs{
 		TypeMeta:              metav1.TypeMeta{APIVersion: schedconfigv1.SchemeGroupVersion.String(), Kind: "NodeResourcesFitArgs"},
+		IgnoredResources:      ignored,
 		IgnoredResourceGroups: []string{ResourceGroup},
 		ScoringStrategy: &schedconfigv1.ScoringStrategy{
 			Type: schedconfigv1.LeastAllocated,

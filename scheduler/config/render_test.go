@@ -90,6 +90,13 @@ func TestRenderIsValidKubeSchedulerConfiguration(t *testing.T) {
 			if diff := cmp.Diff([]string{"slicer.dev"}, fit.IgnoredResourceGroups); diff != "" {
 				t.Errorf("ignoredResourceGroups (-want +got):\n%s", diff)
 			}
+			var wantIgnored []string
+			if tc.wantPlugin {
+				wantIgnored = []string{"nvidia.com/gpu"}
+			}
+			if diff := cmp.Diff(wantIgnored, fit.IgnoredResources); diff != "" {
+				t.Errorf("ignoredResources (-want +got):\n%s", diff)
+			}
 			if !tc.wantPlugin {
 				if ours != nil || strings.Contains(string(data), PluginName) {
 					t.Errorf("plugin present although disabled:\n%s", data)

@@ -27,38 +27,44 @@ const maxHolders = 5
 // it cannot help.
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	s, err := readState(cs)
-	if err == nil && s.whole > 0 {
-		// No preemption nor defragmentation of Slicer's for whole GPUs yet: say why, and let
-		// DefaultPreemption, after this plugin in the profile, preempt by its own choice.
-		p.reject(klog.FromContext(ctx), pod, s.freedGen)
-		return nil, fwk.NewStatus(fwk.Unschedulable, p.explainWhole(s))
-	}
-	if err != nil || s.req == nil {
+	whole := err == nil && s.whole > 0
+	if !whole && (err != nil || s.req == nil) {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	log := klog.FromContext(ctx)
-	p.reject(log, pod, s.freedGen)
-	why := p.explain(pod.Namespace, s)
-	if p.preemptor == nil {
-		res, more := p.defrag.defragment(ctx, pod, s)
-		if more != "" {
-			why += "; " + more
+	p.reject(klog.FromContext(ctx), pod, s.freedGen)
+	var why string
+	if whole {
+		why = p.explainWhole(s)
+	} else {
+		why = p.explain(pod.Namespace, s)
+	}
+	var res *fwk.PostFilterResult
+	if p.preemptor != nil {
+		var st *fwk.Status
+		res, st = p.preemptor.preempt(ctx, cs, pod, m, s)
+		switch {
+		case st.IsSuccess():
+			return res, st
+		case st.Code() == fwk.Error:
+			return nil, st
+		}
+		why += "; preemption: " + st.Message()
+	}
+	if whole {
+		// No defragmentation for whole GPUs yet. While the pod waits for GPUs cleared for it on
+		// a Slicer node the chain ends here; otherwise DefaultPreemption, after this plugin in
+		// the profile, may still preempt on the nodes NVIDIA's device plugin serves, which
+		// Slicer only counts.
+		if p.waitsOnSlicerNode(pod) {
+			return res, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 		}
 		return res, fwk.NewStatus(fwk.Unschedulable, why)
 	}
-	res, st := p.preemptor.preempt(ctx, cs, pod, m, s)
-	switch {
-	case st.IsSuccess():
-		return res, st
-	case st.Code() == fwk.Error:
-		return nil, st
-	}
-	why += "; preemption: " + st.Message()
 	moved, more := p.defrag.defragment(ctx, pod, s)
 	if more != "" {
 		why += "; " + more
 	}
-	if moved != nil {
+	if moved != nil || p.preemptor == nil {
 		// Pods were evicted for this one: it is nominated to the room opened for it, and
 		// waits (Unschedulable, retried as room frees) rather than ending the chain.
 		return moved, fwk.NewStatus(fwk.Unschedulable, why)
@@ -162,4 +168,14 @@ func preemptingMessage(ns, node string, plan dryPlan) string {
 	victims := podsFor(ns, plan.victims, maxWaits)
 	return fmt.Sprintf("preemption: room cleared on node %s at %s; waiting for %d pods of lower priority to terminate: %s",
 		node, strings.Join(where, ", "), len(plan.victims), strings.Join(victims, ", "))
+}
+
+// waitsOnSlicerNode reports whether room was cleared for the pod on a node Slicer manages (held,
+// or the pod is nominated there): DefaultPreemption must not preempt again for it meanwhile.
+func (p *Plugin) waitsOnSlicerNode(pod *corev1.Pod) bool {
+	node := pod.Status.NominatedNodeName
+	if n, ok := p.held.get(pod.UID); ok {
+		node = n.node
+	}
+	return node != "" && p.cache.Node(node) != nil && !p.nvidiaManaged(node)
 }

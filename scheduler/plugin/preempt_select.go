@@ -23,6 +23,9 @@ import (
 func (pr *preemptor) selectVictims(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo,
 	possible []fwk.PodInfo, pdbs []*policyv1.PodDisruptionBudget) ([]*corev1.Pod, int, *fwk.Status) {
 	s, err := readState(cs)
+	if err == nil && s.whole > 0 {
+		return pr.selectWholeVictims(ctx, cs, pod, nodeInfo, possible, pdbs, s)
+	}
 	if err != nil || s.req == nil {
 		return nil, 0, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "the pod needs no new slice")
 	}
@@ -49,6 +52,21 @@ func (pr *preemptor) selectVictims(ctx context.Context, cs fwk.CycleState, pod *
 		return nil, 0, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			"no GPU placement for "+describe(s.slices)+" can be cleared of pods of lower priority")
 	}
+	var slots []snapshot.Slot
+	for _, a := range plan.Assignments {
+		slots = append(slots, snapshot.Slot{Slot: mig.Slot{GPU: n.GPUs[a.GPU].UUID, Profile: a.Profile.Name, Placement: a.Placement},
+			Index: s.missing[a.Slice]})
+	}
+	return pr.evict(ctx, cs, pod, nodeInfo, cands, pdbs, plan.Owners, slots)
+}
+
+// evict removes the chosen owners' pods (of cands) from nodeInfo and the cycle state; then, when
+// the pod still does not fit (it needs more than GPUs), the other candidates as DefaultPreemption
+// removes them (moreVictims). It keeps the dry run's plan (the slots cleared, the victims) for the
+// pod on the node and returns the victims and their budget violations.
+func (pr *preemptor) evict(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo, cands map[types.UID]fwk.PodInfo,
+	pdbs []*policyv1.PodDisruptionBudget, owners []string, slots []snapshot.Slot) ([]*corev1.Pod, int, *fwk.Status) {
+	name := nodeInfo.Node().Name
 	logger := klog.FromContext(ctx)
 	remove := func(pi fwk.PodInfo) *fwk.Status {
 		if err := nodeInfo.RemovePod(logger, pi.GetPod()); err != nil {
@@ -58,7 +76,7 @@ func (pr *preemptor) selectVictims(ctx context.Context, cs fwk.CycleState, pod *
 	}
 	var victims []fwk.PodInfo
 	chosen := map[types.UID]bool{}
-	for _, o := range plan.Owners {
+	for _, o := range owners {
 		pi := cands[types.UID(o)]
 		victims = append(victims, pi)
 		chosen[pi.GetPod().UID] = true
@@ -75,11 +93,6 @@ func (pr *preemptor) selectVictims(ctx context.Context, cs fwk.CycleState, pod *
 	}
 	if len(victims) == 0 {
 		return nil, 0, fwk.NewStatus(fwk.Unschedulable, "room on node "+name+" frees once slices being released are gone")
-	}
-	var slots []snapshot.Slot
-	for _, a := range plan.Assignments {
-		slots = append(slots, snapshot.Slot{Slot: mig.Slot{GPU: n.GPUs[a.GPU].UUID, Profile: a.Profile.Name, Placement: a.Placement},
-			Index: s.missing[a.Slice]})
 	}
 	pods := make([]*corev1.Pod, 0, len(victims))
 	names := make([]string, 0, len(victims))
@@ -151,16 +164,22 @@ func (pr *preemptor) planOn(n *snapshot.Node, claims map[string][]snapshot.Claim
 			if c.Slot.Whole() {
 				continue // a GPU held whole is not in MIG mode: no slice victim (g.Usable is false)
 			}
-			h := mig.Holder{Instance: mig.Instance{Profile: c.Slot.Profile, Placement: c.Slot.Placement},
-				Owner: string(c.PodUID), Leaving: c.Leaving, Pinned: true, Priority: prio}
-			if pi, ok := cands[c.PodUID]; ok && c.PodUID != "" {
-				h.Pinned = spared[c.PodUID]
-				h.Priority = corev1helpers.PodPriority(pi.GetPod())
-			}
-			gpus[i].Holders = append(gpus[i].Holders, h)
+			gpus[i].Holders = append(gpus[i].Holders, holderOf(c, cands, spared, prio))
 		}
 	}
 	return mig.PlanPreemption(gpus, req, prio)
+}
+
+// holderOf is claim c as preemption sees it: its owner, at its pod's priority when the pod is a
+// candidate and not spared, else pinned (at the preemptor's priority prio).
+func holderOf(c snapshot.Claim, cands map[types.UID]fwk.PodInfo, spared map[types.UID]bool, prio int32) mig.Holder {
+	h := mig.Holder{Instance: mig.Instance{Profile: c.Slot.Profile, Placement: c.Slot.Placement},
+		Owner: string(c.PodUID), Leaving: c.Leaving, Pinned: true, Priority: prio}
+	if pi, ok := cands[c.PodUID]; ok && c.PodUID != "" {
+		h.Pinned = spared[c.PodUID]
+		h.Priority = corev1helpers.PodPriority(pi.GetPod())
+	}
+	return h
 }
 
 // moreVictims is DefaultPreemption's way for what slices alone do not free: every other

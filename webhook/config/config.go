@@ -230,11 +230,14 @@ func matchConditions(mentions string) []admissionregistrationv1.MatchCondition {
 }
 
 // policyMatchConditions are the webhook's, in every namespace, for the MIG resources of
-// prefixes (whole GPUs are not the policy's: a whole-GPU pod the webhook did not route can
-// still run where NVIDIA's device plugin serves nvidia.com/gpu).
-func policyMatchConditions(prefixes ...string) []admissionregistrationv1.MatchCondition {
+// prefixes and the resources named exactly names (whole GPUs, where the webhook routes them).
+func policyMatchConditions(prefixes, names []string) []admissionregistrationv1.MatchCondition {
+	mentions := celMentions(prefixes...)
+	if len(names) > 0 {
+		mentions += " || " + celNames(names...)
+	}
 	var out []admissionregistrationv1.MatchCondition
-	for _, c := range matchConditions(celMentions(prefixes...)) {
+	for _, c := range matchConditions(mentions) {
 		if c.Name != conditionNotSystem {
 			out = append(out, c)
 		}

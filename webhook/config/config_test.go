@@ -179,15 +179,21 @@ func TestRenderValidatingAdmissionPolicy(t *testing.T) {
 	if diff := cmp.Diff(&metav1.LabelSelector{}, policy.Spec.MatchConstraints.ObjectSelector); diff != "" {
 		t.Errorf("the policy must not exclude pods by label (-want +got):\n%s", diff)
 	}
-	// The webhook's conditions but the system-namespace one, and for MIG resources only: a
-	// whole-GPU pod the webhook did not route may still run on NVIDIA's nodes.
+	// The translating webhook's conditions but the system-namespace one: MIG resources and
+	// whole GPUs, which it routes to the Slicer scheduler there.
 	wantConds := slices.Clone(RenderMutatingWebhookConfiguration(o).Webhooks[0].MatchConditions[1:])
-	wantConds[len(wantConds)-1].Expression = mentionsBoth
 	if diff := cmp.Diff(wantConds, policy.Spec.MatchConditions); diff != "" {
 		t.Errorf("match conditions differ from the webhook's but the system-namespace one (-want +got):\n%s", diff)
 	}
 	if got := policy.Spec.Validations[1].Expression; !strings.Contains(got, "object.spec.schedulerName == 'my-sched'") {
 		t.Errorf("scheduler rule %q", got)
+	}
+	// Whole GPUs: only where translated, Slicer's scheduler and no pinned node.
+	if got := policy.Spec.Validations[3].Expression; !strings.Contains(got, "!(variables.wholeGPU && variables.translated) || (has(object.spec.schedulerName) && object.spec.schedulerName == 'my-sched' && (!has(object.spec.nodeName)") {
+		t.Errorf("whole-GPU rule %q", got)
+	}
+	if got := policy.Spec.Variables[4]; got.Name != "wholeGPU" || got.Expression != mentionsGPU {
+		t.Errorf("wholeGPU variable = %+v, want %q", got, mentionsGPU)
 	}
 	for _, want := range []string{"namespaceObject.metadata.labels['slicer.dev/translate-nvidia-resources'] != 'disabled'",
 		"!request.namespace.startsWith('kube-')", "!(request.namespace in ['kube-node-lease', 'kube-public', 'kube-system', 'slicer-system'])"} {

@@ -10,6 +10,7 @@ import (
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/podrequest"
 )
 
 // RenderValidatingAdmissionPolicy renders the policy (and its binding) that holds the final
@@ -22,7 +23,12 @@ import (
 //   - a pod with slicer.dev/mig-* must have Slicer's schedulerName, no spec.nodeName and
 //     no slicer.dev/ labels or annotations;
 //   - an update of such a pod may not add or change a slicer.dev/ label or annotation
-//     (reservedKeysOnUpdate): what is refused at creation is refused later too.
+//     (reservedKeysOnUpdate): what is refused at creation is refused later too;
+//   - where the webhook routes whole GPUs (nvidia.com/gpu) to the Slicer scheduler, the
+//     namespaces nvidia.com/mig-* is translated in, such a pod must have Slicer's
+//     schedulerName and no spec.nodeName: a Slicer node advertises a GPU from the moment
+//     its allocation is Ready until its pod is admitted, and a pod another scheduler or a
+//     pinned node sends there could be handed it. Elsewhere nvidia.com/gpu stays NVIDIA's.
 //
 // The rules of the pod's creation hold only on CREATE: a bound pod has spec.nodeName, and a
 // pod admitted before Slicer was installed may ask for nvidia.com/mig-* anywhere.
@@ -56,6 +62,14 @@ func RenderValidatingAdmissionPolicy(o Options) (*admissionregistrationv1.Valida
 			Expression: "!variables.slicerMIG || !has(object.spec.nodeName) || object.spec.nodeName == ''",
 			Message:    "the pod asks for slicer.dev/mig-* slices but pins spec.nodeName; only the Slicer scheduler may choose the node and the slice: remove spec.nodeName (use a nodeSelector or node affinity instead)",
 			Reason:     ptr.To(metav1.StatusReasonForbidden),
+		},
+		{
+			Expression: fmt.Sprintf("!(variables.wholeGPU && variables.translated) || (has(object.spec.schedulerName) && object.spec.schedulerName == '%s' && (!has(object.spec.nodeName) || object.spec.nodeName == ''))", o.SchedulerName),
+			Message: fmt.Sprintf("the pod asks for whole GPUs (%s) in a namespace where the %q scheduler places them, but its spec.schedulerName is not %q or it pins spec.nodeName "+
+				"(Slicer's webhook sets the scheduler; is the webhook running?): set spec.schedulerName: %s and use a nodeSelector or node affinity instead of spec.nodeName, "+
+				"or label the namespace %s=%s to leave %s to NVIDIA's device plugin",
+				podrequest.WholeGPUResource, o.SchedulerName, o.SchedulerName, o.SchedulerName, slicerv1alpha1.LabelTranslateNVIDIAResources, TranslateDisabled, podrequest.WholeGPUResource),
+			Reason: ptr.To(metav1.StatusReasonForbidden),
 		},
 		{
 			Expression: "!variables.slicerMIG || (" + noReservedKeys("labels", nil) + " && " + noReservedKeys("annotations", slicerv1alpha1.UserPodAnnotations) + ")",
@@ -138,8 +152,10 @@ func renderPolicy(o Options, onCreate []admissionregistrationv1.Validation) (*ad
 	labels := map[string]string{LabelPartOf: PartOf}
 	prefixes := []string{mig.ResourcePrefix}
 	translated := "false"
+	var names []string
 	if o.TranslateNVIDIA == TranslateEnabled {
 		prefixes = append(prefixes, mig.NVIDIAResourcePrefix)
+		names = append(names, string(podrequest.WholeGPUResource))
 		translated = fmt.Sprintf(`%[3]s && !(request.namespace in [%[4]s]) && (!has(namespaceObject.metadata.labels) || !('%[1]s' in namespaceObject.metadata.labels) || namespaceObject.metadata.labels['%[1]s'] != '%[2]s')`,
 			slicerv1alpha1.LabelTranslateNVIDIAResources, TranslateDisabled, celNotSystem, celList(excludedNamespaces(o).MatchExpressions[0].Values))
 	}
@@ -162,12 +178,13 @@ func renderPolicy(o Options, onCreate []admissionregistrationv1.Validation) (*ad
 					},
 				}},
 			},
-			MatchConditions: policyMatchConditions(prefixes...),
+			MatchConditions: policyMatchConditions(prefixes, names),
 			Variables: []admissionregistrationv1.Variable{
 				{Name: "slicerMIG", Expression: celMentions(mig.ResourcePrefix)},
 				{Name: "nvidiaMIG", Expression: celMentions(mig.NVIDIAResourcePrefix)},
 				{Name: "translated", Expression: translated},
 				{Name: "updating", Expression: "request.operation == 'UPDATE'"},
+				{Name: "wholeGPU", Expression: celNames(string(podrequest.WholeGPUResource))},
 			},
 			Validations: validations,
 		},

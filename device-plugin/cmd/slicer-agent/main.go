@@ -104,6 +104,9 @@ func run(ctx context.Context, f flags) error {
 	metrics := engine.NewMetrics(ctrlmetrics.Registry)
 	switch f.frontend {
 	case frontendDevicePlugin:
+		// Whole GPUs, on a GPU of any model with MIG mode off (device-plugin/agent/whole.go),
+		// registered from the start with no devices, as the MIG profiles are.
+		resources = append(resources, migapi.NVIDIAGPUResource)
 	case frontendDRA:
 		if len(gpuModes) > 0 {
 			log.Info("the DRA frontend does not switch MIG modes: --"+migapi.GPUModesFlagName+" is ignored", "policies", len(gpuModes))

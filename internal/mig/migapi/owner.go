@@ -2,6 +2,7 @@ package migapi
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -37,13 +38,20 @@ const maxNamed = 4
 //   - the node carries nvidia.com/mig.config, the label NVIDIA's MIG manager reconfigures
 //     the GPUs from; or
 //   - another device plugin advertises nvidia.com/gpu or nvidia.com/mig-* there (capacity or
-//     allocatable not zero). Slicer advertises only slicer.dev/mig-* (device-plugin frontend)
-//     or nothing (DRA frontend), so such a resource is another plugin's, whose pods could be
-//     handed the MIG devices Slicer creates for others. The kubelet keeps a resource's
-//     capacity for a while after its plugin goes, so the node is refused until it drops it.
+//     allocatable not zero), other than the served resources, which the caller's own plugin
+//     advertises. The device-plugin frontend serves slicer.dev/mig-* and whole GPUs as
+//     nvidia.com/gpu (served); the DRA frontend advertises nothing. So any other such
+//     resource is another plugin's, whose pods could be handed the MIG devices Slicer creates
+//     for others. The kubelet keeps a resource's capacity for a while after its plugin goes,
+//     so the node is refused until it drops it.
+//
+// The kubelet serves one plugin per resource name, so another plugin that advertises a served
+// resource (NVIDIA's, for nvidia.com/gpu) cannot be told apart from the caller's own by the
+// Node: keeping it off Slicer's nodes is the install's part (docs/install.md), and its
+// nvidia.com/mig-* resources still mark the node.
 //
 // A nil node (not found) has no other owner.
-func NodeForeign(node *corev1.Node) Foreign {
+func NodeForeign(node *corev1.Node, served ...string) Foreign {
 	if node == nil {
 		return Foreign{}
 	}
@@ -56,7 +64,7 @@ func NodeForeign(node *corev1.Node) Foreign {
 				slicerv1alpha1.LabelNVIDIAMIGConfig, v, node.Name, slicerv1alpha1.LabelNVIDIAMIGConfig),
 		}
 	}
-	names := foreignResources(node)
+	names := foreignResources(node, served)
 	if len(names) == 0 {
 		return Foreign{}
 	}
@@ -78,14 +86,14 @@ func capNamed(names []string) []string {
 	return append(append([]string(nil), names[:maxNamed]...), fmt.Sprintf("and %d more", len(names)-maxNamed))
 }
 
-// foreignResources lists, sorted, the NVIDIA device plugin's resources the node has a
-// non-zero capacity or allocatable of.
-func foreignResources(node *corev1.Node) []string {
+// foreignResources lists, sorted, the NVIDIA device plugin's resources, other than served, the
+// node has a non-zero capacity or allocatable of.
+func foreignResources(node *corev1.Node, served []string) []string {
 	seen := map[string]bool{}
 	for _, list := range []corev1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
 		for name, q := range list {
 			n := string(name)
-			if (n == NVIDIAGPUResource || strings.HasPrefix(n, mig.NVIDIAResourcePrefix)) && !q.IsZero() {
+			if (n == NVIDIAGPUResource || strings.HasPrefix(n, mig.NVIDIAResourcePrefix)) && !q.IsZero() && !slices.Contains(served, n) {
 				seen[n] = true
 			}
 		}

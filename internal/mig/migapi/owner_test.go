@@ -22,6 +22,7 @@ func TestNodeForeign(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		node       *corev1.Node
+		served     []string
 		wantReason string
 		wantInMsg  []string
 	}{
@@ -39,6 +40,10 @@ func TestNodeForeign(t *testing.T) {
 			wantReason: slicerv1alpha1.ReasonForeignDevicePlugin, wantInMsg: []string{"nvidia.com/mig-1g.10gb", "nvidia.com/gpu.deploy.device-plugin=false", "docs/install.md"}},
 		{name: "whole GPUs in allocatable only", node: node(nil, nil, corev1.ResourceList{"nvidia.com/gpu": q("2")}),
 			wantReason: slicerv1alpha1.ReasonForeignDevicePlugin, wantInMsg: []string{"advertises nvidia.com/gpu on"}},
+		{name: "the caller's own whole GPUs", node: node(nil, corev1.ResourceList{"nvidia.com/gpu": q("2")}, corev1.ResourceList{"nvidia.com/gpu": q("2")}),
+			served: []string{NVIDIAGPUResource}},
+		{name: "the caller's own whole GPUs beside another plugin's slices", node: node(nil, corev1.ResourceList{"nvidia.com/gpu": q("2"), "nvidia.com/mig-1g.10gb": q("7")}, nil),
+			served: []string{NVIDIAGPUResource}, wantReason: slicerv1alpha1.ReasonForeignDevicePlugin, wantInMsg: []string{"advertises nvidia.com/mig-1g.10gb on"}},
 		{name: "many resources, sorted and bounded", node: node(nil, corev1.ResourceList{
 			"nvidia.com/mig-7g.80gb": q("1"), "nvidia.com/mig-1g.10gb": q("1"), "nvidia.com/mig-2g.20gb": q("1"),
 			"nvidia.com/mig-3g.40gb": q("1"), "nvidia.com/mig-4g.40gb": q("1"), "nvidia.com/gpu": q("1"),
@@ -47,7 +52,7 @@ func TestNodeForeign(t *testing.T) {
 			wantInMsg:  []string{"nvidia.com/gpu, nvidia.com/mig-1g.10gb, nvidia.com/mig-2g.20gb, nvidia.com/mig-3g.40gb, and 2 more"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := NodeForeign(tc.node)
+			got := NodeForeign(tc.node, tc.served...)
 			if got.Reason != tc.wantReason || got.Present() != (tc.wantReason != "") {
 				t.Fatalf("NodeForeign() = %+v, want reason %q", got, tc.wantReason)
 			}

@@ -19,7 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/scheduler/config"
 	"github.com/slicer-operator/slicer/scheduler/plugin"
+	"github.com/slicer-operator/slicer/test/builder"
+	"github.com/slicer-operator/slicer/test/framework"
 )
 
 // Priority classes of the preemption specs (cluster-scoped, created once).
@@ -156,6 +159,42 @@ var _ = Describe("Preempting for MIG slices", func() {
 		Expect(remaining()).To(ConsistOf(byStart[0], byStart[1], byStart[2], byStart[3]))
 		Eventually(func() []slicerv1alpha1.SliceAllocation { return s.allocationsOf(s.get(high.Name)) }).Should(HaveLen(1))
 		Expect(s.allocationsOf(s.get(high.Name))[0].Spec.Placement.Start).To(BeEquivalentTo(4))
+	})
+
+	It("empties a GPU for a whole-GPU pod by the fewest pods of lower priority, and the pod takes it whole", func() {
+		// Two H100s Slicer may switch (policy Dynamic), in MIG mode: one gets a 7g.80gb pod, the
+		// other two 1g.10gb pods, all of low priority. The 7g.80gb pod is the oldest, so that
+		// DefaultPreemption, which gives victims back the most important (oldest) first, would
+		// evict the two 1g.10gb pods instead.
+		node := s.ns + "-n1"
+		Expect(framework.CreateNode(ctx, k8s, builder.Node(node).Label(poolLabel, s.pool).Ready().Obj())).To(Succeed())
+		na := framework.MakeNodeAccelerator(node).GPUs("H100-80GB", 2).Obj()
+		for i := range na.Status.GPUs {
+			na.Status.GPUs[i].ModePolicy = slicerv1alpha1.GPUModePolicyDynamic
+		}
+		Expect(framework.CreateNodeAccelerator(ctx, k8s, na)).To(Succeed())
+		s.nodes = append(s.nodes, node)
+		startAll(0, 0)
+		for i, prof := range []string{"7g.80gb", "1g.10gb", "1g.10gb"} {
+			s.create(withPriority(s.pod(fmt.Sprintf("low-%d", i), map[string]int64{prof: 1}), prioLow))
+			Eventually(s.bound).Should(Equal(i + 1))
+		}
+		gpuOf := map[string]string{}
+		for _, a := range s.allocations() {
+			gpuOf[a.Spec.PodName] = a.Spec.GPUUUID
+		}
+		Expect(gpuOf["low-1"]).To(Equal(gpuOf["low-2"]), "the two 1g.10gb pods share a GPU")
+		Expect(gpuOf["low-0"]).NotTo(Equal(gpuOf["low-1"]))
+
+		high := s.create(withPriority(builder.Pod(s.ns, "high").Scheduler(config.DefaultSchedulerName).NodeSelector(poolLabel, s.pool).
+			Container("c", builder.Both("nvidia.com/gpu", "1")).Obj(), prioHigh))
+		Eventually(func() string { return s.get(high.Name).Spec.NodeName }).Should(Equal(node))
+		By("the one 7g.80gb pod went, not the two 1g.10gb pods")
+		Expect(remaining()).To(ConsistOf("low-1", "low-2"))
+		Eventually(func() []slicerv1alpha1.SliceAllocation { return s.allocationsOf(s.get(high.Name)) }).Should(HaveLen(1))
+		a := s.allocationsOf(s.get(high.Name))[0]
+		Expect(a.Spec.WholeGPU).To(BeTrue())
+		Expect(a.Spec.GPUUUID).To(Equal(gpuOf["low-0"]), "the whole GPU is the one emptied")
 	})
 
 	It("keeps a nominated pod's cleared placement against a stream of lower-priority pods", func() {

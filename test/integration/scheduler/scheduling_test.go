@@ -218,10 +218,11 @@ var _ = Describe("Scheduling MIG pods", func() {
 	})
 
 	It("places whole GPUs on Slicer nodes by their GPUs and on NVIDIA's nodes by their allocatable", func() {
-		// A Slicer node of two whole GPUs (its agent publishes nvidia.com/gpu for them) and a
-		// node NVIDIA's device plugin serves with two, without a NodeAccelerator.
+		// A Slicer node of two whole GPUs, which advertises no free nvidia.com/gpu (its agent
+		// advertises a GPU only once an allocation holds it), and a node NVIDIA's device plugin
+		// serves with two, without a NodeAccelerator.
 		slicerNode, nvidiaNode := s.ns+"-slicer", s.ns+"-nvidia"
-		Expect(framework.CreateNode(ctx, k8s, builder.Node(slicerNode).Label(poolLabel, s.pool).Ready().Capacity("nvidia.com/gpu", "2").Obj())).To(Succeed())
+		Expect(framework.CreateNode(ctx, k8s, builder.Node(slicerNode).Label(poolLabel, s.pool).Ready().Capacity("nvidia.com/gpu", "0").Obj())).To(Succeed())
 		na := framework.MakeNodeAccelerator(slicerNode).GPUs("H100-80GB", 2).Obj()
 		for i := range na.Status.GPUs {
 			na.Status.GPUs[i].Mode, na.Status.GPUs[i].MIGMode = slicerv1alpha1.GPUModeWhole, slicerv1alpha1.MIGModeDisabled

@@ -228,6 +228,12 @@ var _ = Describe("pod admission", Ordered, func() {
 			Entry("nvidia.com/mig-* where NVIDIA serves it", makePod(nativeNS).Container("app", builder.Limits(nv1g, "1")).Obj()),
 		)
 
+		It("admits a whole-GPU pod already written the way Slicer schedules it", func() {
+			p, err := create(ctx, makePod(userNS).Scheduler(scheduler).Container("app", builder.Limits("nvidia.com/gpu", "2")).Obj())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(p.Spec.SchedulerName).To(Equal(scheduler))
+		})
+
 		It("admits a MIG pod already written the way Slicer schedules it", func() {
 			p, err := create(ctx, makePod(userNS).Scheduler(scheduler).Container("app", builder.Limits(sl1g, "1")).Obj())
 			Expect(err).NotTo(HaveOccurred())
@@ -263,6 +269,10 @@ var _ = Describe("pod admission", Ordered, func() {
 				"pins spec.nodeName"),
 			Entry("slicer.dev/mig-* with the default scheduler in Slicer's namespace", makePod(slicerNS).Container("app", builder.Limits(sl1g, "1")).Obj(),
 				`spec.schedulerName is not "slicer-scheduler"`),
+			Entry("a whole GPU with the default scheduler where Slicer places whole GPUs", makePod(userNS).Container("app", builder.Limits("nvidia.com/gpu", "1")).Obj(),
+				`asks for whole GPUs (nvidia.com/gpu) in a namespace where the "slicer-scheduler" scheduler places them`),
+			Entry("a whole GPU with a pinned node there", makePod(userNS).Scheduler(scheduler).Node("n1").Container("app", builder.Limits("nvidia.com/gpu", "1")).Obj(),
+				"or it pins spec.nodeName"),
 			Entry("a forged Slicer label, even the component label (W7)", makePod(userNS).Scheduler(scheduler).Label(slicerv1alpha1.LabelComponent, "agent").Container("app", builder.Limits(sl1g, "1")).Obj(),
 				"reserved for Slicer's own allocation data"),
 		)

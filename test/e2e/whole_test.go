@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"slices"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
+	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
+	"github.com/slicer-operator/slicer/test/builder"
+)
+
+// nodeGPUs is the node's GPUs as its NodeAccelerator reports them.
+func nodeGPUs(ctx SpecContext) []slicerv1alpha1.GPUStatus {
+	var na slicerv1alpha1.NodeAccelerator
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, &na)).To(Succeed())
+	return na.Status.GPUs
+}
+
+// setGPUModes sets the Slicer's spec.gpuModes and waits for the node's agent to apply them: it
+// reports the policy of each GPU a policy selects (modePolicy), and none once there are none.
+func setGPUModes(ctx SpecContext, policies []slicerv1alpha1.GPUModePolicy) {
+	GinkgoHelper()
+	var s slicerv1alpha1.Slicer
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: "default"}, &s)).To(Succeed())
+	s.Spec.GPUModes = policies
+	Expect(k8s.Update(ctx, &s)).To(Succeed())
+	Eventually(func(g Gomega) {
+		var na slicerv1alpha1.NodeAccelerator
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, &na)).To(Succeed())
+		for _, gs := range na.Status.GPUs {
+			var want slicerv1alpha1.GPUModePolicyMode
+			if i := slices.IndexFunc(policies, func(p slicerv1alpha1.GPUModePolicy) bool { return p.Model == gs.Model }); i >= 0 {
+				want = policies[i].Mode
+			} else if len(policies) > 0 {
+				want = slicerv1alpha1.GPUModePolicyMIG // no policy selects it: it stays in MIG mode
+			}
+			g.Expect(gs.ModePolicy).To(Equal(want), "GPU %d (%s)", gs.Index, gs.Model)
+		}
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
+}
+
+// wholePod asks for n whole GPUs as users write it for NVIDIA's device plugin, prints what its
+// container received, and waits.
+func wholePod(ns, name string, n string) *corev1.Pod {
+	return builder.Pod(ns, name).RestartNever().
+		Container("main", builder.Limits(migapi.NVIDIAGPUResource, n)).Shell(printDevice + waitForTerm).Obj()
+}
+
+// wholeGPUSpec (issue 40): with the H100s' policy Dynamic, a whole-GPU pod runs beside a slice
+// pod on one node: the scheduler takes the empty H100, the agent switches it out of MIG mode
+// and hands the pod the whole GPU (its CDI device, NVIDIA_VISIBLE_DEVICES its UUID) through
+// the real kubelet. Once it ends, a 7g.80gb pod that only that GPU can take switches it back to
+// MIG mode. The policies are removed at the end with every GPU in MIG mode again.
+func wholeGPUSpec(ctx SpecContext) {
+	const ns = "e2e-whole"
+	createNamespace(ctx, ns)
+	DeferCleanup(deleteNamespace, ns)
+	currentGroup = "whole GPUs"
+	setGPUModes(ctx, []slicerv1alpha1.GPUModePolicy{{Model: slicerv1alpha1.GPUModel(mig.H100_80GB.String()), Mode: slicerv1alpha1.GPUModePolicyDynamic}})
+	DeferCleanup(setGPUModes, []slicerv1alpha1.GPUModePolicy(nil))
+
+	createPod(ctx, slicePod(ns, "slice", "1g.10gb"))
+	waitRunning(ctx, ns, "slice")
+	sliced := allocationGPU(ctx, ns, "slice")
+
+	createPod(ctx, wholePod(ns, "whole", "1"))
+	waitRunning(ctx, ns, "whole")
+	allocs := allocationsIn(ctx, ns)
+	var w slicerv1alpha1.SliceAllocation
+	for _, a := range allocs {
+		if a.Spec.PodName == "whole" {
+			w = a
+		}
+	}
+	Expect(w.Spec.WholeGPU).To(BeTrue(), "the whole-GPU pod's allocation: %+v", allocs)
+	Expect(w.Status.State).To(Equal(slicerv1alpha1.AllocationReady))
+	Expect(w.Spec.GPUUUID).NotTo(Equal(sliced), "the whole GPU is not the sliced one")
+	var saw map[string]string
+	Eventually(func() (err error) { saw, err = containerSaw(ctx, ns, "whole"); return err }).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+	Expect(saw).To(HaveKeyWithValue("visible", w.Spec.GPUUUID), "the container sees exactly its GPU")
+	Expect(saw).To(HaveKeyWithValue("gpu", w.Spec.GPUUUID))
+	Expect(saw).To(HaveKeyWithValue("device", ""), "no MIG device")
+	for _, gs := range nodeGPUs(ctx) {
+		if gs.UUID == w.Spec.GPUUUID {
+			Expect(gs.Mode).To(Equal(slicerv1alpha1.GPUModeWhole), "GPU %d", gs.Index)
+			Expect(gs.MIGMode).To(Equal(slicerv1alpha1.MIGModeDisabled), "GPU %d", gs.Index)
+		}
+	}
+	// The slice pod kept its slice on the other H100.
+	Expect(podPhase(ctx, ns, "slice")).To(Equal(corev1.PodRunning))
+
+	// The whole-GPU pod ends; a 7g.80gb pod, which only the now empty H100 can take, switches it
+	// back to MIG mode and runs there.
+	Expect(k8s.Delete(ctx, &corev1.Pod{ObjectMeta: objectMeta(ns, "whole")})).To(Succeed())
+	Eventually(func() []slicerv1alpha1.SliceAllocation {
+		return slices.DeleteFunc(allocationsIn(ctx, ns), func(a slicerv1alpha1.SliceAllocation) bool { return !a.Spec.WholeGPU })
+	}).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeEmpty(), "the whole GPU is released")
+	createPod(ctx, slicePod(ns, "big", "7g.80gb"))
+	waitRunning(ctx, ns, "big")
+	Expect(allocationGPU(ctx, ns, "big")).To(Equal(w.Spec.GPUUUID), "the 7g.80gb slice is on the GPU that was whole")
+	for _, gs := range nodeGPUs(ctx) {
+		Expect(gs.MIGMode).To(Equal(slicerv1alpha1.MIGModeEnabled), "GPU %d is in MIG mode again", gs.Index)
+	}
+	Eventually(checkInvariants).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+}
