@@ -216,10 +216,19 @@ var _ = Describe("docs/gpu-modes.md", func() {
 	It("has an example Slicer the apiserver accepts", func() {
 		raw, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "gpu-modes.md"))
 		Expect(err).NotTo(HaveOccurred())
-		_, rest, found := strings.Cut(string(raw), "```yaml\n")
-		Expect(found).To(BeTrue(), "docs/gpu-modes.md has no yaml block")
-		example, _, found := strings.Cut(rest, "```")
-		Expect(found).To(BeTrue(), "docs/gpu-modes.md: the yaml block does not end")
+		// The first yaml block that is a Slicer (the page also shows a pod's limits).
+		var example string
+		for rest := string(raw); example == ""; {
+			var found bool
+			_, rest, found = strings.Cut(rest, "```yaml\n")
+			Expect(found).To(BeTrue(), "docs/gpu-modes.md has no yaml block of a Slicer")
+			block, after, found := strings.Cut(rest, "```")
+			Expect(found).To(BeTrue(), "docs/gpu-modes.md: a yaml block does not end")
+			if strings.Contains(block, "kind: Slicer\n") {
+				example = block
+			}
+			rest = after
+		}
 		s := &slicerv1alpha1.Slicer{}
 		Expect(yaml.UnmarshalStrict([]byte(example), s)).To(Succeed())
 		Expect(s.Spec.GPUModes).NotTo(BeEmpty())
