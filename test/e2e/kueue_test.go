@@ -360,16 +360,20 @@ func kueueSpec(ctx SpecContext) {
 	Eventually(podPhase).WithContext(ctx).WithArguments(ns, "plain").WithTimeout(2*time.Minute).Should(Equal(corev1.PodSucceeded), "Kueue log:\n%s", kq.logTail(20))
 	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(plain), plain)).To(Succeed())
 	expectSlicerPod(ctx, plain, sl, devices)
+	// Kueue marks the pod's Workload Finished after it sees the pod Succeeded, not with it.
 	var pw *kueueWorkload
-	for _, w := range kueueWorkloads(ctx, ns) {
-		if w.owner() == "Pod/plain" {
-			pw = &w
+	Eventually(func(g Gomega) {
+		pw = nil
+		for _, w := range kueueWorkloads(ctx, ns) {
+			if w.owner() == "Pod/plain" {
+				pw = &w
+			}
 		}
-	}
-	Expect(pw).NotTo(BeNil(), "no Workload for the plain pod")
+		g.Expect(pw).NotTo(BeNil(), "no Workload for the plain pod")
+		g.Expect(pw.is("Finished")).To(BeTrue(), "the plain pod's Workload is not Finished")
+	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 	Expect(pw.requested()).To(Equal([]string{sl + "=1"}), "what Kueue read from the stored pod")
 	Expect(pw.usage()).To(Equal(map[string]int64{nv: 1}), "what Kueue charged: the transformation counts it under the quota's name, once")
-	Expect(pw.is("Finished")).To(BeTrue())
 
 	By("no slice left: allocations and instances gone, the node's views agree")
 	Expect(devices).NotTo(BeEmpty())
