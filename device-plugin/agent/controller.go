@@ -232,7 +232,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	w := world{Node: r.opts.NodeName, Conflict: conflict, Bypass: bypass, Obs: obs, Allocs: allocs, Usage: r.usage(ctx), PodGone: gone,
-		Modes: modePolicies(r.opts.GPUModes, obs, nodeLabels, log), OrphanSince: r.orphanSince, Now: now, Grace: r.opts.OrphanGrace}
+		Modes: engine.ModePolicies(r.opts.GPUModes, obs, nodeLabels, log), OrphanSince: r.orphanSince, Now: now, Grace: r.opts.OrphanGrace}
 
 	d := decide(w)
 	r.trackOrphans(d.Plan, now)
@@ -265,7 +265,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 
 	// MIG mode switches, on the GPUs as the slice work left them; then the GPUs as NVML
 	// reports them after the switches.
-	modeSwitches, modeDone, called, modeRetry := switchModes(obs, modeSteps(w, obs, o.Statuses), r.opts.Metrics, log)
+	modeSwitches, modeDone, called, modeRetry := engine.SwitchModes(obs, modeSteps(w, obs, o.Statuses), r.opts.Metrics, log)
 	if called {
 		if obs, err = r.observe(); err != nil {
 			return ctrl.Result{}, fmt.Errorf("observe GPUs after MIG mode switches: %w", err)

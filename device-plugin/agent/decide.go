@@ -35,7 +35,7 @@ type world struct {
 	// PodGone maps a live allocation whose pod does not exist or finished (podsGone) to why.
 	PodGone map[types.NamespacedName]podEnd
 	// Modes is the GPU mode policy applied to each GPU the agent may switch, by UUID
-	// (modePolicies); empty when the agent has no policies and switches nothing.
+	// (engine.ModePolicies); empty when the agent has no policies and switches nothing.
 	Modes       map[string]migapi.ModePolicy
 	OrphanSince engine.OrphanClock
 	Now         time.Time

@@ -39,19 +39,19 @@ func TestModePolicies(t *testing.T) {
 		{Model: "H100-80GB", Mode: slicerv1alpha1.GPUModePolicyDynamic},
 		{NodeSelector: &slicerv1alpha1.GPUNodeSelector{MatchLabels: map[string]string{"pool": "train"}}, Mode: slicerv1alpha1.GPUModePolicyWhole},
 	}
-	got := modePolicies(policies, obs, map[string]string{"pool": "train"}, logr.Discard())
+	got := engine.ModePolicies(policies, obs, map[string]string{"pool": "train"}, logr.Discard())
 	want := map[string]migapi.ModePolicy{
 		"GPU-h100": {Mode: slicerv1alpha1.GPUModePolicyDynamic, Index: 0},
 		"GPU-a100": {Mode: slicerv1alpha1.GPUModePolicyWhole, Index: 1},
 		"GPU-t4":   {Mode: slicerv1alpha1.GPUModePolicyWhole, Index: migapi.NoModePolicy, NotMIGCapable: true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("modePolicies (-want +got):\n%s", diff)
+		t.Errorf("ModePolicies (-want +got):\n%s", diff)
 	}
-	if got := modePolicies(policies, obs, nil, logr.Discard())["GPU-a100"]; got.Mode != slicerv1alpha1.GPUModePolicyMIG {
+	if got := engine.ModePolicies(policies, obs, nil, logr.Discard())["GPU-a100"]; got.Mode != slicerv1alpha1.GPUModePolicyMIG {
 		t.Errorf("A100 off the train pool: %+v; want MIG (no policy)", got)
 	}
-	if got := modePolicies(nil, obs, nil, logr.Discard()); got != nil {
+	if got := engine.ModePolicies(nil, obs, nil, logr.Discard()); got != nil {
 		t.Errorf("no policies: %v; want none (the agent switches nothing)", got)
 	}
 }
@@ -207,7 +207,7 @@ func TestSwitchModesCountsCalls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		reports, done, called, _ := switchModes(obs, steps, m, logr.Discard())
+		reports, done, called, _ := engine.SwitchModes(obs, steps, m, logr.Discard())
 		if !called {
 			t.Fatal("no SetMIGMode call")
 		}

@@ -330,7 +330,7 @@ func (r *Reconciler) writeWholeCDI(obs *engine.Observation, s engine.Slice) erro
 	if g == nil {
 		return fmt.Errorf("CDI spec for %s: the GPU is not on the node", s.Slot)
 	}
-	_, err := r.opts.CDI.WriteWhole(cdi.WholeGPU{UUID: g.UUID, Minor: g.Index})
+	_, err := r.opts.CDI.WriteWhole(engine.WholeCDI(g))
 	result := "success"
 	if err != nil {
 		result = "error"

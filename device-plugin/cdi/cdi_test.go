@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	ocispec "github.com/opencontainers/runtime-spec/specs-go"
+	"sigs.k8s.io/yaml"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 )
@@ -181,7 +184,8 @@ func TestClaimSpecRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(slices, got); diff != "" {
 		t.Fatalf("slices (-want +got):\n%s", diff)
 	}
-	gotRec, _, _, err := w.ReadClaimRecord("uid-1")
+	got2, _, err := w.ReadClaimSpec("uid-1")
+	gotRec := got2.Record
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,5 +325,43 @@ func TestSetSpec(t *testing.T) {
 	}
 	if removed, err := w.RemoveStale(nil); err != nil || len(removed) != 0 {
 		t.Errorf("RemoveStale removed %v (%v), want the set kept", removed, err)
+	}
+}
+
+// A claim with a MIG device and a whole GPU: the whole GPU's device exposes the GPU alone,
+// the spec-level NVIDIA_VISIBLE_DEVICES lists both UUIDs in order, and both read back.
+func TestClaimSpecWithWholeGPU(t *testing.T) {
+	w := &cdi.Writer{Dir: t.TempDir()}
+	s := cdi.Slice{MIGUUID: "MIG-a", GPUUUID: "GPU-0", Profile: "1g.10gb", PlacementStart: 3, PlacementSize: 1}
+	names, err := w.WriteClaim("uid-1", cdi.ClaimRecord{Namespace: "ns", Name: "c"}, []cdi.Slice{s}, cdi.WholeGPU{UUID: "GPU-1", Minor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"slicer.dev/mig=uid-1_MIG-a", "slicer.dev/mig=uid-1_GPU-1"}; !slices.Equal(names, want) {
+		t.Fatalf("names %v, want %v", names, want)
+	}
+	if err := cdi.Validate(w.ClaimPath("uid-1")); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(w.ClaimPath("uid-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec cdispec.Spec
+	if err := yaml.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"NVIDIA_VISIBLE_DEVICES=MIG-a,GPU-1"}; !slices.Equal(spec.ContainerEdits.Env, want) {
+		t.Errorf("spec-level env %v, want %v", spec.ContainerEdits.Env, want)
+	}
+	if want := []string{"SLICER_GPU_UUID=GPU-1"}; !slices.Equal(spec.Devices[1].ContainerEdits.Env, want) {
+		t.Errorf("whole GPU's env %v, want %v", spec.Devices[1].ContainerEdits.Env, want)
+	}
+	got, ok, err := w.ReadClaimSpec("uid-1")
+	if err != nil || !ok {
+		t.Fatalf("read back: ok %v, %v", ok, err)
+	}
+	if diff := cmp.Diff(cdi.ClaimSpec{Record: cdi.ClaimRecord{Namespace: "ns", Name: "c"}, Slices: []cdi.Slice{s}, Whole: []cdi.WholeGPU{{UUID: "GPU-1"}}}, got); diff != "" {
+		t.Errorf("read back (-want +got):\n%s", diff)
 	}
 }

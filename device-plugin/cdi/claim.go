@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -22,7 +23,7 @@ import (
 // container's devices. (A container that consumes several claims gets one value per claim's
 // spec and the runtime keeps the last: DRA tells a plugin about claims, not containers.)
 // The spec is also the node's record of what was prepared for the claim: ReadClaim gives
-// the slices back from its devices' environment, ReadClaimRecord the claim and the pods it
+// the slices back from its devices' environment, ReadClaimSpec the claim and the pods it
 // was prepared for from the spec's annotations (a spec written before those were recorded
 // has none).
 
@@ -79,24 +80,38 @@ func (w *Writer) ClaimPath(claimUID string) string {
 func ClaimDeviceName(claimUID, migUUID string) string { return claimUID + "_" + migUUID }
 
 // WriteClaim writes the spec of a claim atomically, with its record, and returns the
-// qualified device name of each slice, in order.
-func (w *Writer) WriteClaim(claimUID string, rec ClaimRecord, slices []Slice) ([]string, error) {
+// qualified device name of each slice, in order, then of each whole GPU (whole.go): a whole
+// GPU's device is named "<claim UID>_<GPU UUID>" and has the edits of WholeSpec but
+// EnvVisibleDevices, which the spec-level edits set to every UUID of the claim (its MIG
+// devices', then its whole GPUs').
+func (w *Writer) WriteClaim(claimUID string, rec ClaimRecord, migSlices []Slice, whole ...WholeGPU) ([]string, error) {
 	spec := &cdispec.Spec{Kind: Kind, Annotations: rec.annotations()}
-	names := make([]string, 0, len(slices))
-	migUUIDs := make([]string, 0, len(slices))
-	for _, s := range slices {
-		migUUIDs = append(migUUIDs, s.MIGUUID)
+	names := make([]string, 0, len(migSlices)+len(whole))
+	visible := make([]string, 0, len(migSlices)+len(whole))
+	add := func(d cdispec.Device, name, uuid string) {
+		d.Name = name
+		spec.Devices = append(spec.Devices, d)
+		names = append(names, QualifiedName(name))
+		visible = append(visible, uuid)
+	}
+	for _, s := range migSlices {
 		one, err := w.Spec(s)
 		if err != nil {
 			return nil, err
 		}
-		d := one.Devices[0]
-		d.Name = ClaimDeviceName(claimUID, s.MIGUUID)
-		spec.Devices = append(spec.Devices, d)
-		names = append(names, QualifiedName(d.Name))
+		add(one.Devices[0], ClaimDeviceName(claimUID, s.MIGUUID), s.MIGUUID)
 	}
-	if len(migUUIDs) > 0 {
-		spec.ContainerEdits.Env = []string{EnvVisibleDevices + "=" + VisibleDevices(migUUIDs)}
+	for _, g := range whole {
+		one, err := w.WholeSpec(g)
+		if err != nil {
+			return nil, err
+		}
+		d := one.Devices[0]
+		d.ContainerEdits.Env = slices.DeleteFunc(d.ContainerEdits.Env, func(kv string) bool { return strings.HasPrefix(kv, EnvVisibleDevices+"=") })
+		add(d, ClaimDeviceName(claimUID, g.UUID), g.UUID)
+	}
+	if len(visible) > 0 {
+		spec.ContainerEdits.Env = []string{EnvVisibleDevices + "=" + VisibleDevices(visible)}
 	}
 	v, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
@@ -110,34 +125,60 @@ func (w *Writer) WriteClaim(claimUID string, rec ClaimRecord, slices []Slice) ([
 }
 
 // ReadClaim reads the slices a claim's spec records; ok is false when there is no spec.
-func (w *Writer) ReadClaim(claimUID string) (slices []Slice, ok bool, err error) {
-	_, slices, ok, err = w.ReadClaimRecord(claimUID)
-	return slices, ok, err
+func (w *Writer) ReadClaim(claimUID string) ([]Slice, bool, error) {
+	spec, ok, err := w.ReadClaimSpec(claimUID)
+	return spec.Slices, ok, err
 }
 
-// ReadClaimRecord reads a claim's spec: its record and its slices; ok is false when there is
-// no spec.
-func (w *Writer) ReadClaimRecord(claimUID string) (rec ClaimRecord, slices []Slice, ok bool, err error) {
+// ClaimSpec is a claim's spec read back: its record, its slices and its whole GPUs (only
+// their UUIDs are read back).
+type ClaimSpec struct {
+	Record ClaimRecord
+	Slices []Slice
+	Whole  []WholeGPU
+}
+
+// ReadClaimSpec reads a claim's spec; ok is false when there is no spec.
+func (w *Writer) ReadClaimSpec(claimUID string) (out ClaimSpec, ok bool, err error) {
 	data, err := os.ReadFile(w.ClaimPath(claimUID))
 	if errors.Is(err, os.ErrNotExist) {
-		return rec, nil, false, nil
+		return out, false, nil
 	}
 	if err != nil {
-		return rec, nil, false, fmt.Errorf("read CDI spec of claim %s: %w", claimUID, err)
+		return out, false, fmt.Errorf("read CDI spec of claim %s: %w", claimUID, err)
 	}
 	var spec cdispec.Spec
 	if err := yaml.Unmarshal(data, &spec); err != nil {
-		return rec, nil, false, fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
+		return out, false, fmt.Errorf("CDI spec of claim %s: %w", claimUID, err)
 	}
-	rec = recordOf(spec.Annotations)
+	out.Record = recordOf(spec.Annotations)
 	for _, d := range spec.Devices {
+		if uuid, ok := wholeFromEnv(d.ContainerEdits.Env); ok {
+			out.Whole = append(out.Whole, WholeGPU{UUID: uuid})
+			continue
+		}
 		s, err := sliceFromEnv(d.ContainerEdits.Env)
 		if err != nil {
-			return rec, nil, false, fmt.Errorf("CDI spec of claim %s, device %s: %w", claimUID, d.Name, err)
+			return out, false, fmt.Errorf("CDI spec of claim %s, device %s: %w", claimUID, d.Name, err)
 		}
-		slices = append(slices, s)
+		out.Slices = append(out.Slices, s)
 	}
-	return rec, slices, true, nil
+	return out, true, nil
+}
+
+// wholeFromEnv is the GPU UUID of a whole GPU's device edits: EnvGPUUUID and no MIG device.
+func wholeFromEnv(env []string) (string, bool) {
+	uuid, mig := "", false
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case EnvGPUUUID:
+			uuid = v
+		case EnvMIGDevice:
+			mig = true
+		}
+	}
+	return uuid, uuid != "" && !mig
 }
 
 func sliceFromEnv(env []string) (Slice, error) {

@@ -24,10 +24,12 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 )
 
@@ -55,6 +57,10 @@ type Options struct {
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 	Log logr.Logger
+	// GPUModes is the Slicer's spec.gpuModes (--gpu-modes): with policies the driver
+	// publishes the GPUs they let it switch both whole and sliced and switches them as the
+	// claims need (whole.go); without, every GPU is published as its mode is, as before.
+	GPUModes []slicerv1alpha1.GPUModePolicy
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -77,6 +83,9 @@ type Driver struct {
 	gpuHealth *engine.Health
 	// told is, per claim UID, the unhealthy reason its pods were last told in an Event.
 	told engine.Told
+	// modeDone is how long each SetMIGMode call that made a GPU's mode current at once took,
+	// by UUID, since the last status write (which times the switch by it).
+	modeDone map[string]time.Duration
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -90,7 +99,7 @@ func New(opts Options) *Driver {
 		opts.Resync = time.Minute
 	}
 	d := &Driver{opts: opts, orphanSince: engine.OrphanClock{}, kick: make(chan struct{}, 1),
-		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook(), told: engine.Told{}}
+		notServing: errors.New("the kubelet plugin is not started"), health: newHealthBook(), told: engine.Told{}, modeDone: map[string]time.Duration{}}
 	d.gpuHealth = engine.NewHealth(d.poke)
 	if opts.Status != nil {
 		d.status = engine.NewStatusWriter(opts.Status, opts.Events, opts.NodeName, opts.PublishInterval, opts.Now).WithMetrics(opts.Metrics)
@@ -215,7 +224,7 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	pool := d.opts.NodeName
-	conflict, bypass, err := d.nodeFacts(ctx)
+	conflict, bypass, labels, err := d.nodeFacts(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -274,18 +283,22 @@ func (d *Driver) sync(ctx context.Context) (time.Duration, error) {
 			return 0, fmt.Errorf("observe GPUs: %w", err)
 		}
 	}
-	hs := holders(claims, pool)
-	for uid, r := range recs {
-		if !released[uid] {
-			recordHolders(hs, obs, r)
-		}
+	for uid := range released {
+		delete(recs, uid)
 	}
-	recordMetrics(d.opts.Metrics, obs, hs)
+	modes := engine.ModePolicies(d.opts.GPUModes, obs, labels, d.opts.Log)
+	switches, switched, merr := d.switchModes(obs, modeSteps(obs, modes, held, recs, conflict.Present()))
+	hs := holders(claims, pool)
+	for _, r := range recs {
+		recordHolders(hs, obs, r)
+	}
+	recordMetrics(d.opts.Metrics, obs, hs, switches)
 	d.health.set(deviceHealth(obs, held, pool, d.opts.Now(), healthTimeout))
 	d.tellUnhealthy(obs, claims)
-	perr := d.publish(ctx, obs, held, conflict.Present())
-	wait, serr := d.writeStatus(ctx, engine.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Conflict: conflict, Bypass: bypass, Obs: obs, Claim: claimView(hs)})
-	return wait, errors.Join(perr, serr)
+	perr := d.publish(ctx, obs, held, modes, conflict.Present())
+	wait, serr := d.writeStatus(ctx, engine.ClaimView{Emulated: d.opts.Emulated, NotServing: d.notServing, Conflict: conflict, Bypass: bypass, Obs: obs, Claim: claimView(hs),
+		ModePolicies: modes, ModeSwitches: switches, ModeSwitchesDone: switched})
+	return wait, errors.Join(merr, perr, serr)
 }
 
 // observe reads the GPUs and marks what NVML's events made unhealthy.
@@ -361,14 +374,14 @@ func (d *Driver) destroyDevice(obs *engine.Observation, name string) error {
 
 // publish writes the pool if republish says so; before Run has started the helper it only
 // remembers nothing (the first Sync publishes).
-func (d *Driver) publish(ctx context.Context, obs *engine.Observation, held map[string][]string, conflict bool) error {
+func (d *Driver) publish(ctx context.Context, obs *engine.Observation, held map[string][]string, modes map[string]migapi.ModePolicy, conflict bool) error {
 	if d.publisher == nil {
 		return nil
 	}
 	var gpus []migdra.GPU
 	sick := unhealthy{}
 	if !conflict { // another tool owns the node: an empty pool, so nothing is allocated here
-		gpus, sick = poolGPUs(obs, held), unhealthyOf(obs)
+		gpus, sick = poolGPUs(obs, held, modes), unhealthyOf(obs)
 	}
 	write, next := republish(d.last, gpus, sick)
 	if !write {

@@ -34,12 +34,12 @@ func deviceHealth(obs *engine.Observation, held map[string][]string, pool string
 	out := make([]kubeletplugin.DeviceHealth, 0, len(held))
 	for name := range held {
 		h := kubeletplugin.DeviceHealth{PoolName: pool, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy, LastUpdated: at, HealthCheckTimeout: timeout}
-		ref, err := migdra.ParseDeviceName(name)
+		gpu, err := migdra.DeviceGPU(name)
 		if obs == nil {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, "the GPUs cannot be observed: NVML is unavailable"
 		} else if err != nil {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, err.Error()
-		} else if why := deviceUnhealthy(obs, ref.GPU, name); why != "" {
+		} else if why := deviceUnhealthy(obs, gpu, name); why != "" {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, why
 		}
 		out = append(out, h)
@@ -50,9 +50,13 @@ func deviceHealth(obs *engine.Observation, held map[string][]string, pool string
 
 // deviceUnhealthy says why device name on GPU index i is unhealthy ("" when it is not): its
 // GPU cannot serve MIG devices (GPU.Unusable: unhealthy, not in MIG mode, not a model Slicer
-// knows, not there), or an XID broke its instance.
+// knows, not there), or an XID broke its instance; for a whole GPU, the GPU cannot serve
+// whole (wholeUnusable).
 func deviceUnhealthy(obs *engine.Observation, i int, name string) string {
 	g := gpuByIndex(obs, i)
+	if _, whole := migdra.ParseWholeDeviceName(name); whole {
+		return wholeUnusable(g)
+	}
 	if why := g.Unusable(); why != "" {
 		return why
 	}
@@ -79,10 +83,10 @@ func (d *Driver) tellUnhealthy(obs *engine.Observation, claims []*resourceapi.Re
 		byUID[c.UID] = c
 		why[c.UID] = ""
 		for _, a := range devs {
-			if g := gpuByIndex(obs, a.Ref.GPU); g != nil && g.Err != nil {
+			if g := gpuByIndex(obs, a.GPU); g != nil && g.Err != nil {
 				continue
 			}
-			if w := deviceUnhealthy(obs, a.Ref.GPU, a.Device); w != "" {
+			if w := deviceUnhealthy(obs, a.GPU, a.Device); w != "" {
 				why[c.UID] = "device " + a.Device + ": " + w
 				break
 			}

@@ -80,10 +80,9 @@ func claimView(held map[string]holder) func(*engine.GPU, engine.Slice) (slicerv1
 // recordMetrics sets the per-GPU and per-slice gauges from an observation
 // (engine.Metrics.Record): an instance whose device an allocated claim holds is allocated,
 // with the claim's namespace and pod, any other orphaned. The GPU mode gauges say what the
-// status says: this frontend switches no MIG mode, so a switch is one asked by hand that NVML
-// reports pending (engine.Metrics.RecordModes).
-func recordMetrics(m *engine.Metrics, obs *engine.Observation, held map[string]holder) {
-	m.RecordModes(obs, nil)
+// status says: the mode NVML reports and the switch this sync decided (engine.Metrics.RecordModes).
+func recordMetrics(m *engine.Metrics, obs *engine.Observation, held map[string]holder, switches map[string]*engine.ModeReport) {
+	m.RecordModes(obs, switches)
 	m.Record(obs, func(g *engine.GPU, s engine.Slice) (slicerv1alpha1.SliceState, string, string) {
 		h, _, ok := holderOf(held, g, s)
 		if !ok {

@@ -29,7 +29,7 @@ func TestRecordMetrics(t *testing.T) {
 	}}}}
 	c := claim("a", "node-1", "gpu-0-3g-40gb-at-4")
 	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "u"}}
-	recordMetrics(m, obs, holders([]*resourceapi.ResourceClaim{&c}, "node-1"))
+	recordMetrics(m, obs, holders([]*resourceapi.ResourceClaim{&c}, "node-1"), nil)
 	if got := testutil.ToFloat64(m.Instances.WithLabelValues("0", "3g.40gb", stateAllocated)); got != 1 {
 		t.Fatalf("allocated 3g.40gb = %v", got)
 	}
@@ -59,12 +59,12 @@ func TestRecordMetrics(t *testing.T) {
 		t.Fatalf("GPUs in mode mig = %v, want 1", got)
 	}
 	obs.GPUs[0].Slices = nil
-	recordMetrics(m, obs, nil)
+	recordMetrics(m, obs, nil, nil)
 	if n := testutil.CollectAndCount(m.SliceInfo); n != 0 {
 		t.Fatalf("%d slice_info series after the slices went", n)
 	}
 	obs.GPUs = nil
-	recordMetrics(m, obs, nil)
+	recordMetrics(m, obs, nil, nil)
 	if n := testutil.CollectAndCount(m.StepDown); n != 0 {
 		t.Fatalf("%d step-down series after the GPU went", n)
 	}

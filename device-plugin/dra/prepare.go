@@ -31,10 +31,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	start := d.opts.Now() // the kubelet's call, before waiting for the lock
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	all, obs, conflict, err := d.current(ctx, claims...)
+	v, err := d.current(ctx, claims...)
 	if err != nil {
 		return nil, err
 	}
+	all, obs, conflict := v.claims, v.obs, v.conflict
 	held := explained(all, d.opts.NodeName)
 	recs, err := d.records()
 	if err != nil {
@@ -47,7 +48,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		if conflict.Present() {
 			err = foreignErr(conflict)
 		} else {
-			devs, err = d.prepareClaim(ctx, obs, all, held, recs, c)
+			devs, err = d.prepareClaim(ctx, obs, v.modes, all, held, recs, c)
 		}
 		d.opts.Metrics.DRARequests.WithLabelValues("prepare", result(err)).Inc()
 		if err != nil {
@@ -62,14 +63,15 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-func (d *Driver) prepareClaim(ctx context.Context, obs *engine.Observation, all []*resourceapi.ResourceClaim, held map[string][]string, recs map[string]record,
-	c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+func (d *Driver) prepareClaim(ctx context.Context, obs *engine.Observation, modes map[string]migapi.ModePolicy, all []*resourceapi.ResourceClaim,
+	held map[string][]string, recs map[string]record, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	allocs, err := claimDevices(c, d.opts.NodeName)
 	if err != nil {
 		return nil, err
 	}
 	var (
 		specs []cdi.Slice
+		whole []cdi.WholeGPU
 		devs  []kubeletplugin.Device
 	)
 	for _, a := range allocs {
@@ -79,6 +81,18 @@ func (d *Driver) prepareClaim(ctx context.Context, obs *engine.Observation, all 
 		}
 		if len(others) > 0 {
 			return nil, fmt.Errorf("device %s is also allocated to claims %v", a.Device, others)
+		}
+		devs = append(devs, kubeletplugin.Device{Requests: []string{a.Request}, PoolName: d.opts.NodeName, DeviceName: a.Device})
+		if a.Whole {
+			w, err := d.prepareWhole(obs, modes, held, recs, c, a)
+			if err != nil {
+				return nil, fmt.Errorf("device %s: %w", a.Device, err)
+			}
+			whole = append(whole, w)
+			continue
+		}
+		if err := d.prepareMIGMode(obs, modes, held, recs, c, a); err != nil {
+			return nil, fmt.Errorf("device %s: %w", a.Device, err)
 		}
 		slot, err := resolve(obs, a.Ref)
 		if err != nil {
@@ -94,17 +108,24 @@ func (d *Driver) prepareClaim(ctx context.Context, obs *engine.Observation, all 
 		}
 		g.Slices = append(slices.DeleteFunc(g.Slices, func(o engine.Slice) bool { return o.Slot == s.Slot }), s)
 		specs = append(specs, engine.CDISlice(g, s))
-		devs = append(devs, kubeletplugin.Device{Requests: []string{a.Request}, PoolName: d.opts.NodeName, DeviceName: a.Device})
 	}
 	rec := claimRecord(c)
-	ids, err := d.opts.CDI.WriteClaim(string(c.UID), rec, specs)
+	ids, err := d.opts.CDI.WriteClaim(string(c.UID), rec, specs, whole...)
 	d.opts.Metrics.CDIWrites.WithLabelValues(result(err)).Inc()
 	if err != nil {
 		return nil, err
 	}
-	recs[string(c.UID)] = record{UID: string(c.UID), Claim: rec, Slices: specs}
-	for i := range devs {
-		devs[i].CDIDeviceIDs = []string{ids[i]}
+	recs[string(c.UID)] = record{UID: string(c.UID), Claim: rec, Slices: specs, Whole: whole}
+	// WriteClaim names the MIG devices first, then the whole GPUs.
+	mi, wi := 0, len(specs)
+	for i, a := range allocs {
+		if a.Whole {
+			devs[i].CDIDeviceIDs = []string{ids[wi]}
+			wi++
+		} else {
+			devs[i].CDIDeviceIDs = []string{ids[mi]}
+			mi++
+		}
 	}
 	return devs, nil
 }
@@ -154,23 +175,32 @@ func (d *Driver) doubleAllocated(ctx context.Context, all []*resourceapi.Resourc
 	return out, nil
 }
 
+// view is what Prepare and Unprepare decide from (current).
+type view struct {
+	claims   []*resourceapi.ResourceClaim
+	obs      *engine.Observation
+	conflict migapi.Foreign
+	// modes is the GPU mode policy of each GPU, by UUID (engine.ModePolicies; whole.go).
+	modes map[string]migapi.ModePolicy
+}
+
 // current reads what Prepare and Unprepare decide from: the allocated claims (the claim
-// cache, with given in place of their cached copies; claims.go), the GPUs' instances (NVML)
-// and whether another tool owns the node (owner.go).
-func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClaim) ([]*resourceapi.ResourceClaim, *engine.Observation, migapi.Foreign, error) {
+// cache, with given in place of their cached copies; claims.go), the GPUs' instances (NVML),
+// whether another tool owns the node (owner.go) and the GPUs' mode policies.
+func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClaim) (view, error) {
 	all, err := d.claims(given...)
 	if err != nil {
-		return nil, nil, migapi.Foreign{}, err
+		return view{}, err
 	}
-	conflict, err := d.foreignOwner(ctx)
+	conflict, labels, err := d.foreignOwner(ctx)
 	if err != nil {
-		return nil, nil, migapi.Foreign{}, err
+		return view{}, err
 	}
 	obs, err := d.observe()
 	if err != nil {
-		return nil, nil, migapi.Foreign{}, fmt.Errorf("observe GPUs: %w", err)
+		return view{}, fmt.Errorf("observe GPUs: %w", err)
 	}
-	return all, obs, conflict, nil
+	return view{claims: all, obs: obs, conflict: conflict, modes: engine.ModePolicies(d.opts.GPUModes, obs, labels, d.opts.Log)}, nil
 }
 
 // UnprepareResourceClaims destroys what each claim was given. The claim's CDI spec says which
@@ -183,10 +213,11 @@ func (d *Driver) current(ctx context.Context, given ...*resourceapi.ResourceClai
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, obs, conflict, err := d.current(ctx)
+	v, err := d.current(ctx)
 	if err != nil {
 		return nil, err
 	}
+	obs, conflict := v.obs, v.conflict
 	recs, err := d.records()
 	if err != nil {
 		return nil, err
@@ -288,6 +319,9 @@ func (d *Driver) allocatedInstances(ctx context.Context, obs *engine.Observation
 	}
 	var out []engine.Slice
 	for _, a := range allocs {
+		if a.Whole {
+			continue // a whole GPU has no instance
+		}
 		slot, err := resolve(obs, a.Ref)
 		if err != nil {
 			continue

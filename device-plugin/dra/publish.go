@@ -10,6 +10,7 @@ import (
 	"github.com/slicer-operator/slicer/device-plugin/engine"
 	"github.com/slicer-operator/slicer/device-plugin/nvml"
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/internal/mig/migdra"
 )
 
@@ -18,13 +19,23 @@ import (
 // that are not realized yet (the allocator counts those too). Allocations that do not fit
 // beside the instances are left out of the order (the counters still keep them apart). An
 // unhealthy MIG GPU stays in the pool, its devices tainted (unhealthy); an unhealthy GPU
-// that is not (or cannot be seen to be) in MIG mode is left out.
-func poolGPUs(o *engine.Observation, held map[string][]string) []migdra.GPU {
+// that is not (or cannot be seen to be) in MIG mode is left out. With mode policies (modes,
+// by UUID; whole.go), a GPU the driver may switch is published whole and sliced, and one
+// whose fixed policy is not its mode yet is left out until it is switched.
+func poolGPUs(o *engine.Observation, held map[string][]string, modes map[string]migapi.ModePolicy) []migdra.GPU {
 	out := make([]migdra.GPU, 0, len(o.GPUs))
 	for _, g := range o.GPUs {
 		mg := migdra.GPU{Index: g.Index, UUID: g.UUID, Healthy: g.Healthy || g.MIGReady(), MIGEnabled: g.MIGMode == nvml.MIGEnabled, Driver: o.DriverVersion}
-		if g.MIGReady() {
+		p, hasPolicy := modes[g.UUID]
+		switch {
+		case hasPolicy && policyHides(g, p):
+			continue
+		case hasPolicy && modeSwitchable(g, p):
+			mg.Switchable, mg.State = true, occupancy(g, held)
+		case g.MIGReady():
 			mg.State = occupancy(g, held)
+		case g.Model.Valid() && g.Err == nil:
+			mg.State = mig.EmptyGPU(g.Model) // a whole GPU of a MIG model: its model and memory are attributes
 		}
 		out = append(out, mg)
 	}

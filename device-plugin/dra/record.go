@@ -36,11 +36,12 @@ import (
 // overlaps an instance this node prepared for another claim.
 const ReasonDevicePreparedForAnotherClaim = "DevicePreparedForAnotherClaim"
 
-// record is one prepared claim's spec, read back.
+// record is one prepared claim's spec, read back: its MIG devices (Slices) and its whole GPUs.
 type record struct {
 	UID    string
 	Claim  cdi.ClaimRecord
 	Slices []cdi.Slice
+	Whole  []cdi.WholeGPU
 }
 
 // records reads every claim spec on the node, by claim UID. A spec that cannot be read is
@@ -52,27 +53,22 @@ func (d *Driver) records() (map[string]record, error) {
 	}
 	out := make(map[string]record, len(uids))
 	for _, uid := range uids {
-		rec, slices, ok, err := d.opts.CDI.ReadClaimRecord(uid)
+		spec, ok, err := d.opts.CDI.ReadClaimSpec(uid)
 		if err != nil {
 			d.opts.Log.Error(err, "unreadable claim spec", "claim", uid)
 			continue
 		}
 		if ok {
-			out[uid] = record{UID: uid, Claim: rec, Slices: slices}
+			out[uid] = record{UID: uid, Claim: spec.Record, Slices: spec.Slices, Whole: spec.Whole}
 		}
 	}
 	return out, nil
 }
 
 // preparedFor is the record of a claim other than uid that keeps an instance overlapping
-// slot, if any (the lowest UID, for a stable answer).
+// slot, or slot's GPU whole, if any (the lowest UID, for a stable answer).
 func preparedFor(recs map[string]record, uid string, slot mig.Slot) (record, bool) {
-	uids := make([]string, 0, len(recs))
-	for u := range recs {
-		uids = append(uids, u)
-	}
-	sort.Strings(uids)
-	for _, u := range uids {
+	for _, u := range sortedRecordUIDs(recs) {
 		if u == uid {
 			continue
 		}
@@ -82,8 +78,23 @@ func preparedFor(recs map[string]record, uid string, slot mig.Slot) (record, boo
 				return recs[u], true
 			}
 		}
+		for _, w := range recs[u].Whole {
+			if w.UUID == slot.GPU {
+				return recs[u], true
+			}
+		}
 	}
 	return record{}, false
+}
+
+// sortedRecordUIDs are the records' claim UIDs, sorted.
+func sortedRecordUIDs(recs map[string]record) []string {
+	uids := make([]string, 0, len(recs))
+	for u := range recs {
+		uids = append(uids, u)
+	}
+	sort.Strings(uids)
+	return uids
 }
 
 // claimRecord is what Prepare records for claim c: the claim and the pods it is reserved for.
@@ -105,7 +116,7 @@ func (d *Driver) refuseConflict(c *resourceapi.ResourceClaim, device string, oth
 	d.opts.Metrics.Conflicts.Inc()
 	d.opts.Log.Info("claim refused: its device overlaps an instance prepared for another claim", "claim", claimRef(c.Namespace, c.Name, c.UID),
 		"device", device, "preparedFor", claimRef(other.Claim.Namespace, other.Claim.Name, types.UID(other.UID)), "pods", other.Claim.Pods)
-	msg := fmt.Sprintf("device %s on node %s overlaps a MIG instance the node prepared for another claim that is still in use; "+
+	msg := fmt.Sprintf("device %s on node %s overlaps a device (a MIG instance, or its whole GPU) the node prepared for another claim that is still in use; "+
 		"it is prepared for this claim once that claim is released", device, d.opts.NodeName)
 	engine.Emit(d.opts.Events, c, corev1.EventTypeWarning, ReasonDevicePreparedForAnotherClaim, "%s", msg)
 	return fmt.Errorf("%s", msg)

@@ -25,10 +25,13 @@ import (
 // period (the time since it was first seen as an orphan), never at once: a claim allocated a
 // moment ago may not be visible yet (engine.OrphanClock, the device-plugin frontend's clock too).
 
-// allocated is one device of this driver and pool in a claim's allocation.
+// allocated is one device of this driver and pool in a claim's allocation: a MIG device (Ref)
+// or a whole GPU (Whole), on GPU index GPU.
 type allocated struct {
 	Request string
 	Device  string
+	GPU     int
+	Whole   bool
 	Ref     migdra.DeviceRef
 }
 
@@ -39,11 +42,15 @@ func claimDevices(c *resourceapi.ResourceClaim, pool string) ([]allocated, error
 	}
 	var out []allocated
 	for _, r := range migdra.AllocatedDevices(c, pool) {
+		if i, ok := migdra.ParseWholeDeviceName(r.Device); ok {
+			out = append(out, allocated{Request: r.Request, Device: r.Device, GPU: i, Whole: true})
+			continue
+		}
 		ref, err := migdra.ParseDeviceName(r.Device)
 		if err != nil {
 			return nil, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
-		out = append(out, allocated{Request: r.Request, Device: r.Device, Ref: ref})
+		out = append(out, allocated{Request: r.Request, Device: r.Device, GPU: ref.GPU, Ref: ref})
 	}
 	return out, nil
 }

@@ -64,7 +64,7 @@ func claim(uid, pool string, devices ...string) resourceapi.ResourceClaim {
 }
 
 func TestClaimDevicesAndExplained(t *testing.T) {
-	a := claim("a", "node-1", "gpu-0-1g-10gb-at-3", "gpu-1-7g-80gb-at-0")
+	a := claim("a", "node-1", "gpu-0-1g-10gb-at-3", "gpu-1-7g-80gb-at-0", "gpu-2")
 	b := claim("b", "node-2", "gpu-0-1g-10gb-at-3")
 	unallocated := resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "u"}}
 	devs, err := claimDevices(&a, "node-1")
@@ -73,7 +73,8 @@ func TestClaimDevicesAndExplained(t *testing.T) {
 	}
 	want := []allocated{
 		{Request: "gpu", Device: "gpu-0-1g-10gb-at-3", Ref: migdra.DeviceRef{GPU: 0, ProfileToken: "1g-10gb", Start: 3}},
-		{Request: "gpu", Device: "gpu-1-7g-80gb-at-0", Ref: migdra.DeviceRef{GPU: 1, ProfileToken: "7g-80gb", Start: 0}},
+		{Request: "gpu", Device: "gpu-1-7g-80gb-at-0", GPU: 1, Ref: migdra.DeviceRef{GPU: 1, ProfileToken: "7g-80gb", Start: 0}},
+		{Request: "gpu", Device: "gpu-2", GPU: 2, Whole: true},
 	}
 	if diff := cmp.Diff(want, devs); diff != "" {
 		t.Fatalf("claimDevices (-want +got):\n%s", diff)
@@ -81,12 +82,12 @@ func TestClaimDevicesAndExplained(t *testing.T) {
 	if _, err := claimDevices(&unallocated, "node-1"); err == nil {
 		t.Fatal("an unallocated claim gave devices")
 	}
-	bad := claim("x", "node-1", "gpu-0")
+	bad := claim("x", "node-1", "gpu-0-1g-10gb")
 	if _, err := claimDevices(&bad, "node-1"); err == nil {
-		t.Fatal("a whole-GPU device name was read as a MIG device")
+		t.Fatal("a device name with no placement was read")
 	}
 	held := explained([]*resourceapi.ResourceClaim{&a, &b, &unallocated}, "node-1")
-	wantHeld := map[string][]string{"gpu-0-1g-10gb-at-3": {"uid-a"}, "gpu-1-7g-80gb-at-0": {"uid-a"}}
+	wantHeld := map[string][]string{"gpu-0-1g-10gb-at-3": {"uid-a"}, "gpu-1-7g-80gb-at-0": {"uid-a"}, "gpu-2": {"uid-a"}}
 	if diff := cmp.Diff(wantHeld, held); diff != "" {
 		t.Fatalf("explained (-want +got):\n%s", diff)
 	}
@@ -164,7 +165,7 @@ func TestPoolGPUsCountAllocatedDevicesNotYetRealized(t *testing.T) {
 	m := h100(t)
 	obs := &engine.Observation{GPUs: []*engine.GPU{{Index: 0, UUID: "GPU-0", Model: m, Healthy: true, MIGMode: 1,
 		Slices: []engine.Slice{{Slot: slot("1g.10gb", 3, 1), CI: 0, MIGUUID: "MIG-1"}}}}}
-	gpus := poolGPUs(obs, map[string][]string{"gpu-0-3g-40gb-at-4": {"uid-b"}, "gpu-1-1g-10gb-at-0": {"uid-c"}})
+	gpus := poolGPUs(obs, map[string][]string{"gpu-0-3g-40gb-at-4": {"uid-b"}, "gpu-1-1g-10gb-at-0": {"uid-c"}}, nil)
 	want, err := mig.NewGPUState(m, []mig.Instance{{Profile: "1g.10gb", Placement: mig.Placement{Start: 3, Size: 1}}, {Profile: "3g.40gb", Placement: mig.Placement{Start: 4, Size: 4}}})
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +185,7 @@ func TestUnhealthyDevicesAreTainted(t *testing.T) {
 		{Index: 0, UUID: "GPU-0", Model: m, Healthy: false, MIGMode: 1},
 		{Index: 1, UUID: "GPU-1", Model: m, Healthy: true, MIGMode: 1, Slices: []engine.Slice{broken}},
 	}}
-	gpus, sick := poolGPUs(obs, nil), unhealthyOf(obs)
+	gpus, sick := poolGPUs(obs, nil, nil), unhealthyOf(obs)
 	pool, err := migdra.Pool(gpus, mig.PreferredOrder)
 	if err != nil {
 		t.Fatal(err)

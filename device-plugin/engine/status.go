@@ -170,6 +170,10 @@ type ClaimView struct {
 	Obs    *Observation
 	// Claim names the allocated claim that holds observed slice s of GPU g (false: none).
 	Claim func(g *GPU, s Slice) (slicerv1alpha1.ClaimReference, bool)
+	// ModePolicies, ModeSwitches and ModeSwitchesDone are NodeView's.
+	ModePolicies     map[string]migapi.ModePolicy
+	ModeSwitches     map[string]*ModeReport
+	ModeSwitchesDone map[string]time.Duration
 }
 
 // NodeView is the status view of v: each observed slice that a claim holds is Allocated
@@ -177,7 +181,8 @@ type ClaimView struct {
 // sync, so none is ever seen PendingDelete).
 func (v ClaimView) NodeView() NodeView {
 	nv := NodeView{Emulated: v.Emulated, DriverErr: v.DriverErr, NotServing: v.NotServing, Conflict: v.Conflict, Bypass: v.Bypass, Obs: v.Obs,
-		States: map[string]slicerv1alpha1.SliceState{}, Claims: map[string]slicerv1alpha1.ClaimReference{}}
+		States: map[string]slicerv1alpha1.SliceState{}, Claims: map[string]slicerv1alpha1.ClaimReference{},
+		ModePolicies: v.ModePolicies, ModeSwitches: v.ModeSwitches, ModeSwitchesDone: v.ModeSwitchesDone}
 	if v.Obs == nil || v.Claim == nil {
 		return nv
 	}

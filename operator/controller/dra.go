@@ -69,9 +69,9 @@ func (r *SlicerReconciler) reconcileDRA(ctx context.Context, o render.Options, s
 	if err := r.removeAll(ctx, staleClasses(classes)); err != nil {
 		res.fail(fmt.Errorf("remove DeviceClasses of profiles no GPU offers: %w", err))
 	}
-	msg := fmt.Sprintf("%d DeviceClasses for the MIG profiles of %s", len(classes), strings.Join(models, ", "))
+	msg := fmt.Sprintf("%d DeviceClasses for the MIG profiles of %s and for whole GPUs", len(classes), strings.Join(models, ", "))
 	if len(models) == 0 {
-		msg = "no node is labelled " + slicerv1alpha1.LabelGPUModel + " and no NodeAccelerator reports a GPU model yet, so no DeviceClass is needed"
+		msg = "the DeviceClass of whole GPUs; no node is labelled " + slicerv1alpha1.LabelGPUModel + " and no NodeAccelerator reports a GPU model yet, so no class of a MIG profile is needed"
 	}
 	if len(unknown) > 0 {
 		msg += fmt.Sprintf("; GPU models Slicer does not know get none: %s", strings.Join(unknown, ", "))

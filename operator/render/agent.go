@@ -163,16 +163,13 @@ func Agent(o Options) ([]client.Object, error) {
 			volumes = append(volumes, hostPathVolume(d.name, d.path, corev1.HostPathDirectoryOrCreate))
 		}
 	}
-	if !UsesDRA(o) {
-		// Only the device-plugin frontend switches MIG modes: a DRA agent is not told the
-		// policies, so its DaemonSet does not roll when they change.
-		modes, err := migapi.GPUModesFlag(o.Slicer.Spec.GPUModes)
-		if err != nil {
-			return nil, err
-		}
-		if modes != "" {
-			args = append(args, AgentGPUModesFlag+"="+modes)
-		}
+	// Both frontends switch MIG modes by the policies.
+	modes, err := migapi.GPUModesFlag(o.Slicer.Spec.GPUModes)
+	if err != nil {
+		return nil, err
+	}
+	if modes != "" {
+		args = append(args, AgentGPUModesFlag+"="+modes)
 	}
 	if emulated {
 		args = append(args, "--emulate="+EmulateFlag(a.EmulatedGPUs), "--emulate-state-file="+EmulatedStateDir+"/emulated-gpus.json")

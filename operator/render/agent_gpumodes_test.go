@@ -1,6 +1,7 @@
 package render
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,6 +34,14 @@ func TestAgentGPUModes(t *testing.T) {
 	if diff := cmp.Diff(want, args); diff != "" {
 		t.Fatalf("--gpu-modes (-want +got):\n%s", diff)
 	}
+	// The DRA frontend switches MIG modes too: its agents get the same flag.
+	dra := agentGPUModesArgs(t, testOptions(func(s *slicerv1alpha1.Slicer) {
+		s.Spec.GPUModes = policies
+		s.Spec.Frontend = slicerv1alpha1.FrontendDRA
+	}))
+	if !slices.Equal(dra, args) {
+		t.Errorf("DRA: args %v, want %v", dra, args)
+	}
 	// What the operator renders, the agent reads back as the Slicer wrote it.
 	back, err := migapi.ParseGPUModesFlag(strings.TrimPrefix(args[0], AgentGPUModesFlag+"="))
 	if err != nil {
@@ -46,11 +55,6 @@ func TestAgentGPUModes(t *testing.T) {
 	for name, o := range map[string]Options{
 		"absent": testOptions(),
 		"empty":  testOptions(func(s *slicerv1alpha1.Slicer) { s.Spec.GPUModes = []slicerv1alpha1.GPUModePolicy{} }),
-		// The DRA frontend does not switch MIG modes: it is not told the policies.
-		"DRA": testOptions(func(s *slicerv1alpha1.Slicer) {
-			s.Spec.GPUModes = policies
-			s.Spec.Frontend = slicerv1alpha1.FrontendDRA
-		}),
 	} {
 		if args := agentGPUModesArgs(t, o); len(args) != 0 {
 			t.Errorf("%s: args %v, want no %s", name, args, AgentGPUModesFlag)

@@ -71,12 +71,15 @@ func ProfilesOfModels(models []string) (profiles, unknown []string) {
 
 // DeviceClasses renders one DeviceClass per profile (internal/mig/migdra), each naming the
 // profile's nvidia.com/mig-<profile> extended resource so the stock scheduler serves pods
-// that ask for it with no claim.
+// that ask for it with no claim, then the class of whole GPUs, naming nvidia.com/gpu
+// (migdra.WholeDeviceClass): every node's pool may hold whole GPUs (a GPU with MIG mode off,
+// or one its policy lets the agent switch).
 func DeviceClasses(profiles []string) ([]client.Object, error) {
 	classes, err := migdra.DeviceClasses(profiles, true)
 	if err != nil {
 		return nil, err
 	}
+	classes = append(classes, migdra.WholeDeviceClass(true))
 	out := make([]client.Object, 0, len(classes))
 	for i := range classes {
 		c := &classes[i]
@@ -86,7 +89,7 @@ func DeviceClasses(profiles []string) ([]client.Object, error) {
 	return out, nil
 }
 
-// AllDeviceClasses are the classes of every profile Slicer knows: what cleanup and a switch
+// AllDeviceClasses are the classes of every profile Slicer knows and of whole GPUs: what cleanup and a switch
 // back to the device-plugin frontend delete.
 func AllDeviceClasses() []client.Object {
 	objs, err := DeviceClasses(mig.KnownProfileNames())

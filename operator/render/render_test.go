@@ -366,8 +366,8 @@ func TestDRAFrontend(t *testing.T) {
 			}
 		}
 	}
-	if n := len(AllDeviceClasses()); n != len(mig.KnownProfileNames()) {
-		t.Errorf("%d classes for %d known profiles", n, len(mig.KnownProfileNames()))
+	if n := len(AllDeviceClasses()); n != len(mig.KnownProfileNames())+1 {
+		t.Errorf("%d classes for %d known profiles and whole GPUs", n, len(mig.KnownProfileNames()))
 	}
 	profiles, unknown := ProfilesOfModels([]string{"H100-80GB", "A100-40GB", "T4"})
 	if len(unknown) != 1 || unknown[0] != "T4" || len(profiles) == 0 {

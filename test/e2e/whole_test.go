@@ -13,6 +13,7 @@ import (
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/test/builder"
+	"github.com/slicer-operator/slicer/test/e2e/localnode"
 )
 
 // nodeGPUs is the node's GPUs as its NodeAccelerator reports them.
@@ -22,27 +23,10 @@ func nodeGPUs(ctx SpecContext) []slicerv1alpha1.GPUStatus {
 	return na.Status.GPUs
 }
 
-// setGPUModes sets the Slicer's spec.gpuModes and waits for the node's agent to apply them: it
-// reports the policy of each GPU a policy selects (modePolicy), and none once there are none.
+// setGPUModes is localnode.SetGPUModes on this suite's node.
 func setGPUModes(ctx SpecContext, policies []slicerv1alpha1.GPUModePolicy) {
 	GinkgoHelper()
-	var s slicerv1alpha1.Slicer
-	Expect(k8s.Get(ctx, client.ObjectKey{Name: "default"}, &s)).To(Succeed())
-	s.Spec.GPUModes = policies
-	Expect(k8s.Update(ctx, &s)).To(Succeed())
-	Eventually(func(g Gomega) {
-		var na slicerv1alpha1.NodeAccelerator
-		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, &na)).To(Succeed())
-		for _, gs := range na.Status.GPUs {
-			var want slicerv1alpha1.GPUModePolicyMode
-			if i := slices.IndexFunc(policies, func(p slicerv1alpha1.GPUModePolicy) bool { return p.Model == gs.Model }); i >= 0 {
-				want = policies[i].Mode
-			} else if len(policies) > 0 {
-				want = slicerv1alpha1.GPUModePolicyMIG // no policy selects it: it stays in MIG mode
-			}
-			g.Expect(gs.ModePolicy).To(Equal(want), "GPU %d (%s)", gs.Index, gs.Model)
-		}
-	}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Succeed())
+	localnode.SetGPUModes(ctx, k8s, node, policies)
 }
 
 // wholePod asks for n whole GPUs as users write it for NVIDIA's device plugin, prints what its

@@ -34,7 +34,7 @@ var (
 
 // runDRA serves the kubelet DRA plugin (device-plugin/dra) instead of the SliceAllocation
 // reconciler and the device plugin; the manager only serves metrics and health.
-func runDRA(ctx context.Context, f flags, lib nvml.Library, metrics *engine.Metrics, log logr.Logger) error {
+func runDRA(ctx context.Context, f flags, lib nvml.Library, gpuModes []slicerv1alpha1.GPUModePolicy, metrics *engine.Metrics, log logr.Logger) error {
 	// The helper listens in the plugin directory but does not create it.
 	if err := os.MkdirAll(f.draPluginDir, 0o750); err != nil {
 		return fmt.Errorf("DRA plugin directory: %w", err)
@@ -55,7 +55,7 @@ func runDRA(ctx context.Context, f flags, lib nvml.Library, metrics *engine.Metr
 	if err != nil {
 		return fmt.Errorf("status client: %w", err)
 	}
-	drv := dra.New(dra.Options{NodeName: f.node, Library: lib, Emulated: f.emulate != "", Client: cs,
+	drv := dra.New(dra.Options{NodeName: f.node, Library: lib, Emulated: f.emulate != "", Client: cs, GPUModes: gpuModes,
 		Status: status, Events: mgr.GetEventRecorder(slicerv1alpha1.AgentName),
 		CDI: &cdi.Writer{Dir: f.cdiDir, Real: f.emulate == ""}, Metrics: metrics, OrphanGrace: f.grace, Resync: f.resync, Log: log.WithName("dra")})
 	run := func(ctx context.Context) error {

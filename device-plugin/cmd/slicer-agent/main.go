@@ -108,10 +108,7 @@ func run(ctx context.Context, f flags) error {
 		// registered from the start with no devices, as the MIG profiles are.
 		resources = append(resources, migapi.NVIDIAGPUResource)
 	case frontendDRA:
-		if len(gpuModes) > 0 {
-			log.Info("the DRA frontend does not switch MIG modes: --"+migapi.GPUModesFlagName+" is ignored", "policies", len(gpuModes))
-		}
-		return runDRA(ctx, f, lib, metrics, log)
+		return runDRA(ctx, f, lib, gpuModes, metrics, log)
 	default:
 		return fmt.Errorf("--frontend %q: want %s or %s", f.frontend, frontendDevicePlugin, frontendDRA)
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/slicer-operator/slicer/internal/mig"
+	"github.com/slicer-operator/slicer/internal/mig/migapi"
 )
 
 // ClassName is the DeviceClass of one profile, e.g. "mig-1g.10gb.mig.slicer.dev".
@@ -55,6 +56,32 @@ func DeviceClasses(profiles []string, extendedResources bool) ([]resourceapi.Dev
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// WholeClassName is the DeviceClass of whole GPUs.
+const WholeClassName = "gpu." + DriverName
+
+// WholeSelector is the CEL expression that selects the whole-GPU devices.
+func WholeSelector() string {
+	return fmt.Sprintf("device.driver == %q && device.attributes[%q].%s == %q", DriverName, DriverName, AttrType, "gpu")
+}
+
+// WholeDeviceClass renders the class of whole GPUs (WholeGPUDeviceName's devices). With
+// extendedResources it names nvidia.com/gpu (migapi.NVIDIAGPUResource), so the stock scheduler
+// serves a pod that asks for nvidia.com/gpu with no claim on a node where no device plugin
+// advertises that resource; where one does (NVIDIA's), the device plugin serves it.
+func WholeDeviceClass(extendedResources bool) resourceapi.DeviceClass {
+	c := resourceapi.DeviceClass{
+		TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
+		ObjectMeta: metav1.ObjectMeta{Name: WholeClassName},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+			CEL: &resourceapi.CELDeviceSelector{Expression: WholeSelector()},
+		}}},
+	}
+	if extendedResources {
+		c.Spec.ExtendedResourceName = ptr.To(migapi.NVIDIAGPUResource)
+	}
+	return c
 }
 
 // ProfileOfClass is the profile a class of DeviceClasses selects, or false.

@@ -1,9 +1,13 @@
 package migdra
 
 import (
+	"context"
+	"slices"
 	"testing"
 
 	"k8s.io/dynamic-resource-allocation/cel"
+
+	"github.com/slicer-operator/slicer/internal/mig"
 )
 
 func TestDeviceClasses(t *testing.T) {
@@ -41,5 +45,55 @@ func TestDeviceClasses(t *testing.T) {
 	}
 	if _, ok := ProfileOfClass("gpu.example.com"); ok {
 		t.Error("a foreign class maps to a profile")
+	}
+}
+
+// The whole-GPU class selects exactly the whole devices of a pool (of a switchable GPU and of
+// a GPU with MIG mode off), names nvidia.com/gpu with the bridge, and no profile class selects
+// a whole device.
+func TestWholeDeviceClassSelectsWholeGPUs(t *testing.T) {
+	h100, _ := mig.ParseModel("H100-80GB")
+	pool, err := Pool([]GPU{
+		{Index: 0, UUID: "GPU-0", State: mig.EmptyGPU(h100), MIGEnabled: true, Switchable: true, Healthy: true},
+		{Index: 1, UUID: "GPU-1", State: mig.EmptyGPU(h100), MIGEnabled: true, Healthy: true},
+		{Index: 2, UUID: "GPU-2", Healthy: true},
+	}, mig.PreferredOrder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := WholeDeviceClass(true)
+	if c.Name != WholeClassName || c.Spec.ExtendedResourceName == nil || *c.Spec.ExtendedResourceName != "nvidia.com/gpu" {
+		t.Fatalf("class %s, extended resource %v", c.Name, c.Spec.ExtendedResourceName)
+	}
+	if WholeDeviceClass(false).Spec.ExtendedResourceName != nil {
+		t.Error("extendedResources=false still names nvidia.com/gpu")
+	}
+	compiler := cel.GetCompiler(cel.Features{})
+	whole := compiler.CompileCELExpression(c.Spec.Selectors[0].CEL.Expression, cel.Options{})
+	profile := compiler.CompileCELExpression(ProfileSelector("7g.80gb"), cel.Options{})
+	if whole.Error != nil || profile.Error != nil {
+		t.Fatalf("selectors: %v, %v", whole.Error, profile.Error)
+	}
+	var selected []string
+	for _, s := range pool.Slices {
+		for _, d := range s.Devices {
+			in := cel.Device{Driver: DriverName, Attributes: d.Attributes, Capacity: d.Capacity}
+			ok, _, err := whole.DeviceMatches(context.Background(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				selected = append(selected, d.Name)
+			}
+			if _, isWhole := ParseWholeDeviceName(d.Name); isWhole {
+				if ok, _, _ := profile.DeviceMatches(context.Background(), in); ok {
+					t.Errorf("the 7g.80gb class selects whole device %s", d.Name)
+				}
+			}
+		}
+	}
+	slices.Sort(selected)
+	if want := []string{"gpu-0", "gpu-2"}; !slices.Equal(selected, want) {
+		t.Errorf("whole class selects %v, want %v (GPU 1 is MIG only)", selected, want)
 	}
 }

@@ -38,13 +38,22 @@ func (r DeviceRef) ProfileName() (string, bool) {
 // DeviceGPU is the GPU index of a device of this driver, a MIG device (DeviceName) or a whole
 // GPU (WholeGPUDeviceName).
 func DeviceGPU(name string) (int, error) {
-	if rest, ok := strings.CutPrefix(name, "gpu-"); ok {
-		if i, err := strconv.Atoi(rest); err == nil && i >= 0 && strconv.Itoa(i) == rest {
-			return i, nil
-		}
+	if i, ok := ParseWholeDeviceName(name); ok {
+		return i, nil
 	}
 	ref, err := ParseDeviceName(name)
 	return ref.GPU, err
+}
+
+// ParseWholeDeviceName reads a name WholeGPUDeviceName made ("gpu-<i>"): the GPU index, or
+// false for any other name.
+func ParseWholeDeviceName(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "gpu-")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(rest)
+	return i, err == nil && i >= 0 && strconv.Itoa(i) == rest
 }
 
 // ParseDeviceName reads a name DeviceName made ("gpu-<i>-<profile>-at-<start>"). A whole-GPU

@@ -206,6 +206,8 @@ var _ = Describe("Slicer's DRA frontend on the local node, stock kube-scheduler 
 		Expect(samples).To(BeNumerically(">", 0))
 	})
 
+	It("runs a pod that asks nvidia.com/gpu (the whole-GPU class's bridge) beside a slice pod on a GPU it switches out of MIG mode, and back for two 7g.80gb pods", expectWholeGPUs)
+
 	// Last: the cluster keeps no Slicer afterwards.
 	It("deletes the driver's ResourceSlices on uninstall once the agent is gone, those of a node that is down included, and no other driver's", func(ctx SpecContext) {
 		// a node whose kubelet is down never wipes its slices: only the operator can

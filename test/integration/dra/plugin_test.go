@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/dra"
 	"github.com/slicer-operator/slicer/device-plugin/engine"
@@ -87,6 +88,8 @@ type harness struct {
 	cfg *rest.Config
 	// nvmlOpts make the emulated NVML of a new process (its state file kept).
 	nvmlOpts emulated.Options
+	// gpuModes is the plugin's --gpu-modes (whole_test.go).
+	gpuModes []slicerv1alpha1.GPUModePolicy
 }
 
 func (h *harness) start() {
@@ -112,7 +115,7 @@ func (h *harness) start() {
 	})
 	drv := dra.New(dra.Options{NodeName: nodeName, Library: h.lib, Emulated: true, Client: cs, Status: status, Events: h.events, PublishInterval: -1,
 		CDI: h.cdi, Metrics: metrics, OrphanGrace: h.grace, Resync: time.Hour,
-		Now: h.clock.Now, Log: testr.New(h.t)})
+		Now: h.clock.Now, Log: testr.New(h.t), GPUModes: h.gpuModes})
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &plugin{drv: drv, metrics: metrics, cancel: cancel, done: make(chan error, 1)}
 	sock := filepath.Join(h.dir, "dra.sock")
@@ -269,7 +272,9 @@ func (h *harness) instances() map[string]string {
 	return out
 }
 
-func newHarness(t *testing.T) *harness {
+// newHarness starts a plugin on a node of two emulated H100s; each option sets the harness up
+// before the plugin's first start.
+func newHarness(t *testing.T, options ...func(*harness)) *harness {
 	cs, env := startEnv(t, nil)
 	if _, err := cs.CoreV1().Nodes().Create(context.Background(), builder.Node(nodeName).Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -303,6 +308,9 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	h.status = direct
+	for _, o := range options {
+		o(h)
+	}
 	h.start()
 	t.Cleanup(func() {
 		if h.plugin != nil {

@@ -52,6 +52,7 @@ func classesOf(model string) []string {
 	for _, p := range m.Profiles() {
 		names = append(names, migdra.ClassName(p.Name))
 	}
+	names = append(names, migdra.WholeClassName)
 	slices.Sort(names)
 	return names
 }
