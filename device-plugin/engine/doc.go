@@ -11,8 +11,8 @@
 //   - orphan.go: the orphan clock (OrphanClock): when an instance nothing holds is destroyed;
 //   - cdi.go: an observed slice as a CDI spec describes it (CDISlice);
 //   - mode.go, modeswitch.go: each GPU's mode as NVML reports it, and what to do about its
-//     MIG mode under a GPU mode policy (DecideModeSwitch, SetModeStep; only the device-plugin
-//     frontend switches);
+//     MIG mode under a GPU mode policy (DecideModeSwitch, SetModeStep, the GPU reset an A100 or
+//     A30 needs; modepass.go: what both frontends do about modes on a pass);
 //   - status.go, publish.go: the node's NodeAccelerator status, rendered from a NodeView and
 //     written through StatusWriter (coalesced, never from a stale copy);
 //   - metrics.go: the agent's Prometheus collectors and the per-GPU and per-slice recording.

@@ -67,7 +67,7 @@ func modeOf(m nvml.MIGMode) slicerv1alpha1.GPUMode {
 
 // pendingSwitchReason says why g's pending MIG mode, which the agent did not report a switch
 // for, has not taken effect: on a model whose change waits for a GPU reset, the reset (which
-// the agent does not do); on any other, a client that holds the GPU (a process, DCGM, a monitoring daemon), since such a change
+// the agent does only under a policy that allows one); on any other, a client that holds the GPU (a process, DCGM, a monitoring daemon), since such a change
 // takes effect at once on an idle GPU. Of a GPU of no model Slicer knows, it cannot say
 // which, and says so.
 func pendingSwitchReason(g *GPU) (slicerv1alpha1.GPUModeSwitchReason, string) {
@@ -75,7 +75,7 @@ func pendingSwitchReason(g *GPU) (slicerv1alpha1.GPUModeSwitchReason, string) {
 	switch {
 	case g.Model.ModeChangeNeedsReset():
 		return slicerv1alpha1.GPUModeSwitchResetRequired,
-			fmt.Sprintf("%s: on %s it takes effect after a GPU reset, which the agent does not do", pending, g.Model)
+			fmt.Sprintf("%s: on %s it takes effect after a GPU reset, which the agent does only where the GPU's mode policy allows one (allowReset)", pending, g.Model)
 	case g.Model.Valid():
 		return slicerv1alpha1.GPUModeSwitchHeldByClient,
 			fmt.Sprintf("%s: on %s it takes effect once no client (a process, DCGM, a monitoring daemon) holds the GPU", pending, g.Model)

@@ -64,7 +64,7 @@ func (m *Metrics) RecordModes(obs *Observation, reports map[string]*ModeReport) 
 	}
 }
 
-// ModeSwitchCalled counts one SetMIGMode call on g for step (step.Set), which returned the
+// ModeSwitchCalled counts one SetMIGMode call or reset on g for step (step.Set, step.Reset), which returned the
 // switch r (SetModeStep; nil: the mode is current). It says whether the call made g's MIG mode
 // current at once (a switch done; not a pending change cancelled), whose duration the status
 // writer observes (NodeView.ModeSwitchesDone).

@@ -55,16 +55,17 @@ func SwitchModes(obs *Observation, steps map[string]ModeStep, m *Metrics, log lo
 		}
 		start := time.Now()
 		r := SetModeStep(g, step)
-		if step.Set {
+		if step.Set || step.Reset {
 			if m.ModeSwitchCalled(g, step, r) {
 				done[g.UUID] = time.Since(start)
 			}
 			called = true
-			log.Info("MIG mode switch asked", "gpu", g.UUID, "index", g.Index, "from", g.MIGMode.String(), "to", step.Target.String(), "result", reportWords(r))
+			log.Info("MIG mode switch asked", "gpu", g.UUID, "index", g.Index, "from", g.MIGMode.String(), "to", step.Target.String(), "reset", step.Reset, "result", reportWords(r))
 		}
 		if r != nil {
 			reports[g.UUID] = r
-			retry = retry || r.Reason == slicerv1alpha1.GPUModeSwitchHeldByClient || r.Reason == slicerv1alpha1.GPUModeSwitchNVMLError
+			retry = retry || r.Reason == slicerv1alpha1.GPUModeSwitchHeldByClient || r.Reason == slicerv1alpha1.GPUModeSwitchNVMLError ||
+				step.Reset && r.Reason == slicerv1alpha1.GPUModeSwitchResetRequired
 		}
 	}
 	return reports, done, called, retry

@@ -78,6 +78,10 @@ type ModeStep struct {
 	// AfterSetMIGMode's switch.
 	Set    bool
 	Target nvml.MIGMode
+	// Reset: reset the GPU for the change to Target to take effect (A100, A30), after Set's
+	// call when it answers that a reset is needed, or alone when the change is pending
+	// already. Only for an empty GPU whose policy allows a reset and whose backend can.
+	Reset bool
 	// Switch is the switch to report when Set is false; nil: nothing to add to what NVML
 	// reports (renderMode).
 	Switch *ModeReport
@@ -93,9 +97,10 @@ type ModeReport struct {
 
 // DecideModeSwitch is what to do about g's MIG mode on this pass, given in. It is pure. Only a
 // healthy, fully observed GPU of a MIG model is switched; only an empty one (no MIG instance,
-// in.Busy empty) has SetMIGMode called; a model whose change needs a GPU reset is switched
-// only where the policy allows one (the agent does not reset the GPU: the change stays
-// pending until a reset or a reboot does).
+// in.Busy empty) has SetMIGMode called or is reset; a model whose change needs a GPU reset is
+// switched only where the policy allows one, and the agent then resets the GPU itself where
+// its backend can (nvml.GPUResetter); where it cannot, the change stays pending until a
+// reset by hand or a reboot.
 func DecideModeSwitch(g *GPU, in ModeInput) ModeStep {
 	if g.Err != nil || !g.Healthy || !g.MIGSupported || !g.Model.Valid() {
 		return ModeStep{}
@@ -114,10 +119,15 @@ func DecideModeSwitch(g *GPU, in ModeInput) ModeStep {
 		return ModeStep{Target: target, Switch: &ModeReport{TargetMode: modeOf(target), Phase: phase, Reason: reason, Message: fmt.Sprintf(format, args...)}}
 	}
 	needsReset := g.Model.ModeChangeNeedsReset()
+	resets := needsReset && in.Policy.AllowReset && g.CanReset()
 	switch {
+	case g.MIGModePending && g.PendingMIGMode() == target && needsReset && resets && empty:
+		// Asked already: the reset makes it current.
+		return ModeStep{Reset: true, Target: target}
 	case g.MIGModePending && g.PendingMIGMode() == target && needsReset:
-		// Asked already (by this agent, or by hand): only a reset makes it current.
-		return report(slicerv1alpha1.GPUModeSwitchPending, slicerv1alpha1.GPUModeSwitchResetRequired, "%s", resetMessage(g, target))
+		// Asked already (by this agent, or by hand): only a reset makes it current, which
+		// waits for an empty GPU or is not the agent's to do.
+		return report(slicerv1alpha1.GPUModeSwitchPending, slicerv1alpha1.GPUModeSwitchResetRequired, "%s", resetMessage(g, target, resets))
 	case needsReset && !in.Policy.AllowReset:
 		return report(slicerv1alpha1.GPUModeSwitchFailed, slicerv1alpha1.GPUModeSwitchResetNotAllowed,
 			"MIG mode %s on %s takes effect only after a GPU reset, and the GPU's policy does not allow one (allowReset)", target, g.Model)
@@ -128,7 +138,7 @@ func DecideModeSwitch(g *GPU, in ModeInput) ModeStep {
 		return report(slicerv1alpha1.GPUModeSwitchPending, slicerv1alpha1.GPUModeSwitchHeldByClient,
 			"GPU %d is switched to MIG mode %s once it is empty: %s", g.Index, target, in.Busy)
 	}
-	return ModeStep{Set: true, Target: target}
+	return ModeStep{Set: true, Target: target, Reset: resets}
 }
 
 // AfterSetMIGMode is the switch to report once SetMIGMode(target) on g returned activation
@@ -148,7 +158,7 @@ func AfterSetMIGMode(g *GPU, target nvml.MIGMode, activation nvml.Return, err er
 		r.Reason = slicerv1alpha1.GPUModeSwitchHeldByClient
 		r.Message = fmt.Sprintf("MIG mode %s is pending on GPU %d: a client (a process, DCGM, a monitoring daemon) holds the GPU; the agent asks again on every pass", target, g.Index)
 	case activation == nvml.ErrorResetRequired:
-		r.Reason, r.Message = slicerv1alpha1.GPUModeSwitchResetRequired, resetMessage(g, target)
+		r.Reason, r.Message = slicerv1alpha1.GPUModeSwitchResetRequired, resetMessage(g, target, false)
 	default:
 		r.Phase, r.Reason = slicerv1alpha1.GPUModeSwitchFailed, slicerv1alpha1.GPUModeSwitchNVMLError
 		r.Message = fmt.Sprintf("SetMIGMode(%s) on GPU %d: activation %s", target, g.Index, activation)
@@ -156,20 +166,45 @@ func AfterSetMIGMode(g *GPU, target nvml.MIGMode, activation nvml.Return, err er
 	return r
 }
 
-// resetMessage says that g's change to target waits for a GPU reset.
-func resetMessage(g *GPU, target nvml.MIGMode) string {
-	return fmt.Sprintf("MIG mode %s is pending on GPU %d: on %s it takes effect after a GPU reset (nvidia-smi -r, or a reboot), which the agent does not do itself", target, g.Index, g.Model)
+// resetMessage says that g's change to target waits for a GPU reset: one the agent does once
+// the GPU is empty (agentResets), or one it does not do itself.
+func resetMessage(g *GPU, target nvml.MIGMode, agentResets bool) string {
+	if agentResets {
+		return fmt.Sprintf("MIG mode %s is pending on GPU %d: on %s it takes effect after a GPU reset, which the agent does once the GPU is empty", target, g.Index, g.Model)
+	}
+	return fmt.Sprintf("MIG mode %s is pending on GPU %d: on %s it takes effect after a GPU reset (nvidia-smi -r, or a reboot), which the agent does not do itself here (allowReset off, or its NVML backend cannot reset)", target, g.Index, g.Model)
 }
 
-// SetModeStep calls SetMIGMode for step on g and returns the switch to report; for a step
-// that does not call it, its Switch.
+// SetModeStep carries out step on g (SetMIGMode, then the reset it asks for) and returns the
+// switch to report; for a step that does neither, its Switch.
 func SetModeStep(g *GPU, step ModeStep) *ModeReport {
-	if !step.Set {
+	if !step.Set && !step.Reset {
 		return step.Switch
 	}
-	activation, err := g.dev.SetMIGMode(step.Target)
-	if err != nil {
-		err = fmt.Errorf("set MIG mode %s on GPU %d: %w", step.Target, g.Index, err)
+	if step.Set {
+		activation, err := g.dev.SetMIGMode(step.Target)
+		if err != nil {
+			err = fmt.Errorf("set MIG mode %s on GPU %d: %w", step.Target, g.Index, err)
+		}
+		r := AfterSetMIGMode(g, step.Target, activation, err)
+		if !step.Reset || err != nil || activation != nvml.ErrorResetRequired {
+			return r
+		}
 	}
-	return AfterSetMIGMode(g, step.Target, activation, err)
+	return AfterReset(g, step.Target, g.reset())
+}
+
+// AfterReset is the switch to report once the reset of g for a change to target returned err:
+// nil when it succeeded (the next observation shows the mode current), else the change stays
+// pending with the reset's error (a client or process holds the GPU: asked again next pass).
+func AfterReset(g *GPU, target nvml.MIGMode, err error) *ModeReport {
+	if err == nil {
+		return nil
+	}
+	reason := slicerv1alpha1.GPUModeSwitchResetRequired
+	if nvml.IsInUse(err) {
+		reason = slicerv1alpha1.GPUModeSwitchHeldByClient
+	}
+	return &ModeReport{TargetMode: modeOf(target), Phase: slicerv1alpha1.GPUModeSwitchPending, Reason: reason,
+		Message: fmt.Sprintf("MIG mode %s is pending on GPU %d: the agent's GPU reset failed, and is tried again: %v", target, g.Index, err)}
 }

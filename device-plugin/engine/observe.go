@@ -62,7 +62,12 @@ type GPU struct {
 
 	dev nvml.Device
 	gis map[int]nvml.ObservedGI
+	// reset resets the GPU (nil: the backend cannot, nvml.GPUResetter).
+	reset func() error
 }
+
+// CanReset reports whether the agent can reset g itself (its backend is an nvml.GPUResetter).
+func (g *GPU) CanReset() bool { return g.reset != nil }
 
 // MIGReady reports whether MIG slices can be laid out on g: it is of a model Slicer knows
 // and in MIG mode. Only such a GPU has observed slices (Observe lists none elsewhere), free
@@ -210,6 +215,9 @@ func observeGPU(lib nvml.Library, i int) (*GPU, error) {
 		return nil, fmt.Errorf("device %d: %w", i, err)
 	}
 	g := &GPU{Index: i, dev: dev, Healthy: true, gis: map[int]nvml.ObservedGI{}}
+	if r, ok := lib.(nvml.GPUResetter); ok {
+		g.reset = func() error { return r.ResetGPU(i) }
+	}
 	if g.UUID, err = dev.UUID(); err != nil {
 		return nil, fmt.Errorf("device %d uuid: %w", i, err)
 	}

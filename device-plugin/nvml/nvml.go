@@ -242,6 +242,14 @@ type Library interface {
 	EventSetCreate() (EventSet, error)
 }
 
+// GPUResetter is a Library that can reset a GPU (what nvidia-smi --gpu-reset does): a pending
+// MIG mode takes effect (on A100 and A30 only a reset makes it current), every MIG instance is
+// gone. NVML's API has no such call; a backend that cannot reset does not implement it. It
+// fails while a process or another client holds the GPU.
+type GPUResetter interface {
+	ResetGPU(index int) error
+}
+
 // Device is one physical GPU.
 type Device interface {
 	UUID() (string, error)

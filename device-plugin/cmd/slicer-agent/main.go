@@ -40,10 +40,10 @@ import (
 )
 
 type flags struct {
-	node, emulate, stateFile, cdiDir, pluginDir, podResources, nvmlLib string
-	frontend, draPluginDir, draRegistryDir, gpuModes                   string
-	grace, resync, emulateLatency                                      time.Duration
-	listen                                                             serving.Flags
+	node, emulate, stateFile, cdiDir, pluginDir, podResources, nvmlLib, nvidiaSMI string
+	frontend, draPluginDir, draRegistryDir, gpuModes                              string
+	grace, resync, emulateLatency                                                 time.Duration
+	listen                                                                        serving.Flags
 }
 
 func main() {
@@ -63,6 +63,7 @@ func main() {
 	f.listen.Bind(flag.CommandLine, "127.0.0.1:8080", "127.0.0.1:8081")
 	flag.StringVar(&f.gpuModes, migapi.GPUModesFlagName, "", "the Slicer's spec.gpuModes as a JSON list (empty: every GPU stays in MIG mode); the operator renders it")
 	flag.StringVar(&f.nvmlLib, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the loader's search path)")
+	flag.StringVar(&f.nvidiaSMI, "nvidia-smi", "nvidia-smi", "the nvidia-smi that resets an A100 or A30 whose MIG mode change needs it, where the GPU's mode policy allows a reset (NVML has no reset call)")
 	zopts := zap.Options{}
 	zopts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -99,6 +100,7 @@ func run(ctx context.Context, f flags) error {
 		log.Info("emulating GPUs", "gpus", f.emulate, "stateFile", f.stateFile)
 	} else {
 		hw := nvidia.New(f.nvmlLib)
+		hw.NvidiaSMI = f.nvidiaSMI
 		lib, resources = hw, realResources(hw)
 	}
 	metrics := engine.NewMetrics(ctrlmetrics.Registry)

@@ -93,6 +93,8 @@ func (b *Backend) HoldGPU(index int, held bool) error {
 	return nil
 }
 
+var _ nvml.GPUResetter = (*Backend)(nil)
+
 // ResetGPU resets GPU index (nvidia-smi -r): its pending MIG mode becomes current, its MIG
 // instances are gone and its recovery action is cleared. It fails with ERROR_IN_USE while a
 // client holds the GPU or a process uses one of its MIG devices.

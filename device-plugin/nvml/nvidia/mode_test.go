@@ -1,6 +1,9 @@
 package nvidia_test
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -118,5 +121,46 @@ func TestTopologyOnNVIDIAMock(t *testing.T) {
 	}
 	if _, err := devs[0].NVLinkPeer(foreign); nvml.ReturnOf(err) != nvml.ErrorInvalidArgument {
 		t.Errorf("NVLink to a device of another backend: %v, want ERROR_INVALID_ARGUMENT", err)
+	}
+}
+
+// ResetGPU runs nvidia-smi --gpu-reset on the GPU's UUID (NVML has no reset call) and reports
+// its failure with its output. A script stands in for nvidia-smi: what the driver does on a
+// reset is the mock's ResetGPU, exercised by TestModeConformanceOnNVIDIAMock.
+func TestResetGPURunsNvidiaSMI(t *testing.T) {
+	lib, _ := mockLibrary(t, "A100-40GB")
+	dev, err := lib.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuid, err := dev.UUID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	args := filepath.Join(dir, "args")
+	smi := filepath.Join(dir, "nvidia-smi")
+	script := "#!/bin/sh\necho \"$@\" > " + args + "\n"
+	if err := os.WriteFile(smi, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lib.NvidiaSMI = smi
+	if err := lib.ResetGPU(0); err != nil {
+		t.Fatalf("ResetGPU: %v", err)
+	}
+	got, err := os.ReadFile(args)
+	if err != nil || strings.TrimSpace(string(got)) != "--gpu-reset -i "+uuid {
+		t.Fatalf("nvidia-smi called with %q (%v), want --gpu-reset -i %s", got, err, uuid)
+	}
+	fail := filepath.Join(dir, "failing-smi")
+	if err := os.WriteFile(fail, []byte("#!/bin/sh\necho 'GPU is in use by another client'; exit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lib.NvidiaSMI = fail
+	if err := lib.ResetGPU(0); err == nil || !strings.Contains(err.Error(), "in use by another client") {
+		t.Fatalf("a failing reset: %v", err)
+	}
+	if err := lib.ResetGPU(7); err == nil {
+		t.Fatal("reset of a GPU that is not there")
 	}
 }

@@ -5,7 +5,10 @@
 package nvidia
 
 import (
+	"cmp"
 	"fmt"
+	"os/exec"
+	"strings"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -15,6 +18,32 @@ import (
 // Library adapts go-nvml to nvml.Library.
 type Library struct {
 	lib gonvml.Interface
+	// NvidiaSMI is the nvidia-smi that ResetGPU runs (default "nvidia-smi", found on PATH).
+	NvidiaSMI string
+}
+
+var _ nvml.GPUResetter = (*Library)(nil)
+
+// ResetGPU resets GPU index by its UUID with nvidia-smi --gpu-reset, which NVML's API lacks
+// (nvml.GPUResetter). The agent asks for it only for an empty GPU whose mode policy allows a
+// reset (engine.DecideModeSwitch); nvidia-smi refuses while a process uses the GPU, and the
+// error carries its output.
+func (l *Library) ResetGPU(index int) error {
+	const op = "DeviceReset"
+	d, r := l.lib.DeviceGetHandleByIndex(index)
+	if err := wrap(op, r); err != nil {
+		return err
+	}
+	uuid, r := d.GetUUID()
+	if err := wrap(op, r); err != nil {
+		return err
+	}
+	smi := cmp.Or(l.NvidiaSMI, "nvidia-smi")
+	out, err := exec.Command(smi, "--gpu-reset", "-i", uuid).CombinedOutput()
+	if err != nil {
+		return nvml.NewError(op, nvml.ErrorUnknown, fmt.Sprintf("%s --gpu-reset -i %s: %v: %s", smi, uuid, err, strings.TrimSpace(string(out))))
+	}
+	return nil
 }
 
 // New returns the real NVML; libraryPath may be empty for the default

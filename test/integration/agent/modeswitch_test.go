@@ -147,10 +147,11 @@ var _ = Describe("GPU mode switches", func() {
 		n.invariants()
 	})
 
-	It("does not switch an A100 whose policy allows no reset, and waits for the reset of one whose policy does", func() {
+	It("does not switch an A100 whose policy allows no reset, and resets one whose policy does once no client holds it", func() {
 		n := newNodeMIGOff("n-switch-ampere", []int{1}, mig.A100_80GB, mig.A100_40GB)
 		DeferCleanup(n.cleanup)
 		n.gpuModes = []slicerv1alpha1.GPUModePolicy{whole(mig.A100_80GB), dynamic(mig.A100_40GB, true)}
+		Expect(n.backend.HoldGPU(1, true)).To(Succeed()) // as DCGM would
 		n.start()
 		n.waitGPU(0, func(g Gomega, gs slicerv1alpha1.GPUStatus) {
 			g.Expect(gs.MIGMode).To(Equal(slicerv1alpha1.MIGModeEnabled))
@@ -163,7 +164,7 @@ var _ = Describe("GPU mode switches", func() {
 		a := n.allocateFirst(1, mig.A100_40GB)
 		n.waitGPU(1, func(g Gomega, gs slicerv1alpha1.GPUStatus) {
 			g.Expect(gs.MIGMode).To(Equal(slicerv1alpha1.MIGModeDisabled))
-			expectSwitch(g, gs, slicerv1alpha1.GPUModeSwitching, slicerv1alpha1.GPUModeMIG, slicerv1alpha1.GPUModeSwitchPending, slicerv1alpha1.GPUModeSwitchResetRequired)
+			expectSwitch(g, gs, slicerv1alpha1.GPUModeSwitching, slicerv1alpha1.GPUModeMIG, slicerv1alpha1.GPUModeSwitchPending, slicerv1alpha1.GPUModeSwitchHeldByClient)
 			g.Expect(gs.ModePolicy).To(Equal(slicerv1alpha1.GPUModePolicyDynamic))
 			g.Expect(gs.ResetAllowed).To(BeTrue())
 		})
@@ -171,13 +172,15 @@ var _ = Describe("GPU mode switches", func() {
 		Expect(st.State).To(Equal(slicerv1alpha1.AllocationPending))
 		Expect(st.Reason).To(Equal(agent.ReasonWaitingForModeSwitch))
 
-		// The reset the policy allows (nvidia-smi -r): the change takes effect, the slice is made.
-		Expect(n.backend.ResetGPU(1)).To(Succeed())
+		// The client lets go: the agent resets the GPU itself (the policy allows it, the GPU
+		// is empty), the change takes effect and the slice is made.
+		Expect(n.backend.HoldGPU(1, false)).To(Succeed())
 		n.waitReady(a)
 		n.waitGPU(1, func(g Gomega, gs slicerv1alpha1.GPUStatus) {
 			g.Expect(gs.Mode).To(Equal(slicerv1alpha1.GPUModeMIG))
 			g.Expect(gs.ModeSwitch).To(BeNil())
 		})
+		Expect(testutil.ToFloat64(n.metrics.ModeSwitchRequests.WithLabelValues("mig", "done"))).To(Equal(1.0))
 		n.invariants()
 	})
 
