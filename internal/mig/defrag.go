@@ -98,6 +98,9 @@ type DefragPlan struct {
 	Ordered bool
 	// Repack: a repack plan (PlanRepack), which may move slices within their GPU.
 	Repack bool
+	// WholeGPUs: a plan for whole GPUs (PlanWholeDefrag): the GPUs of Target.Node it empties,
+	// which the request takes (Target.GPU is the first; its profile and placement are zero).
+	WholeGPUs []int
 }
 
 // DefragOutcome says what the planner found.

@@ -156,6 +156,15 @@ func (s GPUState) AppendCandidates(dst []Placement, p Profile) []Placement {
 	return dst
 }
 
+// InstanceCount is how many GPU instances the state holds (no allocation).
+func (s GPUState) InstanceCount() int {
+	t := s.table()
+	if t == nil {
+		return 0
+	}
+	return bits.OnesCount32(t.states[s.idx])
+}
+
 // Instances lists the GPU instances, ordered by start then profile table order.
 func (s GPUState) Instances() []Instance {
 	t := s.table()

@@ -28,6 +28,10 @@ type Holder struct {
 	// Leaving instances are being released already: their room is free at no cost and their
 	// owner is not a victim for them.
 	Leaving bool
+	// Protected: a PodDisruptionBudget would refuse the owner's eviction. Whole-GPU preemption
+	// evicts as few such owners as it can (WholeVictimChoice.Less); the slice choice reads
+	// budgets through Pinned instead.
+	Protected bool
 }
 
 // VictimChoice is where a profile goes once some owners are evicted, and what it costs.

@@ -37,12 +37,19 @@ type WholeVictimChoice struct {
 	// Switches is how many chosen GPUs must leave MIG mode; Leaving how many of their holders
 	// are being released already (waited for, not evicted).
 	Switches, Leaving int
+	// Protected is how many of the owners a PodDisruptionBudget protects (Holder.Protected).
+	Protected int
 }
 
-// Less orders choices from the cheapest: the fewest owners evicted; then the lowest priorities
-// (highest first, as VictimChoice.Less); then the fewest switches; then the fewest leaving
-// holders waited for; then the owner keys; then the lowest GPU indices.
+// Less orders choices from the cheapest: the fewest owners a PodDisruptionBudget protects (as
+// DefaultPreemption's first rule between candidates: the fewest budget violations); then the
+// fewest owners evicted; then the lowest priorities (highest first, as VictimChoice.Less); then
+// the fewest switches; then the fewest leaving holders waited for; then the owner keys; then the
+// lowest GPU indices.
 func (c WholeVictimChoice) Less(o WholeVictimChoice) bool {
+	if c.Protected != o.Protected {
+		return c.Protected < o.Protected
+	}
 	if len(c.Owners) != len(o.Owners) {
 		return len(c.Owners) < len(o.Owners)
 	}
@@ -75,16 +82,17 @@ func ChooseWholeVictims(gpus []WholeVictimGPU, n int, preemptor int32) (WholeVic
 		return WholeVictimChoice{}, false
 	}
 	type cand struct {
-		gpu     int
-		owners  map[string]int32
-		leaving int
+		gpu       int
+		owners    map[string]int32
+		protected map[string]bool
+		leaving   int
 	}
 	var cands []cand
 	for i, g := range gpus {
 		if !g.Whole {
 			continue
 		}
-		c, ok := cand{gpu: i, owners: map[string]int32{}}, true
+		c, ok := cand{gpu: i, owners: map[string]int32{}, protected: map[string]bool{}}, true
 		for _, h := range g.Holders {
 			switch {
 			case h.Leaving:
@@ -93,6 +101,7 @@ func ChooseWholeVictims(gpus []WholeVictimGPU, n int, preemptor int32) (WholeVic
 				ok = false
 			default:
 				c.owners[h.Owner] = h.Priority
+				c.protected[h.Owner] = c.protected[h.Owner] || h.Protected
 			}
 		}
 		if ok {
@@ -104,6 +113,7 @@ func ChooseWholeVictims(gpus []WholeVictimGPU, n int, preemptor int32) (WholeVic
 	}
 	choiceOf := func(set []int) WholeVictimChoice {
 		owners := map[string]int32{}
+		protected := map[string]bool{}
 		var ch WholeVictimChoice
 		for _, k := range set {
 			c := cands[k]
@@ -114,6 +124,12 @@ func ChooseWholeVictims(gpus []WholeVictimGPU, n int, preemptor int32) (WholeVic
 			}
 			for o, p := range c.owners {
 				owners[o] = p
+				protected[o] = protected[o] || c.protected[o]
+			}
+		}
+		for _, p := range protected {
+			if p {
+				ch.Protected++
 			}
 		}
 		for o := range owners {

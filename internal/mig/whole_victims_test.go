@@ -34,6 +34,12 @@ func TestChooseWholeVictims(t *testing.T) {
 			n: 1, want: "GPUs [3] evicting [d] (priorities [1])"},
 		{name: "a GPU that may not switch is never emptied for it",
 			gpus: []WholeVictimGPU{{Holders: []Holder{h("a", 1)}}, {Whole: true, Holders: []Holder{h("b", 1)}}}, n: 2},
+		{name: "two unprotected victims before one a budget protects",
+			gpus: []WholeVictimGPU{{Whole: true, Holders: []Holder{{Owner: "a", Priority: 1, Protected: true}}}, {Whole: true, Holders: []Holder{h("b", 1), h("c", 1)}}},
+			n:    1, want: "GPUs [1] evicting [b c] (priorities [1 1])"},
+		{name: "a protected victim when nothing else frees the GPUs",
+			gpus: []WholeVictimGPU{{Whole: true, Holders: []Holder{{Owner: "a", Priority: 1, Protected: true}}}, {Whole: true, Holders: []Holder{h("b", 1)}}},
+			n:    2, want: "GPUs [0 1] evicting [a b] (priorities [1 1])"},
 		{name: "leaving holders free at no cost",
 			gpus: []WholeVictimGPU{{Whole: true, Holders: []Holder{{Owner: "a", Priority: 1, Leaving: true}}}, {Whole: true, Holders: []Holder{h("b", 1)}}},
 			n:    1, want: "GPUs [0] evicting [] (priorities [])"},
@@ -55,8 +61,10 @@ func TestChooseWholeVictimsAgainstOracle(t *testing.T) {
 	for round := range 3000 {
 		nGPU, nOwner := 1+r.IntN(6), 1+r.IntN(5)
 		prio := make([]int32, nOwner)
+		protected := make([]bool, nOwner)
 		for o := range prio {
 			prio[o] = int32(r.IntN(7)) // some at or above the preemptor's
+			protected[o] = r.IntN(4) == 0
 		}
 		gpus := make([]WholeVictimGPU, nGPU)
 		for i := range gpus {
@@ -64,7 +72,7 @@ func TestChooseWholeVictimsAgainstOracle(t *testing.T) {
 			gpus[i].Switch = r.IntN(2) == 0
 			for range r.IntN(3) {
 				o := r.IntN(nOwner)
-				gpus[i].Holders = append(gpus[i].Holders, Holder{Owner: fmt.Sprint("p", o), Priority: prio[o], Leaving: r.IntN(8) == 0})
+				gpus[i].Holders = append(gpus[i].Holders, Holder{Owner: fmt.Sprint("p", o), Priority: prio[o], Leaving: r.IntN(8) == 0, Protected: protected[o]})
 			}
 		}
 		n := 1 + r.IntN(nGPU)
@@ -82,25 +90,29 @@ func TestChooseWholeVictimsAgainstOracle(t *testing.T) {
 			return out
 		}
 		type cost struct {
-			n     int
-			prios []int32
+			protected, n int
+			prios        []int32
 		}
 		var best *cost
 		for sub := 0; sub < 1<<nOwner; sub++ {
 			evict := map[string]bool{}
 			var ps []int32
+			prot := 0
 			for o := range nOwner {
 				if sub&(1<<o) != 0 {
 					evict[fmt.Sprint("p", o)] = true
 					ps = append(ps, prio[o])
+					if protected[o] {
+						prot++
+					}
 				}
 			}
 			if len(freed(evict)) < n {
 				continue
 			}
 			slices.SortFunc(ps, func(a, b int32) int { return int(b) - int(a) })
-			c := cost{len(ps), ps}
-			if best == nil || c.n < best.n || (c.n == best.n && slices.Compare(c.prios, best.prios) < 0) {
+			c := cost{prot, len(ps), ps}
+			if best == nil || c.protected < best.protected || c.protected == best.protected && (c.n < best.n || (c.n == best.n && slices.Compare(c.prios, best.prios) < 0)) {
 				best = &c
 			}
 		}
@@ -111,7 +123,7 @@ func TestChooseWholeVictimsAgainstOracle(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if len(got.Owners) != best.n || slices.Compare(got.Priorities, best.prios) != 0 {
+		if got.Protected != best.protected || len(got.Owners) != best.n || slices.Compare(got.Priorities, best.prios) != 0 {
 			t.Fatalf("round %d: %s; oracle evicts %d with priorities %v (gpus %+v, n %d)", round, got, best.n, best.prios, gpus, n)
 		}
 		evict := map[string]bool{}

@@ -215,12 +215,9 @@ func (d *defragmenter) defragment(ctx context.Context, pod *corev1.Pod, s *podSt
 	nodes := d.cache.Nodes()
 	res, movable, spared, err := d.planWithinBudgets(nodes, s)
 	defer d.release(movable)
-	if err != nil {
-		d.log.Error(err, "defragmentation skipped", "pod", klog.KObj(pod))
-		return nil, "defragmentation skipped: " + err.Error()
+	if words := d.answered(pod, start, res, err); words != "" {
+		return nil, words
 	}
-	d.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
-	d.metrics.DefragPlanDuration.Observe(time.Since(start).Seconds())
 	if res.Outcome != mig.DefragPlanned {
 		if spared == 0 {
 			// An answer the budgets took part in is not kept: the search that spares pods is
@@ -229,16 +226,33 @@ func (d *defragmenter) defragment(ctx context.Context, pod *corev1.Pod, s *podSt
 		}
 		return nil, d.noPlanWords(res, s)
 	}
-	// The pending pod's tenant reads the plan on its Event and Pending reason (tenant.go); the
-	// log names every moved pod.
-	plan := describePlan(nodes, res.Plan, movable, func(moved string) string { return podFor(pod.Namespace, moved) })
-	d.recorder.Eventf(pod, nil, corev1.EventTypeNormal, slicerv1alpha1.EventDefragmentationPlanned, string(d.policy.mode), "%s", plan)
-	d.log.V(2).Info("defragmentation plan", "pod", klog.KObj(pod), "moves", len(res.Plan.Moves),
-		"plan", describePlan(nodes, res.Plan, movable, func(moved string) string { return "pod " + moved }))
-	if d.policy.evictMode() {
-		return d.evictor.execute(ctx, pod, nodes, res.Plan, movable, plan)
+	return d.announce(ctx, pod, nodes, res.Plan, movable, []snapshot.Slot{{Slot: sliceOf(nodes, res.Plan.Target)}})
+}
+
+// answered logs a planning error, whose words it returns for the Pending reason, or counts the
+// planner's answer and its time since start ("").
+func (d *defragmenter) answered(pod *corev1.Pod, start time.Time, res mig.DefragResult, err error) string {
+	if err != nil {
+		d.log.Error(err, "defragmentation skipped", "pod", klog.KObj(pod))
+		return "defragmentation skipped: " + err.Error()
 	}
-	return nil, "defragmentation (Recommend, nothing evicted): " + plan
+	d.metrics.DefragPlans.WithLabelValues(string(res.Outcome)).Inc()
+	d.metrics.DefragPlanDuration.Observe(time.Since(start).Seconds())
+	return ""
+}
+
+// announce reports a plan, on the pending pod's Event (its tenant reads it there and in its
+// Pending reason: tenant.go) and in the log (naming every moved pod), and in Evict mode
+// carries it out for the slots it opens for the pod (targets).
+func (d *defragmenter) announce(ctx context.Context, pod *corev1.Pod, nodes []*snapshot.Node, plan mig.DefragPlan, movable *movableIndex, targets []snapshot.Slot) (*fwk.PostFilterResult, string) {
+	words := describePlan(nodes, plan, movable, func(moved string) string { return podFor(pod.Namespace, moved) })
+	d.recorder.Eventf(pod, nil, corev1.EventTypeNormal, slicerv1alpha1.EventDefragmentationPlanned, string(d.policy.mode), "%s", words)
+	d.log.V(2).Info("defragmentation plan", "pod", klog.KObj(pod), "moves", len(plan.Moves), "wholeGPUs", len(plan.WholeGPUs),
+		"plan", describePlan(nodes, plan, movable, func(moved string) string { return "pod " + moved }))
+	if d.policy.evictMode() {
+		return d.evictor.execute(ctx, pod, nodes, plan, targets, movable, words)
+	}
+	return nil, "defragmentation (Recommend, nothing evicted): " + words
 }
 
 // maxBudgetReplans bounds how many times a plan is looked for again with one more moved pod
@@ -255,11 +269,20 @@ const maxBudgetReplans = 8
 // movability index of the plan's search (to release once read) and how many pods were spared.
 func (d *defragmenter) planWithinBudgets(nodes []*snapshot.Node, s *podState) (mig.DefragResult, *movableIndex, int, error) {
 	req := s.req
+	return d.planWithin(nodes, s, func(in []mig.Node, m *movableIndex) mig.DefragResult {
+		return mig.PlanDefrag(in, req, m.at, mig.DefragOptions{MaxMoves: d.policy.maxMoves,
+			Destinations: m.destinations, DestinationClass: m.destinationClass, RepackGPUs: mig.DefaultRepackGPUs})
+	})
+}
+
+// planWithin is planWithinBudgets with the planner given: PlanDefrag for a pod of slices,
+// PlanWholeDefrag for one of whole GPUs (defrag_whole.go).
+func (d *defragmenter) planWithin(nodes []*snapshot.Node, s *podState, planner func([]mig.Node, *movableIndex) mig.DefragResult) (mig.DefragResult, *movableIndex, int, error) {
 	movable := d.movableSlices(nodes)
 	in := movable.in
 	for i, n := range nodes {
 		in[i] = n.MIG
-		if driverLacks(n, s) != "" {
+		if s.whole == 0 && driverLacks(n, s) != "" {
 			in[i] = mig.Node{GPUs: slices.Clone(n.MIG.GPUs)}
 			for g := range in[i].GPUs {
 				in[i].GPUs[g].Usable = false
@@ -273,8 +296,7 @@ func (d *defragmenter) planWithinBudgets(nodes []*snapshot.Node, s *podState) (m
 			return mig.DefragResult{}, nil, 0, fmt.Errorf("list PodDisruptionBudgets: %w", err)
 		}
 		movable.pdbs = pdbs
-		res := mig.PlanDefrag(in, req, movable.at, mig.DefragOptions{MaxMoves: d.policy.maxMoves,
-			Destinations: movable.destinations, DestinationClass: movable.destinationClass, RepackGPUs: mig.DefaultRepackGPUs})
+		res := planner(in, movable)
 		if res.Outcome != mig.DefragPlanned {
 			return res, movable, len(movable.spared), nil
 		}
@@ -431,6 +453,15 @@ func describePlan(nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex, 
 	kind := ""
 	if plan.Ordered {
 		kind = ", some into room the others leave"
+	}
+	if len(plan.WholeGPUs) > 0 {
+		n := nodes[t.Node]
+		idx := make([]string, len(plan.WholeGPUs))
+		for i, g := range plan.WholeGPUs {
+			idx[i] = fmt.Sprint(n.GPUs[g].Index)
+		}
+		return fmt.Sprintf("%d move(s): %s; then GPU(s) %s of node %s are empty for %d whole GPU(s)", len(plan.Moves), strings.Join(parts, ", "),
+			strings.Join(idx, ", "), n.Name, len(plan.WholeGPUs))
 	}
 	return fmt.Sprintf("%d move(s)%s: %s; then %s fits on %s", len(plan.Moves), kind, strings.Join(parts, ", "),
 		mig.LegalProfileName(t.Profile.Name), where(t))

@@ -185,10 +185,11 @@ func freedByMoves(nodes []*snapshot.Node, plan mig.DefragPlan, i int) bool {
 	return st.CanTake(to.Profile, to.Placement)
 }
 
-// execute carries out a plan for pod: hold every room, then evict. It returns the result that
-// nominates the pod to the target node (nil when nothing was evicted) and the words for its
-// Pending reason.
-func (e *evictor) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot.Node, plan mig.DefragPlan, m *movableIndex, words string) (*fwk.PostFilterResult, string) {
+// execute carries out a plan for pod: hold every room, then evict. targets are the slots the
+// plan opens for the pod (one slice, or its whole GPUs). It returns the result that nominates
+// the pod to the target node (nil when nothing was evicted) and the words for its Pending
+// reason.
+func (e *evictor) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapshot.Node, plan mig.DefragPlan, targets []snapshot.Slot, m *movableIndex, words string) (*fwk.PostFilterResult, string) {
 	now := e.clock()
 	log := klog.FromContext(ctx)
 	moved := make([]*corev1.Pod, len(plan.Moves))
@@ -240,11 +241,10 @@ func (e *evictor) execute(ctx context.Context, pod *corev1.Pod, nodes []*snapsho
 		held = append(held, pl)
 	}
 	target := nodes[plan.Target.Node].Name
-	opened := sliceOf(nodes, plan.Target)
-	e.held.set(pod, target, []snapshot.Slot{{Slot: opened}}, byPlan, now.Add(e.replacementTimeout))
+	e.held.set(pod, target, targets, byPlan, now.Add(e.replacementTimeout))
 	// Written before the first eviction, so that a restart after it rebuilds the held rooms
 	// (defrag_record.go); a plan that cannot be recorded is not carried out.
-	if err := e.writePlanRecord(ctx, pod, newPlanRecord(now, now.Add(e.replacementTimeout), target, opened, pod.Namespace, held)); err != nil {
+	if err := e.writePlanRecord(ctx, pod, newPlanRecord(now, now.Add(e.replacementTimeout), target, targets, pod.Namespace, held)); err != nil {
 		release(held)
 		e.held.forget(pod.UID, "")
 		e.metrics.DefragRefused.WithLabelValues(DefragRefusedNotRecorded).Inc()

@@ -95,7 +95,7 @@ func TestPlanRecordNamesNoOtherTenant(t *testing.T) {
 			fromNode: "n1", from: at("GPU-n10", 4), moved: "a/app"},
 	}
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	rec := newPlanRecord(now, now.Add(time.Minute), "n1", mig.Slot{GPU: "GPU-n10", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}, "a", held)
+	rec := newPlanRecord(now, now.Add(time.Minute), "n1", []snapshot.Slot{{Slot: mig.Slot{GPU: "GPU-n10", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}}}, "a", held)
 	cond, err := planCondition(rec)
 	if err != nil {
 		t.Fatal(err)

@@ -35,10 +35,26 @@ type planRecord struct {
 	// Evicted is when the evictions were posted (the cap's window counts them from it).
 	Evicted  time.Time `json:"evicted"`
 	Deadline time.Time `json:"deadline"`
-	// Node and Target: where the plan opened room for the pending pod.
-	Node   string       `json:"node"`
-	Target recordedSlot `json:"target"`
-	Moves  []recordMove `json:"moves"`
+	// Node and Target: where the plan opened room for the pending pod; Targets, for a plan
+	// that opened whole GPUs, every one of them (Target is then the first).
+	Node    string         `json:"node"`
+	Target  recordedSlot   `json:"target"`
+	Targets []recordedSlot `json:"targets,omitempty"`
+	Moves   []recordMove   `json:"moves"`
+}
+
+// targets are the slots the record holds for the pending pod, each with its index among the
+// pod's requests.
+func (r planRecord) targets() []snapshot.Slot {
+	if len(r.Targets) == 0 {
+		return []snapshot.Slot{r.Target.slot()}
+	}
+	out := make([]snapshot.Slot, len(r.Targets))
+	for i, t := range r.Targets {
+		out[i] = t.slot()
+		out[i].Index = int32(i)
+	}
+	return out
 }
 
 // recordedSlot is a mig.Slot in the record.
@@ -79,8 +95,13 @@ type recordMove struct {
 
 // newPlanRecord is the record of a plan whose rooms are held, for a pending pod of namespace
 // ns: the pledges, in move order.
-func newPlanRecord(now, deadline time.Time, node string, target mig.Slot, ns string, held []*pledge) planRecord {
-	rec := planRecord{Evicted: now, Deadline: deadline, Node: node, Target: recordSlot(target)}
+func newPlanRecord(now, deadline time.Time, node string, targets []snapshot.Slot, ns string, held []*pledge) planRecord {
+	rec := planRecord{Evicted: now, Deadline: deadline, Node: node, Target: recordSlot(targets[0].Slot)}
+	if targets[0].Whole() {
+		for _, t := range targets {
+			rec.Targets = append(rec.Targets, recordSlot(t.Slot))
+		}
+	}
 	for _, pl := range held {
 		mv := recordMove{PodKey: pl.movedKey, OwnerKey: pl.ownerKey, FromNode: pl.fromNode, From: recordSlot(pl.from.Slot),
 			Node: pl.node, To: recordSlot(pl.slot.Slot)}
@@ -238,7 +259,7 @@ func (e *evictor) restorePlan(log klog.Logger, pod *corev1.Pod, rec planRecord) 
 		}
 		e.run.plans[pod.UID] = rec.Deadline
 		e.mu.Unlock()
-		e.held.set(pod, rec.Node, []snapshot.Slot{rec.Target.slot()}, byPlan, rec.Deadline)
+		e.held.set(pod, rec.Node, rec.targets(), byPlan, rec.Deadline)
 	}
 	log.Info("defragmentation: plan restored from its record", "pod", klog.KObj(pod), "node", rec.Node,
 		"moves", len(rec.Moves), "roomsHeld", restored, "cutShort", cut, "podWaits", waits)

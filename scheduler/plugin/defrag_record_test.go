@@ -28,7 +28,7 @@ func TestRestorePlans(t *testing.T) {
 	target := mig.Slot{GPU: "GPU-n11", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}
 	const webUID, owner = types.UID("uid-web"), types.UID("uid-rs")
 	record := func(deadline time.Time) planRecord {
-		return newPlanRecord(now.Add(-time.Minute), deadline, "n1", target, "ns",
+		return newPlanRecord(now.Add(-time.Minute), deadline, "n1", []snapshot.Slot{{Slot: target}}, "ns",
 			[]*pledge{{ownerKey: ownerKey("ns", owner), movedKey: podKey(webUID), profile: "1g.10gb", node: "n1",
 				slot: snapshot.Slot{Slot: dest}, fromNode: "n1", from: snapshot.Slot{Slot: from}, moved: "ns/web"}})
 	}
@@ -164,7 +164,7 @@ func TestRestorePlansBoundsTheDeadline(t *testing.T) {
 	setClock(p, func() time.Time { return now })
 	p.defrag.evictor.replacementTimeout = time.Minute
 	dest := mig.Slot{GPU: "GPU-n10", Profile: "1g.10gb", Placement: mig.Placement{Start: 6, Size: 1}}
-	rec := newPlanRecord(now, now.Add(time.Hour), "n1", mig.Slot{GPU: "GPU-n10", Profile: "3g.40gb", Placement: mig.Placement{Start: 0, Size: 4}}, "ns",
+	rec := newPlanRecord(now, now.Add(time.Hour), "n1", []snapshot.Slot{{Slot: mig.Slot{GPU: "GPU-n10", Profile: "3g.40gb", Placement: mig.Placement{Start: 0, Size: 4}}}}, "ns",
 		[]*pledge{{ownerKey: ownerKey("ns", "uid-rs"), movedKey: podKey("uid-web"), profile: "1g.10gb", node: "n1",
 			slot: snapshot.Slot{Slot: dest}, moved: "ns/web"}})
 	cond, err := planCondition(rec)
@@ -216,7 +216,7 @@ func TestRestoreHoldsARoomAMovedSliceOfAnotherShapeStillHolds(t *testing.T) {
 		{ownerKey: ownerKey("ns", "uid-rs"), movedKey: podKey("uid-web-1"), profile: "1g.20gb", node: "n1", slot: at("1g.20gb", 6, 2),
 			fromNode: "n1", from: at("1g.20gb", 2, 2), moved: "ns/web-1"},
 	}
-	cond, err := planCondition(newPlanRecord(now.Add(-time.Minute), now.Add(4*time.Minute), "n1", at("4g.40gb", 0, 4).Slot, "ns", held))
+	cond, err := planCondition(newPlanRecord(now.Add(-time.Minute), now.Add(4*time.Minute), "n1", []snapshot.Slot{at("4g.40gb", 0, 4)}, "ns", held))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,5 +256,29 @@ func TestRestoreHoldsARoomAMovedSliceOfAnotherShapeStillHolds(t *testing.T) {
 	}
 	if st := p.Filter(context.Background(), cs, rival, nodeInfo("n1", nil)); st.IsSuccess() {
 		t.Fatal("a 1g.20gb pod fits n1 once web-2's slice is gone: the room held for web-1's replacement is free")
+	}
+}
+
+// A plan for whole GPUs records every GPU it emptied (targets), read back as whole slots with
+// their request indexes; a plan for a slice records its one target as before, with no targets.
+func TestPlanRecordOfWholeGPUs(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	whole := []snapshot.Slot{{Slot: mig.WholeSlot("GPU-a")}, {Slot: mig.WholeSlot("GPU-c"), Index: 1}}
+	cond, err := planCondition(newPlanRecord(now, now.Add(time.Minute), "n1", whole, "ns", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, ok, err := readPlanRecord(&corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{cond}}})
+	if err != nil || !ok {
+		t.Fatalf("read back: %v, %v", ok, err)
+	}
+	got := rec.targets()
+	if len(got) != 2 || got[0] != whole[0] || got[1] != whole[1] || !got[1].Whole() {
+		t.Fatalf("targets %+v, want %+v", got, whole)
+	}
+	slice := []snapshot.Slot{{Slot: mig.Slot{GPU: "GPU-a", Profile: "7g.80gb", Placement: mig.Placement{Start: 0, Size: 8}}}}
+	rec = newPlanRecord(now, now.Add(time.Minute), "n1", slice, "ns", nil)
+	if len(rec.Targets) != 0 || len(rec.targets()) != 1 || rec.targets()[0] != slice[0] {
+		t.Fatalf("a slice's record %+v", rec)
 	}
 }

@@ -51,10 +51,17 @@ func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.
 		why += "; preemption: " + st.Message()
 	}
 	if whole {
-		// No defragmentation for whole GPUs yet. While the pod waits for GPUs cleared for it on
-		// a Slicer node the chain ends here; otherwise DefaultPreemption, after this plugin in
-		// the profile, may still preempt on the nodes NVIDIA's device plugin serves, which
-		// Slicer only counts.
+		// Preemption found nothing: defragmentation may empty the GPUs by moving slices. While
+		// the pod waits for GPUs cleared or emptied for it on a Slicer node the chain ends here;
+		// otherwise DefaultPreemption, after this plugin in the profile, may still preempt on
+		// the nodes NVIDIA's device plugin serves, which Slicer only counts.
+		moved, more := p.defrag.defragmentWhole(ctx, pod, s)
+		if more != "" {
+			why += "; " + more
+		}
+		if moved != nil {
+			return moved, fwk.NewStatus(fwk.Unschedulable, why)
+		}
 		if p.waitsOnSlicerNode(pod) {
 			return res, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 		}

@@ -16,8 +16,7 @@ import (
 
 // selectWholeVictims is selectVictims for a pod of whole GPUs on a Slicer node: the fewest pods
 // of lower priority whose eviction empties as many GPUs as the pod still needs
-// (mig.ChooseWholeVictims; a pod a PodDisruptionBudget protects is spared when a choice without
-// it exists), then, when the pod still does not fit (it needs more than GPUs), the other pods as
+// (mig.ChooseWholeVictims; as few pods a PodDisruptionBudget protects as any choice evicts), then, when the pod still does not fit (it needs more than GPUs), the other pods as
 // DefaultPreemption removes them. A node Slicer does not manage is DefaultPreemption's, which
 // runs after this plugin's PostFilter.
 func (pr *preemptor) selectWholeVictims(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo,
@@ -34,19 +33,16 @@ func (pr *preemptor) selectWholeVictims(ctx context.Context, cs fwk.CycleState, 
 	}
 	prio := corev1helpers.PodPriority(pod)
 	cands := map[types.UID]fwk.PodInfo{}
-	spared := map[types.UID]bool{}
+	protected := map[types.UID]bool{}
 	for _, pi := range possible {
 		if q := pi.GetPod(); corev1helpers.PodPriority(q) < prio && q.UID != pod.UID {
 			cands[q.UID] = pi
-			spared[q.UID] = pdbProtects(q, pdbs)
+			protected[q.UID] = pdbProtects(q, pdbs)
 		}
 	}
-	claims := pr.cache.Claims(name)
-	choice, ok := mig.ChooseWholeVictims(wholeVictimGPUs(n, claims, cands, spared, prio), len(s.missing), prio)
-	if !ok {
-		// A budget never makes preemption impossible, as upstream.
-		choice, ok = mig.ChooseWholeVictims(wholeVictimGPUs(n, claims, cands, nil, prio), len(s.missing), prio)
-	}
+	// A budget never makes preemption impossible, as upstream: the choice evicts the fewest
+	// protected pods it can, victim by victim (mig.WholeVictimChoice.Less).
+	choice, ok := mig.ChooseWholeVictims(wholeVictimGPUs(n, pr.cache.Claims(name), cands, protected, prio), len(s.missing), prio)
 	if !ok {
 		return nil, 0, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("no %d GPUs of node %s can be emptied of pods of lower priority", len(s.missing), name))
@@ -60,13 +56,15 @@ func (pr *preemptor) selectWholeVictims(ctx context.Context, cs fwk.CycleState, 
 
 // wholeVictimGPUs is the node's GPUs as whole-GPU preemption sees them: whether each serves
 // whole once empty (mig.GPU.WholeOnceEmpty) and who holds it, from its claims; a claim of a pod
-// that is no candidate, or spared, is pinned.
-func wholeVictimGPUs(n *snapshot.Node, claims map[string][]snapshot.Claim, cands map[types.UID]fwk.PodInfo, spared map[types.UID]bool, prio int32) []mig.WholeVictimGPU {
+// that is no candidate is pinned, one of a pod a budget protects is marked so.
+func wholeVictimGPUs(n *snapshot.Node, claims map[string][]snapshot.Claim, cands map[types.UID]fwk.PodInfo, protected map[types.UID]bool, prio int32) []mig.WholeVictimGPU {
 	gpus := make([]mig.WholeVictimGPU, len(n.GPUs))
 	for i, g := range n.GPUs {
 		gpus[i].Whole, gpus[i].Switch = n.MIG.GPUs[i].WholeOnceEmpty()
 		for _, c := range claims[g.UUID] {
-			gpus[i].Holders = append(gpus[i].Holders, holderOf(c, cands, spared, prio))
+			h := holderOf(c, cands, nil, prio)
+			h.Protected = !h.Pinned && protected[c.PodUID]
+			gpus[i].Holders = append(gpus[i].Holders, h)
 		}
 	}
 	return gpus

@@ -318,6 +318,50 @@ var _ = Describe("Defragmentation", func() {
 		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
 	})
 
+	It("empties a GPU for a whole-GPU pod by moving its one replica in Evict mode: the replacement on the room held, the pod on the emptied GPU whole", func() {
+		// Two nodes of one H100 each, both switchable (policy Dynamic): web-1 (movable) on n1;
+		// on n2 a bare pod (never moved) leaves room for one 1g.10gb. A whole-GPU pod of the same
+		// priority preempts nothing; the plan moves web-1 to n2 and takes n1's GPU whole.
+		startEvict(plugin.Options{})
+		createWeb()
+		for i := 1; i <= 2; i++ {
+			name := fmt.Sprintf("%s-n%d", s.ns, i)
+			Expect(framework.CreateNode(ctx, k8s, builder.Node(name).Label(poolLabel, s.pool).Label(nodeLabel, name).Ready().Obj())).To(Succeed())
+			na := framework.MakeNodeAccelerator(name).GPUs("H100-80GB", 1).Obj()
+			na.Status.GPUs[0].ModePolicy = slicerv1alpha1.GPUModePolicyDynamic
+			Expect(framework.CreateNodeAccelerator(ctx, k8s, na)).To(Succeed())
+			s.nodes = append(s.nodes, name)
+		}
+		s.cordonSeen(s.nodes[1], true)
+		web := s.pod("web-1", map[string]int64{"1g.10gb": 1})
+		web.Labels = map[string]string{"app": "web"}
+		web.OwnerReferences = []metav1.OwnerReference{rsRef}
+		s.create(web)
+		Eventually(func() string { return s.get("web-1").Spec.NodeName }).Should(Equal(s.nodes[0]))
+		s.cordonSeen(s.nodes[1], false)
+		s.cordonSeen(s.nodes[0], true)
+		s.create(s.pod("fill", map[string]int64{"4g.40gb": 1, "2g.20gb": 1}))
+		Eventually(func() string { return s.get("fill").Spec.NodeName }).Should(Equal(s.nodes[1]))
+		s.cordonSeen(s.nodes[0], false)
+
+		whole := s.create(builder.Pod(s.ns, "whole").Scheduler(config.DefaultSchedulerName).NodeSelector(poolLabel, s.pool).
+			Container("c", builder.Both("nvidia.com/gpu", "1")).Obj())
+		Eventually(webLeft, 30*time.Second).Should(BeEmpty(), "web-1 is evicted")
+		Expect(eventsOf(whole, plugin.EventDefragmentationEvicting)).To(ContainElement(MatchRegexp(`evicted 1 pod\(s\): 1 move\(s\): .*then GPU\(s\) 0 of node %s are empty for 1 whole GPU`, s.nodes[0])))
+		By("a slice pod created before the replacement is kept off the room held for it")
+		rival := s.create(s.pod("rival", map[string]int64{"1g.10gb": 1}))
+		Consistently(func() string { return s.get(rival.Name).Spec.NodeName }, 3*time.Second).Should(BeEmpty(),
+			"the room held for web-1's replacement, or the GPU emptied, went to another pod")
+		By("the replacement goes to the room held for it on n2; the whole-GPU pod takes n1's GPU")
+		repl := replacement("web-2", "1g.10gb")
+		Eventually(func() string { return s.get(repl.Name).Spec.NodeName }, 30*time.Second).Should(Equal(s.nodes[1]))
+		Eventually(func() string { return s.get(whole.Name).Spec.NodeName }, 30*time.Second).Should(Equal(s.nodes[0]))
+		allocs := s.allocationsOf(s.get(whole.Name))
+		Expect(allocs).To(HaveLen(1))
+		Expect(allocs[0].Spec.WholeGPU).To(BeTrue())
+		Expect(testutil.ToFloat64(r.plugin.Metrics().DefragEvictions)).To(Equal(1.0))
+	})
+
 	It("evicts no more than maxEvictions per window in Evict mode: the next plan waits for the cap", func() {
 		r = startSchedulerWith(ctx, plugin.Options{}, timeout, func(o *config.Options) {
 			o.Defragmentation = &slicerv1alpha1.DefragmentationSpec{Mode: slicerv1alpha1.DefragmentationEvict, MaxEvictions: 1, MaxMovesPerPlan: 1}
