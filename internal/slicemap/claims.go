@@ -31,9 +31,12 @@ type Claim struct {
 	UIDMismatch bool `json:"uidMismatch,omitempty"`
 	// Allocated is true when the claim's status.allocation holds the device in this node's
 	// pool.
-	Allocated bool   `json:"allocated"`
-	Profile   string `json:"profile,omitempty"`
-	Start     int32  `json:"start"`
+	Allocated bool `json:"allocated"`
+	// Whole: the device is a whole GPU (migdra.WholeGPUDeviceName); it has no profile nor
+	// placement, and is listed on its GPU (GPU.WholeClaims) rather than as not prepared.
+	Whole   bool   `json:"whole,omitempty"`
+	Profile string `json:"profile,omitempty"`
+	Start   int32  `json:"start"`
 	// Size is 0 when the profile's geometry is unknown (no NodeAccelerator lists the GPU).
 	Size int32 `json:"size"`
 	// GPUIndex is the GPU index the device name carries.
@@ -139,6 +142,10 @@ func (j *joiner) unprepared(accels []slicerv1alpha1.NodeAccelerator) []unprepare
 // read goes to Problem.
 func readDevice(cl *Claim, models map[int32]slicerv1alpha1.GPUModel) {
 	cl.GPUIndex = -1
+	if i, ok := migdra.ParseWholeDeviceName(cl.Device); ok {
+		cl.GPUIndex, cl.Whole = int32(i), true
+		return
+	}
 	ref, err := migdra.ParseDeviceName(cl.Device)
 	if err != nil {
 		cl.Problem = err.Error()

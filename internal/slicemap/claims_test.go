@@ -142,3 +142,36 @@ PENDING PODS: none
 		t.Errorf("text (-want +got):\n%s", diff)
 	}
 }
+
+// A claim allocated a whole GPU (gpu-<index>) is shown on its GPU, held whole with its pods, not
+// as a device not prepared; a pending slice pod's explanation finds no room on that GPU, though
+// it may still be in MIG mode (Prepare switches it).
+func TestBuildWholeGPUClaims(t *testing.T) {
+	in := Input{
+		NodeAccelerators: []slicerv1alpha1.NodeAccelerator{nodeAcc("n1", gpu(0, gpu0, "H100-80GB"), gpu(1, gpu1, "H100-80GB"))},
+		Pods:             []corev1.Pod{pod("ns", "train", "tu", corev1.PodRunning)},
+		ResourceClaims:   []resourceapi.ResourceClaim{allocatedTo(claim("ns", "train-gpu", "cu", "gpu.mig.slicer.dev"), "n1", []string{"gpu-1"}, "train/tu")},
+	}
+	n := Build(in, Options{}).Nodes[0]
+	if len(n.Unprepared) != 0 {
+		t.Errorf("unprepared %+v, want none", n.Unprepared)
+	}
+	want := []Claim{{Namespace: "ns", Name: "train-gpu", UID: "cu", Device: "gpu-1", Allocated: true, Whole: true, GPUIndex: 1,
+		Pods: []Pod{{Namespace: "ns", Name: "train", UID: "tu", Phase: "Running"}}}}
+	if diff := cmp.Diff(want, n.GPUs[1].WholeClaims); diff != "" {
+		t.Errorf("GPU 1's whole claims (-want +got):\n%s", diff)
+	}
+	var b bytes.Buffer
+	if err := WriteText(&b, Build(in, Options{})); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"MIG Enabled  Healthy  held whole", "    whole GPU: claim ns/train-gpu  pod ns/train (Running)"} {
+		if !bytes.Contains(b.Bytes(), []byte(line)) {
+			t.Errorf("text lacks %q:\n%s", line, b.String())
+		}
+	}
+	st, err := occupancy(&in.NodeAccelerators[0].Status.GPUs[1], &n)
+	if err != nil || st.FreeComputeSlices() != 0 {
+		t.Errorf("GPU 1's occupancy for explanations: %s, %v; want full", st, err)
+	}
+}

@@ -97,7 +97,25 @@ func occupancy(g *slicerv1alpha1.GPUStatus, n *Node) (mig.GPUState, error) {
 			add(c.Profile, c.Start, c.Size)
 		}
 	}
+	if sg := gpuAt(n, g.Index); sg != nil && len(sg.WholeClaims) > 0 {
+		if st, ok := fullGPU(m); ok {
+			return st, nil // allocated whole: no slice fits beside it, whatever its mode now
+		}
+	}
 	return mig.Occupancy(m, occ, mig.FailOnMisfit)
+}
+
+// fullGPU is a GPU of model m with no room left: its profile that spans every compute and
+// memory slice, at start 0 (false for a model with none).
+func fullGPU(m mig.Model) (mig.GPUState, bool) {
+	for _, p := range m.Profiles() {
+		if p.ComputeSlices == m.ComputeSlices() && p.MemorySlices == m.MemorySlices() {
+			if st, err := mig.NewGPUState(m, []mig.Instance{{Profile: p.Name, Placement: mig.Placement{Start: 0, Size: p.MemorySlices}}}); err == nil {
+				return st, true
+			}
+		}
+	}
+	return mig.GPUState{}, false
 }
 
 // explainAll explains each distinct profile of the requests, largest first (mig.SortSlices).

@@ -89,7 +89,7 @@ func writeNode(ew *errWriter, n *Node) {
 func writeGPU(ew *errWriter, g *GPU) {
 	occupancy := "(no geometry: unknown model)"
 	switch {
-	case len(g.Whole) > 0:
+	case len(g.Whole) > 0 || len(g.WholeClaims) > 0:
 		occupancy = "held whole" // MIG mode off: its memory slices mean nothing now
 	case g.Mode == string(slicerv1alpha1.GPUModeWhole):
 		occupancy = "free whole"
@@ -112,6 +112,9 @@ func writeGPU(ew *errWriter, g *GPU) {
 	}
 	for _, a := range g.Whole {
 		ew.printf("    whole GPU: %s/%s  %s  %s  %s\n", a.Namespace, a.Name, dash(a.State), podText(a.Pod, "allocation"), reasonText(a.Reason, a.Message))
+	}
+	for _, c := range g.WholeClaims {
+		ew.printf("    whole GPU: claim %s/%s  %s\n", c.Namespace, c.Name, podsText(c.Pods))
 	}
 	if len(g.Slices) == 0 {
 		return

@@ -83,6 +83,8 @@ type GPU struct {
 	Health string `json:"health"`
 	// Whole are the allocations that hold the GPU whole (spec.wholeGPU), by name.
 	Whole []Allocation `json:"whole,omitempty"`
+	// WholeClaims are the ResourceClaims allocated the GPU's whole-GPU device (DRA mode).
+	WholeClaims []Claim `json:"wholeClaims,omitempty"`
 	// MemorySlices is the model's number of memory slices (0 when the model is unknown).
 	MemorySlices int `json:"memorySlices"`
 	// Columns holds, per memory slice, the key of the slice that covers it ("" when free,
@@ -285,6 +287,10 @@ func Build(in Input, opts Options) Map {
 			continue
 		}
 		n := node(u.node)
+		if g := gpuAt(n, u.claim.GPUIndex); u.claim.Whole && g != nil {
+			g.WholeClaims = append(g.WholeClaims, u.claim)
+			continue
+		}
 		n.Unprepared = append(n.Unprepared, u.claim)
 	}
 
@@ -491,4 +497,14 @@ func (j *joiner) pod(namespace, name, uid string) Pod {
 	}
 	p.Terminating = pod != nil && pod.DeletionTimestamp != nil
 	return p
+}
+
+// gpuAt is the node's GPU of that index, nil when the node reports none.
+func gpuAt(n *Node, index int32) *GPU {
+	for i := range n.GPUs {
+		if n.GPUs[i].Index == index {
+			return &n.GPUs[i]
+		}
+	}
+	return nil
 }

@@ -141,7 +141,7 @@ var _ = Describe("Slicer on the local node", Ordered, func() {
 
 	It("defragments: Recommend names the one move on the pending pod, Evict moves one replica of a Deployment and the 7g.80gb pod runs", defragmentationSpec)
 
-	It("runs a whole-GPU pod beside a slice pod on one node, its GPU switched out of MIG mode, and back for a 7g.80gb slice once it ends", wholeGPUSpec)
+	It("runs a whole-GPU pod beside a slice pod on one node, its GPU switched out of MIG mode, and back for a 7g.80gb slice once a client holding it lets go; a higher-priority whole-GPU pod preempts one H100's pod", wholeGPUSpec)
 
 	It("converges with no double allocation and no leak when the agent, the scheduler and the kubelet restart during a churn of 120 pods (I5)", func(ctx SpecContext) {
 		const ns, total, inFlight = "e2e-churn", 120, 10

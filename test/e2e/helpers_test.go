@@ -26,6 +26,7 @@ import (
 	slicerv1alpha1 "github.com/slicer-operator/slicer/api/v1alpha1"
 	"github.com/slicer-operator/slicer/device-plugin/cdi"
 	"github.com/slicer-operator/slicer/device-plugin/nvml/emulated"
+	"github.com/slicer-operator/slicer/device-plugin/podresources"
 	"github.com/slicer-operator/slicer/internal/mig"
 	"github.com/slicer-operator/slicer/internal/mig/migapi"
 	"github.com/slicer-operator/slicer/test/builder"
@@ -143,7 +144,7 @@ func readDeviceView(ctx context.Context) (deviceView, error) {
 		return v, fmt.Errorf("pod resources allocatable: %w", err)
 	}
 	for _, d := range alloc.GetDevices() {
-		if strings.HasPrefix(d.GetResourceName(), mig.ResourcePrefix) {
+		if podresources.Served(d.GetResourceName()) {
 			for _, id := range d.GetDeviceIds() {
 				v.advertised[id] = d.GetResourceName()
 			}
@@ -156,7 +157,7 @@ func readDeviceView(ctx context.Context) (deviceView, error) {
 	for _, p := range list.GetPodResources() {
 		for _, c := range p.GetContainers() {
 			for _, d := range c.GetDevices() {
-				if strings.HasPrefix(d.GetResourceName(), mig.ResourcePrefix) {
+				if podresources.Served(d.GetResourceName()) {
 					for _, id := range d.GetDeviceIds() {
 						v.assigned[id] = p.GetNamespace() + "/" + p.GetName()
 					}
@@ -182,7 +183,7 @@ func checkInvariants(ctx context.Context) error {
 	// I1 from the kubelet's side: a device handed to a pod is held by that pod's allocation
 	holder := map[string]string{}
 	for _, a := range allocs {
-		if a.Status.MIGDeviceUUID != "" && a.DeletionTimestamp == nil {
+		if (a.Status.MIGDeviceUUID != "" || a.Spec.WholeGPU && a.Status.State == slicerv1alpha1.AllocationReady) && a.DeletionTimestamp == nil {
 			holder[framework.DeviceIDOf(&a)] = a.Namespace + "/" + a.Spec.PodName
 		}
 	}

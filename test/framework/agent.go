@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -210,9 +211,11 @@ type DeviceInstance struct {
 // on the device at its actual slot, and every device instance is held by an
 // allocation or listed in allowedExtra (I1, I2); each GPU's instances form a
 // legal state (I3); the advertised devices are exactly the Ready allocations'
-// (I4); CDI specs exist exactly for the Ready devices (I2). The kubelet and CDI know a device
-// by its slot's device ID (mig.Slot.DeviceID, DeviceIDOf), not its MIG UUID; allowedExtra
-// lists MIG UUIDs, and set specs (cdi.IsSet) are the device plugin's.
+// (I4); CDI specs exist exactly for the Ready devices (I2). A whole-GPU allocation holds its
+// whole GPU: it overlaps any other allocation there (I15), and a Ready one's GPU has no MIG
+// instance (I16: never a device in the wrong mode); its device ID is the GPU's UUID. The
+// kubelet and CDI know a device by its slot's device ID (mig.Slot.DeviceID, DeviceIDOf), not
+// its MIG UUID; allowedExtra lists MIG UUIDs, and set specs (cdi.IsSet) are the device plugin's.
 func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []DeviceInstance, models map[string]mig.Model,
 	advertised map[string]string, cdiDevices []string, allowedExtra map[string]bool,
 ) error {
@@ -243,12 +246,24 @@ func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []Device
 			gpu = a.Status.ActualGPUUUID
 		}
 		s := slot{gpu, pl.Start, pl.Size}
+		if a.Spec.WholeGPU {
+			s = slot{gpu, 0, math.MaxInt16} // the whole GPU
+		}
 		for o, holder := range held {
 			if o.gpu == s.gpu && o.start < s.start+s.size && s.start < o.start+o.size {
 				errs = append(errs, fmt.Errorf("I1: %s/%s and %s overlap on %s", a.Namespace, a.Name, holder, s.gpu))
 			}
 		}
 		held[s] = a.Namespace + "/" + a.Name
+		if a.Spec.WholeGPU && a.Status.State == slicerv1alpha1.AllocationReady {
+			for _, d := range devs {
+				if d.GPUUUID == gpu {
+					errs = append(errs, fmt.Errorf("I16: %s/%s holds %s whole, which has MIG instance %s@%d (%q)", a.Namespace, a.Name, gpu, d.Profile, d.Placement.Start, d.MIGUUID))
+				}
+			}
+			readyID[DeviceIDOf(&a)] = true
+			continue
+		}
 		if a.Status.State == slicerv1alpha1.AllocationReady {
 			d, ok := byUUID[a.Status.MIGDeviceUUID]
 			switch {
@@ -318,9 +333,9 @@ func CheckAgentInvariants(allocs []slicerv1alpha1.SliceAllocation, devs []Device
 }
 
 // DeviceIDOf is the device ID (mig.Slot.DeviceID) of the slot where an allocation's slice is:
-// its actual GPU and placement when the status has them.
+// its actual GPU and placement when the status has them; of a whole-GPU allocation, its GPU's.
 func DeviceIDOf(a *slicerv1alpha1.SliceAllocation) string {
-	s := mig.Slot{GPU: a.Spec.GPUUUID, Profile: string(a.Spec.Profile), Placement: mig.Placement{Start: int(a.Spec.Placement.Start), Size: int(a.Spec.Placement.Size)}}
+	s := migapi.SlotAsWritten(&a.Spec)
 	if a.Status.ActualGPUUUID != "" {
 		s.GPU = a.Status.ActualGPUUUID
 	}

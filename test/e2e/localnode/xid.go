@@ -1,6 +1,8 @@
 package localnode
 
 import (
+	"time"
+
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
@@ -35,4 +37,15 @@ func BreakGPU(stateFile string, index int) {
 // ResetGPU tells the node's emulated NVML that GPU index was reset and is usable again.
 func ResetGPU(stateFile string, index int) {
 	gomega.Expect(emulated.SendControl(stateFile, emulated.Control{Recover: []int{index}})).To(gomega.Succeed())
+}
+
+// HoldGPU makes a client hold GPU index of the node's emulated NVML (as DCGM would), or lets
+// it go: while held, a change of its MIG mode stays pending.
+func HoldGPU(stateFile string, index int, held bool) {
+	c := emulated.Control{Release: []int{index}}
+	if held {
+		c = emulated.Control{Hold: []int{index}}
+	}
+	gomega.Expect(emulated.SendControl(stateFile, c)).To(gomega.Succeed())
+	gomega.Eventually(func() bool { return emulated.ControlPending(stateFile) }).WithTimeout(time.Minute).Should(gomega.BeFalse(), "the emulated NVML applied the control")
 }
