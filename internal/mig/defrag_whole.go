@@ -79,8 +79,9 @@ func PlanWholeDefrag(nodes []Node, n int, movable MovableFunc, opt DefragOptions
 	}
 	slices.SortStableFunc(order, func(a, b nodeBound) int { return cmp.Or(cmp.Compare(a.moves, b.moves), cmp.Compare(a.node, b.node)) })
 	s := newWholeDefragSearch(nodes, opt.Destinations, work)
-	var best *DefragPlan
+	res := DefragResult{Outcome: DefragNoPlan}
 	bestMoves := maxMoves + 1
+search:
 	for _, nb := range order {
 		if nb.moves >= bestMoves {
 			break // sorted by the bound: no later node moves fewer
@@ -92,32 +93,17 @@ func PlanWholeDefrag(nodes []Node, n int, movable MovableFunc, opt DefragOptions
 		for _, set := range wholeSets(cands, n, min(maxMoves, bestMoves-1)) {
 			plan, ok := s.place(nb.node, set)
 			if s.stopped {
-				return DefragResult{Outcome: cmp.Or(outcomeOf(best), DefragNoPlan), Plan: deref(best), Bounded: true, RemovalSets: s.tried}
+				res.Bounded = true
+				break search
 			}
 			if ok {
-				best, bestMoves = &plan, len(plan.Moves)
+				res.Outcome, res.Plan, bestMoves = DefragPlanned, plan, len(plan.Moves)
 				break // the node's sets come cheapest first
 			}
 		}
 	}
-	if best == nil {
-		return DefragResult{Outcome: DefragNoPlan, RemovalSets: s.tried}
-	}
-	return DefragResult{Outcome: DefragPlanned, Plan: *best, RemovalSets: s.tried}
-}
-
-func outcomeOf(p *DefragPlan) DefragOutcome {
-	if p == nil {
-		return ""
-	}
-	return DefragPlanned
-}
-
-func deref(p *DefragPlan) DefragPlan {
-	if p == nil {
-		return DefragPlan{}
-	}
-	return *p
+	res.RemovalSets = s.tried
+	return res
 }
 
 // emptiableGPUs are node ni's GPUs that would serve whole once empty, none held whole, every
